@@ -1,0 +1,92 @@
+#pragma once
+// gossip::Client: what a trainer links to attach to its node's gossipd.
+//
+//   auto client = gossip::Client::connect({.endpoint = "ipc:///tmp/run/gossipd-0.sock"});
+//   auto model = (*client)->attach({{"fc1.weight", 784 * 256}, {"fc1.bias", 256}, ...});
+//   // train in place on model->tensors[i] (they live in the daemon's shared memory)
+//   for (...) { sgd_update(model); auto r = (*client)->step(); }
+//
+// Parameters are never copied through the socket: the daemon reads and writes the
+// replica in the arena while the trainer is blocked at a synchronization point.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "proto/status.h"
+
+namespace gossip {
+
+struct TensorDesc {
+  std::string name;
+  uint64_t numel = 0;
+};
+
+struct ClientOptions {
+  std::string endpoint;  // "ipc://<run-dir>/gossipd-<node>.sock"
+  std::string trainer = "trainer";
+  uint32_t local_rank = 0;
+  // Bounds every wait for the daemon, synchronization rounds included.
+  std::chrono::milliseconds timeout{120000};
+};
+
+// The trainer's replica, mapped from the daemon's arena.
+struct Model {
+  std::vector<std::span<float>> tensors;  // one span per TensorDesc, in order
+  bool initialized = false;  // true: the arena already holds the node's model; do not re-init
+  uint64_t start_step = 0;   // the node's step count at attach (a late trainer starts there)
+  uint32_t node = 0;
+  uint32_t nodes = 0;
+};
+
+struct Traffic {
+  uint64_t payload_sent = 0, payload_recv = 0;  // bytes of parameters, all peers
+  uint64_t wire_sent = 0, wire_recv = 0;        // bytes on the wire, headers and framing too
+  uint64_t msgs_sent = 0, msgs_recv = 0;
+  uint64_t dropped = 0;
+};
+
+struct StepResult {
+  uint64_t step = 0;     // steps completed by this trainer
+  bool synced = false;   // this step was a synchronization point
+  uint64_t round = 0;    // rounds completed by the node
+  Traffic traffic;       // node totals as of the last synchronization
+};
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Joins the node. Fails with the daemon's message if the layout differs from the
+  // node's (it names the first differing tensor) or the daemon refuses otherwise.
+  Result<Model> attach(const std::vector<TensorDesc>& layout);
+
+  // Counts one local step. At the strategy's synchronization points it blocks until
+  // the daemon has written the synchronized model into the replica.
+  Result<StepResult> step();
+  // A synchronization round now, whatever the schedule. Collective: every trainer of
+  // every node must call it at the same step.
+  Result<StepResult> sync();
+  // True when the next step() is a synchronization point.
+  bool next_step_syncs() const;
+  uint64_t steps() const;
+
+  // The node's traffic counters without synchronizing.
+  Result<Traffic> traffic();
+
+  // Leaves the node; the replica is unmapped. Also done by the destructor.
+  Status detach();
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gossip

@@ -1,0 +1,49 @@
+/* The C ABI over gossip::Client, for trainers in other languages (Python loads it
+ * through ctypes). No exception crosses it: every call returns 0 on success or a
+ * negative GOSSIP_E* code, and gossip_last_error() says what went wrong. */
+#ifndef GOSSIP_GOSSIP_H_
+#define GOSSIP_GOSSIP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  GOSSIP_OK = 0,
+  GOSSIP_EINVAL = -1,    /* bad argument */
+  GOSSIP_EIO = -2,       /* socket or shared-memory failure */
+  GOSSIP_ETIMEOUT = -3,  /* the daemon did not answer in time */
+  GOSSIP_EREFUSED = -4,  /* the daemon refused (e.g. layout mismatch) */
+  GOSSIP_ECLOSED = -5    /* the daemon shut down */
+};
+
+typedef struct gossip_client gossip_client;
+
+typedef struct gossip_step_result {
+  uint64_t step;
+  int synced;
+  uint64_t round;
+  uint64_t payload_sent, payload_recv, wire_sent, wire_recv;
+} gossip_step_result;
+
+/* endpoint: "ipc://<run-dir>/gossipd-<node>.sock"; timeout_ms <= 0 means the default. */
+int gossip_connect(const char* endpoint, const char* trainer, uint32_t local_rank, int timeout_ms,
+                   gossip_client** out);
+/* Attaches n tensors; on success tensors[i] points at tensor i inside the arena and
+ * *initialized says whether it already holds the node's model. */
+int gossip_attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
+                  float** tensors, int* initialized);
+int gossip_step(gossip_client* c, gossip_step_result* out);
+int gossip_sync(gossip_client* c, gossip_step_result* out);
+int gossip_detach(gossip_client* c);
+void gossip_close(gossip_client* c);
+/* The last error of c, or of the calling thread's last failed gossip_connect when c is NULL. */
+const char* gossip_last_error(const gossip_client* c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GOSSIP_GOSSIP_H_ */

@@ -1,0 +1,63 @@
+#pragma once
+// gossipd's configuration: a TOML file and/or command-line flags (flags win).
+// Every error names the source (file or "command line"), the key and the problem.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/status.h"
+
+namespace gossip::daemon {
+
+struct PeerConfig {
+  uint32_t id = 0;
+  std::string endpoint;  // tcp://host:port
+};
+
+struct OuterOptimizerConfig {
+  std::string kind = "none";  // "none" (plain: x <- x_prev + lr * delta) or "nesterov" (DiLoCo)
+  double lr = 1.0;
+  double momentum = 0.9;
+};
+
+struct StrategyConfig {
+  std::string name = "local-sgd";  // the only strategy of this release
+  uint64_t period = 1;             // T: synchronize after every T steps
+  uint64_t post_local = 0;         // K: synchronize every step while step <= K
+  OuterOptimizerConfig outer;
+  double round_timeout_s = 60.0;   // a round that takes longer fails, naming the missing peers
+  uint64_t chunk_bytes = 4u << 20; // model slices sent per message
+};
+
+struct DaemonConfig {
+  std::string source;  // the config file, or "command line"
+  uint32_t node_id = 0;
+  std::string listen;   // tcp endpoint this daemon binds for its peers
+  std::string run_dir;  // holds gossipd-<node>.sock
+  std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed
+                                  // and must then equal `listen`
+  StrategyConfig strategy;
+  uint64_t seed = 0;
+  std::string log_level = "info";  // trace, debug, info, warn, error, off
+  uint32_t max_trainers = 8;       // trainers per node (replica slots in the arena)
+
+  // Number of nodes, self included.
+  uint32_t nodes() const;
+  // Peers other than this node, sorted by id.
+  std::vector<PeerConfig> remote_peers() const;
+  std::string ipc_endpoint() const;  // "ipc://<run_dir>/gossipd-<node_id>.sock"
+};
+
+// Parses a TOML document; `source` names it in error messages.
+Result<DaemonConfig> parse_config(const std::string& toml_text, const std::string& source);
+Result<DaemonConfig> load_config_file(const std::string& path);
+// Cross-field checks: peer ids unique, endpoints well-formed tcp://host:port,
+// listen set, run_dir set, strategy known, period >= 1, timeouts > 0, ...
+Status validate_config(const DaemonConfig& config);
+
+// argv -> config: --config FILE plus flags that override it. On --help it returns
+// Status::closed with the help text as message (the caller prints it and exits 0).
+Result<DaemonConfig> config_from_args(int argc, const char* const* argv);
+
+}  // namespace gossip::daemon

@@ -1,0 +1,103 @@
+#pragma once
+// The trainer <-> daemon control protocol over ipc://<run-dir>/gossipd-<node>.sock.
+// Each message is one frame holding a msgpack map {v, kind, ...}. Parameters never
+// travel here: they live in the shared-memory arena named in AttachOk.
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "proto/layout.h"
+#include "proto/status.h"
+
+namespace gossip::proto::ipc {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
+
+// trainer -> daemon: join this node with a model of this layout.
+struct Attach {
+  uint32_t protocol = kProtocolVersion;
+  std::string trainer;  // a human-readable name for logs
+  uint32_t local_rank = 0;
+  int32_t pid = 0;  // watched so that a trainer that dies is detached
+  Layout layout;
+  std::string device = "cpu";
+};
+
+// daemon -> trainer: where the trainer's replica lives and when to synchronize.
+struct AttachOk {
+  uint32_t node = 0;
+  uint32_t nodes = 0;
+  uint32_t slot = 0;         // the trainer's replica inside the arena
+  std::string arena;         // POSIX shm name, e.g. "/gossipd-<uid>-<node>-<pid>"
+  uint64_t arena_bytes = 0;
+  uint64_t slot_offset = 0;  // byte offset of the trainer's replica
+  std::vector<uint64_t> offsets;  // element offset of each tensor inside the replica
+  std::string strategy;
+  uint64_t period = 1;       // synchronize after every `period` steps
+  uint64_t post_local = 0;   // ... and after every step while step <= post_local
+  uint64_t step = 0;         // the node's current step; a late trainer starts here
+  bool initialized = false;  // the replica already holds the node's model
+};
+
+// trainer -> daemon: I finished `step` and wait for the synchronized model.
+struct Sync {
+  uint64_t step = 0;
+};
+
+struct Traffic {
+  uint64_t payload_sent = 0, payload_recv = 0;
+  uint64_t wire_sent = 0, wire_recv = 0;
+  uint64_t msgs_sent = 0, msgs_recv = 0;
+  uint64_t dropped = 0;  // invalid messages received and dropped
+};
+
+// daemon -> trainer: the replica now holds the synchronized model.
+struct SyncOk {
+  uint64_t round = 0;
+  uint64_t step = 0;
+  Traffic traffic;  // this node's totals over all peers
+};
+
+struct Detach {};
+struct DetachOk {};
+struct StatsRequest {};
+
+struct PeerStats {
+  uint32_t id = 0;
+  std::string endpoint;
+  Traffic traffic;
+};
+
+struct StatsReply {
+  uint32_t node = 0;
+  std::string strategy;
+  uint64_t round = 0;
+  uint64_t step = 0;
+  uint32_t trainers = 0;
+  Traffic traffic;
+  std::vector<PeerStats> peers;
+};
+
+// daemon -> trainer: the request failed; the message says why.
+struct Error {
+  std::string message;
+};
+
+// daemon -> trainer, unsolicited: the daemon is going away.
+struct Shutdown {
+  std::string reason;
+};
+
+using Message = std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest,
+                             StatsReply, Error, Shutdown>;
+
+const char* message_name(const Message& m);
+std::string encode(const Message& m);
+// Strict: a map with a known kind, the protocol version, every field present with
+// the right type, sizes within limits. Layouts are validated with validate_layout.
+Result<Message> decode(const void* data, size_t size);
+
+}  // namespace gossip::proto::ipc

@@ -1,0 +1,145 @@
+#include "proto/message.h"
+
+#include <array>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <msgpack.hpp>
+
+namespace gossip::proto {
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kHello:
+      return "hello";
+    case Kind::kModelChunk:
+      return "model-chunk";
+    case Kind::kBye:
+      return "bye";
+  }
+  return "?";
+}
+
+const char* codec_name(CodecId c) {
+  switch (c) {
+    case CodecId::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::array<std::string_view, 11> kKeys = {"v",      "kind",  "from",  "round",
+                                                    "seq",    "tensor", "offset", "codec",
+                                                    "numel",  "bytes", "layout"};
+
+}  // namespace
+
+std::string encode_header(const Header& h) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(kKeys.size());
+  pk.pack("v"), pk.pack(h.v);
+  pk.pack("kind"), pk.pack(static_cast<uint32_t>(h.kind));
+  pk.pack("from"), pk.pack(h.from);
+  pk.pack("round"), pk.pack(h.round);
+  pk.pack("seq"), pk.pack(h.seq);
+  pk.pack("tensor"), pk.pack(h.tensor);
+  pk.pack("offset"), pk.pack(h.offset);
+  pk.pack("codec"), pk.pack(static_cast<uint32_t>(h.codec));
+  pk.pack("numel"), pk.pack(h.numel);
+  pk.pack("bytes"), pk.pack(h.bytes);
+  pk.pack("layout"), pk.pack(h.layout);
+  return std::string(buf.data(), buf.size());
+}
+
+Result<Header> decode_header(const void* data, size_t size) {
+  if (size == 0) return Status::protocol("empty header frame");
+  if (size > kMaxHeaderBytes)
+    return Status::protocol(fmt::format("header frame is {} bytes, limit {}", size, kMaxHeaderBytes));
+  msgpack::object_handle oh;
+  try {
+    // Tight limits: a header is one flat map of small integers.
+    msgpack::unpack_limit limit(/*array*/ 0, /*map*/ kKeys.size(), /*str*/ 16, /*bin*/ 0,
+                                /*ext*/ 0, /*depth*/ 2);
+    size_t off = 0;
+    oh = msgpack::unpack(static_cast<const char*>(data), size, off, nullptr, nullptr, limit);
+    if (off != size) return Status::protocol(fmt::format("{} trailing bytes after header", size - off));
+  } catch (const std::exception& e) {
+    return Status::protocol(fmt::format("header is not valid msgpack: {}", e.what()));
+  }
+  const msgpack::object& o = oh.get();
+  if (o.type != msgpack::type::MAP) return Status::protocol("header is not a msgpack map");
+
+  std::array<bool, kKeys.size()> seen{};
+  std::array<uint64_t, kKeys.size()> val{};
+  for (uint32_t i = 0; i < o.via.map.size; ++i) {
+    const auto& kv = o.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) return Status::protocol("header key is not a string");
+    std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    size_t idx = kKeys.size();
+    for (size_t k = 0; k < kKeys.size(); ++k)
+      if (kKeys[k] == key) idx = k;
+    if (idx == kKeys.size()) return Status::protocol(fmt::format("unknown header key '{}'", key));
+    if (seen[idx]) return Status::protocol(fmt::format("duplicate header key '{}'", key));
+    if (kv.val.type != msgpack::type::POSITIVE_INTEGER)
+      return Status::protocol(fmt::format("header key '{}' is not an unsigned integer", key));
+    seen[idx] = true;
+    val[idx] = kv.val.via.u64;
+  }
+  for (size_t k = 0; k < kKeys.size(); ++k)
+    if (!seen[k]) return Status::protocol(fmt::format("header lacks key '{}'", kKeys[k]));
+
+  Header h;
+  if (val[0] != kWireVersion)
+    return Status::protocol(fmt::format("wire version {} (this daemon speaks {})", val[0], kWireVersion));
+  h.v = static_cast<uint32_t>(val[0]);
+  if (val[1] < 1 || val[1] > 3) return Status::protocol(fmt::format("unknown message kind {}", val[1]));
+  h.kind = static_cast<Kind>(val[1]);
+  if (val[2] > UINT32_MAX) return Status::protocol("header 'from' out of range");
+  h.from = static_cast<uint32_t>(val[2]);
+  h.round = val[3];
+  h.seq = val[4];
+  if (val[5] > UINT32_MAX) return Status::protocol("header 'tensor' out of range");
+  h.tensor = static_cast<uint32_t>(val[5]);
+  h.offset = val[6];
+  if (val[7] != static_cast<uint64_t>(CodecId::kNone))
+    return Status::protocol(fmt::format("unknown codec id {}", val[7]));
+  h.codec = static_cast<CodecId>(val[7]);
+  h.numel = val[8];
+  h.bytes = val[9];
+  h.layout = val[10];
+
+  if (h.bytes > kMaxPayloadBytes)
+    return Status::protocol(fmt::format("payload of {} bytes exceeds limit {}", h.bytes, kMaxPayloadBytes));
+  switch (h.kind) {
+    case Kind::kHello:
+    case Kind::kBye:
+      if (h.numel != 0 || h.bytes != 0)
+        return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
+                                            kind_name(h.kind), h.numel, h.bytes));
+      break;
+    case Kind::kModelChunk:
+      if (h.numel == 0) return Status::protocol("model-chunk with numel=0");
+      if (h.bytes != h.numel * sizeof(float))
+        return Status::protocol(fmt::format("model-chunk says numel={} but bytes={} (expected {})",
+                                            h.numel, h.bytes, h.numel * sizeof(float)));
+      if (h.offset > UINT64_MAX - h.numel) return Status::protocol("model-chunk offset overflows");
+      break;
+  }
+  return h;
+}
+
+Status validate_payload(const Header& h, size_t payload_frames, size_t payload_bytes) {
+  size_t want_frames = h.bytes == 0 ? 0 : 1;
+  if (payload_frames != want_frames)
+    return Status::protocol(fmt::format("{} has {} payload frames, expected {}", kind_name(h.kind),
+                                        payload_frames, want_frames));
+  if (payload_bytes != h.bytes)
+    return Status::protocol(fmt::format("{} payload is {} bytes but header says {}",
+                                        kind_name(h.kind), payload_bytes, h.bytes));
+  return Status::ok();
+}
+
+}  // namespace gossip::proto

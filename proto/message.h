@@ -1,0 +1,64 @@
+#pragma once
+// The peer wire (daemon <-> daemon): a ZeroMQ multipart message whose first frame
+// is a msgpack map header and whose following frames are raw payload, so large
+// arrays are never copied through msgpack.
+//
+//   frame 0: {v, kind, from, round, seq, tensor, offset, codec, numel, bytes, layout}
+//   frame 1: payload of exactly `bytes` bytes (absent when bytes == 0)
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "proto/status.h"
+
+namespace gossip::proto {
+
+inline constexpr uint32_t kWireVersion = 1;
+
+enum class Kind : uint8_t {
+  kHello = 1,       // first message on a connection: who I am and my layout fingerprint
+  kModelChunk = 2,  // a slice [offset, offset+numel) of a node's flat model for `round`
+  kBye = 3,         // the sender is shutting down
+};
+const char* kind_name(Kind k);
+
+// Payload encodings. compression/ adds codecs; the wire only needs to know the ids.
+enum class CodecId : uint8_t { kNone = 0 };  // raw little-endian fp32
+const char* codec_name(CodecId c);
+
+struct Header {
+  uint32_t v = kWireVersion;
+  Kind kind = Kind::kHello;
+  uint32_t from = 0;      // sender's node id
+  uint64_t round = 0;     // synchronization round the payload belongs to
+  uint64_t seq = 0;       // per (sender, round) chunk sequence, starts at 0
+  uint32_t tensor = 0;    // reserved for per-tensor exchanges; 0 for the flat model
+  uint64_t offset = 0;    // first element of the slice in the flat model
+  CodecId codec = CodecId::kNone;
+  uint64_t numel = 0;     // elements in the slice
+  uint64_t bytes = 0;     // payload frame size in bytes
+  uint64_t layout = 0;    // sender's layout fingerprint (0 while unknown)
+};
+
+// Upper bound of one payload frame; ZMQ_MAXMSGSIZE is set from it so an oversized
+// frame is cut off by ZeroMQ before it is buffered.
+inline constexpr uint64_t kMaxPayloadBytes = uint64_t{256} << 20;
+inline constexpr size_t kMaxHeaderBytes = 512;
+
+std::string encode_header(const Header& h);
+
+// Strict decoding: a msgpack map with exactly the known keys, each an unsigned
+// integer in range, a known version, kind and codec, and self-consistent sizes
+// (bytes == numel * 4 for raw fp32, no payload for hello/bye).
+Result<Header> decode_header(const void* data, size_t size);
+
+// Checks the frames that followed a decoded header: how many and how large.
+Status validate_payload(const Header& h, size_t payload_frames, size_t payload_bytes);
+
+// ZMTP 3 framing: 1 flag byte plus a 1-byte or 8-byte length.
+inline constexpr uint64_t zmtp_frame_overhead(uint64_t frame_bytes) {
+  return frame_bytes <= 255 ? 2 : 9;
+}
+
+}  // namespace gossip::proto

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything gossipd needs from Debian's packages. Idempotent: packages
+# already present are skipped, so a second run costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config ninja-build
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  libboost-dev libboost-system-dev
+  libibverbs-dev librdmacm-dev
+  libgtest-dev libgmock-dev
+  libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev
+  libeigen3-dev zlib1g-dev
+  dataset-fashion-mnist
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
