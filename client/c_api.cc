@@ -1,1 +1,136 @@
-// placeholder: being written
+// The C ABI over gossip::Client. Nothing throws across it: Client reports through
+// Status, and the only allocations that can throw are caught here.
+#include "gossip/gossip.h"
+
+#include <new>
+#include <string>
+
+#include "gossip/client.h"
+
+struct gossip_client {
+  std::unique_ptr<gossip::Client> client;
+  std::string last_error;
+};
+
+namespace {
+
+thread_local std::string connect_error;
+
+int code_of(const gossip::Status& s) {
+  using C = gossip::Status::Code;
+  switch (s.code()) {
+    case C::kOk:
+      return GOSSIP_OK;
+    case C::kTimeout:
+      return GOSSIP_ETIMEOUT;
+    case C::kClosed:
+      return GOSSIP_ECLOSED;
+    case C::kInvalid:
+    case C::kMismatch:
+      return GOSSIP_EREFUSED;
+    default:
+      return GOSSIP_EIO;
+  }
+}
+
+int fail(gossip_client* c, const gossip::Status& s) {
+  c->last_error = s.message();
+  return code_of(s);
+}
+
+void fill(gossip_step_result* out, const gossip::StepResult& r) {
+  if (!out) return;
+  out->step = r.step;
+  out->synced = r.synced ? 1 : 0;
+  out->round = r.round;
+  out->payload_sent = r.traffic.payload_sent;
+  out->payload_recv = r.traffic.payload_recv;
+  out->wire_sent = r.traffic.wire_sent;
+  out->wire_recv = r.traffic.wire_recv;
+}
+
+}  // namespace
+
+extern "C" {
+
+int gossip_connect(const char* endpoint, const char* trainer, uint32_t local_rank, int timeout_ms,
+                   gossip_client** out) {
+  if (!endpoint || !out) {
+    connect_error = "gossip_connect: endpoint and out must not be NULL";
+    return GOSSIP_EINVAL;
+  }
+  try {
+    gossip::ClientOptions o;
+    o.endpoint = endpoint;
+    if (trainer) o.trainer = trainer;
+    o.local_rank = local_rank;
+    if (timeout_ms > 0) o.timeout = std::chrono::milliseconds(timeout_ms);
+    auto c = gossip::Client::connect(o);
+    if (!c) {
+      connect_error = c.status().message();
+      return code_of(c.status());
+    }
+    *out = new gossip_client{std::move(c).value(), {}};
+    return GOSSIP_OK;
+  } catch (const std::bad_alloc&) {
+    connect_error = "out of memory";
+    return GOSSIP_EIO;
+  }
+}
+
+int gossip_attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
+                  float** tensors, int* initialized) {
+  if (!c) return GOSSIP_EINVAL;
+  if (n == 0 || !names || !numels || !tensors) {
+    c->last_error = "gossip_attach: need n > 0 and non-NULL names, numels, tensors";
+    return GOSSIP_EINVAL;
+  }
+  try {
+    std::vector<gossip::TensorDesc> layout;
+    for (size_t i = 0; i < n; ++i) {
+      if (!names[i]) {
+        c->last_error = "gossip_attach: names[" + std::to_string(i) + "] is NULL";
+        return GOSSIP_EINVAL;
+      }
+      layout.push_back({names[i], numels[i]});
+    }
+    auto m = c->client->attach(layout);
+    if (!m) return fail(c, m.status());
+    for (size_t i = 0; i < n; ++i) tensors[i] = m->tensors[i].data();
+    if (initialized) *initialized = m->initialized ? 1 : 0;
+    return GOSSIP_OK;
+  } catch (const std::bad_alloc&) {
+    c->last_error = "out of memory";
+    return GOSSIP_EIO;
+  }
+}
+
+int gossip_step(gossip_client* c, gossip_step_result* out) {
+  if (!c) return GOSSIP_EINVAL;
+  auto r = c->client->step();
+  if (!r) return fail(c, r.status());
+  fill(out, *r);
+  return GOSSIP_OK;
+}
+
+int gossip_sync(gossip_client* c, gossip_step_result* out) {
+  if (!c) return GOSSIP_EINVAL;
+  auto r = c->client->sync();
+  if (!r) return fail(c, r.status());
+  fill(out, *r);
+  return GOSSIP_OK;
+}
+
+int gossip_detach(gossip_client* c) {
+  if (!c) return GOSSIP_EINVAL;
+  auto s = c->client->detach();
+  return s ? GOSSIP_OK : fail(c, s);
+}
+
+void gossip_close(gossip_client* c) { delete c; }
+
+const char* gossip_last_error(const gossip_client* c) {
+  return c ? c->last_error.c_str() : connect_error.c_str();
+}
+
+}  // extern "C"

@@ -1,1 +1,175 @@
-// placeholder: being written
+#include "gossip/client.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "client/shm_mapping.h"
+#include "proto/ipc.h"
+
+namespace gossip {
+
+namespace ipc = proto::ipc;
+
+namespace {
+
+Traffic to_traffic(const ipc::Traffic& t) {
+  return Traffic{t.payload_sent, t.payload_recv, t.wire_sent, t.wire_recv,
+                 t.msgs_sent,    t.msgs_recv,    t.dropped};
+}
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  zmq::context_t context{1};
+  zmq::socket_t socket;
+  client::ShmMapping slot;
+  bool attached = false;
+  uint64_t period = 1;
+  uint64_t post_local = 0;
+  uint64_t steps = 0;
+  Traffic last_traffic;
+  uint64_t round = 0;
+
+  // One request, one reply; an Error reply becomes a Status, a Shutdown too.
+  Result<ipc::Message> request(const ipc::Message& m) {
+    std::string body = ipc::encode(m);
+    try {
+      if (!socket.send(zmq::buffer(body), zmq::send_flags::dontwait))
+        return Status::io_error("cannot send to gossipd: queue full");
+      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, options.timeout) == 0)
+        return Status::timeout(fmt::format("gossipd at {} did not answer '{}' within {} ms",
+                                           options.endpoint, ipc::message_name(m),
+                                           options.timeout.count()));
+      zmq::message_t reply;
+      if (!socket.recv(reply, zmq::recv_flags::dontwait))
+        return Status::io_error("reply from gossipd vanished");
+      auto decoded = ipc::decode(reply.data(), reply.size());
+      if (!decoded) return Status::protocol("bad reply from gossipd: " + decoded.status().message());
+      if (auto* e = std::get_if<ipc::Error>(&*decoded)) return Status::invalid(e->message);
+      if (auto* s = std::get_if<ipc::Shutdown>(&*decoded)) {
+        attached = false;
+        return Status::closed("gossipd shut down: " + s->reason);
+      }
+      return decoded;
+    } catch (const zmq::error_t& e) {
+      return Status::io_error(fmt::format("gossipd at {}: {}", options.endpoint, e.what()));
+    }
+  }
+
+  bool syncs_at(uint64_t step) const { return step % period == 0 || step <= post_local; }
+
+  Result<StepResult> synchronize() {
+    auto r = request(ipc::Sync{steps});
+    if (!r) return r.status();
+    auto* ok = std::get_if<ipc::SyncOk>(&*r);
+    if (!ok) return Status::protocol(fmt::format("expected sync_ok, got {}", ipc::message_name(*r)));
+    last_traffic = to_traffic(ok->traffic);
+    round = ok->round;
+    return StepResult{steps, true, round, last_traffic};
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  if (impl_ && impl_->attached) (void)detach();
+}
+
+Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
+  constexpr std::string_view kIpc = "ipc://";
+  if (options.endpoint.starts_with(kIpc)) {
+    std::string path = options.endpoint.substr(kIpc.size());
+    if (!std::filesystem::exists(path))
+      return Status::not_found(
+          fmt::format("no gossipd socket at {} (is the daemon running with this run dir?)", path));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  try {
+    impl->socket = zmq::socket_t(impl->context, zmq::socket_type::dealer);
+    impl->socket.set(zmq::sockopt::linger, 0);
+    impl->socket.connect(options.endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("cannot connect to {}: {}", options.endpoint, e.what()));
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
+  if (impl_->attached) return Status::invalid("already attached");
+  ipc::Attach a;
+  a.trainer = impl_->options.trainer;
+  a.local_rank = impl_->options.local_rank;
+  a.pid = static_cast<int32_t>(::getpid());
+  for (const auto& t : layout) a.layout.tensors.push_back({t.name, proto::DType::kF32, t.numel});
+  GOSSIP_RETURN_IF_ERROR(proto::validate_layout(a.layout));
+  auto r = impl_->request(a);
+  if (!r) return r.status();
+  auto* ok = std::get_if<ipc::AttachOk>(&*r);
+  if (!ok) return Status::protocol(fmt::format("expected attach_ok, got {}", ipc::message_name(*r)));
+  if (ok->offsets.size() != layout.size())
+    return Status::protocol(fmt::format("daemon sent {} tensor offsets for {} tensors",
+                                        ok->offsets.size(), layout.size()));
+  if (ok->period == 0) return Status::protocol("daemon sent period 0");
+  uint64_t numel = proto::padded_numel(a.layout);
+  auto offsets = proto::tensor_offsets(a.layout);
+  if (offsets != ok->offsets) return Status::protocol("daemon's tensor offsets differ from the layout's");
+  auto mapping = client::ShmMapping::map(ok->arena, ok->slot_offset, numel * sizeof(float));
+  if (!mapping) return mapping.status();
+
+  impl_->slot = std::move(mapping).value();
+  impl_->attached = true;
+  impl_->period = ok->period;
+  impl_->post_local = ok->post_local;
+  impl_->steps = ok->step;
+  Model m;
+  auto* base = reinterpret_cast<float*>(impl_->slot.data());
+  for (size_t i = 0; i < layout.size(); ++i) m.tensors.emplace_back(base + offsets[i], layout[i].numel);
+  m.initialized = ok->initialized;
+  m.start_step = ok->step;
+  m.node = ok->node;
+  m.nodes = ok->nodes;
+  return m;
+}
+
+Result<StepResult> Client::step() {
+  if (!impl_->attached) return Status::invalid("step before attach");
+  ++impl_->steps;
+  if (!impl_->syncs_at(impl_->steps))
+    return StepResult{impl_->steps, false, impl_->round, impl_->last_traffic};
+  return impl_->synchronize();
+}
+
+Result<StepResult> Client::sync() {
+  if (!impl_->attached) return Status::invalid("sync before attach");
+  return impl_->synchronize();
+}
+
+bool Client::next_step_syncs() const { return impl_->syncs_at(impl_->steps + 1); }
+
+uint64_t Client::steps() const { return impl_->steps; }
+
+Result<Traffic> Client::traffic() {
+  auto r = impl_->request(ipc::StatsRequest{});
+  if (!r) return r.status();
+  auto* s = std::get_if<ipc::StatsReply>(&*r);
+  if (!s) return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
+  return to_traffic(s->traffic);
+}
+
+Status Client::detach() {
+  if (!impl_->attached) return Status::ok();
+  impl_->attached = false;
+  auto r = impl_->request(ipc::Detach{});
+  impl_->slot = client::ShmMapping();
+  if (!r) return r.status();
+  return Status::ok();
+}
+
+}  // namespace gossip

@@ -1,1 +1,84 @@
-// placeholder: being written
+#include "daemon/arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace gossip::daemon {
+
+Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t numel) {
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
+    return Status::invalid(fmt::format("arena name '{}' must be '/' followed by a file name", name));
+  if (slots == 0 || numel == 0) return Status::invalid("arena needs at least one slot and element");
+  uint64_t slot_bytes = (numel * sizeof(float) + kPageBytes - 1) / kPageBytes * kPageBytes;
+  uint64_t size = kPageBytes + slot_bytes * slots;
+
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return Status::io_error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)));
+  // The umask may have narrowed the mode further, never widened it; set it exactly.
+  ::fchmod(fd, 0600);
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return Status::io_error(
+        fmt::format("cannot size arena {} to {} bytes: {}", name, size, std::strerror(err)));
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    return Status::io_error(fmt::format("cannot map arena {}: {}", name, std::strerror(err)));
+  }
+  Arena a;
+  a.name_ = name;
+  a.base_ = static_cast<std::byte*>(p);
+  a.size_ = size;
+  a.slot_bytes_ = slot_bytes;
+  a.numel_ = numel;
+  a.slots_ = slots;
+  auto* h = reinterpret_cast<ArenaHeader*>(a.base_);
+  *h = ArenaHeader{ArenaHeader::kMagic, 1, slots, slot_bytes, numel};
+  return a;
+}
+
+Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
+
+Arena& Arena::operator=(Arena&& o) noexcept {
+  if (this != &o) {
+    release();
+    name_ = std::exchange(o.name_, {});
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    slot_bytes_ = o.slot_bytes_;
+    numel_ = o.numel_;
+    slots_ = o.slots_;
+  }
+  return *this;
+}
+
+Arena::~Arena() { release(); }
+
+void Arena::release() {
+  if (!base_) return;
+  ::munmap(base_, size_);
+  ::shm_unlink(name_.c_str());
+  base_ = nullptr;
+}
+
+uint64_t Arena::slot_offset(uint32_t slot) const { return kPageBytes + slot * slot_bytes_; }
+
+std::span<float> Arena::slot(uint32_t slot) {
+  return {reinterpret_cast<float*>(base_ + slot_offset(slot)), numel_};
+}
+
+}  // namespace gossip::daemon

@@ -1,1 +1,359 @@
-// placeholder: being written
+#include "daemon/daemon.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gossip::daemon {
+
+namespace ipc = proto::ipc;
+
+void block_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(config_.max_trainers) {}
+
+Daemon::~Daemon() {
+  if (signal_fd_ >= 0) ::close(signal_fd_);
+}
+
+Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
+  std::unique_ptr<Daemon> d(new Daemon(config));
+
+  std::error_code ec;
+  std::filesystem::create_directories(config.run_dir, ec);
+  if (ec)
+    return Status::io_error(fmt::format("cannot create run directory {}: {}", config.run_dir, ec.message()));
+  d->ipc_path_ = (std::filesystem::path(config.run_dir) / fmt::format("gossipd-{}.sock", config.node_id)).string();
+  if (std::filesystem::exists(d->ipc_path_)) {
+    // A socket file left by a daemon that was killed; ZeroMQ cannot bind over it.
+    ::unlink(d->ipc_path_.c_str());
+    spdlog::warn("removed stale IPC socket {}", d->ipc_path_);
+  }
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  d->signal_fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (d->signal_fd_ < 0) return Status::io_error(fmt::format("signalfd: {}", std::strerror(errno)));
+
+  auto worker = SyncWorker::start(config);
+  if (!worker) return worker.status();
+  d->worker_ = std::move(worker).value();
+
+  try {
+    d->ipc_ = zmq::socket_t(d->context_, zmq::socket_type::router);
+    d->ipc_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ipc::kMaxIpcMessageBytes));
+    d->ipc_.set(zmq::sockopt::linger, 200);
+    // Owner-only from the first instant: the umask covers the window before chmod.
+    mode_t old = ::umask(0077);
+    d->ipc_.bind("ipc://" + d->ipc_path_);
+    ::umask(old);
+    ::chmod(d->ipc_path_.c_str(), 0600);
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("cannot bind ipc://{}: {}", d->ipc_path_, e.what()));
+  }
+  spdlog::info("node {} of {} listening on {} (peers) and ipc://{} (trainers); strategy {} T={}",
+               config.node_id, config.nodes(), config.listen, d->ipc_path_, config.strategy.name,
+               config.strategy.period);
+  return d;
+}
+
+int Daemon::run() {
+  while (running_) {
+    std::vector<zmq::pollitem_t> items = {
+        {ipc_.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, signal_fd_, ZMQ_POLLIN, 0},
+        {nullptr, worker_->done_fd(), ZMQ_POLLIN, 0},
+    };
+    auto sessions = sessions_.all();
+    for (auto* s : sessions) items.push_back({nullptr, s->pidfd, ZMQ_POLLIN, 0});
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(1000));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      spdlog::error("poll failed: {}", e.what());
+      shutdown("internal error");
+      return 1;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      handle_signal();
+      break;
+    }
+    for (size_t i = 3; i < items.size(); ++i)
+      if (items[i].revents & ZMQ_POLLIN) handle_trainer_exit(items[i].fd);
+    if (items[2].revents & ZMQ_POLLIN) handle_round_done();
+    if (items[0].revents & ZMQ_POLLIN) handle_ipc();
+  }
+  return 0;
+}
+
+void Daemon::handle_signal() {
+  signalfd_siginfo info{};
+  (void)!::read(signal_fd_, &info, sizeof info);
+  const char* name = info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+  spdlog::info("{} received: shutting down", name);
+  shutdown(fmt::format("gossipd on node {} received {}", config_.node_id, name));
+}
+
+void Daemon::shutdown(const std::string& reason) {
+  running_ = false;
+  for (auto* s : sessions_.all()) reply(s->route, ipc::Shutdown{reason});
+  worker_.reset();  // cancels a running round before node_model_ goes away; says bye to peers
+  ipc_.close();
+  ::unlink(ipc_path_.c_str());
+  if (arena_) spdlog::info("unlinking arena {}", arena_->name());
+  arena_.reset();
+  spdlog::info("stopped after {} rounds", round_);
+}
+
+void Daemon::reply(const std::string& route, const ipc::Message& m) {
+  std::string body = ipc::encode(m);
+  try {
+    // ROUTER drops messages to a route that is gone; that is what we want for a
+    // trainer that died.
+    ipc_.send(zmq::buffer(route), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    ipc_.send(zmq::buffer(body), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("reply to trainer failed: {}", e.what());
+  }
+}
+
+void Daemon::handle_ipc() {
+  while (true) {
+    std::vector<zmq::message_t> frames;
+    size_t total = 0;
+    try {
+      zmq::message_t f;
+      if (!ipc_.recv(f, zmq::recv_flags::dontwait)) return;
+      bool more = f.more();
+      frames.push_back(std::move(f));
+      total = 1;
+      while (more) {
+        zmq::message_t g;
+        if (!ipc_.recv(g, zmq::recv_flags::dontwait)) break;
+        more = g.more();
+        if (++total <= 2) frames.push_back(std::move(g));
+      }
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("IPC receive failed: {}", e.what());
+      return;
+    }
+    std::string route = frames[0].to_string();
+    auto* session = sessions_.find(route);
+    std::string who = session ? fmt::format("trainer '{}' (pid {})", session->name, session->pid)
+                              : std::string("an unattached trainer");
+    if (total != 2) {
+      ++ipc_dropped_;
+      spdlog::warn("dropped IPC message from {}: {} frames, expected 1", who, total - 1);
+      reply(route, ipc::Error{fmt::format("malformed message: {} frames, expected 1", total - 1)});
+      continue;
+    }
+    auto msg = ipc::decode(frames[1].data(), frames[1].size());
+    if (!msg) {
+      ++ipc_dropped_;
+      spdlog::warn("dropped IPC message from {}: {}", who, msg.status().message());
+      reply(route, ipc::Error{"malformed message: " + msg.status().message()});
+      continue;
+    }
+    if (auto* a = std::get_if<ipc::Attach>(&*msg)) {
+      on_attach(route, *a);
+    } else if (auto* s = std::get_if<ipc::Sync>(&*msg)) {
+      on_sync(route, *s);
+    } else if (std::holds_alternative<ipc::Detach>(*msg)) {
+      on_detach(route);
+    } else if (std::holds_alternative<ipc::StatsRequest>(*msg)) {
+      on_stats(route);
+    } else {
+      ++ipc_dropped_;
+      spdlog::warn("dropped IPC message from {}: unexpected kind {}", who, ipc::message_name(*msg));
+      reply(route, ipc::Error{fmt::format("unexpected message '{}'", ipc::message_name(*msg))});
+    }
+  }
+}
+
+void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
+  auto refuse = [&](const std::string& why) {
+    spdlog::warn("refused trainer '{}' (pid {}): {}", a.trainer, a.pid, why);
+    reply(route, ipc::Error{why});
+  };
+  if (a.device != "cpu")
+    return refuse(fmt::format("device '{}' is not supported by this daemon (cpu only)", a.device));
+  if (layout_) {
+    if (auto diff = proto::first_difference(*layout_, a.layout))
+      return refuse("model layout differs from the node's: " + *diff);
+  }
+  auto added = sessions_.add(route, a.trainer, a.local_rank, a.pid);
+  if (!added) return refuse(added.status().message());
+  TrainerSession* s = *added;
+
+  bool initialized = false;
+  if (!layout_) {
+    layout_ = a.layout;
+    uint64_t numel = proto::padded_numel(*layout_);
+    auto arena = Arena::create(
+        fmt::format("/gossipd-{}-{}-{}", ::getuid(), config_.node_id, ::getpid()),
+        config_.max_trainers, numel);
+    if (!arena) {
+      layout_.reset();
+      sessions_.remove(route);
+      return refuse(arena.status().message());
+    }
+    arena_ = std::move(arena).value();
+    node_model_.assign(numel, 0.0f);
+    worker_->set_model(numel, layout_->fingerprint());
+    spdlog::info("model: {} tensors, {} parameters; arena {} ({} bytes)", layout_->tensors.size(),
+                 layout_->total_numel(), arena_->name(), arena_->size_bytes());
+  } else {
+    // A trainer joining a node that already trains starts from the node's model:
+    // a blocked trainer's replica is stable; otherwise the last round's average.
+    TrainerSession* source = nullptr;
+    for (auto* o : sessions_.all())
+      if (o != s && (!source || o->waiting)) source = o;
+    auto dst = arena_->slot(s->slot);
+    if (source) {
+      auto src = arena_->slot(source->slot);
+      std::copy(src.begin(), src.end(), dst.begin());
+      initialized = true;
+    } else if (round_ > 0 && !round_running_) {
+      std::copy(node_model_.begin(), node_model_.end(), dst.begin());
+      initialized = true;
+    }
+  }
+
+  ipc::AttachOk ok;
+  ok.node = config_.node_id;
+  ok.nodes = config_.nodes();
+  ok.slot = s->slot;
+  ok.arena = arena_->name();
+  ok.arena_bytes = arena_->size_bytes();
+  ok.slot_offset = arena_->slot_offset(s->slot);
+  ok.offsets = proto::tensor_offsets(*layout_);
+  ok.strategy = config_.strategy.name;
+  ok.period = config_.strategy.period;
+  ok.post_local = config_.strategy.post_local;
+  ok.step = step_;
+  ok.initialized = initialized;
+  spdlog::info("trainer '{}' (pid {}, rank {}) attached in slot {}", a.trainer, a.pid, a.local_rank,
+               s->slot);
+  reply(route, ok);
+}
+
+void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
+  TrainerSession* s = sessions_.find(route);
+  if (!s) return reply(route, ipc::Error{"sync before attach"});
+  if (s->waiting) return reply(route, ipc::Error{"sync while a sync is already pending"});
+  s->waiting = true;
+  s->sync_step = m.step;
+  maybe_start_round();
+}
+
+void Daemon::on_detach(const std::string& route) {
+  TrainerSession* s = sessions_.find(route);
+  if (!s) return reply(route, ipc::Error{"detach before attach"});
+  detach(s, "detached");
+  reply(route, ipc::DetachOk{});
+}
+
+void Daemon::detach(TrainerSession* s, const std::string& why) {
+  spdlog::info("trainer '{}' (pid {}) {}; {} trainer(s) left", s->name, s->pid, why,
+               sessions_.size() - 1);
+  std::string route = s->route;
+  std::erase(participants_, route);
+  sessions_.remove(route);
+  maybe_start_round();  // the others may have been waiting only for this one
+}
+
+void Daemon::handle_trainer_exit(int pidfd) {
+  if (TrainerSession* s = sessions_.find_by_pidfd(pidfd)) detach(s, "exited without detaching");
+}
+
+void Daemon::on_stats(const std::string& route) {
+  ipc::StatsReply r;
+  r.node = config_.node_id;
+  r.strategy = config_.strategy.name;
+  r.round = round_;
+  r.step = step_;
+  r.trainers = static_cast<uint32_t>(sessions_.size());
+  const auto& traffic = worker_->traffic();
+  r.traffic = traffic.totals();
+  r.traffic.dropped += ipc_dropped_;
+  for (const auto& p : worker_->peers()) r.peers.push_back({p.id, p.endpoint, traffic.peer_totals(p.id)});
+  reply(route, r);
+}
+
+void Daemon::maybe_start_round() {
+  if (round_running_ || !sessions_.all_waiting()) return;
+  auto waiting = sessions_.all();
+  // Several trainers on one node first agree among themselves: their mean is the
+  // node's contribution to the round.
+  auto first = arena_->slot(waiting[0]->slot);
+  std::copy(first.begin(), first.end(), node_model_.begin());
+  for (size_t t = 1; t < waiting.size(); ++t) {
+    auto x = arena_->slot(waiting[t]->slot);
+    for (size_t i = 0; i < node_model_.size(); ++i) node_model_[i] += x[i];
+  }
+  if (waiting.size() > 1) {
+    const float inv = 1.0f / static_cast<float>(waiting.size());
+    for (auto& v : node_model_) v *= inv;
+  }
+  participants_.clear();
+  uint64_t step = 0;
+  for (auto* s : waiting) {
+    participants_.push_back(s->route);
+    step = std::max(step, s->sync_step);
+  }
+  step_ = step;
+  round_running_ = true;
+  spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
+  worker_->submit(node_model_, round_, layout_->fingerprint());
+}
+
+void Daemon::handle_round_done() {
+  auto result = worker_->take_result();
+  if (!result) return;
+  round_running_ = false;
+  ++round_;
+  if (result->is_ok()) {
+    ipc::SyncOk ok;
+    ok.round = round_;
+    ok.step = step_;
+    ok.traffic = worker_->traffic().totals();
+    for (const auto& route : participants_) {
+      TrainerSession* s = sessions_.find(route);
+      if (!s) continue;
+      auto dst = arena_->slot(s->slot);
+      std::copy(node_model_.begin(), node_model_.end(), dst.begin());
+      s->waiting = false;
+      reply(route, ok);
+    }
+  } else {
+    spdlog::error("round {} failed: {}", round_ - 1, result->message());
+    for (const auto& route : participants_) {
+      if (TrainerSession* s = sessions_.find(route)) {
+        s->waiting = false;
+        reply(route, ipc::Error{fmt::format("synchronization failed: {}", result->message())});
+      }
+    }
+  }
+  participants_.clear();
+  maybe_start_round();
+}
+
+}  // namespace gossip::daemon

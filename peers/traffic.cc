@@ -1,1 +1,64 @@
-// placeholder: being written
+#include "peers/traffic.h"
+
+#include <algorithm>
+
+namespace gossip::peers {
+
+namespace {
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+void add_to(proto::ipc::Traffic& t, const PeerCounters& c) {
+  t.payload_sent += c.sent.payload.load(kRelaxed);
+  t.wire_sent += c.sent.wire.load(kRelaxed);
+  t.msgs_sent += c.sent.messages.load(kRelaxed);
+  t.payload_recv += c.recv.payload.load(kRelaxed);
+  t.wire_recv += c.recv.wire.load(kRelaxed);
+  t.msgs_recv += c.recv.messages.load(kRelaxed);
+  t.dropped += c.dropped.load(kRelaxed);
+}
+}  // namespace
+
+TrafficCounters::TrafficCounters(const std::vector<uint32_t>& peer_ids)
+    : ids_(peer_ids), counters_(peer_ids.size() + 1) {
+  for (size_t i = 0; i < ids_.size(); ++i) counters_[i].peer = ids_[i];
+  counters_.back().peer = kUnknownPeer;
+}
+
+PeerCounters* TrafficCounters::find(uint32_t peer) {
+  return const_cast<PeerCounters*>(std::as_const(*this).find(peer));
+}
+
+const PeerCounters* TrafficCounters::find(uint32_t peer) const {
+  auto it = std::find(ids_.begin(), ids_.end(), peer);
+  return &counters_[static_cast<size_t>(it - ids_.begin())];  // end() maps to the unknown slot
+}
+
+void TrafficCounters::count_sent(uint32_t peer, uint64_t payload, uint64_t wire) {
+  auto* c = find(peer);
+  c->sent.payload.fetch_add(payload, kRelaxed);
+  c->sent.wire.fetch_add(wire, kRelaxed);
+  c->sent.messages.fetch_add(1, kRelaxed);
+}
+
+void TrafficCounters::count_recv(uint32_t peer, uint64_t payload, uint64_t wire) {
+  auto* c = find(peer);
+  c->recv.payload.fetch_add(payload, kRelaxed);
+  c->recv.wire.fetch_add(wire, kRelaxed);
+  c->recv.messages.fetch_add(1, kRelaxed);
+}
+
+void TrafficCounters::count_dropped(uint32_t peer) { find(peer)->dropped.fetch_add(1, kRelaxed); }
+
+proto::ipc::Traffic TrafficCounters::peer_totals(uint32_t peer) const {
+  proto::ipc::Traffic t;
+  add_to(t, *find(peer));
+  return t;
+}
+
+proto::ipc::Traffic TrafficCounters::totals() const {
+  proto::ipc::Traffic t;
+  for (const auto& c : counters_) add_to(t, c);
+  return t;
+}
+
+}  // namespace gossip::peers

@@ -1,1 +1,222 @@
-// placeholder: being written
+#include "peers/zmq_transport.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gossip::peers {
+
+namespace {
+
+std::vector<uint32_t> ids_of(const std::vector<Peer>& peers) {
+  std::vector<uint32_t> ids;
+  for (const auto& p : peers) ids.push_back(p.id);
+  return ids;
+}
+
+// Printable form of an untrusted routing id, for logs.
+std::string printable(const zmq::message_t& m) {
+  std::string s;
+  const auto* b = m.data<unsigned char>();
+  for (size_t i = 0; i < std::min<size_t>(m.size(), 32); ++i)
+    s += (b[i] >= 0x20 && b[i] < 0x7f) ? static_cast<char>(b[i]) : '?';
+  return s;
+}
+
+void release_pending(void* /*data*/, void* hint) {
+  static_cast<std::atomic<uint64_t>*>(hint)->fetch_sub(1, std::memory_order_acq_rel);
+}
+
+}  // namespace
+
+std::string routing_id_for(uint32_t node) { return fmt::format("node-{}", node); }
+
+ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
+    : self_(self), peers_(std::move(peers)), traffic_(ids_of(peers_)), context_(1) {}
+
+ZmqTransport::~ZmqTransport() {
+  // Closing sockets before the context: the context's destructor waits for them.
+  inbound_.close();
+  for (auto& o : outbound_) o->socket.close();
+}
+
+Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self,
+                                                          const std::string& listen,
+                                                          const std::vector<Peer>& peers,
+                                                          const TransportOptions& options) {
+  std::vector<Peer> sorted = peers;
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  std::unique_ptr<ZmqTransport> t(new ZmqTransport(self, sorted));
+  try {
+    t->inbound_ = zmq::socket_t(t->context_, zmq::socket_type::router);
+    // Headers and payload are bounded by the wire format; ZeroMQ drops the
+    // connection of a peer that announces a bigger frame before buffering it.
+    t->inbound_.set(zmq::sockopt::maxmsgsize,
+                    static_cast<int64_t>(proto::kMaxPayloadBytes + proto::kMaxHeaderBytes));
+    t->inbound_.set(zmq::sockopt::router_handover, 1);  // a restarted peer takes over its id
+    t->inbound_.set(zmq::sockopt::rcvbuf, options.socket_buffer_bytes);
+    t->inbound_.set(zmq::sockopt::linger, 0);
+    t->inbound_.bind(listen);
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("cannot listen on {}: {}", listen, e.what()));
+  }
+  for (const auto& p : sorted) {
+    auto out = std::make_unique<Outbound>();
+    out->peer = p;
+    try {
+      out->socket = zmq::socket_t(t->context_, zmq::socket_type::dealer);
+      out->socket.set(zmq::sockopt::routing_id, routing_id_for(self));
+      out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options.reconnect_min.count()));
+      out->socket.set(zmq::sockopt::reconnect_ivl_max,
+                      static_cast<int>(options.reconnect_max.count()));
+      out->socket.set(zmq::sockopt::sndbuf, options.socket_buffer_bytes);
+      out->socket.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
+      out->socket.connect(p.endpoint);
+    } catch (const zmq::error_t& e) {
+      return Status::io_error(fmt::format("cannot connect to peer {} at {}: {}", p.id, p.endpoint,
+                                          e.what()));
+    }
+    t->outbound_.push_back(std::move(out));
+  }
+  return t;
+}
+
+ZmqTransport::Outbound* ZmqTransport::outbound(uint32_t peer) {
+  for (auto& o : outbound_)
+    if (o->peer.id == peer) return o.get();
+  return nullptr;
+}
+
+uint64_t ZmqTransport::pending_sends(uint32_t peer) const {
+  for (const auto& o : outbound_)
+    if (o->peer.id == peer) return o->pending.load(std::memory_order_acquire);
+  return 0;
+}
+
+Status ZmqTransport::send_frames(Outbound& out, const proto::Header& header,
+                                 zmq::message_t* payload) {
+  std::string head = proto::encode_header(header);
+  uint64_t wire = proto::zmtp_frame_overhead(head.size()) + head.size();
+  uint64_t payload_bytes = payload ? payload->size() : 0;
+  if (payload) wire += proto::zmtp_frame_overhead(payload_bytes) + payload_bytes;
+  try {
+    // DEALER sockets never block on send while below the high-water mark; a peer
+    // that is down simply accumulates a queue that drains once it is up.
+    auto flags = payload ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    if (!out.socket.send(zmq::buffer(head), flags))
+      return Status::io_error(fmt::format("send queue to peer {} is full", out.peer.id));
+    if (payload && !out.socket.send(std::move(*payload), zmq::send_flags::none))
+      return Status::io_error(fmt::format("send queue to peer {} is full", out.peer.id));
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("send to peer {} failed: {}", out.peer.id, e.what()));
+  }
+  traffic_.count_sent(out.peer.id, payload_bytes, wire);
+  return Status::ok();
+}
+
+Status ZmqTransport::send(uint32_t peer, const proto::Header& header) {
+  Outbound* out = outbound(peer);
+  if (!out) return Status::not_found(fmt::format("no peer {}", peer));
+  return send_frames(*out, header, nullptr);
+}
+
+Status ZmqTransport::send_zero_copy(uint32_t peer, const proto::Header& header,
+                                    std::span<const std::byte> payload) {
+  Outbound* out = outbound(peer);
+  if (!out) return Status::not_found(fmt::format("no peer {}", peer));
+  out->pending.fetch_add(1, std::memory_order_acq_rel);
+  // ZeroMQ calls release_pending from its I/O thread once the bytes are in the kernel.
+  zmq::message_t msg(const_cast<std::byte*>(payload.data()), payload.size(), release_pending,
+                     &out->pending);
+  return send_frames(*out, header, &msg);
+}
+
+void ZmqTransport::note_dropped(uint32_t peer, const std::string& why) {
+  traffic_.count_dropped(peer);
+  spdlog::warn("dropped message from peer {}: {}", peer, why);
+}
+
+std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) const {
+  std::string_view rid(routing_id.data<char>(), routing_id.size());
+  constexpr std::string_view kPrefix = "node-";
+  if (!rid.starts_with(kPrefix)) return std::nullopt;
+  uint32_t id = 0;
+  auto digits = rid.substr(kPrefix.size());
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+  if (ec != std::errc() || ptr != digits.data() + digits.size()) return std::nullopt;
+  for (const auto& p : peers_)
+    if (p.id == id) return id;
+  return std::nullopt;
+}
+
+std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    zmq::pollitem_t item{inbound_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::max(left, std::chrono::milliseconds(0))) == 0) return std::nullopt;
+
+    // Take the whole multipart message; keep at most kMaxFrames of it so that a
+    // hostile sender cannot make us hold an unbounded list of frames.
+    constexpr size_t kMaxFrames = 4;
+    std::vector<zmq::message_t> frames;
+    size_t total_frames = 0;
+    try {
+      zmq::message_t frame;
+      while (inbound_.recv(frame, zmq::recv_flags::dontwait)) {
+        bool more = frame.more();
+        if (++total_frames <= kMaxFrames) frames.push_back(std::move(frame));
+        if (!more) break;
+      }
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("receive from peers failed: {}", e.what());
+      continue;
+    }
+    if (frames.empty()) continue;
+
+    auto sender = peer_of(frames[0]);
+    uint64_t wire = 0;
+    for (size_t i = 1; i < frames.size(); ++i)
+      wire += proto::zmtp_frame_overhead(frames[i].size()) + frames[i].size();
+    uint32_t who = sender.value_or(TrafficCounters::kUnknownPeer);
+    auto drop = [&](const std::string& why) {
+      traffic_.count_dropped(who);
+      spdlog::warn("dropped message from {}: {}",
+                   sender ? fmt::format("peer {}", *sender)
+                          : fmt::format("unknown sender '{}'", printable(frames[0])),
+                   why);
+    };
+    if (!sender) {
+      drop("sender is not in the peer list");
+      continue;
+    }
+    if (total_frames < 2 || total_frames > 3) {
+      drop(fmt::format("{} frames (expected header and at most one payload)", total_frames - 1));
+      continue;
+    }
+    auto header = proto::decode_header(frames[1].data(), frames[1].size());
+    if (!header) {
+      drop(header.status().message());
+      continue;
+    }
+    if (header->from != *sender) {
+      drop(fmt::format("header says it is from node {}", header->from));
+      continue;
+    }
+    size_t payload_frames = frames.size() - 2;
+    size_t payload_bytes = payload_frames ? frames[2].size() : 0;
+    if (auto st = proto::validate_payload(*header, payload_frames, payload_bytes); !st) {
+      drop(st.message());
+      continue;
+    }
+    traffic_.count_recv(*sender, payload_bytes, wire);
+    Incoming in{*sender, *header, {}};
+    if (payload_frames) in.payload = std::move(frames[2]);
+    return in;
+  }
+}
+
+}  // namespace gossip::peers

@@ -122,9 +122,10 @@ Result<Header> decode_header(const void* data, size_t size) {
       break;
     case Kind::kModelChunk:
       if (h.numel == 0) return Status::protocol("model-chunk with numel=0");
-      if (h.bytes != h.numel * sizeof(float))
-        return Status::protocol(fmt::format("model-chunk says numel={} but bytes={} (expected {})",
-                                            h.numel, h.bytes, h.numel * sizeof(float)));
+      // Divide rather than multiply: numel * 4 wraps for numel >= 2^62.
+      if (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel)
+        return Status::protocol(fmt::format("model-chunk says numel={} but bytes={} (expected numel*{})",
+                                            h.numel, h.bytes, sizeof(float)));
       if (h.offset > UINT64_MAX - h.numel) return Status::protocol("model-chunk offset overflows");
       break;
   }

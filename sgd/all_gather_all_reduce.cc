@@ -1,1 +1,177 @@
-// placeholder: being written
+#include "sgd/all_gather_all_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gossip::sgd {
+
+using Clock = std::chrono::steady_clock;
+
+AllGatherAllReduce::AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes)
+    : transport_(transport), chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))) {}
+
+size_t AllGatherAllReduce::peer_index(uint32_t peer) const {
+  const auto& ps = transport_.peers();
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].id == peer) return i;
+  return ps.size();
+}
+
+AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, size_t numel) {
+  RoundState& s = states_[round % 2];
+  if (s.round != round) {
+    size_t n = transport_.peers().size();
+    s.round = round;
+    s.sum.assign(numel, 0.0);
+    s.received.assign(n, 0);
+    s.next_seq.assign(n, 0);
+    s.left.assign(n, false);
+    s.failure = Status::ok();
+  }
+  return s;
+}
+
+void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t numel) {
+  const auto& h = in.header;
+  size_t pi = peer_index(in.peer);
+  if (h.kind == proto::Kind::kHello) {
+    spdlog::info("peer {} is up", in.peer);
+    return;
+  }
+  if (h.kind == proto::Kind::kBye) {
+    spdlog::warn("peer {} shut down", in.peer);
+    RoundState& s = state_for(current, numel);
+    if (s.received[pi] < numel) s.left[pi] = true;
+    return;
+  }
+  auto drop = [&](const std::string& why) { transport_.note_dropped(in.peer, why); };
+  auto doom = [&](uint64_t round, Status st) {
+    transport_.note_dropped(in.peer, st.message());
+    RoundState& s = state_for(round, numel);
+    if (s.failure.is_ok()) s.failure = std::move(st);
+  };
+  if (h.round != current && h.round != current + 1)
+    return drop(fmt::format("chunk for round {} while this node is in round {}", h.round, current));
+  if (layout_ != 0 && h.layout != layout_)
+    return doom(h.round, Status::mismatch(fmt::format(
+        "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
+        "every node must attach the same tensors",
+        in.peer, h.layout, layout_)));
+  if (h.offset + h.numel > numel)
+    return doom(h.round, Status::mismatch(fmt::format(
+        "peer {} sent elements [{}, {}) but the model has {} elements", in.peer, h.offset,
+        h.offset + h.numel, numel)));
+  RoundState& s = state_for(h.round, numel);
+  if (h.seq != s.next_seq[pi])
+    return drop(fmt::format("chunk seq {} in round {}, expected {}", h.seq, h.round, s.next_seq[pi]));
+  s.next_seq[pi]++;
+  if (s.received[pi] + h.numel > numel)
+    return doom(h.round, Status::mismatch(fmt::format(
+        "peer {} sent more than the model's {} elements in round {}", in.peer, numel, h.round)));
+  s.received[pi] += h.numel;
+  double* sum = s.sum.data() + h.offset;
+  const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    const float* x = reinterpret_cast<const float*>(bytes);
+    for (uint64_t i = 0; i < h.numel; ++i) sum[i] += x[i];
+  } else {
+    for (uint64_t i = 0; i < h.numel; ++i) {
+      float x;
+      std::memcpy(&x, bytes + i * sizeof(float), sizeof x);
+      sum[i] += x;
+    }
+  }
+}
+
+void AllGatherAllReduce::progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) {
+  if (transport_.peers().empty()) return;
+  // Bounded, so that a flood of messages cannot keep the worker from its next job.
+  for (int i = 0; i < 64; ++i) {
+    auto in = transport_.recv(i == 0 ? wait : std::chrono::milliseconds(0));
+    if (!in) return;
+    absorb(*in, next_round, numel);
+  }
+}
+
+Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round,
+                                           const CollectiveOptions& options) {
+  const auto& ps = transport_.peers();
+  if (ps.empty()) return Status::ok();
+  const size_t numel = data.size();
+  auto bytes = std::as_bytes(std::span<const float>(data));
+
+  for (const auto& p : ps) {
+    uint64_t seq = 0;
+    for (uint64_t off = 0; off < numel; off += chunk_elems_, ++seq) {
+      uint64_t len = std::min<uint64_t>(chunk_elems_, numel - off);
+      proto::Header h;
+      h.kind = proto::Kind::kModelChunk;
+      h.from = transport_.self();
+      h.round = round;
+      h.seq = seq;
+      h.offset = off;
+      h.numel = len;
+      h.bytes = len * sizeof(float);
+      h.layout = layout_;
+      GOSSIP_RETURN_IF_ERROR(transport_.send_zero_copy(
+          p.id, h, bytes.subspan(off * sizeof(float), len * sizeof(float))));
+    }
+  }
+
+  auto missing = [&](const RoundState& s) {
+    std::string who;
+    for (size_t i = 0; i < ps.size(); ++i)
+      if (s.received[i] < numel)
+        who += fmt::format("{}peer {} ({} of {} elements)", who.empty() ? "" : ", ", ps[i].id,
+                           s.received[i], numel);
+    return who;
+  };
+  RoundState& s = state_for(round, numel);
+  while (true) {
+    if (!s.failure.is_ok()) {
+      Status failure = s.failure.with_context(fmt::format("round {}", round));
+      s.round = UINT64_MAX;
+      return failure;
+    }
+    bool complete = true;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (s.received[i] < numel) complete = false;
+      if (s.left[i])
+        return Status::closed(
+            fmt::format("round {}: peer {} shut down before sending its model", round, ps[i].id));
+    }
+    if (complete) break;
+    if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
+    auto now = Clock::now();
+    if (now >= options.deadline)
+      return Status::timeout(fmt::format("round {}: no complete model from {}", round, missing(s)));
+    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now),
+                         std::chrono::milliseconds(100));
+    auto in = transport_.recv(wait);
+    if (in) absorb(*in, round, numel);
+  }
+
+  // Our chunks are still referenced by ZeroMQ until they reach the kernel; the
+  // caller may overwrite data as soon as we return, so wait for them.
+  for (const auto& p : ps) {
+    while (transport_.pending_sends(p.id) > 0) {
+      if (Clock::now() >= options.deadline)
+        return Status::timeout(
+            fmt::format("round {}: peer {} did not take our model in time", round, p.id));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  const double inv_n = 1.0 / static_cast<double>(ps.size() + 1);
+  const double* sum = s.sum.data();
+  for (size_t i = 0; i < numel; ++i)
+    data[i] = static_cast<float>((sum[i] + static_cast<double>(data[i])) * inv_n);
+  s.round = UINT64_MAX;
+  return Status::ok();
+}
+
+}  // namespace gossip::sgd

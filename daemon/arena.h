@@ -1,0 +1,57 @@
+#pragma once
+// The POSIX shared-memory arena that holds a node's model replicas: one slot per
+// trainer, each a flat padded replica (see proto::tensor_offsets). Trainers map
+// only their own slot, so slots start on page boundaries.
+//
+//   [ header page | slot 0 | slot 1 | ... | slot S-1 ]
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "proto/status.h"
+
+namespace gossip::daemon {
+
+struct ArenaHeader {
+  static constexpr uint64_t kMagic = 0x414e455241505347ull;  // "GSPARENA"
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slots;
+  uint64_t slot_bytes;
+  uint64_t numel;  // padded elements per replica
+};
+
+class Arena {
+ public:
+  // Creates /dev/shm<name> with mode 0600 (fails if it exists) and maps it.
+  static Result<Arena> create(const std::string& name, uint32_t slots, uint64_t numel);
+  Arena(Arena&& other) noexcept;
+  Arena& operator=(Arena&& other) noexcept;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  // Unmaps and unlinks: trainers that still have it mapped keep their mapping.
+  ~Arena();
+
+  const std::string& name() const { return name_; }
+  uint64_t size_bytes() const { return size_; }
+  uint32_t slots() const { return slots_; }
+  uint64_t numel() const { return numel_; }
+  uint64_t slot_offset(uint32_t slot) const;
+  std::span<float> slot(uint32_t slot);
+
+  static constexpr uint64_t kPageBytes = 4096;
+
+ private:
+  Arena() = default;
+  void release();
+  std::string name_;
+  std::byte* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t numel_ = 0;
+  uint32_t slots_ = 0;
+};
+
+}  // namespace gossip::daemon

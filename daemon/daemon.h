@@ -1,0 +1,69 @@
+#pragma once
+// gossipd: one per node. Owns the trainer-facing IPC socket, the shared-memory
+// arena, the trainer sessions and the sync worker (peers + strategy). The control
+// loop runs in the thread that calls run(); SIGINT/SIGTERM arrive through a
+// signalfd, so the caller must block them in every thread first (block_signals()).
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "daemon/arena.h"
+#include "daemon/config.h"
+#include "daemon/sync_worker.h"
+#include "daemon/trainer_sessions.h"
+#include "proto/ipc.h"
+#include "proto/layout.h"
+
+namespace gossip::daemon {
+
+// Blocks SIGINT and SIGTERM in the calling thread and the threads it starts later.
+void block_signals();
+
+class Daemon {
+ public:
+  static Result<std::unique_ptr<Daemon>> create(const DaemonConfig& config);
+  ~Daemon();
+
+  // Serves until SIGINT/SIGTERM; then tells the trainers, closes the sockets and
+  // unlinks the arena. Returns the process exit code.
+  int run();
+
+ private:
+  explicit Daemon(DaemonConfig config);
+  void handle_ipc();
+  void handle_signal();
+  void handle_round_done();
+  void handle_trainer_exit(int pidfd);
+  void reply(const std::string& route, const proto::ipc::Message& m);
+  void on_attach(const std::string& route, const proto::ipc::Attach& a);
+  void on_sync(const std::string& route, const proto::ipc::Sync& s);
+  void on_detach(const std::string& route);
+  void on_stats(const std::string& route);
+  void detach(TrainerSession* s, const std::string& why);
+  void maybe_start_round();
+  void shutdown(const std::string& reason);
+
+  DaemonConfig config_;
+  zmq::context_t context_{1};
+  zmq::socket_t ipc_;
+  std::string ipc_path_;
+  int signal_fd_ = -1;
+  bool running_ = true;
+
+  std::unique_ptr<SyncWorker> worker_;
+  TrainerSessions sessions_;
+  std::optional<proto::Layout> layout_;  // fixed by the first trainer that attaches
+  std::optional<Arena> arena_;
+  std::vector<float> node_model_;  // the node's average: what takes part in a round
+  uint64_t round_ = 0;             // rounds completed
+  uint64_t step_ = 0;              // the node's step at the last round
+  bool round_running_ = false;
+  std::vector<std::string> participants_;  // routes waiting on the running round
+  uint64_t ipc_dropped_ = 0;
+};
+
+}  // namespace gossip::daemon

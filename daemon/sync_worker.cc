@@ -1,0 +1,116 @@
+#include "daemon/sync_worker.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gossip::daemon {
+
+Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config) {
+  std::unique_ptr<SyncWorker> w(new SyncWorker());
+  std::vector<peers::Peer> remote;
+  for (const auto& p : config.remote_peers()) remote.push_back({p.id, p.endpoint});
+  auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote);
+  if (!transport) return transport.status();
+  w->transport_ = std::move(transport).value();
+  w->all_reduce_ =
+      std::make_unique<sgd::AllGatherAllReduce>(*w->transport_, config.strategy.chunk_bytes);
+  auto kind = sgd::parse_outer_kind(config.strategy.outer.kind);
+  if (!kind) return kind.status();
+  w->local_sgd_ = std::make_unique<sgd::LocalSgd>(
+      *w->all_reduce_,
+      sgd::OuterOptimizer{*kind, config.strategy.outer.lr, config.strategy.outer.momentum});
+  w->round_timeout_ = std::chrono::milliseconds(
+      static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
+  w->done_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (w->done_fd_ < 0) return Status::io_error(fmt::format("eventfd: {}", std::strerror(errno)));
+
+  proto::Header hello;
+  hello.kind = proto::Kind::kHello;
+  hello.from = config.node_id;
+  for (const auto& p : remote) (void)w->transport_->send(p.id, hello);  // queued until p is up
+
+  w->thread_ = std::thread([raw = w.get()] { raw->run(); });
+  return w;
+}
+
+SyncWorker::~SyncWorker() {
+  stop_ = true;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (transport_) {
+    proto::Header bye;
+    bye.kind = proto::Kind::kBye;
+    bye.from = transport_->self();
+    for (const auto& p : transport_->peers()) (void)transport_->send(p.id, bye);
+  }
+  local_sgd_.reset();
+  all_reduce_.reset();
+  transport_.reset();  // lingers briefly so the bye goes out
+  if (done_fd_ >= 0) ::close(done_fd_);
+}
+
+void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t layout_fingerprint) {
+  {
+    std::lock_guard lock(mu_);
+    job_ = Job{model, round, layout_fingerprint};
+    result_.reset();
+  }
+  cv_.notify_all();
+}
+
+void SyncWorker::set_model(size_t numel, uint64_t layout_fingerprint) {
+  std::lock_guard lock(mu_);
+  numel_ = numel;
+  layout_ = layout_fingerprint;
+}
+
+std::optional<Status> SyncWorker::take_result() {
+  uint64_t v;
+  (void)!::read(done_fd_, &v, sizeof v);
+  std::lock_guard lock(mu_);
+  auto r = std::move(result_);
+  result_.reset();
+  return r;
+}
+
+void SyncWorker::run() {
+  pthread_setname_np(pthread_self(), "gossipd-sync");
+  while (true) {
+    Job job;
+    size_t numel = 0;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_ || job_.has_value(); });
+      if (stop_) return;
+      numel = numel_;
+      all_reduce_->set_layout_fingerprint(layout_);
+      if (job_) {
+        job = *job_;
+        job_.reset();
+      }
+    }
+    if (job.model.empty()) {
+      if (numel > 0) all_reduce_->progress(next_round_, numel, std::chrono::milliseconds(0));
+      continue;
+    }
+    all_reduce_->set_layout_fingerprint(job.layout);
+    next_round_ = job.round + 1;
+    sgd::CollectiveOptions opts{std::chrono::steady_clock::now() + round_timeout_, &stop_};
+    Status st = local_sgd_->synchronize(job.model, job.round, opts);
+    {
+      std::lock_guard lock(mu_);
+      result_ = std::move(st);
+    }
+    uint64_t one = 1;
+    (void)!::write(done_fd_, &one, sizeof one);
+  }
+}
+
+}  // namespace gossip::daemon

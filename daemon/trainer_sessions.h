@@ -1,0 +1,54 @@
+#pragma once
+// The trainers attached to this node: which arena slot each one trains in, which
+// process it is (watched through a pidfd so a crash is noticed at once), and
+// whether it is waiting at a synchronization point.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/status.h"
+
+namespace gossip::daemon {
+
+struct TrainerSession {
+  std::string route;  // ZeroMQ routing id of the trainer's socket
+  std::string name;
+  uint32_t local_rank = 0;
+  pid_t pid = 0;
+  int pidfd = -1;  // readable once the process has exited
+  uint32_t slot = 0;
+  bool waiting = false;  // blocked in a Sync until the round completes
+  uint64_t sync_step = 0;
+};
+
+class TrainerSessions {
+ public:
+  explicit TrainerSessions(uint32_t max_trainers) : max_(max_trainers) {}
+  ~TrainerSessions();
+  TrainerSessions(const TrainerSessions&) = delete;
+  TrainerSessions& operator=(const TrainerSessions&) = delete;
+
+  // Takes the lowest free slot. Fails if the node is full, the route is already
+  // attached, or the process cannot be watched (e.g. it no longer exists).
+  Result<TrainerSession*> add(const std::string& route, const std::string& name,
+                              uint32_t local_rank, pid_t pid);
+  void remove(const std::string& route);
+  TrainerSession* find(const std::string& route);
+  TrainerSession* find_by_pidfd(int fd);
+
+  bool empty() const { return sessions_.empty(); }
+  size_t size() const { return sessions_.size(); }
+  // True when at least one trainer is attached and every attached one is waiting.
+  bool all_waiting() const;
+  std::vector<TrainerSession*> all();
+
+ private:
+  uint32_t max_;
+  std::vector<std::unique_ptr<TrainerSession>> sessions_;
+};
+
+}  // namespace gossip::daemon

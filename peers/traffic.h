@@ -1,0 +1,47 @@
+#pragma once
+// Traffic accounting per peer and direction. Written by the thread that owns the
+// transport, read by anyone (metrics, trainer replies): relaxed atomics suffice
+// because each counter is independent and only ever grows.
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "proto/ipc.h"
+
+namespace gossip::peers {
+
+struct DirectionCounters {
+  std::atomic<uint64_t> payload{0};  // bytes of tensors
+  std::atomic<uint64_t> wire{0};     // bytes on the wire: headers, payload and ZMTP framing
+  std::atomic<uint64_t> messages{0};
+};
+
+struct PeerCounters {
+  uint32_t peer = 0;
+  DirectionCounters sent, recv;
+  std::atomic<uint64_t> dropped{0};  // invalid messages from this peer
+};
+
+class TrafficCounters {
+ public:
+  explicit TrafficCounters(const std::vector<uint32_t>& peer_ids);
+
+  void count_sent(uint32_t peer, uint64_t payload, uint64_t wire);
+  void count_recv(uint32_t peer, uint64_t payload, uint64_t wire);
+  void count_dropped(uint32_t peer);  // also used for unknown senders (peer = kUnknownPeer)
+
+  proto::ipc::Traffic peer_totals(uint32_t peer) const;
+  proto::ipc::Traffic totals() const;
+  const std::vector<uint32_t>& peer_ids() const { return ids_; }
+
+  static constexpr uint32_t kUnknownPeer = UINT32_MAX;
+
+ private:
+  PeerCounters* find(uint32_t peer);
+  const PeerCounters* find(uint32_t peer) const;
+  std::vector<uint32_t> ids_;
+  std::vector<PeerCounters> counters_;  // same order as ids_, plus one for unknown senders
+};
+
+}  // namespace gossip::peers

@@ -1,0 +1,88 @@
+#pragma once
+// The daemon-to-daemon channel over ZeroMQ tcp://. Each daemon binds one ROUTER
+// (everything it receives) and connects one DEALER per peer (everything it sends
+// to that peer). A DEALER queues messages for a peer that is not up yet and ZeroMQ
+// reconnects with exponential backoff, so start-up order does not matter.
+//
+// Owned and used by one thread; only the traffic counters are read from others.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "peers/peer.h"
+#include "peers/traffic.h"
+#include "proto/message.h"
+#include "proto/status.h"
+
+namespace gossip::peers {
+
+struct Incoming {
+  uint32_t peer = 0;
+  proto::Header header;
+  zmq::message_t payload;  // empty when header.bytes == 0
+};
+
+struct TransportOptions {
+  std::chrono::milliseconds reconnect_min{100};
+  std::chrono::milliseconds reconnect_max{2000};
+  std::chrono::milliseconds linger{1000};  // how long close() tries to flush a last message
+  int socket_buffer_bytes = 4 << 20;
+};
+
+class ZmqTransport {
+ public:
+  // Binds `listen` and connects to every peer (none needs to be up yet).
+  static Result<std::unique_ptr<ZmqTransport>> create(uint32_t self, const std::string& listen,
+                                                      const std::vector<Peer>& peers,
+                                                      const TransportOptions& options = {});
+  ~ZmqTransport();
+
+  uint32_t self() const { return self_; }
+  const std::vector<Peer>& peers() const { return peers_; }
+  const TrafficCounters& traffic() const { return traffic_; }
+
+  // Queues a header-only message (hello, bye).
+  Status send(uint32_t peer, const proto::Header& header);
+  // Queues header + payload without copying the payload: the caller keeps it alive
+  // and unchanged until pending_sends(peer) drops to 0.
+  Status send_zero_copy(uint32_t peer, const proto::Header& header,
+                        std::span<const std::byte> payload);
+  uint64_t pending_sends(uint32_t peer) const;
+
+  // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
+  // counted against their sender and logged; they never reach the caller.
+  std::optional<Incoming> recv(std::chrono::milliseconds timeout);
+  // For protocol violations only the strategy can see (stale round, bad sequence).
+  void note_dropped(uint32_t peer, const std::string& why);
+
+ private:
+  struct Outbound {
+    Peer peer;
+    zmq::socket_t socket;
+    std::atomic<uint64_t> pending{0};
+  };
+  ZmqTransport(uint32_t self, std::vector<Peer> peers);
+  Outbound* outbound(uint32_t peer);
+  Status send_frames(Outbound& out, const proto::Header& header, zmq::message_t* payload);
+  std::optional<uint32_t> peer_of(const zmq::message_t& routing_id) const;
+
+  uint32_t self_;
+  std::vector<Peer> peers_;
+  TrafficCounters traffic_;
+  zmq::context_t context_;
+  zmq::socket_t inbound_;
+  std::vector<std::unique_ptr<Outbound>> outbound_;
+};
+
+// The routing id a daemon presents to its peers' ROUTER sockets.
+std::string routing_id_for(uint32_t node);
+
+}  // namespace gossip::peers

@@ -1,0 +1,47 @@
+#pragma once
+// All-reduce as an all-gather: every node sends its whole model to every other
+// node and sums what it receives. Each node sends (n-1) * model bytes per round:
+// simple and exact, and the baseline the ring all-reduce is measured against.
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "peers/zmq_transport.h"
+#include "sgd/all_reduce.h"
+
+namespace gossip::sgd {
+
+class AllGatherAllReduce final : public AllReduce {
+ public:
+  AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes);
+
+  Status all_reduce_mean(std::span<float> data, uint64_t round,
+                         const CollectiveOptions& options) override;
+  void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
+  void set_layout_fingerprint(uint64_t fingerprint) override { layout_ = fingerprint; }
+
+ private:
+  // What has arrived for one round. A peer can be at most one round ahead of us
+  // (it cannot finish a round without our contribution), so two suffice.
+  struct RoundState {
+    uint64_t round = UINT64_MAX;
+    std::vector<double> sum;  // fp64 so that the arrival order does not change the result
+    std::vector<uint64_t> received;  // elements per peer (index into peers())
+    std::vector<uint64_t> next_seq;  // expected chunk sequence per peer
+    std::vector<bool> left;          // peer said bye during this round
+    Status failure;                  // set when a peer's message dooms the round
+  };
+  RoundState& state_for(uint64_t round, size_t numel);
+  // Applies one message to the round states; errors that doom a round are stored
+  // in that round's state, so they surface when (or while) the round runs.
+  void absorb(peers::Incoming& in, uint64_t current, size_t numel);
+  size_t peer_index(uint32_t peer) const;
+
+  peers::ZmqTransport& transport_;
+  uint64_t chunk_elems_;
+  uint64_t layout_ = 0;
+  std::array<RoundState, 2> states_;
+};
+
+}  // namespace gossip::sgd

@@ -1,0 +1,36 @@
+#pragma once
+// The averaging engine behind local SGD (and later synchronous SGD). This release
+// has an all-gather over the ZeroMQ transport; the ring over TCP, RDMA and NCCL
+// fills the same interface.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+
+#include "proto/status.h"
+
+namespace gossip::sgd {
+
+struct CollectiveOptions {
+  std::chrono::steady_clock::time_point deadline;
+  const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the operation
+};
+
+class AllReduce {
+ public:
+  virtual ~AllReduce() = default;
+  // In place: data <- (1/n) sum over all n nodes of data. Every node calls it with
+  // data of the same length and the same `round`. On failure data is unchanged and
+  // the Status names the peer(s) that did not deliver.
+  virtual Status all_reduce_mean(std::span<float> data, uint64_t round,
+                                 const CollectiveOptions& options) = 0;
+  // Between operations: receives, validates and buffers what peers already sent for
+  // `next_round` (of `numel` elements), waiting at most `wait`. Keeps traffic
+  // accounting and error detection live while no round runs.
+  virtual void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) = 0;
+  // Sets the layout fingerprint carried in every message; peers with another one are refused.
+  virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
+};
+
+}  // namespace gossip::sgd

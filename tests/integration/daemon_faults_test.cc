@@ -1,0 +1,168 @@
+// Faults around one daemon: trainers that die or misbehave, peers that send
+// garbage, and clean shutdown. Real gossipd processes, real sockets.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+#include <zmq.hpp>
+
+#include "gossip/client.h"
+#include "harness.h"
+#include "proto/message.h"
+
+namespace gossip::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::unique_ptr<Client> connect_to(const Cluster& c, int node, std::chrono::milliseconds timeout = 20s) {
+  ClientOptions o;
+  o.endpoint = c.ipc_endpoint(node);
+  o.timeout = timeout;
+  auto client = Client::connect(o);
+  EXPECT_TRUE(client.is_ok()) << client.status().message();
+  return client ? std::move(client).value() : nullptr;
+}
+
+bool wait_for_log(Cluster& c, int node, const std::string& text, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (c.log(node).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST(DaemonFaults, TrainerKilledWithSigkillIsDetachedAndTheOthersGoOn) {
+  Cluster cluster(1, {"--period", "1"});
+  cluster.start_all();
+  ChildProcess victim({binary("test_trainer"), cluster.ipc_endpoint(0), "1000", "1.0", "-1", "5"},
+                      cluster.run_dir() / "victim.log");
+  ASSERT_TRUE(wait_for_log(cluster, 0, "attached in slot 0", 10s)) << cluster.log(0);
+
+  auto client = connect_to(cluster, 0);
+  auto model = client->attach({{"w", 1000}});
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  EXPECT_TRUE(model->initialized) << "a second trainer starts from the node's model";
+  for (int s = 0; s < 5; ++s) ASSERT_TRUE(client->step().is_ok());  // in lockstep with the victim
+
+  victim.signal(SIGKILL);
+  ASSERT_EQ(victim.wait(5s), 128 + SIGKILL);
+  ASSERT_TRUE(wait_for_log(cluster, 0, "exited without detaching", 5s)) << cluster.log(0);
+  for (int s = 0; s < 5; ++s) {
+    auto r = client->step();
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+  }
+  EXPECT_TRUE(cluster.daemon(0).running());
+}
+
+TEST(DaemonFaults, SigtermExitsCleanlyRemovingArenaAndSocket) {
+  Cluster cluster(1, {"--period", "1"});
+  cluster.start_all();
+  auto client = connect_to(cluster, 0, 3s);
+  auto model = client->attach({{"w", 4096}});
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  pid_t pid = cluster.daemon(0).pid();
+  ASSERT_EQ(gossipd_shm_objects(pid).size(), 1u);
+
+  cluster.daemon(0).signal(SIGTERM);
+  EXPECT_EQ(cluster.daemon(0).wait(5s), 0) << cluster.log(0);
+  EXPECT_TRUE(gossipd_shm_objects(pid).empty());
+  EXPECT_FALSE(std::filesystem::exists(cluster.run_dir() / "gossipd-0.sock"));
+  auto r = client->step();  // the trainer was told
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("shut down"), std::string::npos) << r.status().message();
+}
+
+TEST(DaemonFaults, TrainerWithAnotherLayoutIsRefusedNamingTheTensor) {
+  Cluster cluster(1, {});
+  cluster.start_all();
+  auto a = connect_to(cluster, 0);
+  ASSERT_TRUE(a->attach({{"fc.weight", 10}, {"fc.bias", 20}}).is_ok());
+  auto b = connect_to(cluster, 0);
+  auto r = b->attach({{"fc.weight", 10}, {"fc.bias", 21}});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("tensor 1 'fc.bias'"), std::string::npos) << r.status().message();
+  auto c = connect_to(cluster, 0);
+  auto r2 = c->attach({{"fc.weight", 10}});
+  ASSERT_FALSE(r2.is_ok());
+  EXPECT_NE(r2.status().message().find("fc.bias"), std::string::npos) << r2.status().message();
+}
+
+TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
+  Cluster cluster(2, {});
+  cluster.start(0);
+  zmq::context_t ctx(1);
+  // One socket per identity: with ROUTER_HANDOVER a second connection under the
+  // same id would take over and discard what the first one had queued.
+  auto connect_as = [&](const std::string& id) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, id);
+    s.set(zmq::sockopt::linger, 2000);
+    s.connect(cluster.peer_endpoint(0));
+    return s;
+  };
+  auto send = [](zmq::socket_t& s, std::vector<std::string> frames) {
+    for (size_t i = 0; i < frames.size(); ++i)
+      s.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  };
+  proto::Header h;
+  h.kind = proto::Kind::kModelChunk;
+  h.from = 1;
+  h.numel = 2;
+  h.bytes = 8;
+  auto node1 = connect_as("node-1");
+  send(node1, {"\xc1 not msgpack"});
+  send(node1, {proto::encode_header(h), std::string(4, '\0')});  // payload shorter than header says
+  proto::Header spoof = h;
+  spoof.from = 0;
+  send(node1, {proto::encode_header(spoof), std::string(8, '\0')});  // claims to be node 0
+  auto stranger = connect_as("node-9");
+  send(stranger, {proto::encode_header(h), std::string(8, '\0')});  // not in the peer list
+
+  auto client = connect_to(cluster, 0);
+  uint64_t dropped = 0;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  // The daemon reads its peer socket during rounds; run rounds until all four are seen.
+  ASSERT_TRUE(client->attach({{"w", 2}}).is_ok());
+  while (dropped < 4 && std::chrono::steady_clock::now() < deadline) {
+    auto t = client->traffic();
+    ASSERT_TRUE(t.is_ok());
+    dropped = t->dropped;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(dropped, 4u) << cluster.log(0);
+  std::string log = cluster.log(0);
+  EXPECT_NE(log.find("dropped message from peer 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("unknown sender 'node-9'"), std::string::npos) << log;
+  EXPECT_TRUE(cluster.daemon(0).running());
+}
+
+TEST(DaemonFaults, MalformedIpcMessageGetsAnErrorReply) {
+  Cluster cluster(1, {});
+  cluster.start_all();
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, 5000);
+  s.connect(cluster.ipc_endpoint(0));
+  s.send(zmq::str_buffer("\x81\xa1v\x07"), zmq::send_flags::none);
+  zmq::message_t reply;
+  ASSERT_TRUE(s.recv(reply).has_value());
+  EXPECT_NE(reply.to_string().find("malformed"), std::string::npos);
+  EXPECT_TRUE(cluster.daemon(0).running());
+}
+
+TEST(DaemonFaults, ConfigErrorNamesTheKeyAndExitsNonZero) {
+  ChildProcess p({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir",
+                  "/tmp", "--period", "0"},
+                 "/tmp/gossip-config-error-test.log");
+  EXPECT_EQ(p.wait(5s), 2);
+  std::string log = p.log();
+  std::filesystem::remove("/tmp/gossip-config-error-test.log");
+  EXPECT_NE(log.find("--period"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace gossip::testing

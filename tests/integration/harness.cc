@@ -1,0 +1,173 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace gossip::testing {
+
+using namespace std::chrono_literals;
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log)
+    : log_(log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  // The test process may block signals in some threads; children start clean.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int rc = posix_spawn(&pid_, args[0], &fa, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
+}
+
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept { *this = std::move(o); }
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
+  std::swap(pid_, o.pid_);
+  std::swap(status_, o.status_);
+  std::swap(log_, o.log_);
+  return *this;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && running()) {
+    ::kill(pid_, SIGKILL);
+    wait(5s);
+  }
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0 || status_ != -1) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return false;
+  }
+  return r == 0;
+}
+
+int ChildProcess::wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (running()) {
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(10ms);
+  }
+  return status_;
+}
+
+void ChildProcess::signal(int sig) {
+  if (running()) ::kill(pid_, sig);
+}
+
+std::string ChildProcess::log() const {
+  std::ifstream f(log_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<int> free_ports(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ports.push_back(ntohs(a.sin_port));
+    fds.push_back(fd);
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+std::string binary(const std::string& name) { return std::string(GOSSIP_BIN_DIR) + "/" + name; }
+
+Cluster::Cluster(int nodes, std::vector<std::string> extra)
+    : n_(nodes), extra_(std::move(extra)), ports_(free_ports(nodes)), daemons_(nodes) {
+  char tmpl[] = "/tmp/gossip-test-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  run_dir_ = tmpl;
+}
+
+Cluster::~Cluster() {
+  for (auto& d : daemons_) d.signal(SIGTERM);
+  for (auto& d : daemons_)
+    if (d.wait(5s) == -1) d.signal(SIGKILL);
+  daemons_.clear();
+  std::error_code ec;
+  std::filesystem::remove_all(run_dir_, ec);
+}
+
+std::string Cluster::ipc_endpoint(int node) const {
+  return "ipc://" + (run_dir_ / ("gossipd-" + std::to_string(node) + ".sock")).string();
+}
+
+std::string Cluster::peer_endpoint(int node) const {
+  return "tcp://127.0.0.1:" + std::to_string(ports_[node]);
+}
+
+void Cluster::start(int node) {
+  std::vector<std::string> argv = {binary("gossipd"), "--id", std::to_string(node), "--listen",
+                                   peer_endpoint(node), "--run-dir", run_dir_.string()};
+  for (int j = 0; j < n_; ++j)
+    if (j != node) {
+      argv.push_back("--peer");
+      argv.push_back(std::to_string(j) + "=" + peer_endpoint(j));
+    }
+  argv.insert(argv.end(), extra_.begin(), extra_.end());
+  daemons_[node] = ChildProcess(argv, run_dir_ / ("gossipd-" + std::to_string(node) + ".log"));
+  auto sock = run_dir_ / ("gossipd-" + std::to_string(node) + ".sock");
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!std::filesystem::exists(sock)) {
+    if (!daemons_[node].running())
+      throw std::runtime_error("gossipd " + std::to_string(node) + " exited:\n" + log(node));
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("gossipd " + std::to_string(node) + " did not create its socket");
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+void Cluster::start_all() {
+  for (int i = 0; i < n_; ++i) start(i);
+}
+
+std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid) {
+  std::vector<std::string> found;
+  std::string suffix = "-" + std::to_string(daemon_pid);
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    std::string name = e.path().filename().string();
+    if (name.starts_with("gossipd-") && name.ends_with(suffix)) found.push_back(name);
+  }
+  return found;
+}
+
+}  // namespace gossip::testing

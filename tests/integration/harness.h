@@ -1,0 +1,68 @@
+#pragma once
+// Starts real gossipd processes on loopback for integration tests, and cleans up
+// after them whatever the test does: processes are SIGKILLed and reaped, the run
+// directory is removed, and no shared-memory arena may be left behind.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace gossip::testing {
+
+// A child process with stdout and stderr in a log file.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log);
+  ChildProcess(ChildProcess&& o) noexcept;
+  ChildProcess& operator=(ChildProcess&& o) noexcept;
+  ~ChildProcess();  // SIGKILL + reap if still running
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  // Waits up to `timeout` for the exit; returns the exit code, 128+signal, or -1 on timeout.
+  int wait(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  std::string log() const;
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::filesystem::path log_;
+};
+
+// Free loopback TCP ports (bound and released; fine for tests on one machine).
+std::vector<int> free_ports(int n);
+
+class Cluster {
+ public:
+  // `extra` flags are passed to every daemon (e.g. {"--period", "4"}).
+  Cluster(int nodes, std::vector<std::string> extra);
+  ~Cluster();
+
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  std::string ipc_endpoint(int node) const;
+  std::string peer_endpoint(int node) const;
+  // Starts daemon `node` and waits (bounded) until its IPC socket exists.
+  void start(int node);
+  void start_all();
+  ChildProcess& daemon(int node) { return daemons_[node]; }
+  std::string log(int node) const { return daemons_[node].log(); }
+
+ private:
+  int n_;
+  std::vector<std::string> extra_;
+  std::filesystem::path run_dir_;
+  std::vector<int> ports_;
+  std::vector<ChildProcess> daemons_;
+};
+
+// Names of /dev/shm objects that gossipd creates, for leak checks.
+std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid);
+
+std::string binary(const std::string& name);  // GOSSIP_BIN_DIR/name
+
+}  // namespace gossip::testing
