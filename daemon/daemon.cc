@@ -29,6 +29,7 @@ void block_signals() {
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(config_.max_trainers) {}
 
 Daemon::~Daemon() {
+  worker_.reset();  // a round may still reference the arena or node_model_
   if (signal_fd_ >= 0) ::close(signal_fd_);
 }
 
@@ -216,7 +217,6 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
       return refuse(arena.status().message());
     }
     arena_ = std::move(arena).value();
-    node_model_.assign(numel, 0.0f);
     worker_->set_model(numel, layout_->fingerprint());
     spdlog::info("model: {} tensors, {} parameters; arena {} ({} bytes)", layout_->tensors.size(),
                  layout_->total_numel(), arena_->name(), arena_->size_bytes());
@@ -231,8 +231,8 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
       auto src = arena_->slot(source->slot);
       std::copy(src.begin(), src.end(), dst.begin());
       initialized = true;
-    } else if (round_ > 0 && !round_running_) {
-      std::copy(node_model_.begin(), node_model_.end(), dst.begin());
+    } else if (round_ > 0 && !round_running_ && !round_model_.empty()) {
+      if (round_model_.data() != dst.data()) std::copy(round_model_.begin(), round_model_.end(), dst.begin());
       initialized = true;
     }
   }
@@ -301,17 +301,22 @@ void Daemon::on_stats(const std::string& route) {
 void Daemon::maybe_start_round() {
   if (round_running_ || !sessions_.all_waiting()) return;
   auto waiting = sessions_.all();
-  // Several trainers on one node first agree among themselves: their mean is the
-  // node's contribution to the round.
-  auto first = arena_->slot(waiting[0]->slot);
-  std::copy(first.begin(), first.end(), node_model_.begin());
-  for (size_t t = 1; t < waiting.size(); ++t) {
-    auto x = arena_->slot(waiting[t]->slot);
-    for (size_t i = 0; i < node_model_.size(); ++i) node_model_[i] += x[i];
-  }
-  if (waiting.size() > 1) {
+  if (waiting.size() == 1) {
+    // One trainer, blocked until we reply: the round can run in place on its replica.
+    round_model_ = arena_->slot(waiting[0]->slot);
+  } else {
+    // Several trainers on one node first agree among themselves: their mean is the
+    // node's contribution to the round.
+    node_model_.resize(arena_->numel());
+    auto first = arena_->slot(waiting[0]->slot);
+    std::copy(first.begin(), first.end(), node_model_.begin());
+    for (size_t t = 1; t < waiting.size(); ++t) {
+      auto x = arena_->slot(waiting[t]->slot);
+      for (size_t i = 0; i < node_model_.size(); ++i) node_model_[i] += x[i];
+    }
     const float inv = 1.0f / static_cast<float>(waiting.size());
     for (auto& v : node_model_) v *= inv;
+    round_model_ = node_model_;
   }
   participants_.clear();
   uint64_t step = 0;
@@ -322,7 +327,7 @@ void Daemon::maybe_start_round() {
   step_ = step;
   round_running_ = true;
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
-  worker_->submit(node_model_, round_, layout_->fingerprint());
+  worker_->submit(round_model_, round_, layout_->fingerprint());
 }
 
 void Daemon::handle_round_done() {
@@ -339,7 +344,7 @@ void Daemon::handle_round_done() {
       TrainerSession* s = sessions_.find(route);
       if (!s) continue;
       auto dst = arena_->slot(s->slot);
-      std::copy(node_model_.begin(), node_model_.end(), dst.begin());
+      if (dst.data() != round_model_.data()) std::copy(round_model_.begin(), round_model_.end(), dst.begin());
       s->waiting = false;
       reply(route, ok);
     }

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,8 @@ class Daemon {
   TrainerSessions sessions_;
   std::optional<proto::Layout> layout_;  // fixed by the first trainer that attaches
   std::optional<Arena> arena_;
-  std::vector<float> node_model_;  // the node's average: what takes part in a round
+  std::vector<float> node_model_;  // the mean of several local trainers' replicas
+  std::span<float> round_model_;   // what the running (or last) round averaged in place
   uint64_t round_ = 0;             // rounds completed
   uint64_t step_ = 0;              // the node's step at the last round
   bool round_running_ = false;

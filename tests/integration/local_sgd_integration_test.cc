@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <latch>
 #include <random>
 #include <thread>
 
@@ -138,6 +139,43 @@ TEST(LocalSgdIntegration, PeerThatIsNotUpYetIsWaitedForAndJoined) {
   for (size_t k = 0; k < early.after[0].size(); ++k)
     ASSERT_EQ(early.after[2][k], late.after[2][k]);
   EXPECT_NE(cluster.log(0).find("peer 1 is up"), std::string::npos) << cluster.log(0);
+}
+
+TEST(LocalSgdIntegration, TrainersOfOneNodeAreAveragedBeforeTheNodesAre) {
+  // Node 0 has two trainers, node 1 one: the result is the mean of the node means.
+  Cluster cluster(2, {"--period", "1", "--round-timeout", "30"});
+  cluster.start_all();
+  const float values[3] = {1.0f, 3.0f, 10.0f};  // node 0: 1 and 3 (mean 2); node 1: 10
+  const int nodes[3] = {0, 0, 1};
+  std::vector<float> after(3, -1.0f);
+  std::vector<std::string> errors(3);
+  std::latch attached(3);  // a round starts when every attached trainer waits: attach all first
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 3; ++t)
+      threads.emplace_back([&, t] {
+        auto client = connect_to(cluster, nodes[t]);
+        if (!client) return;
+        auto model = client->attach({{"w", 64}});
+        attached.count_down();
+        if (!model) {
+          errors[t] = model.status().message();
+          return;
+        }
+        attached.wait();
+        for (auto& x : model->tensors[0]) x = values[t];
+        auto r = client->sync();
+        if (!r) {
+          errors[t] = r.status().message();
+          return;
+        }
+        after[t] = model->tensors[0][63];
+      });
+  }
+  for (int t = 0; t < 3; ++t) {
+    ASSERT_EQ(errors[t], "") << "trainer " << t;
+    EXPECT_FLOAT_EQ(after[t], 6.0f) << "trainer " << t;  // ((1 + 3) / 2 + 10) / 2
+  }
 }
 
 TEST(LocalSgdIntegration, NodesWithDifferentModelsFailTheRoundNamingThePeer) {
