@@ -1,1 +1,788 @@
-// placeholder: being written
+// gossipd's configuration: a TOML file (see daemon/gossipd.example.toml) and flags.
+//
+// Every scalar setting is described once, in kFields: its TOML key, its flag, its type
+// and range, and how it is stored. The TOML reader, the flag reader and validate_config
+// all work from that table, so a setting cannot be range-checked in one path and not in
+// another, and every error can name the key (or flag) and the source it came from.
+
+#include "daemon/config.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace gossip::daemon {
+namespace {
+
+constexpr std::string_view kCommandLine = "command line";
+constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kMaxI64 = std::numeric_limits<int64_t>::max();  // TOML integers are int64
+constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
+constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
+
+constexpr std::string_view kStrategies[] = {"local-sgd"};
+constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
+constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+
+// ---------------------------------------------------------------------------------------
+// Value checks, shared by the TOML reader, the flag reader and validate_config. Each
+// returns the problem ("must be ..., got ...") or nothing.
+
+using Problem = std::optional<std::string>;
+
+std::string must_be(std::string_view what, std::string_view got) {
+  return fmt::format("must be {}, got {}", what, got);
+}
+
+std::string quote(std::string_view s) { return fmt::format("'{}'", s); }
+
+// Why `ep` is not tcp://HOST:PORT with a port in 1..65535, or nothing when it is.
+// HOST is a name or IPv4 address, or an IPv6 address in brackets: tcp://[::1]:7000.
+Problem endpoint_problem(std::string_view ep) {
+  auto bad = [ep](std::string_view why) {
+    return fmt::format(
+        "invalid endpoint '{}': {} (expected tcp://HOST:PORT with a port in 1..65535)", ep, why);
+  };
+  constexpr std::string_view kScheme = "tcp://";
+  if (!ep.starts_with(kScheme)) return bad("it must start with tcp://");
+  std::string_view rest = ep.substr(kScheme.size());
+  std::string_view host;
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return bad("'[' without ']' around the IPv6 address");
+    host = rest.substr(1, close - 1);
+    if (host.empty() ||
+        host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+      return bad(fmt::format("invalid IPv6 address '{}'", host));
+    rest = rest.substr(close + 1);
+    if (!rest.starts_with(':')) return bad("no ':PORT' after the host");
+    port = rest.substr(1);
+  } else {
+    const size_t colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return bad("no ':PORT' after the host");
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    if (host.empty()) return bad("no host");
+    if (host.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
+        std::string_view::npos)
+      return bad(fmt::format("invalid host '{}' (IPv6 addresses go in brackets)", host));
+  }
+  if (port.empty()) return bad("no port");
+  if (port.find_first_not_of("0123456789") != std::string_view::npos)
+    return bad(fmt::format("port '{}' is not a number", port));
+  unsigned value = 0;
+  const bool parsed =
+      port.size() <= 5 &&
+      std::from_chars(port.data(), port.data() + port.size(), value).ec == std::errc();
+  if (!parsed || value < 1 || value > 65535)
+    return bad(fmt::format("port {} is out of range", port));
+  return std::nullopt;
+}
+
+Problem run_dir_problem(std::string_view dir) {
+  if (dir.empty()) return "must not be empty";
+  return std::nullopt;
+}
+
+struct IntegerRange {
+  uint64_t min = 0;
+  uint64_t max = kMaxI64;
+  uint64_t multiple_of = 1;
+
+  std::string describe() const {
+    std::string d = max == kMaxI64 ? fmt::format("an integer >= {}", min)
+                                   : fmt::format("an integer in {}..{}", min, max);
+    if (multiple_of > 1) d += fmt::format(" and a multiple of {}", multiple_of);
+    return d;
+  }
+  bool fits(uint64_t v) const { return v >= min && v <= max && v % multiple_of == 0; }
+  bool fits(int64_t v) const { return v >= 0 && fits(static_cast<uint64_t>(v)); }
+};
+
+struct NumberRange {
+  double min = 0;
+  bool min_inclusive = false;
+  std::optional<double> max;  // exclusive
+  std::string describe() const {
+    if (max) return fmt::format("a number in {}{}, {})", min_inclusive ? '[' : '(', min, *max);
+    return fmt::format("a number {} {}", min_inclusive ? ">=" : ">", min);
+  }
+  bool fits(double v) const {
+    return std::isfinite(v) && (min_inclusive ? v >= min : v > min) && (!max || v < *max);
+  }
+};
+
+constexpr IntegerRange kNodeIdRange{0, kMaxU32, 1};
+
+// ---------------------------------------------------------------------------------------
+// The settings.
+
+struct IntegerSpec {
+  IntegerRange range;
+  uint64_t (*get)(const DaemonConfig&);
+  void (*set)(DaemonConfig&, uint64_t);
+};
+struct NumberSpec {
+  NumberRange range;
+  double (*get)(const DaemonConfig&);
+  void (*set)(DaemonConfig&, double);
+};
+struct TextSpec {
+  std::span<const std::string_view> choices;  // empty: any text that `check` accepts
+  std::string_view what;                      // for a value of the wrong type: "must be <what>"
+  Problem (*check)(std::string_view);         // null: none beyond `choices`
+  const std::string& (*get)(const DaemonConfig&);
+  void (*set)(DaemonConfig&, std::string);
+};
+
+struct Field {
+  std::string_view key;   // full TOML key: "strategy.period"
+  std::string_view flag;  // "--period"
+  std::string_view flag_arg;
+  std::string_view help;
+  std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
+};
+
+const std::array<Field, 14>& fields() {
+  using C = DaemonConfig;
+  static const std::array<Field, 14> kFields = {{
+      {"node.id", "--id", "N", "this node's id",
+       IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
+                   [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
+      {"node.listen", "--listen", "EP", "tcp://HOST:PORT where peers reach this daemon",
+       TextSpec{{},
+                "a string tcp://HOST:PORT",
+                endpoint_problem,
+                [](const C& c) -> const std::string& { return c.listen; },
+                [](C& c, std::string v) { c.listen = std::move(v); }}},
+      {"node.run_dir", "--run-dir", "DIR", "directory of the IPC socket gossipd-<id>.sock",
+       TextSpec{{},
+                "a string (a directory)",
+                run_dir_problem,
+                [](const C& c) -> const std::string& { return c.run_dir; },
+                [](C& c, std::string v) { c.run_dir = std::move(v); }}},
+      {"node.seed", "--seed", "S", "random seed",
+       IntegerSpec{{},
+                   [](const C& c) -> uint64_t { return c.seed; },
+                   [](C& c, uint64_t v) { c.seed = v; }}},
+      {"node.log_level", "--log-level", "L", "trace|debug|info|warn|error|off",
+       TextSpec{kLogLevels, "", nullptr,
+                [](const C& c) -> const std::string& { return c.log_level; },
+                [](C& c, std::string v) { c.log_level = std::move(v); }}},
+      {"node.max_trainers", "--max-trainers", "N", "trainers per node, 1..64",
+       IntegerSpec{{1, 64, 1},
+                   [](const C& c) -> uint64_t { return c.max_trainers; },
+                   [](C& c, uint64_t v) { c.max_trainers = static_cast<uint32_t>(v); }}},
+      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd",
+       TextSpec{kStrategies, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.name; },
+                [](C& c, std::string v) { c.strategy.name = std::move(v); }}},
+      {"strategy.period", "--period", "T", "synchronize every T steps (T >= 1)",
+       IntegerSpec{{1, kMaxI64, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.period; },
+                   [](C& c, uint64_t v) { c.strategy.period = v; }}},
+      {"strategy.post_local", "--post-local", "K", "synchronize every step while step <= K",
+       IntegerSpec{{},
+                   [](const C& c) -> uint64_t { return c.strategy.post_local; },
+                   [](C& c, uint64_t v) { c.strategy.post_local = v; }}},
+      {"strategy.round_timeout", "--round-timeout", "SECONDS", "a round that takes longer fails",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.round_timeout_s; },
+                  [](C& c, double v) { c.strategy.round_timeout_s = v; }}},
+      {"strategy.chunk_bytes", "--chunk-bytes", "N",
+       "bytes per message: >= 4096, a multiple of 4, <= 256 MiB",
+       IntegerSpec{{4096, kMaxChunkBytes, 4},
+                   [](const C& c) -> uint64_t { return c.strategy.chunk_bytes; },
+                   [](C& c, uint64_t v) { c.strategy.chunk_bytes = v; }}},
+      {"strategy.outer.optimizer", "--outer-optimizer", "none|nesterov",
+       "outer optimizer on the averaged delta",
+       TextSpec{kOuterOptimizers, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.outer.kind; },
+                [](C& c, std::string v) { c.strategy.outer.kind = std::move(v); }}},
+      {"strategy.outer.lr", "--outer-lr", "X", "outer learning rate (> 0)",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.outer.lr; },
+                  [](C& c, double v) { c.strategy.outer.lr = v; }}},
+      {"strategy.outer.momentum", "--outer-momentum", "X", "outer Nesterov momentum, in [0, 1)",
+       NumberSpec{{0, true, 1.0},
+                  [](const C& c) { return c.strategy.outer.momentum; },
+                  [](C& c, double v) { c.strategy.outer.momentum = v; }}},
+  }};
+  return kFields;
+}
+
+const Field* find_field(std::string_view key) {
+  for (const Field& f : fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+// Tables besides the root and [[peers]].
+constexpr std::string_view kTables[] = {"node", "strategy", "strategy.outer"};
+constexpr std::string_view kPeerKeys[] = {"id", "endpoint"};
+
+bool is_table(std::string_view key) {
+  return std::find(std::begin(kTables), std::end(kTables), key) != std::end(kTables);
+}
+
+std::string_view parent_of(std::string_view key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string_view::npos ? std::string_view() : key.substr(0, dot);
+}
+std::string_view leaf_of(std::string_view key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string_view::npos ? key : key.substr(dot + 1);
+}
+
+// The keys allowed directly in the table `prefix` ("" for the root), in declaration order.
+std::vector<std::string_view> keys_of(std::string_view prefix) {
+  std::vector<std::string_view> keys;
+  for (const Field& f : fields())
+    if (parent_of(f.key) == prefix) keys.push_back(leaf_of(f.key));
+  for (std::string_view t : kTables)
+    if (parent_of(t) == prefix) keys.push_back(leaf_of(t));
+  if (prefix.empty()) keys.push_back("peers");
+  return keys;
+}
+
+std::string join(std::span<const std::string_view> items) {
+  std::string out;
+  for (std::string_view s : items) {
+    if (!out.empty()) out += ", ";
+    out += s;
+  }
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown key; did you mean 'listen'? valid keys in [node]: id, listen, ..."
+std::string unknown_problem(std::string_view leaf, bool is_table_value, std::string_view where,
+                            std::span<const std::string_view> valid) {
+  std::string out = is_table_value ? "unknown table" : "unknown key";
+  std::string_view best;
+  size_t best_distance = 3;  // suggest only close misspellings
+  for (std::string_view v : valid) {
+    const size_t d = edit_distance(leaf, v);
+    if (d < best_distance) best_distance = d, best = v;
+  }
+  if (!best.empty()) out += fmt::format("; did you mean '{}'?", best);
+  out += fmt::format(" (valid keys {}: {})", where, join(valid));
+  return out;
+}
+
+std::string describe(const TextSpec& s) {
+  if (!s.choices.empty()) return fmt::format("one of ({})", join(s.choices));
+  return std::string(s.what);
+}
+
+Problem text_problem(const TextSpec& s, std::string_view v) {
+  if (!s.choices.empty() && std::find(s.choices.begin(), s.choices.end(), v) == s.choices.end())
+    return must_be(describe(s), quote(v));
+  if (s.check) return s.check(v);
+  return std::nullopt;
+}
+
+// The problem with the value stored in `c` for `f`, if any.
+Problem stored_problem(const Field& f, const DaemonConfig& c) {
+  return std::visit(
+      [&](const auto& s) -> Problem {
+        using S = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<S, TextSpec>) {
+          return text_problem(s, s.get(c));
+        } else {
+          const auto v = s.get(c);
+          if (!s.range.fits(v)) return must_be(s.range.describe(), fmt::format("{}", v));
+          return std::nullopt;
+        }
+      },
+      f.spec);
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading values from TOML nodes and from flag text.
+
+// "string 'x'", "integer 3", "a table": what a value of the wrong type was.
+std::string describe_node(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string:
+      return fmt::format("string '{}'", n.as_string()->get());
+    case toml::node_type::integer:
+      return fmt::format("integer {}", n.as_integer()->get());
+    case toml::node_type::floating_point:
+      return fmt::format("floating-point {}", n.as_floating_point()->get());
+    case toml::node_type::boolean:
+      return fmt::format("boolean {}", n.as_boolean()->get());
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::none:
+      break;
+  }
+  return "nothing";
+}
+
+std::variant<uint64_t, std::string> integer_from_toml(const IntegerRange& range,
+                                                      const toml::node& n) {
+  const auto* v = n.as_integer();
+  if (!v) return must_be(range.describe(), describe_node(n));
+  const int64_t x = v->get();
+  if (!range.fits(x)) return must_be(range.describe(), fmt::format("{}", x));
+  return static_cast<uint64_t>(x);
+}
+
+std::variant<uint64_t, std::string> integer_from_text(const IntegerRange& range,
+                                                      std::string_view text) {
+  int64_t x = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    return must_be(range.describe(), quote(text));
+  if (!range.fits(x)) return must_be(range.describe(), fmt::format("{}", x));
+  return static_cast<uint64_t>(x);
+}
+
+// Reads a TOML value into `c`; returns the problem, if any.
+Problem read_toml_value(const Field& f, const toml::node& n, DaemonConfig& c) {
+  return std::visit(
+      [&](const auto& s) -> Problem {
+        using S = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<S, IntegerSpec>) {
+          auto v = integer_from_toml(s.range, n);
+          if (auto* problem = std::get_if<std::string>(&v)) return std::move(*problem);
+          s.set(c, std::get<uint64_t>(v));
+        } else if constexpr (std::is_same_v<S, NumberSpec>) {
+          double x = 0;  // an integer is accepted where a number is expected: lr = 1
+          if (const auto* i = n.as_integer()) {
+            x = static_cast<double>(i->get());
+          } else if (const auto* d = n.as_floating_point()) {
+            x = d->get();
+          } else {
+            return must_be(s.range.describe(), describe_node(n));
+          }
+          if (!s.range.fits(x)) return must_be(s.range.describe(), fmt::format("{}", x));
+          s.set(c, x);
+        } else {
+          const auto* str = n.as_string();
+          if (!str) return must_be(describe(s), describe_node(n));
+          if (auto problem = text_problem(s, str->get())) return problem;
+          s.set(c, str->get());
+        }
+        return std::nullopt;
+      },
+      f.spec);
+}
+
+// Reads a flag's text into `c`; returns the problem, if any.
+Problem read_flag_value(const Field& f, const std::string& text, DaemonConfig& c) {
+  return std::visit(
+      [&](const auto& s) -> Problem {
+        using S = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<S, IntegerSpec>) {
+          auto v = integer_from_text(s.range, text);
+          if (auto* problem = std::get_if<std::string>(&v)) return std::move(*problem);
+          s.set(c, std::get<uint64_t>(v));
+        } else if constexpr (std::is_same_v<S, NumberSpec>) {
+          double x = 0;
+          const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+          if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+            return must_be(s.range.describe(), quote(text));
+          if (!s.range.fits(x)) return must_be(s.range.describe(), quote(text));
+          s.set(c, x);
+        } else {
+          if (auto problem = text_problem(s, text)) return problem;
+          s.set(c, text);
+        }
+        return std::nullopt;
+      },
+      f.spec);
+}
+
+// ---------------------------------------------------------------------------------------
+// Where the values came from, so that an error names the file and line or the flag.
+
+struct Origins {
+  std::string source;                        // the file, or "command line"
+  std::map<std::string, int64_t> lines;      // key -> line in the file
+  std::map<std::string, std::string> flags;  // key -> the flag that set it
+};
+
+Status key_error(const Origins& o, std::string_view key, std::string_view problem) {
+  if (auto it = o.flags.find(std::string(key)); it != o.flags.end())
+    return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, it->second, problem));
+  std::string line;
+  if (auto it = o.lines.find(std::string(key)); it != o.lines.end())
+    line = fmt::format(" (line {})", it->second);
+  return Status::invalid(fmt::format("{}: key '{}': {}{}", o.source, key, problem, line));
+}
+
+// How a message refers to peer entry `i`: "peers[1]", or the flag that made it.
+std::string peer_entry_name(const Origins& o, size_t i) {
+  const std::string entry = fmt::format("peers[{}]", i);
+  if (auto it = o.flags.find(entry + ".id"); it != o.flags.end())
+    return fmt::format("'{}'", it->second);
+  return entry;
+}
+
+// Cross-field and range checks of a whole config; the first problem found.
+Status check_config(const DaemonConfig& c, const Origins& o) {
+  for (const Field& f : fields())
+    if (auto problem = stored_problem(f, c)) return key_error(o, f.key, *problem);
+
+  const std::string ipc_path = c.ipc_endpoint().substr(std::string_view("ipc://").size());
+  if (ipc_path.size() > kMaxIpcPath)
+    return key_error(o, "node.run_dir",
+                     fmt::format("the IPC socket path '{}' is {} bytes long; a Unix socket path "
+                                 "holds at most {}",
+                                 ipc_path, ipc_path.size(), kMaxIpcPath));
+
+  std::map<uint32_t, size_t> index_of_id;
+  std::map<std::string_view, size_t> index_of_endpoint;
+  for (size_t i = 0; i < c.peers.size(); ++i) {
+    const PeerConfig& p = c.peers[i];
+    const std::string id_key = fmt::format("peers[{}].id", i);
+    const std::string endpoint_key = fmt::format("peers[{}].endpoint", i);
+    if (auto problem = endpoint_problem(p.endpoint)) return key_error(o, endpoint_key, *problem);
+    if (auto [it, fresh] = index_of_id.emplace(p.id, i); !fresh)
+      return key_error(
+          o, id_key,
+          fmt::format("duplicate peer id {} (also in {})", p.id, peer_entry_name(o, it->second)));
+    if (auto [it, fresh] = index_of_endpoint.emplace(p.endpoint, i); !fresh)
+      return key_error(o, endpoint_key,
+                       fmt::format("endpoint '{}' is also the endpoint of {} (id {})", p.endpoint,
+                                   peer_entry_name(o, it->second), c.peers[it->second].id));
+    if (p.id == c.node_id && p.endpoint != c.listen)
+      return key_error(o, endpoint_key,
+                       fmt::format("the entry for this node (id {}) must equal node.listen '{}', "
+                                   "got '{}'",
+                                   p.id, c.listen, p.endpoint));
+    if (p.id != c.node_id && p.endpoint == c.listen)
+      return key_error(o, endpoint_key,
+                       fmt::format("endpoint '{}' of peer {} is this node's node.listen (id {})",
+                                   p.endpoint, p.id, c.node_id));
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// The TOML document.
+
+struct Document {
+  DaemonConfig config;
+  Origins origins;
+  bool has_id = false;
+  bool has_listen = false;
+  bool has_run_dir = false;
+};
+
+Status read_peers(const toml::node& n, Document& d) {
+  Origins& o = d.origins;
+  const toml::array* entries = n.as_array();
+  if (!entries)
+    return key_error(o, "peers", must_be("an array of tables ([[peers]])", describe_node(n)));
+  for (size_t i = 0; i < entries->size(); ++i) {
+    const std::string entry_key = fmt::format("peers[{}]", i);
+    const toml::node& entry = *entries->get(i);
+    o.lines[entry_key] = entry.source().begin.line;
+    const toml::table* t = entry.as_table();
+    if (!t)
+      return key_error(o, entry_key, must_be("a table with id and endpoint", describe_node(entry)));
+    PeerConfig peer;
+    bool has_id = false;
+    bool has_endpoint = false;
+    for (auto&& [k, v] : *t) {
+      const std::string key = fmt::format("{}.{}", entry_key, k.str());
+      o.lines[key] = v.source().begin.line;
+      if (k.str() == "id") {
+        auto id = integer_from_toml(kNodeIdRange, v);
+        if (auto* problem = std::get_if<std::string>(&id)) return key_error(o, key, *problem);
+        peer.id = static_cast<uint32_t>(std::get<uint64_t>(id));
+        has_id = true;
+      } else if (k.str() == "endpoint") {
+        const auto* s = v.as_string();
+        if (!s) return key_error(o, key, must_be("a string tcp://HOST:PORT", describe_node(v)));
+        if (auto problem = endpoint_problem(s->get())) return key_error(o, key, *problem);
+        peer.endpoint = s->get();
+        has_endpoint = true;
+      } else {
+        return key_error(o, key, unknown_problem(k.str(), v.is_table(), "in [[peers]]", kPeerKeys));
+      }
+    }
+    if (!has_id)
+      return Status::invalid(fmt::format("{}: missing key '{}.id'", o.source, entry_key));
+    if (!has_endpoint)
+      return Status::invalid(fmt::format("{}: missing key '{}.endpoint'", o.source, entry_key));
+    d.config.peers.push_back(std::move(peer));
+  }
+  return Status::ok();
+}
+
+Status read_table(const toml::table& table, std::string_view prefix, Document& d) {
+  Origins& o = d.origins;
+  for (auto&& [k, v] : table) {
+    const std::string key =
+        prefix.empty() ? std::string(k.str()) : fmt::format("{}.{}", prefix, k.str());
+    o.lines[key] = v.source().begin.line;
+    if (const Field* f = find_field(key)) {
+      if (auto problem = read_toml_value(*f, v, d.config)) return key_error(o, key, *problem);
+      if (key == "node.id") d.has_id = true;
+      if (key == "node.listen") d.has_listen = true;
+      if (key == "node.run_dir") d.has_run_dir = true;
+    } else if (is_table(key)) {
+      const toml::table* sub = v.as_table();
+      if (!sub) return key_error(o, key, must_be("a table", describe_node(v)));
+      GOSSIP_RETURN_IF_ERROR(read_table(*sub, key, d));
+    } else if (key == "peers") {
+      GOSSIP_RETURN_IF_ERROR(read_peers(v, d));
+    } else {
+      const auto valid = keys_of(prefix);
+      const std::string where =
+          prefix.empty() ? "at the top level" : fmt::format("in [{}]", prefix);
+      return key_error(o, key, unknown_problem(k.str(), v.is_table(), where, valid));
+    }
+  }
+  return Status::ok();
+}
+
+template <typename E>
+Status parse_error_status(const E& e, std::string_view source) {
+  const auto& begin = e.source().begin;
+  return Status::invalid(fmt::format("{}:{}:{}: TOML parse error: {}", source, begin.line,
+                                     begin.column, e.description()));
+}
+
+Result<Document> parse_document(const std::string& text, const std::string& source) {
+  toml::table root;
+#if TOML_EXCEPTIONS
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return parse_error_status(e, source);
+  }
+#else
+  toml::parse_result parsed = toml::parse(text, source);
+  if (!parsed) return parse_error_status(parsed.error(), source);
+  root = std::move(parsed).table();
+#endif
+  Document d;
+  d.config.source = source;
+  d.origins.source = source;
+  GOSSIP_RETURN_IF_ERROR(read_table(root, "", d));
+  return d;
+}
+
+Result<Document> load_document(const std::string& path) {
+  auto cannot_read = [&path](int error) {
+    return Status::io_error(
+        fmt::format("cannot read config file '{}': {}", path, std::strerror(error)));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return cannot_read(errno);
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return cannot_read(error);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return parse_document(text, path);
+}
+
+// node.id, node.listen and node.run_dir have no defaults. With `from_flags_too` the message
+// also says which flag sets the missing key.
+Status check_required(const Document& d, bool from_flags_too) {
+  struct Required {
+    bool present;
+    std::string_view key;
+    std::string_view flag;
+  };
+  const Required required[] = {{d.has_id, "node.id", "--id"},
+                               {d.has_listen, "node.listen", "--listen"},
+                               {d.has_run_dir, "node.run_dir", "--run-dir"}};
+  for (const Required& r : required) {
+    if (r.present) continue;
+    if (!from_flags_too)
+      return Status::invalid(fmt::format("{}: missing key '{}'", d.origins.source, r.key));
+    return Status::invalid(fmt::format(
+        "{}: missing key '{}' (pass {}{})", d.origins.source, r.key, r.flag,
+        d.origins.source == kCommandLine ? " or --config FILE" : " or set it in the file"));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+uint32_t DaemonConfig::nodes() const { return static_cast<uint32_t>(remote_peers().size()) + 1; }
+
+std::vector<PeerConfig> DaemonConfig::remote_peers() const {
+  std::vector<PeerConfig> remote;
+  for (const PeerConfig& p : peers)
+    if (p.id != node_id) remote.push_back(p);
+  std::sort(remote.begin(), remote.end(),
+            [](const PeerConfig& a, const PeerConfig& b) { return a.id < b.id; });
+  return remote;
+}
+
+std::string DaemonConfig::ipc_endpoint() const {
+  return "ipc://" +
+         (std::filesystem::path(run_dir) / fmt::format("gossipd-{}.sock", node_id)).string();
+}
+
+Result<DaemonConfig> parse_config(const std::string& toml_text, const std::string& source) {
+  auto d = parse_document(toml_text, source);
+  if (!d) return d.status();
+  GOSSIP_RETURN_IF_ERROR(check_required(*d, false));
+  GOSSIP_RETURN_IF_ERROR(check_config(d->config, d->origins));
+  return std::move(d->config);
+}
+
+Result<DaemonConfig> load_config_file(const std::string& path) {
+  auto d = load_document(path);
+  if (!d) return d.status();
+  GOSSIP_RETURN_IF_ERROR(check_required(*d, false));
+  GOSSIP_RETURN_IF_ERROR(check_config(d->config, d->origins));
+  return std::move(d->config);
+}
+
+Status validate_config(const DaemonConfig& config) {
+  Origins origins;
+  origins.source = config.source.empty() ? "config" : config.source;
+  return check_config(config, origins);
+}
+
+Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
+  CLI::App app{
+      "gossipd: the per-node daemon of decentralized data-parallel training.\n"
+      "Settings come from --config FILE (TOML; see daemon/gossipd.example.toml);\n"
+      "flags override the file (a repeated flag: the last one wins). --peer, when given,\n"
+      "replaces the file's peer list.",
+      "gossipd"};
+  std::string config_path;
+  CLI::Option* config_option =
+      app.add_option("--config", config_path, "TOML config file")->type_name("FILE");
+  // Every value is taken as text and checked here, so that an error names the flag.
+  std::array<std::string, std::tuple_size_v<std::decay_t<decltype(fields())>>> texts;
+  std::array<CLI::Option*, texts.size()> options{};
+  for (size_t i = 0; i < fields().size(); ++i) {
+    const Field& f = fields()[i];
+    options[i] =
+        app.add_option(std::string(f.flag), texts[i], fmt::format("{} ({})", f.help, f.key))
+            ->type_name(std::string(f.flag_arg))
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win
+  }
+  std::vector<std::string> peer_texts;
+  CLI::Option* peer_option =
+      app.add_option("--peer", peer_texts,
+                     "another node, repeatable: ID=tcp://HOST:PORT (replaces the file's [[peers]])")
+          ->type_name("ID=EP")
+          ->take_all()
+          ->expected(1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return Status::closed(app.help());
+  } catch (const CLI::CallForAllHelp&) {
+    return Status::closed(app.help("", CLI::AppFormatMode::All));
+  } catch (const CLI::ParseError& e) {
+    return Status::invalid(fmt::format("{}: {}", kCommandLine, e.what()));
+  }
+
+  Document d;
+  if (config_option->count() > 0) {
+    auto loaded = load_document(config_path);
+    if (!loaded) return loaded.status();
+    d = std::move(*loaded);
+  } else {
+    d.config.source = std::string(kCommandLine);
+    d.origins.source = std::string(kCommandLine);
+  }
+
+  for (size_t i = 0; i < fields().size(); ++i) {
+    if (options[i]->count() == 0) continue;
+    const Field& f = fields()[i];
+    if (auto problem = read_flag_value(f, texts[i], d.config))
+      return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, f.flag, *problem));
+    d.origins.flags[std::string(f.key)] = std::string(f.flag);
+    if (f.key == "node.id") d.has_id = true;
+    if (f.key == "node.listen") d.has_listen = true;
+    if (f.key == "node.run_dir") d.has_run_dir = true;
+  }
+
+  if (peer_option->count() > 0) {
+    d.config.peers.clear();
+    for (const std::string& text : peer_texts) {
+      const std::string flag = fmt::format("--peer {}", text);
+      auto malformed = [&flag](std::string_view why) {
+        return Status::invalid(fmt::format(
+            "{}: flag '{}': {} (the form is ID=tcp://HOST:PORT, e.g. --peer 1=tcp://10.0.0.2:7000)",
+            kCommandLine, flag, why));
+      };
+      const size_t eq = text.find('=');
+      if (eq == std::string::npos) return malformed("no '=' between ID and endpoint");
+      auto id = integer_from_text(kNodeIdRange, std::string_view(text).substr(0, eq));
+      if (auto* problem = std::get_if<std::string>(&id))
+        return malformed(fmt::format("ID {}", *problem));
+      PeerConfig peer{static_cast<uint32_t>(std::get<uint64_t>(id)), text.substr(eq + 1)};
+      if (auto problem = endpoint_problem(peer.endpoint))
+        return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, flag, *problem));
+      const size_t index = d.config.peers.size();
+      d.origins.flags[fmt::format("peers[{}].id", index)] = flag;
+      d.origins.flags[fmt::format("peers[{}].endpoint", index)] = flag;
+      d.config.peers.push_back(std::move(peer));
+    }
+  }
+
+  GOSSIP_RETURN_IF_ERROR(check_required(d, true));
+  GOSSIP_RETURN_IF_ERROR(check_config(d.config, d.origins));
+  return std::move(d.config);
+}
+
+}  // namespace gossip::daemon
