@@ -1,0 +1,83 @@
+#include "sgd/local_sgd.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace gossip::sgd {
+namespace {
+
+// An all-reduce over simulated nodes: replaces data with a mean the test sets.
+class FixedMean final : public AllReduce {
+ public:
+  std::vector<float> mean;
+  Status failure;
+  Status all_reduce_mean(std::span<float> data, uint64_t, const CollectiveOptions&) override {
+    if (!failure.is_ok()) return failure;
+    std::copy(mean.begin(), mean.end(), data.begin());
+    return Status::ok();
+  }
+  void progress(uint64_t, size_t, std::chrono::milliseconds) override {}
+  void set_layout_fingerprint(uint64_t) override {}
+};
+
+CollectiveOptions opts() { return {std::chrono::steady_clock::now() + std::chrono::seconds(1)}; }
+
+TEST(LocalSgd, PlainAveragingIsTheMean) {
+  FixedMean ar;
+  LocalSgd sgd(ar, OuterOptimizer{});
+  std::vector<float> x = {1, 2};
+  ar.mean = {5, 6};
+  ASSERT_TRUE(sgd.synchronize(x, 0, opts()).is_ok());
+  EXPECT_EQ(x, (std::vector<float>{5, 6}));
+}
+
+TEST(LocalSgd, NesterovOuterStepFollowsDiLoCo) {
+  FixedMean ar;
+  LocalSgd sgd(ar, OuterOptimizer{OuterOptimizer::Kind::kNesterov, 0.5, 0.9});
+  std::vector<float> x = {0};
+  ar.mean = {1.0f};  // round 0: plain average, defines x_prev = 1
+  ASSERT_TRUE(sgd.synchronize(x, 0, opts()).is_ok());
+  EXPECT_FLOAT_EQ(x[0], 1.0f);
+  // Round 1: average 3 -> g = x_prev - avg = -2; m = 0.9*0 + g = -2;
+  // step = g + 0.9*m = -3.8; x = 1 - 0.5 * -3.8 = 2.9.
+  ar.mean = {3.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 1, opts()).is_ok());
+  EXPECT_FLOAT_EQ(x[0], 2.9f);
+  // Round 2: average 2.9 (nodes did not move) -> g = 0; m = -1.8; step = -1.62; x = 3.71.
+  ar.mean = {2.9f};
+  ASSERT_TRUE(sgd.synchronize(x, 2, opts()).is_ok());
+  EXPECT_NEAR(x[0], 3.71f, 1e-5);
+}
+
+TEST(LocalSgd, PlainOuterLearningRateScalesTheAveragedDelta) {
+  FixedMean ar;
+  LocalSgd sgd(ar, OuterOptimizer{OuterOptimizer::Kind::kNone, 0.5, 0.0});
+  std::vector<float> x = {0};
+  ar.mean = {2.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 0, opts()).is_ok());
+  ar.mean = {4.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 1, opts()).is_ok());
+  EXPECT_FLOAT_EQ(x[0], 3.0f);  // 2 + 0.5 * (4 - 2)
+}
+
+TEST(LocalSgd, AFailedRoundLeavesTheModelAndTheOuterStateAlone) {
+  FixedMean ar;
+  LocalSgd sgd(ar, OuterOptimizer{OuterOptimizer::Kind::kNesterov, 0.5, 0.9});
+  std::vector<float> x = {7};
+  ar.failure = Status::timeout("round 0: no complete model from peer 2");
+  Status st = sgd.synchronize(x, 0, opts());
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("peer 2"), std::string::npos);
+  EXPECT_EQ(x[0], 7.0f);
+}
+
+TEST(LocalSgd, UnknownOuterOptimizerIsNamed) {
+  auto k = parse_outer_kind("adam");
+  ASSERT_FALSE(k.is_ok());
+  EXPECT_NE(k.status().message().find("adam"), std::string::npos);
+  EXPECT_NE(k.status().message().find("nesterov"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gossip::sgd
