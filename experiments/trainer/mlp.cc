@@ -1,0 +1,180 @@
+#include "experiments/trainer/mlp.h"
+
+#include <fmt/format.h>
+
+#include <Eigen/Core>
+#include <array>
+#include <cassert>
+#include <cmath>
+
+#include "experiments/trainer/rng.h"
+
+namespace gossip::trainer {
+namespace {
+
+using MatrixR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapR = Eigen::Map<MatrixR>;
+using ConstMapR = Eigen::Map<const MatrixR>;
+using RowMap = Eigen::Map<Eigen::RowVectorXf>;
+using ConstRowMap = Eigen::Map<const Eigen::RowVectorXf>;
+
+constexpr uint64_t kInitStream = 0x494e4954ULL;  // "INIT"
+
+constexpr std::array<TensorShape, Mlp::kNumTensors> kLayout = {{
+    {"fc1.weight", Mlp::kHidden1, Mlp::kInputs},
+    {"fc1.bias", Mlp::kHidden1, 1},
+    {"fc2.weight", Mlp::kHidden2, Mlp::kHidden1},
+    {"fc2.bias", Mlp::kHidden2, 1},
+    {"fc3.weight", Mlp::kOutputs, Mlp::kHidden2},
+    {"fc3.bias", Mlp::kOutputs, 1},
+}};
+
+size_t offset_of(size_t tensor) {
+  size_t offset = 0;
+  for (size_t i = 0; i < tensor; ++i) offset += kLayout[i].numel();
+  return offset;
+}
+
+ConstMapR weight(const std::span<float>& t, size_t index) {
+  return ConstMapR(t.data(), static_cast<Eigen::Index>(kLayout[index].rows),
+                   static_cast<Eigen::Index>(kLayout[index].cols));
+}
+
+ConstRowMap bias(const std::span<float>& t) {
+  return ConstRowMap(t.data(), static_cast<Eigen::Index>(t.size()));
+}
+
+}  // namespace
+
+std::span<const TensorShape, Mlp::kNumTensors> Mlp::layout() { return kLayout; }
+
+size_t Mlp::num_parameters() { return offset_of(kNumTensors); }
+
+Result<Mlp> Mlp::create(std::vector<std::span<float>> parameters) {
+  if (parameters.size() != kNumTensors) {
+    return Status::mismatch(
+        fmt::format("the MLP has {} tensors, got {}", kNumTensors, parameters.size()));
+  }
+  for (size_t i = 0; i < kNumTensors; ++i) {
+    if (parameters[i].size() != kLayout[i].numel()) {
+      return Status::mismatch(fmt::format("tensor {} '{}' has {} elements, expected {}", i,
+                                          kLayout[i].name, parameters[i].size(),
+                                          kLayout[i].numel()));
+    }
+  }
+  return Mlp(std::move(parameters));
+}
+
+Mlp::Mlp(std::vector<std::span<float>> parameters)
+    : parameters_(std::move(parameters)), gradients_(num_parameters(), 0.0f) {}
+
+void Mlp::init(uint64_t seed) {
+  Rng rng(mix_seed(seed, kInitStream));
+  for (size_t i = 0; i < kNumTensors; ++i) {
+    auto& t = parameters_[i];
+    if (kLayout[i].cols == 1) {
+      std::fill(t.begin(), t.end(), 0.0f);
+      continue;
+    }
+    const double std_dev = std::sqrt(2.0 / static_cast<double>(kLayout[i].cols));
+    for (float& x : t) x = static_cast<float>(rng.normal() * std_dev);
+  }
+}
+
+std::vector<std::span<float>> Mlp::gradients() {
+  std::vector<std::span<float>> views;
+  size_t offset = 0;
+  for (const auto& shape : kLayout) {
+    views.emplace_back(gradients_.data() + offset, shape.numel());
+    offset += shape.numel();
+  }
+  return views;
+}
+
+void Mlp::forward(const float* inputs, size_t batch) {
+  const auto b = static_cast<Eigen::Index>(batch);
+  h1_.resize(batch * kHidden1);
+  h2_.resize(batch * kHidden2);
+  logits_.resize(batch * kOutputs);
+  ConstMapR x(inputs, b, kInputs);
+  MapR h1(h1_.data(), b, kHidden1);
+  MapR h2(h2_.data(), b, kHidden2);
+  MapR logits(logits_.data(), b, kOutputs);
+
+  h1.noalias() = x * weight(parameters_[0], 0).transpose();
+  h1.rowwise() += bias(parameters_[1]);
+  h1 = h1.cwiseMax(0.0f);
+  h2.noalias() = h1 * weight(parameters_[2], 2).transpose();
+  h2.rowwise() += bias(parameters_[3]);
+  h2 = h2.cwiseMax(0.0f);
+  logits.noalias() = h2 * weight(parameters_[4], 4).transpose();
+  logits.rowwise() += bias(parameters_[5]);
+}
+
+float Mlp::forward_backward(std::span<const float> inputs, std::span<const uint8_t> labels) {
+  const size_t batch = labels.size();
+  assert(batch > 0 && inputs.size() == batch * kInputs);
+  forward(inputs.data(), batch);
+  const auto b = static_cast<Eigen::Index>(batch);
+
+  // Softmax and loss, row by row with the max subtracted; logits_ becomes dL/dlogits.
+  double loss_sum = 0;
+  const float inv_batch = 1.0f / static_cast<float>(batch);
+  for (size_t r = 0; r < batch; ++r) {
+    float* z = &logits_[r * kOutputs];
+    float max = z[0];
+    for (size_t k = 1; k < kOutputs; ++k) max = std::max(max, z[k]);
+    std::array<double, kOutputs> e;
+    double sum = 0;
+    for (size_t k = 0; k < kOutputs; ++k) sum += (e[k] = std::exp(static_cast<double>(z[k] - max)));
+    loss_sum += std::log(sum) - static_cast<double>(z[labels[r]] - max);
+    for (size_t k = 0; k < kOutputs; ++k) z[k] = static_cast<float>(e[k] / sum) * inv_batch;
+    z[labels[r]] -= inv_batch;
+  }
+
+  auto grads = gradients();
+  ConstMapR x(inputs.data(), b, kInputs);
+  MapR h1(h1_.data(), b, kHidden1);
+  MapR h2(h2_.data(), b, kHidden2);
+  MapR g3(logits_.data(), b, kOutputs);
+  d1_.resize(batch * kHidden1);
+  d2_.resize(batch * kHidden2);
+  MapR g1(d1_.data(), b, kHidden1);
+  MapR g2(d2_.data(), b, kHidden2);
+
+  MapR(grads[4].data(), kOutputs, kHidden2).noalias() = g3.transpose() * h2;
+  RowMap(grads[5].data(), kOutputs) = g3.colwise().sum();
+  g2.noalias() = g3 * weight(parameters_[4], 4);
+  // ReLU: the gradient passes where the activation was positive.
+  g2 = (h2.array() > 0.0f).select(g2, 0.0f);
+  MapR(grads[2].data(), kHidden2, kHidden1).noalias() = g2.transpose() * h1;
+  RowMap(grads[3].data(), kHidden2) = g2.colwise().sum();
+  g1.noalias() = g2 * weight(parameters_[2], 2);
+  g1 = (h1.array() > 0.0f).select(g1, 0.0f);
+  MapR(grads[0].data(), kHidden1, kInputs).noalias() = g1.transpose() * x;
+  RowMap(grads[1].data(), kHidden1) = g1.colwise().sum();
+
+  return static_cast<float>(loss_sum / static_cast<double>(batch));
+}
+
+Mlp::Score Mlp::score(std::span<const float> inputs, std::span<const uint8_t> labels) {
+  const size_t batch = labels.size();
+  assert(inputs.size() == batch * kInputs);
+  Score score;
+  if (batch == 0) return score;
+  forward(inputs.data(), batch);
+  for (size_t r = 0; r < batch; ++r) {
+    const float* z = &logits_[r * kOutputs];
+    size_t best = 0;
+    for (size_t k = 1; k < kOutputs; ++k) {
+      if (z[k] > z[best]) best = k;
+    }
+    double sum = 0;
+    for (size_t k = 0; k < kOutputs; ++k) sum += std::exp(static_cast<double>(z[k] - z[best]));
+    score.loss_sum += std::log(sum) - static_cast<double>(z[labels[r]] - z[best]);
+    score.correct += best == labels[r] ? 1 : 0;
+  }
+  return score;
+}
+
+}  // namespace gossip::trainer

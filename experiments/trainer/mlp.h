@@ -1,0 +1,71 @@
+#pragma once
+// The reference model: an MLP 784-256-128-10 with ReLU and softmax cross-entropy,
+// forward and backward on the CPU with Eigen.
+//
+// The MLP does not own its parameters: it views six spans (which may live in the
+// daemon's shared-memory arena), in the layout every trainer of every node declares:
+//   fc1.weight [256, 784], fc1.bias [256], fc2.weight [128, 256], fc2.bias [128],
+//   fc3.weight [10, 128],  fc3.bias [10]
+// Weights are [out, in], row-major (PyTorch's nn.Linear convention). Gradients and
+// activations are owned here.
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "experiments/trainer/dataset.h"
+#include "proto/status.h"
+
+namespace gossip::trainer {
+
+struct TensorShape {
+  std::string_view name;
+  size_t rows = 0;  // output features for a weight; the length for a bias
+  size_t cols = 1;  // input features for a weight; 1 for a bias
+  size_t numel() const { return rows * cols; }
+};
+
+class Mlp {
+ public:
+  static constexpr size_t kInputs = kImagePixels;
+  static constexpr size_t kHidden1 = 256;
+  static constexpr size_t kHidden2 = 128;
+  static constexpr size_t kOutputs = kNumClasses;
+  static constexpr size_t kNumTensors = 6;
+
+  static std::span<const TensorShape, kNumTensors> layout();
+  static size_t num_parameters();
+
+  // Views `parameters`; fails unless they match layout() in count and sizes.
+  static Result<Mlp> create(std::vector<std::span<float>> parameters);
+
+  // He (Kaiming) normal init, std = sqrt(2 / fan_in), biases zero. Depends only on the
+  // seed, so every node that initializes starts from the same model.
+  void init(uint64_t seed);
+
+  // Mean softmax cross-entropy over the batch (inputs: labels.size() * kInputs floats);
+  // leaves its gradient with respect to every parameter in gradients().
+  float forward_backward(std::span<const float> inputs, std::span<const uint8_t> labels);
+
+  struct Score {
+    double loss_sum = 0;  // summed (not mean) cross-entropy
+    size_t correct = 0;   // argmax == label
+  };
+  // Forward only.
+  Score score(std::span<const float> inputs, std::span<const uint8_t> labels);
+
+  const std::vector<std::span<float>>& parameters() const { return parameters_; }
+  std::vector<std::span<float>> gradients();
+
+ private:
+  explicit Mlp(std::vector<std::span<float>> parameters);
+  // Fills h1_, h2_ (post-ReLU) and logits_ for `batch` rows.
+  void forward(const float* inputs, size_t batch);
+
+  std::vector<std::span<float>> parameters_;
+  std::vector<float> gradients_;  // all tensors back to back, in layout order
+  std::vector<float> h1_, h2_, logits_, d1_, d2_;
+};
+
+}  // namespace gossip::trainer

@@ -1,0 +1,208 @@
+#include "experiments/trainer/run.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "experiments/trainer/dataset.h"
+#include "experiments/trainer/mlp.h"
+#include "experiments/trainer/report.h"
+#include "experiments/trainer/trainer.h"
+#include "gossip/client.h"
+
+namespace gossip::trainer {
+namespace {
+
+int fail(const Status& status) {
+  fmt::print(stderr, "gossip-train: {}\n", status.message());
+  return 1;
+}
+
+TrafficCounts counts(const gossip::Traffic& t) {
+  return {t.payload_sent, t.payload_recv, t.wire_sent, t.wire_recv};
+}
+
+std::string bytes(uint64_t n) {
+  if (n < 10'000) return fmt::format("{} B", n);
+  if (n < 10'000'000) return fmt::format("{:.1f} kB", static_cast<double>(n) / 1e3);
+  if (n < 10'000'000'000) return fmt::format("{:.1f} MB", static_cast<double>(n) / 1e6);
+  return fmt::format("{:.1f} GB", static_cast<double>(n) / 1e9);
+}
+
+// Sums training losses between two CSV rows.
+struct LossWindow {
+  double sum = 0;
+  uint64_t steps = 0;
+  double mean() const { return steps ? sum / static_cast<double>(steps) : 0.0; }
+};
+
+}  // namespace
+
+int run(const RunOptions& o) {
+  // Fail before training rather than after it when the result has nowhere to go.
+  if (!o.result_path.empty()) {
+    std::error_code ec;
+    const auto parent = std::filesystem::absolute(o.result_path, ec).parent_path();
+    if (ec || !std::filesystem::is_directory(parent, ec)) {
+      return fail(Status::not_found(
+          fmt::format("--result {}: directory {} does not exist", o.result_path, parent.string())));
+    }
+  }
+  // Data first: a trainer that cannot train should not join the node.
+  auto train = load_fashion_mnist(o.data_dir, Split::kTrain);
+  if (!train) return fail(train.status());
+  auto test = load_fashion_mnist(o.data_dir, Split::kTest);
+  if (!test) return fail(test.status());
+  auto shards = make_shards(train->labels, kNumClasses, o.partition, o.nodes, o.seed);
+  if (!shards) return fail(shards.status().with_context("--partition " + o.partition.to_string()));
+  std::vector<uint32_t> shard = std::move((*shards)[o.node]);
+  const size_t shard_size = shard.size();
+
+  std::optional<CsvLog> csv;
+  if (!o.csv_path.empty()) {
+    auto opened = CsvLog::open(o.csv_path);
+    if (!opened) return fail(opened.status());
+    csv.emplace(std::move(*opened));
+  }
+
+  std::vector<float> own_parameters;  // standalone only; attached, they live in the arena
+  std::vector<std::span<float>> parameters;
+  std::unique_ptr<Client> client;
+  bool initialized = false;
+  uint64_t start_step = 0;
+  if (o.standalone) {
+    own_parameters.resize(Mlp::num_parameters());
+    size_t offset = 0;
+    for (const auto& shape : Mlp::layout()) {
+      parameters.emplace_back(own_parameters.data() + offset, shape.numel());
+      offset += shape.numel();
+    }
+  } else {
+    ClientOptions client_options;
+    client_options.endpoint = o.endpoint;
+    client_options.trainer = o.name;
+    client_options.local_rank = o.local_rank;
+    client_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000.0));
+    auto connected = Client::connect(client_options);
+    if (!connected) return fail(connected.status().with_context("connecting to " + o.endpoint));
+    client = std::move(*connected);
+    std::vector<TensorDesc> layout;
+    for (const auto& shape : Mlp::layout())
+      layout.push_back({std::string(shape.name), shape.numel()});
+    auto model = client->attach(layout);
+    if (!model) return fail(model.status().with_context("attaching to " + o.endpoint));
+    parameters = model->tensors;
+    initialized = model->initialized;
+    start_step = model->start_step;
+    if (model->nodes != 0 && model->nodes != o.nodes) {
+      spdlog::warn("--nodes {} but the daemon's cluster has {} nodes: shards follow --nodes",
+                   o.nodes, model->nodes);
+    }
+    if (start_step >= o.steps) {
+      return fail(Status::invalid(
+          fmt::format("the node is already at step {}, not below --steps {}: nothing to train",
+                      start_step, o.steps)));
+    }
+  }
+
+  TrainerOptions trainer_options;
+  trainer_options.batch = o.batch;
+  trainer_options.sgd = o.sgd;
+  trainer_options.seed = o.seed;
+  trainer_options.node = o.node;
+  trainer_options.local_rank = o.local_rank;
+  auto trainer = Trainer::create(*train, std::move(shard), parameters, trainer_options);
+  if (!trainer) return fail(trainer.status());
+  // The init depends on the seed only, so every node starts from the same model; a
+  // model already in the arena (another trainer of the node was first) is kept.
+  if (!initialized) trainer->model().init(o.seed);
+  spdlog::info("{} node {}/{}: {} training samples ({}), {} test samples, steps {}..{}, lr {} ({})",
+               o.standalone ? "standalone" : o.endpoint, o.node, o.nodes, shard_size,
+               o.partition.to_string(), test->size(), start_step, o.steps, o.sgd.lr,
+               lr_schedule_name(o.lr_schedule));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  LossWindow window;
+  TrafficCounts traffic;
+  uint64_t step = start_step;
+  while (step < o.steps) {
+    window.sum += trainer->step(scheduled_lr(o.sgd.lr, o.lr_schedule, step, o.steps));
+    ++window.steps;
+    ++step;
+    // The last step's client->step() belongs to the end-of-run protocol below.
+    if (step == o.steps) break;
+    if (client) {
+      auto stepped = client->step();
+      if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));
+      traffic = counts(stepped->traffic);
+    }
+    if (o.eval_every != 0 && step % o.eval_every == 0) {
+      const Evaluation eval = trainer->evaluate(*test);
+      const double wall = elapsed();
+      spdlog::info("step {} loss {:.4f} test accuracy {:.2f}% loss {:.4f} sent {} ({:.1f} s)", step,
+                   window.mean(), 100 * eval.accuracy, eval.loss, bytes(traffic.payload_sent),
+                   wall);
+      if (csv) {
+        if (Status s = csv->write({step, wall, window.mean(), eval.accuracy, traffic}); !s) {
+          return fail(s);
+        }
+      }
+      window = {};
+    }
+  }
+
+  // End of the run: the node's own model, then the model after one more
+  // synchronization, which every node holds (the average, for averaging strategies).
+  const Evaluation local = trainer->evaluate(*test);
+  Evaluation average = local;
+  if (client) {
+    const bool syncs = client->next_step_syncs();
+    auto stepped = client->step();
+    if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));
+    if (!syncs) {
+      stepped = client->sync();
+      if (!stepped) return fail(stepped.status().with_context("final synchronization"));
+    }
+    traffic = counts(stepped->traffic);
+    average = trainer->evaluate(*test);
+  }
+  const double wall = elapsed();
+  if (csv) {
+    if (Status s = csv->write({step, wall, window.mean(), average.accuracy, traffic}); !s) {
+      return fail(s);
+    }
+  }
+
+  RunResult result;
+  result.node = o.node;
+  result.steps = step;
+  result.accuracy_local = local.accuracy;
+  result.accuracy_average = average.accuracy;
+  result.loss = window.mean();
+  result.test_loss = average.loss;
+  result.traffic = traffic;
+  result.wall_seconds = wall;
+  if (!o.result_path.empty()) {
+    if (Status s = write_file_atomically(o.result_path, to_json(result) + "\n"); !s) {
+      return fail(s);
+    }
+  }
+  fmt::print(
+      "gossip-train node {}/{}: {} steps in {:.1f} s, train loss {:.4f}, test accuracy {:.2f}% "
+      "(local {:.2f}%), payload sent {} received {}\n",
+      o.node, o.nodes, step, wall, result.loss, 100 * average.accuracy, 100 * local.accuracy,
+      bytes(traffic.payload_sent), bytes(traffic.payload_recv));
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace gossip::trainer

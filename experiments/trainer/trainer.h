@@ -1,0 +1,59 @@
+#pragma once
+// One trainer's local work: minibatches from its shard, forward/backward, SGD update
+// in place on the parameters it views (its own buffer or the daemon's arena). What
+// happens between steps (synchronization) is the caller's business.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "experiments/trainer/batch_sampler.h"
+#include "experiments/trainer/dataset.h"
+#include "experiments/trainer/evaluation.h"
+#include "experiments/trainer/mlp.h"
+#include "experiments/trainer/sgd.h"
+#include "proto/status.h"
+
+namespace gossip::trainer {
+
+struct TrainerOptions {
+  size_t batch = 64;
+  SgdOptions sgd;
+  uint64_t seed = 0;
+  // With the seed, these pick the sampling order, so that nodes (and trainers of one
+  // node) draw different batches while starting from the same model.
+  uint32_t node = 0;
+  uint32_t local_rank = 0;
+};
+
+class Trainer {
+ public:
+  // `train` must outlive the trainer; `shard` are non-empty indices into it; the
+  // parameters must match Mlp::layout(). Does not initialize the parameters.
+  static Result<Trainer> create(const Dataset& train, std::vector<uint32_t> shard,
+                                std::vector<std::span<float>> parameters,
+                                const TrainerOptions& options);
+
+  // One local SGD step on the next minibatch at learning rate lr; returns the
+  // minibatch's mean training loss.
+  float step(float lr);
+  float step() { return step(sgd_.options().lr); }
+
+  Evaluation evaluate(const Dataset& test) { return gossip::trainer::evaluate(model_, test); }
+
+  Mlp& model() { return model_; }
+  const BatchSampler& sampler() const { return sampler_; }
+
+ private:
+  Trainer(const Dataset& train, BatchSampler sampler, Mlp model, const TrainerOptions& options);
+
+  const Dataset* train_;
+  BatchSampler sampler_;
+  Mlp model_;
+  MomentumSgd sgd_;
+  size_t batch_;
+  std::vector<float> inputs_;
+  std::vector<uint8_t> labels_;
+};
+
+}  // namespace gossip::trainer
