@@ -5,13 +5,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <cerrno>
+#include <charconv>
+#include <filesystem>
 #include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
 
 namespace gossip::daemon {
+
+std::string Arena::name_for(uint32_t node) {
+  return fmt::format("/gossipd-{}-{}-{}", ::getuid(), node, ::getpid());
+}
+
+std::vector<std::string> Arena::remove_stale(uint32_t node) {
+  std::vector<std::string> removed;
+  const std::string prefix = fmt::format("gossipd-{}-{}-", ::getuid(), node);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string file = e.path().filename().string();
+    if (!file.starts_with(prefix)) continue;
+    pid_t pid = 0;
+    auto digits = std::string_view(file).substr(prefix.size());
+    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (err != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (::shm_unlink(("/" + file).c_str()) == 0) removed.push_back("/" + file);
+  }
+  return removed;
+}
 
 Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t numel) {
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)

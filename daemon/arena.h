@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "proto/status.h"
 
@@ -25,6 +26,13 @@ struct ArenaHeader {
 
 class Arena {
  public:
+  // "/gossipd-<uid>-<node>-<pid>": unique per daemon process, and tells which
+  // process an object left in /dev/shm belonged to.
+  static std::string name_for(uint32_t node);
+  // Unlinks the arenas of `node` (this uid) whose daemon process no longer exists:
+  // what a SIGKILLed daemon leaves behind. Returns their names.
+  static std::vector<std::string> remove_stale(uint32_t node);
+
   // Creates /dev/shm<name> with mode 0600 (fails if it exists) and maps it.
   static Result<Arena> create(const std::string& name, uint32_t slots, uint64_t numel);
   Arena(Arena&& other) noexcept;

@@ -47,6 +47,9 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
     spdlog::warn("removed stale IPC socket {}", d->ipc_path_);
   }
 
+  for (const auto& name : Arena::remove_stale(config.node_id))
+    spdlog::warn("removed arena {} left by a gossipd that no longer runs", name);
+
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -209,7 +212,7 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
     layout_ = a.layout;
     uint64_t numel = proto::padded_numel(*layout_);
     auto arena = Arena::create(
-        fmt::format("/gossipd-{}-{}-{}", ::getuid(), config_.node_id, ::getpid()),
+        Arena::name_for(config_.node_id),
         config_.max_trainers, numel);
     if (!arena) {
       layout_.reset();

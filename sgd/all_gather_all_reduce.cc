@@ -159,6 +159,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   // caller may overwrite data as soon as we return, so wait for them.
   for (const auto& p : ps) {
     while (transport_.pending_sends(p.id) > 0) {
+      if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
       if (Clock::now() >= options.deadline)
         return Status::timeout(
             fmt::format("round {}: peer {} did not take our model in time", round, p.id));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -76,6 +77,30 @@ TEST(Arena, MappingBeyondTheObjectOrUnalignedIsRefused) {
   auto missing = client::ShmMapping::map(unique_name("missing"), 0, 100);
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("cannot open arena"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gossip::daemon
+
+namespace gossip::daemon {
+namespace {
+
+TEST(Arena, StaleArenasOfDeadDaemonsAreRemovedAndLiveOnesKept) {
+  constexpr uint32_t kNode = 987654;
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);  // a pid that no longer runs
+  std::string dead = "/gossipd-" + std::to_string(::getuid()) + "-" + std::to_string(kNode) + "-" +
+                     std::to_string(child);
+  int fd = ::shm_open(dead.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto live = Arena::create(Arena::name_for(kNode), 1, 16);  // ours: this process runs
+  ASSERT_TRUE(live.is_ok());
+  auto removed = Arena::remove_stale(kNode);
+  EXPECT_EQ(removed, std::vector<std::string>{dead});
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + dead));
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live->name()));
 }
 
 }  // namespace
