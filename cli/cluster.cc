@@ -1,1 +1,880 @@
-// placeholder: being written
+#include "cli/cluster.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "cli/json.h"
+#include "cli/process.h"
+#include "cli/progress.h"
+#include "cli/run_files.h"
+
+namespace gossip::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr std::chrono::milliseconds kSupervisePoll{50};
+constexpr std::chrono::milliseconds kProgressRefresh{250};
+constexpr size_t kLogTailLines = 5;
+constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
+constexpr double kAccuracyAgreement = 1e-3;
+
+const std::vector<std::string> kStrategies = {"local-sgd"};
+const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
+const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
+                                             "error", "critical", "off"};
+
+bool contains(const std::vector<std::string>& list, std::string_view v) {
+  return std::find(list.begin(), list.end(), v) != list.end();
+}
+
+std::string join(const std::vector<std::string>& list, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i > 0) out += sep;
+    out += list[i];
+  }
+  return out;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Clock::duration from_seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// --- signals -----------------------------------------------------------------------
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void record_stop_signal(int sig) { g_stop_signal = sig; }
+
+// For its lifetime, SIGINT and SIGTERM set a flag that every wait loop checks (so a
+// Ctrl-C stops the children in order instead of killing gossipctl), and SIGPIPE is
+// ignored. The previous dispositions come back in the destructor.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = record_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &old_pipe_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  int received() const { return g_stop_signal; }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  struct sigaction old_pipe_ {};
+};
+
+// --- run directory -----------------------------------------------------------------
+
+// Where the nodes' sockets, CSVs, results and logs go: --out DIR (kept), or a fresh
+// temporary directory removed when this object goes away.
+class RunDirectory {
+ public:
+  static Result<RunDirectory> create(const std::string& out) {
+    RunDirectory dir;
+    std::error_code ec;
+    if (out.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string pattern =
+          fmt::format("{}/gossipctl-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+      if (::mkdtemp(pattern.data()) == nullptr) {
+        return Status::io_error(fmt::format("cannot create a temporary directory {}: {}", pattern,
+                                            std::strerror(errno)));
+      }
+      dir.path_ = pattern;
+      dir.temporary_ = true;
+    } else {
+      fs::create_directories(out, ec);
+      if (ec) {
+        return Status::io_error(fmt::format("--out: cannot create {}: {}", out, ec.message()));
+      }
+      fs::path abs = fs::absolute(out, ec);
+      if (ec) return Status::io_error(fmt::format("--out: {}: {}", out, ec.message()));
+      dir.path_ = abs.lexically_normal().string();
+      while (dir.path_.size() > 1 && dir.path_.back() == '/') dir.path_.pop_back();
+    }
+    return dir;
+  }
+
+  RunDirectory(RunDirectory&& other) noexcept
+      : path_(std::move(other.path_)), temporary_(std::exchange(other.temporary_, false)) {}
+  RunDirectory& operator=(RunDirectory&&) = delete;
+  ~RunDirectory() {
+    if (!temporary_) return;
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    if (ec) spdlog::warn("could not remove the run directory {}: {}", path_, ec.message());
+  }
+
+  const std::string& path() const { return path_; }
+  bool temporary() const { return temporary_; }
+  std::string file(std::string_view name) const { return fmt::format("{}/{}", path_, name); }
+
+ private:
+  RunDirectory() = default;
+  std::string path_;
+  bool temporary_ = false;
+};
+
+std::string socket_name(int node) { return fmt::format("gossipd-{}.sock", node); }
+std::string csv_name(int node) { return fmt::format("node-{}.csv", node); }
+std::string result_name(int node) { return fmt::format("node-{}.json", node); }
+std::string daemon_log_name(int node) { return fmt::format("gossipd-{}.log", node); }
+std::string trainer_log_name(int node) { return fmt::format("trainer-{}.log", node); }
+
+// --- the programs ------------------------------------------------------------------
+
+struct Programs {
+  std::string gossipd;
+  std::string trainer;
+};
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// The flag's value (a path, or a bare name looked up in PATH), or default_name beside
+// gossipctl's own executable.
+Result<std::string> resolve_program(const std::string& flag_value, std::string_view default_name,
+                                    std::string_view flag) {
+  std::error_code ec;
+  if (flag_value.empty()) {
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) {
+      return Status::io_error(
+          fmt::format("cannot resolve /proc/self/exe: {} (pass {} PATH)", ec.message(), flag));
+    }
+    const std::string candidate = (self.parent_path() / default_name).string();
+    if (!is_executable_file(candidate)) {
+      return Status::not_found(
+          fmt::format("{} not found: {} is not an executable file (build it, or pass {} PATH)",
+                      default_name, candidate, flag));
+    }
+    return candidate;
+  }
+  if (flag_value.find('/') == std::string::npos) {
+    const char* path_env = std::getenv("PATH");
+    std::string_view dirs = path_env != nullptr ? path_env : "";
+    while (!dirs.empty()) {
+      const size_t colon = dirs.find(':');
+      std::string_view d = dirs.substr(0, colon);
+      dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
+      const std::string candidate = fmt::format("{}/{}", d.empty() ? "." : d, flag_value);
+      if (is_executable_file(candidate)) return fs::absolute(candidate, ec).string();
+    }
+    return Status::not_found(fmt::format("{}: {} not found in PATH", flag, flag_value));
+  }
+  if (!is_executable_file(flag_value)) {
+    return Status::not_found(fmt::format("{}: {} is not an executable file", flag, flag_value));
+  }
+  const fs::path abs = fs::absolute(flag_value, ec);
+  return ec ? flag_value : abs.string();
+}
+
+// Builds an argv of "--flag value" pairs; numbers are written as fmt's shortest form
+// (0.05, 1, 1e-05), which every strtod-style parser reads back exactly.
+class CommandLine {
+ public:
+  explicit CommandLine(std::string program) { argv_.push_back(std::move(program)); }
+  template <typename T>
+  CommandLine& add(std::string_view flag, const T& value) {
+    argv_.emplace_back(flag);
+    argv_.push_back(fmt::format("{}", value));
+    return *this;
+  }
+  std::vector<std::string> take() { return std::move(argv_); }
+
+ private:
+  std::vector<std::string> argv_;
+};
+
+// --- the cluster -------------------------------------------------------------------
+
+struct Member {
+  std::string name;  // "gossipd 2", "trainer 2"
+  std::string log_path;
+  Process process;
+};
+
+// Why the run failed: the message names the process and what happened to it.
+struct Failure {
+  std::string message;
+  std::string process;   // the failed process's name; empty when none is to blame
+  std::string log_path;  // whose log tail explains it; empty: none
+};
+
+struct Outcome {
+  std::optional<Failure> failure;
+  std::vector<TrainerResult> results;  // one per node, or empty if they could not all be read
+  double wall_seconds = 0;
+};
+
+Failure process_failure(const Member& m, std::string message) {
+  return Failure{std::move(message), m.name, m.log_path};
+}
+
+class ClusterRun {
+ public:
+  ClusterRun(const ClusterOptions& options, const RunDirectory& dir, Programs programs,
+             std::vector<int> ports, const StopSignals& signals)
+      : options_(options),
+        dir_(dir),
+        programs_(std::move(programs)),
+        ports_(std::move(ports)),
+        signals_(signals),
+        progress_(ProgressLine::stderr_is_tty()) {}
+
+  Outcome run() {
+    Outcome outcome;
+    start_ = Clock::now();
+    deadline_ = start_ + from_seconds(options_.timeout_s);
+    std::optional<Failure> failure = start_daemons();
+    if (!failure) failure = wait_for_sockets();
+    if (!failure) failure = start_trainers();
+    if (!failure) failure = supervise();
+    outcome.wall_seconds = seconds_between(start_, Clock::now());
+    show_final_progress();
+    if (!failure) {
+      failure = read_results(outcome.results);
+      std::optional<Failure> stop = stop_daemons();
+      if (!failure) failure = std::move(stop);
+    }
+    if (failure) stop_all();
+    outcome.failure = std::move(failure);
+    return outcome;
+  }
+
+ private:
+  // Failure checks shared by every wait: a signal, and daemons that ended.
+  std::optional<Failure> check_signal() const {
+    if (const int sig = signals_.received(); sig != 0) {
+      return Failure{
+          fmt::format("interrupted by {} at step {}/{}", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                      snapshot_.min_step, options_.steps),
+          "", ""};
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Failure> check_daemons() {
+    for (Member& d : daemons_) {
+      if (auto e = d.process.poll()) {
+        return process_failure(
+            d, fmt::format("{} {} before the trainers finished", d.name, e->describe()));
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Failure> spawn(std::vector<Member>& into, std::string name, std::string log_name,
+                               std::vector<std::string> argv) {
+    Member m{std::move(name), dir_.file(log_name), Process()};
+    spdlog::debug("starting {}: {}", m.name, join(argv, " "));
+    auto p = Process::spawn(SpawnOptions{std::move(argv), m.log_path, ""});
+    if (!p) {
+      return Failure{fmt::format("could not start {}: {}", m.name, p.status().message()), m.name,
+                     ""};
+    }
+    m.process = std::move(*p);
+    into.push_back(std::move(m));
+    return std::nullopt;
+  }
+
+  std::optional<Failure> start_daemons() {
+    const auto endpoint = [&](int node) {
+      return fmt::format("tcp://127.0.0.1:{}", ports_[static_cast<size_t>(node)]);
+    };
+    for (int i = 0; i < options_.nodes; ++i) {
+      CommandLine cmd(programs_.gossipd);
+      cmd.add("--id", i).add("--listen", endpoint(i)).add("--run-dir", dir_.path());
+      for (int j = 0; j < options_.nodes; ++j) {
+        if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
+      }
+      cmd.add("--strategy", options_.strategy)
+          .add("--period", options_.period)
+          .add("--post-local", options_.post_local)
+          .add("--outer-optimizer", options_.outer_optimizer)
+          .add("--outer-lr", options_.outer_lr)
+          .add("--outer-momentum", options_.outer_momentum)
+          .add("--seed", options_.seed)
+          .add("--log-level", options_.log_level);
+      auto f = spawn(daemons_, fmt::format("gossipd {}", i), daemon_log_name(i), cmd.take());
+      if (f) return f;
+    }
+    return std::nullopt;
+  }
+
+  // Trainers connect to the daemons' IPC sockets, so those must exist first.
+  std::optional<Failure> wait_for_sockets() {
+    const auto wait_end = std::min(deadline_, Clock::now() + from_seconds(options_.socket_wait_s));
+    for (;;) {
+      if (auto f = check_signal()) return f;
+      if (auto f = check_daemons()) return f;
+      const Member* missing = nullptr;
+      std::string missing_path;
+      for (int i = 0; i < options_.nodes && missing == nullptr; ++i) {
+        std::string path = dir_.file(socket_name(i));
+        std::error_code ec;
+        if (!fs::exists(path, ec)) {
+          missing = &daemons_[static_cast<size_t>(i)];
+          missing_path = std::move(path);
+        }
+      }
+      if (missing == nullptr) return std::nullopt;
+      if (Clock::now() >= wait_end) {
+        return process_failure(
+            *missing, fmt::format("{} did not create its socket {} within {:.0f} s", missing->name,
+                                  missing_path, seconds_between(start_, Clock::now())));
+      }
+      std::this_thread::sleep_for(kSupervisePoll);
+    }
+  }
+
+  std::optional<Failure> start_trainers() {
+    const int64_t remaining_s = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(seconds_between(Clock::now(), deadline_))));
+    for (int i = 0; i < options_.nodes; ++i) {
+      CommandLine cmd(programs_.trainer);
+      cmd.add("--endpoint", fmt::format("ipc://{}", dir_.file(socket_name(i))))
+          .add("--node", i)
+          .add("--nodes", options_.nodes)
+          .add("--steps", options_.steps)
+          .add("--seed", options_.seed)
+          .add("--partition", options_.partition)
+          .add("--batch", options_.batch)
+          .add("--lr", options_.lr)
+          .add("--eval-every", options_.effective_eval_every())
+          .add("--csv", dir_.file(csv_name(i)))
+          .add("--result", dir_.file(result_name(i)))
+          .add("--timeout-s", remaining_s);
+      auto f = spawn(trainers_, fmt::format("trainer {}", i), trainer_log_name(i), cmd.take());
+      if (f) return f;
+      csv_.emplace_back(dir_.file(csv_name(i)));
+    }
+    return std::nullopt;
+  }
+
+  void refresh_snapshot() {
+    std::vector<std::optional<TrainerCsvRow>> rows;
+    rows.reserve(csv_.size());
+    for (TrainerCsvTail& tail : csv_) rows.push_back(tail.latest());
+    if (rows.empty()) rows.resize(static_cast<size_t>(options_.nodes));
+    snapshot_ = summarize_progress(rows);
+  }
+
+  std::string progress_text() const {
+    return format_progress(snapshot_, options_.steps, seconds_between(start_, Clock::now()));
+  }
+
+  void show_final_progress() {
+    refresh_snapshot();
+    progress_.finish(progress_text());
+  }
+
+  // Until every trainer has exited 0, or something fails.
+  std::optional<Failure> supervise() {
+    auto last_refresh = Clock::now() - kProgressRefresh;
+    for (;;) {
+      if (auto f = check_signal()) return f;
+      if (auto f = check_daemons()) return f;
+      bool all_done = true;
+      for (Member& t : trainers_) {
+        auto e = t.process.poll();
+        if (!e) {
+          all_done = false;
+        } else if (!e->success()) {
+          return process_failure(t, fmt::format("{} {}", t.name, e->describe()));
+        }
+      }
+      if (all_done) return std::nullopt;
+      const auto now = Clock::now();
+      if (now - last_refresh >= kProgressRefresh) {
+        refresh_snapshot();
+        progress_.update(progress_text());
+        last_refresh = now;
+      }
+      if (now >= deadline_) return timeout_failure();
+      std::this_thread::sleep_for(kSupervisePoll);
+    }
+  }
+
+  Failure timeout_failure() {
+    refresh_snapshot();
+    std::vector<std::string> running;
+    const Member* slowest = nullptr;
+    int64_t slowest_step = 0;
+    for (size_t i = 0; i < trainers_.size(); ++i) {
+      if (!trainers_[i].process.running()) continue;
+      running.push_back(std::to_string(i));
+      const auto row = csv_[i].latest();
+      const int64_t step = row ? row->step : 0;
+      if (slowest == nullptr || step < slowest_step) {
+        slowest = &trainers_[i];
+        slowest_step = step;
+      }
+    }
+    std::string message =
+        fmt::format("timed out after {} s at step {}/{} (trainers still running: {})",
+                    options_.timeout_s, snapshot_.min_step, options_.steps, join(running, ", "));
+    if (slowest == nullptr) return Failure{std::move(message), "", ""};
+    return process_failure(
+        *slowest, fmt::format("{}; slowest: {} at step {}", message, slowest->name, slowest_step));
+  }
+
+  std::optional<Failure> read_results(std::vector<TrainerResult>& results) {
+    std::vector<TrainerResult> read;
+    for (int i = 0; i < options_.nodes; ++i) {
+      const Member& t = trainers_[static_cast<size_t>(i)];
+      auto r = read_trainer_result(dir_.file(result_name(i)));
+      if (!r) {
+        return process_failure(t, fmt::format("{} exited 0 but its result is unusable: {}", t.name,
+                                              r.status().message()));
+      }
+      if (r->node != i) spdlog::warn("{}: the result file says node {}", t.name, r->node);
+      read.push_back(*r);
+    }
+    results = std::move(read);
+    return std::nullopt;
+  }
+
+  // After training: SIGTERM, which every daemon must answer by exiting 0 within the grace.
+  std::optional<Failure> stop_daemons() {
+    std::vector<Process*> ps;
+    for (Member& d : daemons_) ps.push_back(&d.process);
+    terminate_all(ps, std::chrono::duration_cast<std::chrono::milliseconds>(
+                          from_seconds(options_.stop_grace_s)));
+    for (Member& d : daemons_) {
+      const auto& e = d.process.exit_status();
+      if (!e) {
+        return process_failure(
+            d, fmt::format("{} could not be stopped (still not reaped after SIGKILL)", d.name));
+      }
+      if (e->forced) {
+        return process_failure(
+            d, fmt::format("{} did not exit within {} s of SIGTERM and was SIGKILLed", d.name,
+                           options_.stop_grace_s));
+      }
+      if (!e->success()) {
+        return process_failure(d, fmt::format("{} {} on SIGTERM", d.name, e->describe()));
+      }
+    }
+    return std::nullopt;
+  }
+
+  void stop_all() {
+    std::vector<Process*> ps;
+    for (Member& t : trainers_) ps.push_back(&t.process);
+    for (Member& d : daemons_) ps.push_back(&d.process);
+    terminate_all(ps, std::chrono::duration_cast<std::chrono::milliseconds>(
+                          from_seconds(options_.stop_grace_s)));
+  }
+
+  const ClusterOptions& options_;
+  const RunDirectory& dir_;
+  const Programs programs_;
+  const std::vector<int> ports_;
+  const StopSignals& signals_;
+  ProgressLine progress_;
+  Clock::time_point start_;
+  Clock::time_point deadline_;
+  ProgressSnapshot snapshot_;
+  // Declared last so they are destroyed (killed and reaped, if still running) first.
+  std::vector<TrainerCsvTail> csv_;
+  std::vector<Member> daemons_;
+  std::vector<Member> trainers_;
+};
+
+// --- reports -----------------------------------------------------------------------
+
+struct Totals {
+  uint64_t wire_sent = 0;
+  uint64_t payload_sent = 0;
+  double accuracy_average_model = std::nan("");
+  std::vector<double> accuracy_nodes;
+};
+
+Totals totals_of(const std::vector<TrainerResult>& results) {
+  Totals t;
+  if (results.empty()) return t;
+  double sum = 0;
+  for (const TrainerResult& r : results) {
+    t.wire_sent += r.wire_sent;
+    t.payload_sent += r.payload_sent;
+    sum += r.accuracy_average;
+    t.accuracy_nodes.push_back(r.accuracy_local);
+  }
+  t.accuracy_average_model = sum / static_cast<double>(results.size());
+  return t;
+}
+
+void print_table(const std::vector<TrainerResult>& results, const Totals& totals,
+                 double wall_seconds) {
+  std::string out = fmt::format("{:>5}  {:>14}  {:>16}  {:>12}  {:>12}\n", "node", "accuracy_local",
+                                "accuracy_average", "wire_sent", "payload_sent");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const TrainerResult& r = results[i];
+    out += fmt::format("{:>5}  {:>14.4f}  {:>16.4f}  {:>12}  {:>12}\n", i, r.accuracy_local,
+                       r.accuracy_average, format_bytes(r.wire_sent), format_bytes(r.payload_sent));
+  }
+  out += fmt::format("{:>5}  {:>14}  {:>16}  {:>12}  {:>12}\n\n", "total", "", "",
+                     format_bytes(totals.wire_sent), format_bytes(totals.payload_sent));
+  out += fmt::format("accuracy of the averaged model  {:.4f}\n", totals.accuracy_average_model);
+  out += fmt::format("bytes on the wire (sent)        {} ({} B)\n", format_bytes(totals.wire_sent),
+                     totals.wire_sent);
+  out += fmt::format("wall time                       {:.1f} s\n", wall_seconds);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+std::string json_report(const ClusterOptions& o, const std::string& out_dir, const Outcome& outcome,
+                        const std::vector<std::string>& log_tail) {
+  const Totals totals = totals_of(outcome.results);
+  const bool have = !outcome.results.empty();
+  JsonObjectWriter w;
+  w.add_bool("ok", !outcome.failure);
+  if (outcome.failure) {
+    w.add_string("error", outcome.failure->message);
+    if (outcome.failure->process.empty()) {
+      w.add_null("failed_process");
+    } else {
+      w.add_string("failed_process", outcome.failure->process);
+    }
+    std::string tail = "[";
+    for (size_t i = 0; i < log_tail.size(); ++i)
+      tail += (i > 0 ? ", " : "") + json_quote(log_tail[i]);
+    w.add_raw("log_tail", tail + "]");
+  }
+  w.add_int("nodes", o.nodes)
+      .add_string("strategy", o.strategy)
+      .add_int("period", o.period)
+      .add_int("steps", o.steps)
+      .add_uint("seed", o.seed)
+      .add_string("partition", o.partition)
+      .add_number("wall_seconds", std::round(outcome.wall_seconds * 1000) / 1000);
+  if (have) {
+    w.add_uint("bytes_sent_total", totals.wire_sent)
+        .add_uint("payload_bytes_sent_total", totals.payload_sent)
+        .add_number("accuracy_average_model", totals.accuracy_average_model)
+        .add_raw("accuracy_nodes", json_number_array(totals.accuracy_nodes));
+  } else {
+    w.add_null("bytes_sent_total")
+        .add_null("payload_bytes_sent_total")
+        .add_null("accuracy_average_model")
+        .add_null("accuracy_nodes");
+  }
+  if (out_dir.empty()) {
+    w.add_null("out");
+  } else {
+    w.add_string("out", out_dir);
+  }
+  return w.str();
+}
+
+// Prints a failure that happened before any process ran (no run directory, no ports).
+int report_setup_failure(const ClusterOptions& o, const Status& status) {
+  spdlog::error("{}", status.message());
+  if (o.json) {
+    Outcome outcome;
+    outcome.failure = Failure{status.message(), "", ""};
+    std::fprintf(stdout, "%s\n", json_report(o, o.out, outcome, {}).c_str());
+    std::fflush(stdout);
+  }
+  return kExitFailure;
+}
+
+}  // namespace
+
+// --- options -----------------------------------------------------------------------
+
+int64_t ClusterOptions::effective_eval_every() const {
+  if (eval_every > 0) return eval_every;
+  return std::max<int64_t>(1, steps / 10);
+}
+
+Status validate_partition(std::string_view partition) {
+  if (partition == "iid") return Status::ok();
+  constexpr std::string_view kDirichlet = "dirichlet:";
+  if (partition.substr(0, kDirichlet.size()) == kDirichlet) {
+    const std::string_view alpha = partition.substr(kDirichlet.size());
+    double v = 0;
+    const auto [ptr, ec] = std::from_chars(alpha.data(), alpha.data() + alpha.size(), v);
+    if (!alpha.empty() && ec == std::errc() && ptr == alpha.data() + alpha.size() &&
+        std::isfinite(v) && v > 0) {
+      return Status::ok();
+    }
+    return Status::invalid(
+        fmt::format("dirichlet ALPHA must be a positive number, got '{}'", alpha));
+  }
+  return Status::invalid(fmt::format("expected iid or dirichlet:ALPHA, got '{}'", partition));
+}
+
+Status validate_cluster_options(const ClusterOptions& o) {
+  auto bad = [](std::string_view flag, std::string what) {
+    return Status::invalid(fmt::format("{}: {}", flag, what));
+  };
+  if (o.nodes < 1 || o.nodes > kMaxClusterNodes) {
+    return bad("--nodes",
+               fmt::format("must be between 1 and {}, got {}", kMaxClusterNodes, o.nodes));
+  }
+  if (!contains(kStrategies, o.strategy)) {
+    return bad("--strategy", fmt::format("unknown strategy '{}' (known: {})", o.strategy,
+                                         join(kStrategies, ", ")));
+  }
+  if (o.period < 1) return bad("--period", fmt::format("must be at least 1, got {}", o.period));
+  if (o.steps < 1) return bad("--steps", fmt::format("must be at least 1, got {}", o.steps));
+  if (Status st = validate_partition(o.partition); !st) return bad("--partition", st.message());
+  if (o.post_local < 0) {
+    return bad("--post-local", fmt::format("must not be negative, got {}", o.post_local));
+  }
+  if (!contains(kOuterOptimizers, o.outer_optimizer)) {
+    return bad("--outer-optimizer",
+               fmt::format("expected none or nesterov, got '{}'", o.outer_optimizer));
+  }
+  if (!std::isfinite(o.outer_lr) || o.outer_lr <= 0) {
+    return bad("--outer-lr", "must be a positive number");
+  }
+  if (!std::isfinite(o.outer_momentum) || o.outer_momentum < 0 || o.outer_momentum >= 1) {
+    return bad("--outer-momentum", "must be in [0, 1)");
+  }
+  if (o.batch < 1) return bad("--batch", fmt::format("must be at least 1, got {}", o.batch));
+  if (!std::isfinite(o.lr) || o.lr <= 0) return bad("--lr", "must be a positive number");
+  if (o.eval_every < 0) {
+    return bad("--eval-every", fmt::format("must be at least 1, got {}", o.eval_every));
+  }
+  if (o.base_port != 0 && (o.base_port < 1 || o.base_port + o.nodes - 1 > 65535)) {
+    return bad("--base-port", fmt::format("ports {}..{} are not all valid TCP ports", o.base_port,
+                                          o.base_port + o.nodes - 1));
+  }
+  if (!std::isfinite(o.timeout_s) || o.timeout_s <= 0) {
+    return bad("--timeout", "must be a positive number of seconds");
+  }
+  if (!std::isfinite(o.stop_grace_s) || o.stop_grace_s < 0) {
+    return bad("--stop-grace", "must not be negative");
+  }
+  if (!contains(kLogLevels, o.log_level)) {
+    return bad("--log-level",
+               fmt::format("expected one of {}, got '{}'", join(kLogLevels, ", "), o.log_level));
+  }
+  return Status::ok();
+}
+
+Result<std::vector<int>> pick_loopback_ports(int n) {
+  std::vector<int> fds;
+  std::vector<int> ports;
+  Status status;
+  for (int i = 0; i < n && status; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      status = Status::io_error(fmt::format("socket: {}", std::strerror(errno)));
+      break;
+    }
+    fds.push_back(fd);  // kept open until all are picked, so the ports differ
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      status = Status::io_error(
+          fmt::format("picking a free port on 127.0.0.1: {}", std::strerror(errno)));
+      break;
+    }
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  if (!status) return status;
+  return ports;
+}
+
+// --- the command -------------------------------------------------------------------
+
+Subcommand add_cluster_command(CLI::App& parent) {
+  auto o = std::make_shared<ClusterOptions>();
+  CLI::App* app = parent.add_subcommand("cluster",
+                                        "Start N gossipd daemons and N trainers on loopback, show "
+                                        "progress, stop them, print a summary");
+  app->option_defaults()->always_capture_default();
+
+  const CLI::Validator partition(
+      [](std::string& value) {
+        const Status st = validate_partition(value);
+        return st ? std::string() : st.message();
+      },
+      "iid|dirichlet:ALPHA", "PARTITION");
+
+  app->add_option("--nodes", o->nodes, "Number of nodes (daemon + trainer each)")
+      ->check(CLI::Range(1, kMaxClusterNodes));
+  app->add_option("--strategy", o->strategy, "Synchronization strategy")
+      ->check(CLI::IsMember(kStrategies));
+  app->add_option("--period", o->period, "Local steps between synchronizations (T)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--steps", o->steps, "Training steps per node")->check(CLI::PositiveNumber);
+  app->add_option("--seed", o->seed, "Random seed");
+  app->add_option("--partition", o->partition, "Data split across nodes: iid or dirichlet:ALPHA")
+      ->check(partition);
+  app->add_option("--out", o->out,
+                  "Keep the run directory (CSVs, results, logs) here; default: a temp dir, removed")
+      ->default_str("");
+  app->add_flag("--json", o->json, "Print one JSON object on stdout instead of the table")
+      ->default_str("");
+  app->add_option("--post-local", o->post_local, "Synchronize every step for the first K steps")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--outer-optimizer", o->outer_optimizer, "Outer optimizer on the averaged delta")
+      ->check(CLI::IsMember(kOuterOptimizers));
+  app->add_option("--outer-lr", o->outer_lr, "Outer learning rate")->check(CLI::PositiveNumber);
+  app->add_option("--outer-momentum", o->outer_momentum, "Outer (Nesterov) momentum")
+      ->check(CLI::Range(0.0, 1.0));
+  app->add_option("--batch", o->batch, "Mini-batch size")->check(CLI::PositiveNumber);
+  app->add_option("--lr", o->lr, "Learning rate")->check(CLI::PositiveNumber);
+  app->add_option("--eval-every", o->eval_every,
+                  "Evaluate (and write a CSV row) every E steps; default: steps/10")
+      ->check(CLI::PositiveNumber)
+      ->default_str("");
+  app->add_option("--base-port", o->base_port,
+                  "Node i listens on port P+i; default: free ports picked at random")
+      ->check(CLI::Range(1, 65535))
+      ->default_str("");
+  app->add_option("--timeout", o->timeout_s, "Overall deadline in seconds")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--stop-grace", o->stop_grace_s,
+                  "Seconds between SIGTERM and SIGKILL when stopping a process")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--gossipd", o->gossipd, "The gossipd executable; default: beside gossipctl")
+      ->default_str("");
+  app->add_option("--trainer", o->trainer,
+                  "The trainer executable; default: gossip-train beside gossipctl")
+      ->default_str("");
+  app->add_option("--log-level", o->log_level, "Log level of gossipctl and the daemons")
+      ->check(CLI::IsMember(kLogLevels));
+
+  return Subcommand{app, [o] { return run_cluster(*o); }};
+}
+
+int run_cluster(const ClusterOptions& options) {
+  if (Status st = validate_cluster_options(options); !st) {
+    std::fprintf(stderr, "gossipctl cluster: %s\n", st.message().c_str());
+    return kExitUsage;
+  }
+  spdlog::set_level(spdlog::level::from_str(options.log_level));
+
+  auto gossipd = resolve_program(options.gossipd, "gossipd", "--gossipd");
+  if (!gossipd) return report_setup_failure(options, gossipd.status());
+  auto trainer = resolve_program(options.trainer, "gossip-train", "--trainer");
+  if (!trainer) return report_setup_failure(options, trainer.status());
+
+  StopSignals signals;
+  auto dir = RunDirectory::create(options.out);
+  if (!dir) return report_setup_failure(options, dir.status());
+  const std::string longest_socket = dir->file(socket_name(options.nodes - 1));
+  if (longest_socket.size() > kMaxSocketPath) {
+    return report_setup_failure(
+        options, Status::invalid(fmt::format(
+                     "run directory {} is too long for the IPC socket {} ({} > {} characters)",
+                     dir->path(), longest_socket, longest_socket.size(), kMaxSocketPath)));
+  }
+  // Leftovers of an earlier run in --out would look like a ready socket or a finished node.
+  for (int i = 0; i < options.nodes; ++i) {
+    std::error_code ec;
+    for (const std::string& name : {socket_name(i), csv_name(i), result_name(i)})
+      fs::remove(dir->file(name), ec);
+  }
+
+  std::vector<int> ports;
+  if (options.base_port != 0) {
+    for (int i = 0; i < options.nodes; ++i) ports.push_back(options.base_port + i);
+  } else {
+    auto picked = pick_loopback_ports(options.nodes);
+    if (!picked) return report_setup_failure(options, picked.status());
+    ports = std::move(*picked);
+  }
+
+  spdlog::info("{} nodes, {} (period {}), {} steps, partition {}; run directory {}{}",
+               options.nodes, options.strategy, options.period, options.steps, options.partition,
+               dir->path(), dir->temporary() ? " (temporary)" : "");
+
+  Outcome outcome;
+  {
+    ClusterRun run(options, *dir, Programs{*gossipd, *trainer}, ports, signals);
+    outcome = run.run();
+  }  // every process is reaped here
+
+  std::vector<std::string> log_tail;
+  if (outcome.failure) {
+    const Failure& f = *outcome.failure;
+    spdlog::error("{}", f.message);
+    if (!f.log_path.empty()) {
+      log_tail = read_last_lines(f.log_path, kLogTailLines);
+      const std::string shown =
+          dir->temporary() ? fs::path(f.log_path).filename().string() : f.log_path;
+      if (log_tail.empty()) {
+        std::fprintf(stderr, "gossipctl: %s is empty\n", shown.c_str());
+      } else {
+        std::fprintf(stderr, "gossipctl: last lines of %s:\n", shown.c_str());
+        for (const std::string& line : log_tail) std::fprintf(stderr, "    %s\n", line.c_str());
+      }
+    }
+    if (!dir->temporary()) std::fprintf(stderr, "gossipctl: logs are in %s\n", dir->path().c_str());
+  }
+  if (!outcome.results.empty()) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (const TrainerResult& r : outcome.results) {
+      lo = std::min(lo, r.accuracy_average);
+      hi = std::max(hi, r.accuracy_average);
+    }
+    if (hi - lo > kAccuracyAgreement) {
+      spdlog::warn("the nodes disagree on the averaged model's accuracy ({:.4f} to {:.4f})", lo,
+                   hi);
+    }
+  }
+
+  const std::string out_dir = dir->temporary() ? std::string() : dir->path();
+  if (options.json) {
+    std::fprintf(stdout, "%s\n", json_report(options, out_dir, outcome, log_tail).c_str());
+    std::fflush(stdout);
+  } else if (!outcome.results.empty()) {
+    print_table(outcome.results, totals_of(outcome.results), outcome.wall_seconds);
+  }
+  return outcome.failure ? kExitFailure : kExitOk;
+}
+
+}  // namespace gossip::cli

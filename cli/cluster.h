@@ -1,0 +1,58 @@
+#pragma once
+// `gossipctl cluster`: starts N gossipd daemons and N trainers on loopback, reports
+// progress, stops everything, and prints a summary (or one JSON object with --json).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/command.h"
+#include "proto/status.h"
+
+namespace gossip::cli {
+
+inline constexpr int kMaxClusterNodes = 64;
+
+struct ClusterOptions {
+  int nodes = 4;
+  std::string strategy = "local-sgd";
+  int period = 4;
+  int64_t steps = 600;
+  uint64_t seed = 1;
+  std::string partition = "iid";  // iid | dirichlet:ALPHA
+  std::string out;                // run directory kept afterwards; empty: a temp dir, removed
+  bool json = false;
+  int post_local = 0;
+  std::string outer_optimizer = "none";  // none | nesterov
+  double outer_lr = 1.0;
+  double outer_momentum = 0.9;
+  int batch = 64;
+  double lr = 0.05;
+  int64_t eval_every = 0;     // 0: steps / 10
+  int base_port = 0;          // 0: free loopback ports picked by the kernel
+  double timeout_s = 600;     // overall deadline
+  double stop_grace_s = 5;    // SIGTERM to SIGKILL
+  double socket_wait_s = 10;  // for every daemon's IPC socket to appear
+  std::string gossipd;        // empty: `gossipd` beside gossipctl
+  std::string trainer;        // empty: `gossip-train` beside gossipctl
+  std::string log_level = "info";
+
+  int64_t effective_eval_every() const;
+};
+
+// Checks every value; the error names the flag ("--nodes: ...").
+Status validate_cluster_options(const ClusterOptions& options);
+// "iid" or "dirichlet:ALPHA" with ALPHA a positive number.
+Status validate_partition(std::string_view partition);
+
+// n distinct loopback TCP ports that were free a moment ago (bound to 127.0.0.1:0 together).
+Result<std::vector<int>> pick_loopback_ports(int n);
+
+// Registers `cluster` and its flags on parent.
+Subcommand add_cluster_command(CLI::App& parent);
+
+// Runs the cluster and prints the report; returns the process exit code.
+int run_cluster(const ClusterOptions& options);
+
+}  // namespace gossip::cli
