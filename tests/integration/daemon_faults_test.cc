@@ -2,6 +2,7 @@
 // garbage, and clean shutdown. Real gossipd processes, real sockets.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <thread>
@@ -65,6 +66,12 @@ TEST(DaemonFaults, SigtermExitsCleanlyRemovingArenaAndSocket) {
   ASSERT_TRUE(model.is_ok()) << model.status().message();
   pid_t pid = cluster.daemon(0).pid();
   ASSERT_EQ(gossipd_shm_objects(pid).size(), 1u);
+  struct stat st {};
+  ASSERT_EQ(::stat((cluster.run_dir() / "gossipd-0.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "the IPC socket is owner-only";
+  ASSERT_EQ(::stat(("/dev/shm/" + gossipd_shm_objects(pid)[0]).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "the arena is owner-only";
 
   cluster.daemon(0).signal(SIGTERM);
   EXPECT_EQ(cluster.daemon(0).wait(5s), 0) << cluster.log(0);

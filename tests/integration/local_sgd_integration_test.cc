@@ -178,6 +178,20 @@ TEST(LocalSgdIntegration, TrainersOfOneNodeAreAveragedBeforeTheNodesAre) {
   }
 }
 
+TEST(LocalSgdIntegration, PostLocalScheduleSyncsEveryStepFirstThenEveryPeriod) {
+  Cluster cluster(1, {"--period", "4", "--post-local", "3"});
+  cluster.start_all();
+  auto client = connect_to(cluster, 0);
+  ASSERT_TRUE(client->attach({{"w", 8}}).is_ok());
+  std::string pattern;
+  for (int s = 1; s <= 12; ++s) {
+    auto r = client->step();
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    pattern += r->synced ? 'S' : '.';
+  }
+  EXPECT_EQ(pattern, "SSSS...S...S");
+}
+
 TEST(LocalSgdIntegration, NodesWithDifferentModelsFailTheRoundNamingThePeer) {
   Cluster cluster(2, {"--period", "1", "--round-timeout", "10"});
   cluster.start_all();
