@@ -189,6 +189,7 @@ std::optional<ExitStatus> Process::poll() {
 }
 
 std::optional<ExitStatus> Process::wait_until(Clock::time_point deadline) {
+  if (pid_ <= 0) return exit_;  // never started: there is nothing to wait for
   for (;;) {
     if (auto e = poll()) return e;
     const auto now = Clock::now();

@@ -1,21 +1,16 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-extern char** environ;
 
 namespace gossip::testing {
 
@@ -23,65 +18,15 @@ using namespace std::chrono_literals;
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log)
     : log_(log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  // The test process may block signals in some threads; children start clean.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  int rc = posix_spawn(&pid_, args[0], &fa, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
-}
-
-ChildProcess::ChildProcess(ChildProcess&& o) noexcept { *this = std::move(o); }
-
-ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
-  std::swap(pid_, o.pid_);
-  std::swap(status_, o.status_);
-  std::swap(log_, o.log_);
-  return *this;
-}
-
-ChildProcess::~ChildProcess() {
-  if (pid_ > 0 && running()) {
-    ::kill(pid_, SIGKILL);
-    wait(5s);
-  }
-}
-
-bool ChildProcess::running() {
-  if (pid_ <= 0 || status_ != -1) return false;
-  int st = 0;
-  pid_t r = ::waitpid(pid_, &st, WNOHANG);
-  if (r == pid_) {
-    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return false;
-  }
-  return r == 0;
+  auto p = cli::Process::spawn({argv, log.string(), ""});
+  if (!p) throw std::runtime_error(p.status().message());
+  process_ = std::move(p).value();
 }
 
 int ChildProcess::wait(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (running()) {
-    if (std::chrono::steady_clock::now() >= deadline) return -1;
-    std::this_thread::sleep_for(10ms);
-  }
-  return status_;
-}
-
-void ChildProcess::signal(int sig) {
-  if (running()) ::kill(pid_, sig);
+  auto exit = process_.wait_until(std::chrono::steady_clock::now() + timeout);
+  if (!exit) return -1;
+  return exit->signal ? 128 + exit->signal : exit->code;
 }
 
 std::string ChildProcess::log() const {

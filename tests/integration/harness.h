@@ -10,27 +10,26 @@
 #include <string>
 #include <vector>
 
+#include "cli/process.h"
+
 namespace gossip::testing {
 
-// A child process with stdout and stderr in a log file.
+// A child process with stdout and stderr in a log file: gossipctl's Process, plus
+// the log and an exit code convenient for assertions.
 class ChildProcess {
  public:
   ChildProcess() = default;
   ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log);
-  ChildProcess(ChildProcess&& o) noexcept;
-  ChildProcess& operator=(ChildProcess&& o) noexcept;
-  ~ChildProcess();  // SIGKILL + reap if still running
 
-  pid_t pid() const { return pid_; }
-  bool running();
+  pid_t pid() const { return process_.pid(); }
+  bool running() { return process_.running() && !process_.poll().has_value(); }
   // Waits up to `timeout` for the exit; returns the exit code, 128+signal, or -1 on timeout.
   int wait(std::chrono::milliseconds timeout);
-  void signal(int sig);
+  void signal(int sig) { process_.signal(sig); }
   std::string log() const;
 
  private:
-  pid_t pid_ = -1;
-  int status_ = -1;
+  cli::Process process_;  // SIGKILLed and reaped on destruction if still running
   std::filesystem::path log_;
 };
 
