@@ -36,16 +36,17 @@ struct Client::Impl {
   uint64_t round = 0;
 
   // One request, one reply; an Error reply becomes a Status, a Shutdown too.
-  Result<ipc::Message> request(const ipc::Message& m) {
+  Result<ipc::Message> request(const ipc::Message& m) { return request(m, options.timeout); }
+  Result<ipc::Message> request(const ipc::Message& m, std::chrono::milliseconds timeout) {
     std::string body = ipc::encode(m);
     try {
       if (!socket.send(zmq::buffer(body), zmq::send_flags::dontwait))
         return Status::io_error("cannot send to gossipd: queue full");
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, options.timeout) == 0)
+      if (zmq::poll(&item, 1, timeout) == 0)
         return Status::timeout(fmt::format("gossipd at {} did not answer '{}' within {} ms",
                                            options.endpoint, ipc::message_name(m),
-                                           options.timeout.count()));
+                                           timeout.count()));
       zmq::message_t reply;
       if (!socket.recv(reply, zmq::recv_flags::dontwait))
         return Status::io_error("reply from gossipd vanished");
@@ -78,7 +79,12 @@ struct Client::Impl {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
-  if (impl_ && impl_->attached) (void)detach();
+  if (!impl_ || !impl_->attached) return;
+  // A courtesy with a short bound: a daemon that is gone must not hold up the
+  // trainer's exit, and a live one notices the exit through its pidfd anyway.
+  impl_->attached = false;
+  (void)impl_->request(ipc::Detach{}, std::min<std::chrono::milliseconds>(impl_->options.timeout,
+                                                                        std::chrono::milliseconds(1000)));
 }
 
 Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {

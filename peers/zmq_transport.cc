@@ -37,9 +37,12 @@ ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
     : self_(self), peers_(std::move(peers)), traffic_(ids_of(peers_)), context_(1) {}
 
 ZmqTransport::~ZmqTransport() {
-  // Closing sockets before the context: the context's destructor waits for them.
   inbound_.close();
   for (auto& o : outbound_) o->socket.close();
+  // Terminating the context waits out the linger and frees unsent zero-copy
+  // messages, whose release callback decrements Outbound::pending: it must happen
+  // while outbound_ still exists.
+  context_.close();
 }
 
 Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self,

@@ -33,7 +33,7 @@ struct Incoming {
 struct TransportOptions {
   std::chrono::milliseconds reconnect_min{100};
   std::chrono::milliseconds reconnect_max{2000};
-  std::chrono::milliseconds linger{1000};  // how long close() tries to flush a last message
+  std::chrono::milliseconds linger{250};  // how long closing tries to flush a last message (bye)
   int socket_buffer_bytes = 4 << 20;
 };
 

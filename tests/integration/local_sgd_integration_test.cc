@@ -3,6 +3,8 @@
 // all-gather exchange predicts.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cmath>
 #include <latch>
 #include <random>
@@ -190,6 +192,29 @@ TEST(LocalSgdIntegration, PostLocalScheduleSyncsEveryStepFirstThenEveryPeriod) {
     pattern += r->synced ? 'S' : '.';
   }
   EXPECT_EQ(pattern, "SSSS...S...S");
+}
+
+TEST(LocalSgdIntegration, PeerKilledMidTrainingFailsTheRoundNamingItWithinTheTimeout) {
+  Cluster cluster(2, {"--period", "1", "--round-timeout", "3"});
+  cluster.start_all();
+  auto a = connect_to(cluster, 0);
+  auto b = connect_to(cluster, 1);
+  ASSERT_TRUE(a->attach({{"w", 1000}}).is_ok());
+  ASSERT_TRUE(b->attach({{"w", 1000}}).is_ok());
+  for (int s = 0; s < 3; ++s) {  // a few good rounds first
+    std::jthread other([&] { (void)b->step(); });
+    ASSERT_TRUE(a->step().is_ok());
+  }
+  cluster.daemon(1).signal(SIGKILL);
+  ASSERT_EQ(cluster.daemon(1).wait(5s), 128 + SIGKILL);
+  auto start = std::chrono::steady_clock::now();
+  auto r = a->step();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("peer 1"), std::string::npos) << r.status().message();
+  EXPECT_LT(waited, 6.0) << "bounded by --round-timeout";
+  EXPECT_TRUE(cluster.daemon(0).running()) << cluster.log(0);
+  EXPECT_TRUE(a->traffic().is_ok()) << "the daemon still serves its trainer";
 }
 
 TEST(LocalSgdIntegration, NodesWithDifferentModelsFailTheRoundNamingThePeer) {
