@@ -34,19 +34,24 @@ struct Client::Impl {
   uint64_t steps = 0;
   Traffic last_traffic;
   uint64_t round = 0;
+  // After a timeout a late reply may still arrive and would answer the next request:
+  // the connection is unusable from then on.
+  std::string broken;
 
   // One request, one reply; an Error reply becomes a Status, a Shutdown too.
   Result<ipc::Message> request(const ipc::Message& m) { return request(m, options.timeout); }
   Result<ipc::Message> request(const ipc::Message& m, std::chrono::milliseconds timeout) {
+    if (!broken.empty()) return Status::closed("connection to gossipd unusable: " + broken);
     std::string body = ipc::encode(m);
     try {
       if (!socket.send(zmq::buffer(body), zmq::send_flags::dontwait))
         return Status::io_error("cannot send to gossipd: queue full");
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, timeout) == 0)
-        return Status::timeout(fmt::format("gossipd at {} did not answer '{}' within {} ms",
-                                           options.endpoint, ipc::message_name(m),
-                                           timeout.count()));
+      if (zmq::poll(&item, 1, timeout) == 0) {
+        broken = fmt::format("gossipd at {} did not answer '{}' within {} ms", options.endpoint,
+                             ipc::message_name(m), timeout.count());
+        return Status::timeout(broken);
+      }
       zmq::message_t reply;
       if (!socket.recv(reply, zmq::recv_flags::dontwait))
         return Status::io_error("reply from gossipd vanished");

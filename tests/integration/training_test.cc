@@ -45,7 +45,11 @@ TEST(Training, FourNodesLocalSgdReach84PercentInUnderAMinute) {
   EXPECT_NE(json.find("\"ok\": true"), std::string::npos) << json;
   double accuracy = number_field(json, "accuracy_average_model");
   EXPECT_GE(accuracy, 0.84) << json;
+#if defined(NDEBUG) && !defined(GOSSIP_INSTRUMENTED)
   EXPECT_LT(seconds, 60.0) << json;
+#else
+  std::cout << "[ note     ] time bound not checked in a debug or sanitizer build\n";
+#endif
   // All-gather local SGD: every round each node sends its padded flat MLP
   // (235152 floats) to each of the other 3; 600/4 = 150 rounds.
   const double payload = 150.0 * kNodes * (kNodes - 1) * 235152 * 4;
