@@ -1,5 +1,7 @@
 #include "cli/cluster.h"
 
+#include "compression/codec_spec.h"
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -332,6 +334,7 @@ class ClusterRun {
       cmd.add("--strategy", options_.strategy)
           .add("--period", options_.period)
           .add("--post-local", options_.post_local)
+          .add("--codec", options_.codec)
           .add("--outer-optimizer", options_.outer_optimizer)
           .add("--outer-lr", options_.outer_lr)
           .add("--outer-momentum", options_.outer_momentum)
@@ -589,6 +592,7 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
       .add_int("steps", o.steps)
       .add_uint("seed", o.seed)
       .add_string("partition", o.partition)
+      .add_string("codec", o.codec)
       .add_number("wall_seconds", std::round(outcome.wall_seconds * 1000) / 1000);
   if (have) {
     w.add_uint("bytes_sent_total", totals.wire_sent)
@@ -665,6 +669,7 @@ Status validate_cluster_options(const ClusterOptions& o) {
   if (o.post_local < 0) {
     return bad("--post-local", fmt::format("must not be negative, got {}", o.post_local));
   }
+  if (auto c = compression::make_codec(o.codec); !c) return bad("--codec", c.status().message());
   if (!contains(kOuterOptimizers, o.outer_optimizer)) {
     return bad("--outer-optimizer",
                fmt::format("expected none or nesterov, got '{}'", o.outer_optimizer));
@@ -759,6 +764,9 @@ Subcommand add_cluster_command(CLI::App& parent) {
       ->default_str("");
   app->add_option("--post-local", o->post_local, "Synchronize every step for the first K steps")
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--codec", o->codec,
+                  "Compression of what is exchanged: none, fp16, bf16, int8[:BLOCK], qsgd:LEVELS, "
+                  "sign[:BLOCK], topk:RATIO[:approx][:fp16], randk:RATIO[:fp16], optionally +ef");
   app->add_option("--outer-optimizer", o->outer_optimizer, "Outer optimizer on the averaged delta")
       ->check(CLI::IsMember(kOuterOptimizers));
   app->add_option("--outer-lr", o->outer_lr, "Outer learning rate")->check(CLI::PositiveNumber);

@@ -25,6 +25,7 @@ struct ClusterOptions {
   bool json = false;
   int post_local = 0;
   std::string outer_optimizer = "none";  // none | nesterov
+  std::string codec = "none";            // compression/codec_spec.h; canonicalized by validation
   double outer_lr = 1.0;
   double outer_momentum = 0.9;
   int batch = 64;

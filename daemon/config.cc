@@ -7,6 +7,8 @@
 
 #include "daemon/config.h"
 
+#include "compression/codec_spec.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -98,6 +100,12 @@ Problem endpoint_problem(std::string_view ep) {
   return std::nullopt;
 }
 
+Problem codec_problem(std::string_view spec) {
+  auto c = compression::make_codec(spec);
+  if (c) return std::nullopt;
+  return c.status().message();
+}
+
 Problem run_dir_problem(std::string_view dir) {
   if (dir.empty()) return "must not be empty";
   return std::nullopt;
@@ -162,9 +170,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 14>& fields() {
+const std::array<Field, 15>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 14> kFields = {{
+  static const std::array<Field, 15> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -213,6 +221,13 @@ const std::array<Field, 14>& fields() {
        IntegerSpec{{4096, kMaxChunkBytes, 4},
                    [](const C& c) -> uint64_t { return c.strategy.chunk_bytes; },
                    [](C& c, uint64_t v) { c.strategy.chunk_bytes = v; }}},
+      {"strategy.codec", "--codec", "SPEC",
+       "compression of what is exchanged, e.g. none, int8, topk:0.01+ef",
+       TextSpec{{},
+                "a string (a codec spec)",
+                codec_problem,
+                [](const C& c) -> const std::string& { return c.strategy.codec; },
+                [](C& c, std::string v) { c.strategy.codec = std::move(v); }}},
       {"strategy.outer.optimizer", "--outer-optimizer", "none|nesterov",
        "outer optimizer on the averaged delta",
        TextSpec{kOuterOptimizers, "", nullptr,

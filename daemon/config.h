@@ -26,6 +26,9 @@ struct StrategyConfig {
   uint64_t period = 1;             // T: synchronize after every T steps
   uint64_t post_local = 0;         // K: synchronize every step while step <= K
   OuterOptimizerConfig outer;
+  // What travels is compressed with this codec (compression/codec_spec.h); biased
+  // codecs always get error feedback.
+  std::string codec = "none";
   double round_timeout_s = 60.0;   // a round that takes longer fails, naming the missing peers
   uint64_t chunk_bytes = 4u << 20; // model slices sent per message
 };

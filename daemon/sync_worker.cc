@@ -19,13 +19,23 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote);
   if (!transport) return transport.status();
   w->transport_ = std::move(transport).value();
-  w->all_reduce_ =
-      std::make_unique<sgd::AllGatherAllReduce>(*w->transport_, config.strategy.chunk_bytes);
+  auto codec = compression::make_codec(config.strategy.codec);
+  if (!codec) return codec.status();
+  w->codec_ = std::move(codec).value();
+  if (w->codec_.codec->biased() && !w->codec_.error_feedback) {
+    // A biased codec without error feedback does not converge (Karimireddy et al. 2019).
+    w->codec_.error_feedback = true;
+    spdlog::info("codec {} is biased: error feedback turned on", w->codec_.codec->spec());
+  }
+  w->all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(
+      *w->transport_, config.strategy.chunk_bytes, w->codec_.codec.get());
   auto kind = sgd::parse_outer_kind(config.strategy.outer.kind);
   if (!kind) return kind.status();
   w->local_sgd_ = std::make_unique<sgd::LocalSgd>(
       *w->all_reduce_,
-      sgd::OuterOptimizer{*kind, config.strategy.outer.lr, config.strategy.outer.momentum});
+      sgd::OuterOptimizer{*kind, config.strategy.outer.lr, config.strategy.outer.momentum},
+      w->codec_.codec.get(), w->codec_.error_feedback);
+  spdlog::info("exchanging {}", w->codec_.canonical());
   w->round_timeout_ = std::chrono::milliseconds(
       static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->done_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -102,7 +112,9 @@ void SyncWorker::run() {
     }
     all_reduce_->set_layout_fingerprint(job.layout);
     next_round_ = job.round + 1;
-    sgd::CollectiveOptions opts{std::chrono::steady_clock::now() + round_timeout_, &stop_};
+    sgd::CollectiveOptions opts;
+    opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
+    opts.cancel = &stop_;
     Status st = local_sgd_->synchronize(job.model, job.round, opts);
     {
       std::lock_guard lock(mu_);

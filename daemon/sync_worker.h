@@ -13,6 +13,7 @@
 #include <span>
 #include <thread>
 
+#include "compression/codec_spec.h"
 #include "daemon/config.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_gather_all_reduce.h"
@@ -45,6 +46,7 @@ class SyncWorker {
   void run();
 
   std::unique_ptr<peers::ZmqTransport> transport_;
+  compression::CodecSpec codec_;  // outlives the two below, which point at it
   std::unique_ptr<sgd::AllGatherAllReduce> all_reduce_;
   std::unique_ptr<sgd::LocalSgd> local_sgd_;
   std::chrono::milliseconds round_timeout_{60000};

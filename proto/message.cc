@@ -24,6 +24,20 @@ const char* codec_name(CodecId c) {
   switch (c) {
     case CodecId::kNone:
       return "none";
+    case CodecId::kFp16:
+      return "fp16";
+    case CodecId::kBf16:
+      return "bf16";
+    case CodecId::kInt8:
+      return "int8";
+    case CodecId::kQsgd:
+      return "qsgd";
+    case CodecId::kSign:
+      return "sign";
+    case CodecId::kTopk:
+      return "topk";
+    case CodecId::kRandk:
+      return "randk";
   }
   return "?";
 }
@@ -104,7 +118,7 @@ Result<Header> decode_header(const void* data, size_t size) {
   if (val[5] > UINT32_MAX) return Status::protocol("header 'tensor' out of range");
   h.tensor = static_cast<uint32_t>(val[5]);
   h.offset = val[6];
-  if (val[7] != static_cast<uint64_t>(CodecId::kNone))
+  if (val[7] > kMaxCodecId)
     return Status::protocol(fmt::format("unknown codec id {}", val[7]));
   h.codec = static_cast<CodecId>(val[7]);
   h.numel = val[8];
@@ -123,9 +137,11 @@ Result<Header> decode_header(const void* data, size_t size) {
     case Kind::kModelChunk:
       if (h.numel == 0) return Status::protocol("model-chunk with numel=0");
       // Divide rather than multiply: numel * 4 wraps for numel >= 2^62.
-      if (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel)
-        return Status::protocol(fmt::format("model-chunk says numel={} but bytes={} (expected numel*{})",
-                                            h.numel, h.bytes, sizeof(float)));
+      if (h.codec == CodecId::kNone && (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel))
+        return Status::protocol(fmt::format(
+            "model-chunk says numel={} but bytes={} (raw fp32 needs numel * 4)", h.numel, h.bytes));
+      if (h.codec != CodecId::kNone && h.bytes == 0)
+        return Status::protocol(fmt::format("{} model-chunk with an empty payload", codec_name(h.codec)));
       if (h.offset > UINT64_MAX - h.numel) return Status::protocol("model-chunk offset overflows");
       break;
   }

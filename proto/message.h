@@ -23,8 +23,18 @@ enum class Kind : uint8_t {
 };
 const char* kind_name(Kind k);
 
-// Payload encodings. compression/ adds codecs; the wire only needs to know the ids.
-enum class CodecId : uint8_t { kNone = 0 };  // raw little-endian fp32
+// Payload encodings. compression/ implements them; the wire only knows the ids.
+enum class CodecId : uint8_t {
+  kNone = 0,  // raw little-endian fp32
+  kFp16 = 1,
+  kBf16 = 2,
+  kInt8 = 3,
+  kQsgd = 4,
+  kSign = 5,
+  kTopk = 6,
+  kRandk = 7,
+};
+inline constexpr uint8_t kMaxCodecId = 7;
 const char* codec_name(CodecId c);
 
 struct Header {
@@ -50,7 +60,8 @@ std::string encode_header(const Header& h);
 
 // Strict decoding: a msgpack map with exactly the known keys, each an unsigned
 // integer in range, a known version, kind and codec, and self-consistent sizes
-// (bytes == numel * 4 for raw fp32, no payload for hello/bye).
+// (bytes == numel * 4 for raw fp32, a non-empty payload for the other codecs, whose
+// exact size only the codec can check, and no payload for hello/bye).
 Result<Header> decode_header(const void* data, size_t size);
 
 // Checks the frames that followed a decoded header: how many and how large.

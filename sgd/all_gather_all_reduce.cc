@@ -1,5 +1,7 @@
 #include "sgd/all_gather_all_reduce.h"
 
+#include "compression/error_feedback.h"
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -11,8 +13,42 @@ namespace gossip::sgd {
 
 using Clock = std::chrono::steady_clock;
 
-AllGatherAllReduce::AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes)
-    : transport_(transport), chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))) {}
+namespace {
+
+// The randomness of one chunk's codec (qsgd's rounding, randk's indices): a function
+// of what both sender and receiver know from the header.
+uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
+  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{node} << 40) ^ seq;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+AllGatherAllReduce::AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
+                                       const compression::Codec* codec)
+    : transport_(transport),
+      chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))),
+      codec_(codec) {}
+
+Status AllGatherAllReduce::compress(std::span<float> data, uint64_t round, const Compression& c) {
+  const uint64_t chunks = (data.size() + chunk_elems_ - 1) / chunk_elems_;
+  encoded_.resize(chunks);
+  for (uint64_t seq = 0; seq < chunks; ++seq) {
+    uint64_t off = seq * chunk_elems_;
+    auto chunk = data.subspan(off, std::min<uint64_t>(chunk_elems_, data.size() - off));
+    compression::CodecContext ctx{chunk_seed(round, transport_.self(), seq), nullptr};
+    if (c.error_feedback) {
+      // u and sent alias: ErrorFeedback reads all of u before it writes sent.
+      GOSSIP_RETURN_IF_ERROR(c.error_feedback->encode(chunk, off, ctx, encoded_[seq], chunk));
+    } else {
+      GOSSIP_RETURN_IF_ERROR(c.codec->encode(chunk, ctx, encoded_[seq]));
+      GOSSIP_RETURN_IF_ERROR(c.codec->decode(encoded_[seq], ctx, chunk));
+    }
+  }
+  return Status::ok();
+}
 
 size_t AllGatherAllReduce::peer_index(uint32_t peer) const {
   const auto& ps = transport_.peers();
@@ -75,7 +111,17 @@ void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t nu
   s.received[pi] += h.numel;
   double* sum = s.sum.data() + h.offset;
   const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
-  if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+  if (h.codec != proto::CodecId::kNone) {
+    if (!codec_ || h.codec != codec_->id())
+      return doom(h.round, Status::mismatch(fmt::format(
+          "peer {} sends {} payloads; this node decodes none and {}", in.peer,
+          proto::codec_name(h.codec), codec_ ? codec_->spec() : std::string("nothing else"))));
+    scratch_.resize(h.numel);
+    compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), nullptr};
+    if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
+      return doom(h.round, st.with_context(fmt::format("payload from peer {}", in.peer)));
+    for (uint64_t i = 0; i < h.numel; ++i) sum[i] += scratch_[i];
+  } else if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
     const float* x = reinterpret_cast<const float*>(bytes);
     for (uint64_t i = 0; i < h.numel; ++i) sum[i] += x[i];
   } else {
@@ -103,6 +149,13 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   if (ps.empty()) return Status::ok();
   const size_t numel = data.size();
   auto bytes = std::as_bytes(std::span<const float>(data));
+  const auto* codec = options.compression.codec;
+  if (codec && codec->id() == proto::CodecId::kNone) codec = nullptr;
+  if (codec) {
+    if (codec != codec_) return Status::invalid("round compressed with a codec the all-reduce was not built for");
+    GOSSIP_RETURN_IF_ERROR(compress(data, round, options.compression).with_context(
+        fmt::format("round {}: compressing {}", round, codec->spec())));
+  }
 
   for (const auto& p : ps) {
     uint64_t seq = 0;
@@ -115,10 +168,14 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
       h.seq = seq;
       h.offset = off;
       h.numel = len;
-      h.bytes = len * sizeof(float);
       h.layout = layout_;
-      GOSSIP_RETURN_IF_ERROR(transport_.send_zero_copy(
-          p.id, h, bytes.subspan(off * sizeof(float), len * sizeof(float))));
+      std::span<const std::byte> payload = bytes.subspan(off * sizeof(float), len * sizeof(float));
+      if (codec) {
+        h.codec = codec->id();
+        payload = encoded_[seq];
+      }
+      h.bytes = payload.size();
+      GOSSIP_RETURN_IF_ERROR(transport_.send_zero_copy(p.id, h, payload));
     }
   }
 

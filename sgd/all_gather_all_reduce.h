@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "compression/codec.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
 
@@ -14,7 +15,10 @@ namespace gossip::sgd {
 
 class AllGatherAllReduce final : public AllReduce {
  public:
-  AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes);
+  // `codec` (may be null) is the one this node can decode besides raw fp32; every
+  // node of a cluster is configured with the same.
+  AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
+                     const compression::Codec* codec = nullptr);
 
   Status all_reduce_mean(std::span<float> data, uint64_t round,
                          const CollectiveOptions& options) override;
@@ -38,8 +42,14 @@ class AllGatherAllReduce final : public AllReduce {
   void absorb(peers::Incoming& in, uint64_t current, size_t numel);
   size_t peer_index(uint32_t peer) const;
 
+  // Encodes data in place chunk by chunk into encoded_ (data becomes what receivers decode).
+  Status compress(std::span<float> data, uint64_t round, const Compression& c);
+
   peers::ZmqTransport& transport_;
   uint64_t chunk_elems_;
+  const compression::Codec* codec_;
+  std::vector<std::vector<std::byte>> encoded_;  // this round's payload per chunk, sent zero-copy
+  std::vector<float> scratch_;                   // a received chunk, decoded
   uint64_t layout_ = 0;
   std::array<RoundState, 2> states_;
 };

@@ -10,11 +10,26 @@
 
 #include "proto/status.h"
 
+namespace gossip::compression {
+class Codec;
+class ErrorFeedback;
+}  // namespace gossip::compression
+
 namespace gossip::sgd {
+
+// How this node's contribution travels. With a codec, the contribution is what the
+// receivers decode from its payloads (compressed chunk by chunk, through the error
+// feedback residual when one is given), and every node, this one included, sums
+// exactly those decoded values.
+struct Compression {
+  const compression::Codec* codec = nullptr;  // nullptr: raw fp32
+  compression::ErrorFeedback* error_feedback = nullptr;
+};
 
 struct CollectiveOptions {
   std::chrono::steady_clock::time_point deadline;
   const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the operation
+  Compression compression;
 };
 
 class AllReduce {

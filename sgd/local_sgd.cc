@@ -10,25 +10,50 @@ Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name) {
   return Status::invalid(fmt::format("unknown outer optimizer '{}' (valid: none, nesterov)", name));
 }
 
-LocalSgd::LocalSgd(AllReduce& all_reduce, OuterOptimizer outer)
-    : all_reduce_(all_reduce), outer_(outer) {}
+LocalSgd::LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec,
+                   bool error_feedback)
+    : all_reduce_(all_reduce), outer_(outer), codec_(codec), error_feedback_(error_feedback) {}
 
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const CollectiveOptions& options) {
-  GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
-  if (plain()) return Status::ok();
-  if (previous_.size() != model.size()) {
-    previous_.assign(model.begin(), model.end());
-    momentum_.assign(model.size(), 0.0f);
+  const bool first = previous_.size() != model.size();
+  if (first || !compressed()) {
+    CollectiveOptions raw = options;
+    raw.compression = {};
+    GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, raw));
+    if (first) {
+      if (!plain() || compressed()) {
+        previous_.assign(model.begin(), model.end());
+        momentum_.assign(model.size(), 0.0f);
+      }
+      return Status::ok();
+    }
+    if (plain()) return Status::ok();
+    delta_.resize(model.size());
+    for (size_t i = 0; i < model.size(); ++i) delta_[i] = model[i] - previous_[i];
+    apply(model, delta_);
     return Status::ok();
   }
-  // Pseudo-gradient g = x_prev - x_avg. Every node holds the same x_prev and x_avg,
-  // so every node takes the same outer step and the replicas stay equal.
+
+  delta_.resize(model.size());
+  for (size_t i = 0; i < model.size(); ++i) delta_[i] = model[i] - previous_[i];
+  if (error_feedback_ && !residual_)
+    residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, model.size());
+  CollectiveOptions opts = options;
+  opts.compression = {codec_, residual_.get()};
+  GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
+  apply(model, delta_);
+  return Status::ok();
+}
+
+void LocalSgd::apply(std::span<float> model, std::span<const float> delta) {
+  // Pseudo-gradient g = x_prev - x_avg = -delta. Every node holds the same x_prev
+  // and the same averaged delta, so every node takes the same step.
   const float lr = static_cast<float>(outer_.lr);
   const float mu = static_cast<float>(outer_.momentum);
   const bool nesterov = outer_.kind == OuterOptimizer::Kind::kNesterov;
   for (size_t i = 0; i < model.size(); ++i) {
-    float g = previous_[i] - model[i];
+    float g = -delta[i];
     float step = g;
     if (nesterov) {
       momentum_[i] = mu * momentum_[i] + g;
@@ -38,7 +63,6 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
     model[i] = x;
     previous_[i] = x;
   }
-  return Status::ok();
 }
 
 }  // namespace gossip::sgd

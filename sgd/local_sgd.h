@@ -3,11 +3,18 @@
 // Optionally an outer optimizer treats the averaged change since the previous
 // synchronization as a pseudo-gradient (DiLoCo, Douillard et al. 2023: outer
 // Nesterov momentum; "none" with lr 1 is plain model averaging).
+//
+// With a codec, what travels is the change since the last synchronization,
+// compressed (with error feedback when asked), and every node applies the mean of
+// the decoded changes to the common previous model, so the replicas stay equal.
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "compression/codec.h"
+#include "compression/error_feedback.h"
 #include "proto/status.h"
 #include "sgd/all_reduce.h"
 
@@ -23,19 +30,28 @@ Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name);
 
 class LocalSgd {
  public:
-  LocalSgd(AllReduce& all_reduce, OuterOptimizer outer);
+  // codec may be null (raw fp32); it must outlive this object.
+  LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec = nullptr,
+           bool error_feedback = false);
 
   // In place: model <- the synchronized model of round `round`. The first round is
-  // plain averaging (it defines the common starting point x_prev).
+  // an exact, uncompressed average: it defines the common starting point x_prev.
   Status synchronize(std::span<float> model, uint64_t round, const CollectiveOptions& options);
 
  private:
+  bool compressed() const { return codec_ && codec_->id() != proto::CodecId::kNone; }
   bool plain() const { return outer_.kind == OuterOptimizer::Kind::kNone && outer_.lr == 1.0; }
+  // model <- x_prev + outer step for the averaged change `delta` (= x_avg - x_prev).
+  void apply(std::span<float> model, std::span<const float> delta);
 
   AllReduce& all_reduce_;
   OuterOptimizer outer_;
+  const compression::Codec* codec_;
+  bool error_feedback_;
+  std::unique_ptr<compression::ErrorFeedback> residual_;
   std::vector<float> previous_;  // x_prev: the model after the last synchronization
   std::vector<float> momentum_;  // outer Nesterov buffer
+  std::vector<float> delta_;
 };
 
 }  // namespace gossip::sgd
