@@ -21,7 +21,11 @@ class FixedMean final : public AllReduce {
   void set_layout_fingerprint(uint64_t) override {}
 };
 
-CollectiveOptions opts() { return {std::chrono::steady_clock::now() + std::chrono::seconds(1)}; }
+CollectiveOptions opts() {
+  CollectiveOptions o;
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  return o;
+}
 
 TEST(LocalSgd, PlainAveragingIsTheMean) {
   FixedMean ar;
