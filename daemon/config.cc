@@ -170,9 +170,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 15>& fields() {
+const std::array<Field, 16>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 15> kFields = {{
+  static const std::array<Field, 16> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -228,6 +228,11 @@ const std::array<Field, 15>& fields() {
                 codec_problem,
                 [](const C& c) -> const std::string& { return c.strategy.codec; },
                 [](C& c, std::string v) { c.strategy.codec = std::move(v); }}},
+      {"strategy.codec_threads", "--codec-threads", "N",
+       "threads that compress and decode large models, 1..64",
+       IntegerSpec{{1, 64, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.codec_threads; },
+                   [](C& c, uint64_t v) { c.strategy.codec_threads = static_cast<uint32_t>(v); }}},
       {"strategy.outer.optimizer", "--outer-optimizer", "none|nesterov",
        "outer optimizer on the averaged delta",
        TextSpec{kOuterOptimizers, "", nullptr,

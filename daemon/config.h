@@ -29,6 +29,7 @@ struct StrategyConfig {
   // What travels is compressed with this codec (compression/codec_spec.h); biased
   // codecs always get error feedback.
   std::string codec = "none";
+  uint32_t codec_threads = 1;  // threads (the sync thread included) that compress and decode
   double round_timeout_s = 60.0;   // a round that takes longer fails, naming the missing peers
   uint64_t chunk_bytes = 4u << 20; // model slices sent per message
 };

@@ -27,14 +27,16 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
     w->codec_.error_feedback = true;
     spdlog::info("codec {} is biased: error feedback turned on", w->codec_.codec->spec());
   }
+  if (config.strategy.codec_threads > 1)
+    w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
   w->all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(
-      *w->transport_, config.strategy.chunk_bytes, w->codec_.codec.get());
+      *w->transport_, config.strategy.chunk_bytes, w->codec_.codec.get(), w->pool_.get());
   auto kind = sgd::parse_outer_kind(config.strategy.outer.kind);
   if (!kind) return kind.status();
   w->local_sgd_ = std::make_unique<sgd::LocalSgd>(
       *w->all_reduce_,
       sgd::OuterOptimizer{*kind, config.strategy.outer.lr, config.strategy.outer.momentum},
-      w->codec_.codec.get(), w->codec_.error_feedback);
+      w->codec_.codec.get(), w->codec_.error_feedback, w->pool_.get());
   spdlog::info("exchanging {}", w->codec_.canonical());
   w->round_timeout_ = std::chrono::milliseconds(
       static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));

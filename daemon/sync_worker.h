@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "compression/codec_spec.h"
+#include "compression/thread_pool.h"
 #include "daemon/config.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_gather_all_reduce.h"
@@ -47,6 +48,7 @@ class SyncWorker {
 
   std::unique_ptr<peers::ZmqTransport> transport_;
   compression::CodecSpec codec_;  // outlives the two below, which point at it
+  std::unique_ptr<compression::ThreadPool> pool_;  // idem
   std::unique_ptr<sgd::AllGatherAllReduce> all_reduce_;
   std::unique_ptr<sgd::LocalSgd> local_sgd_;
   std::chrono::milliseconds round_timeout_{60000};

@@ -27,10 +27,12 @@ uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
 }  // namespace
 
 AllGatherAllReduce::AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
-                                       const compression::Codec* codec)
+                                       const compression::Codec* codec,
+                                       compression::ThreadPool* pool)
     : transport_(transport),
       chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))),
-      codec_(codec) {}
+      codec_(codec),
+      pool_(pool) {}
 
 Status AllGatherAllReduce::compress(std::span<float> data, uint64_t round, const Compression& c) {
   const uint64_t chunks = (data.size() + chunk_elems_ - 1) / chunk_elems_;
@@ -38,7 +40,7 @@ Status AllGatherAllReduce::compress(std::span<float> data, uint64_t round, const
   for (uint64_t seq = 0; seq < chunks; ++seq) {
     uint64_t off = seq * chunk_elems_;
     auto chunk = data.subspan(off, std::min<uint64_t>(chunk_elems_, data.size() - off));
-    compression::CodecContext ctx{chunk_seed(round, transport_.self(), seq), nullptr};
+    compression::CodecContext ctx{chunk_seed(round, transport_.self(), seq), c.pool};
     if (c.error_feedback) {
       // u and sent alias: ErrorFeedback reads all of u before it writes sent.
       GOSSIP_RETURN_IF_ERROR(c.error_feedback->encode(chunk, off, ctx, encoded_[seq], chunk));
@@ -117,7 +119,7 @@ void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t nu
           "peer {} sends {} payloads; this node decodes none and {}", in.peer,
           proto::codec_name(h.codec), codec_ ? codec_->spec() : std::string("nothing else"))));
     scratch_.resize(h.numel);
-    compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), nullptr};
+    compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), pool_};
     if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
       return doom(h.round, st.with_context(fmt::format("payload from peer {}", in.peer)));
     for (uint64_t i = 0; i < h.numel; ++i) sum[i] += scratch_[i];

@@ -18,7 +18,8 @@ class AllGatherAllReduce final : public AllReduce {
   // `codec` (may be null) is the one this node can decode besides raw fp32; every
   // node of a cluster is configured with the same.
   AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
-                     const compression::Codec* codec = nullptr);
+                     const compression::Codec* codec = nullptr,
+                     compression::ThreadPool* pool = nullptr);
 
   Status all_reduce_mean(std::span<float> data, uint64_t round,
                          const CollectiveOptions& options) override;
@@ -48,6 +49,7 @@ class AllGatherAllReduce final : public AllReduce {
   peers::ZmqTransport& transport_;
   uint64_t chunk_elems_;
   const compression::Codec* codec_;
+  compression::ThreadPool* pool_;  // decodes received chunks
   std::vector<std::vector<std::byte>> encoded_;  // this round's payload per chunk, sent zero-copy
   std::vector<float> scratch_;                   // a received chunk, decoded
   uint64_t layout_ = 0;

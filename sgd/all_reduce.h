@@ -13,6 +13,7 @@
 namespace gossip::compression {
 class Codec;
 class ErrorFeedback;
+class ThreadPool;
 }  // namespace gossip::compression
 
 namespace gossip::sgd {
@@ -24,6 +25,7 @@ namespace gossip::sgd {
 struct Compression {
   const compression::Codec* codec = nullptr;  // nullptr: raw fp32
   compression::ErrorFeedback* error_feedback = nullptr;
+  compression::ThreadPool* pool = nullptr;  // splits encoding of large chunks; nullptr: caller only
 };
 
 struct CollectiveOptions {

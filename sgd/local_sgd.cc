@@ -11,8 +11,12 @@ Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name) {
 }
 
 LocalSgd::LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec,
-                   bool error_feedback)
-    : all_reduce_(all_reduce), outer_(outer), codec_(codec), error_feedback_(error_feedback) {}
+                   bool error_feedback, compression::ThreadPool* pool)
+    : all_reduce_(all_reduce),
+      outer_(outer),
+      codec_(codec),
+      error_feedback_(error_feedback),
+      pool_(pool) {}
 
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const CollectiveOptions& options) {
@@ -40,7 +44,7 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
   if (error_feedback_ && !residual_)
     residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, model.size());
   CollectiveOptions opts = options;
-  opts.compression = {codec_, residual_.get()};
+  opts.compression = {codec_, residual_.get(), pool_};
   GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
   apply(model, delta_);
   return Status::ok();

@@ -32,7 +32,7 @@ class LocalSgd {
  public:
   // codec may be null (raw fp32); it must outlive this object.
   LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec = nullptr,
-           bool error_feedback = false);
+           bool error_feedback = false, compression::ThreadPool* pool = nullptr);
 
   // In place: model <- the synchronized model of round `round`. The first round is
   // an exact, uncompressed average: it defines the common starting point x_prev.
@@ -48,6 +48,7 @@ class LocalSgd {
   OuterOptimizer outer_;
   const compression::Codec* codec_;
   bool error_feedback_;
+  compression::ThreadPool* pool_;
   std::unique_ptr<compression::ErrorFeedback> residual_;
   std::vector<float> previous_;  // x_prev: the model after the last synchronization
   std::vector<float> momentum_;  // outer Nesterov buffer
