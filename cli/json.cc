@@ -2,9 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
 #include <cmath>
-#include <tuple>
 
 namespace gossip::cli {
 namespace {
@@ -36,232 +37,8 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
   return len;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
+// Result files are flat; anything nested deeper than this is refused.
 constexpr int kMaxDepth = 32;
-
-class Parser {
- public:
-  explicit Parser(std::string_view s) : s_(s) {}
-
-  Result<FlatJsonObject> parse_object_document() {
-    FlatJsonObject obj;
-    skip_ws();
-    if (!consume('{')) return error("expected '{'");
-    skip_ws();
-    if (!consume('}')) {
-      for (;;) {
-        skip_ws();
-        std::string key;
-        if (peek() != '"') return error("expected a key string");
-        GOSSIP_RETURN_IF_ERROR(parse_string(key));
-        skip_ws();
-        if (!consume(':')) return error("expected ':' after key \"" + key + "\"");
-        JsonScalar value;
-        GOSSIP_RETURN_IF_ERROR(parse_value(value, 1));
-        obj.insert_or_assign(std::move(key), std::move(value));
-        skip_ws();
-        if (consume(',')) continue;
-        if (consume('}')) break;
-        return error("expected ',' or '}'");
-      }
-    }
-    skip_ws();
-    if (i_ != s_.size()) return error("unexpected text after the object");
-    return obj;
-  }
-
- private:
-  Status error(const std::string& what) const {
-    return Status::protocol(fmt::format("JSON at offset {}: {}", i_, what));
-  }
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-  bool consume(char c) {
-    if (peek() != c || i_ >= s_.size()) return false;
-    ++i_;
-    return true;
-  }
-  void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r'))
-      ++i_;
-  }
-
-  Status parse_value(JsonScalar& out, int depth) {
-    skip_ws();
-    if (depth > kMaxDepth) return error("nested too deeply");
-    const char c = peek();
-    if (c == '"') {
-      out.kind = JsonScalar::Kind::kString;
-      return parse_string(out.text);
-    }
-    if (c == '{' || c == '[') {
-      out.kind = JsonScalar::Kind::kNested;
-      return skip_container(depth);
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      out.kind = JsonScalar::Kind::kNumber;
-      return parse_number(out);
-    }
-    for (const auto& [word, kind, value] : {std::tuple{"true", JsonScalar::Kind::kBool, true},
-                                            std::tuple{"false", JsonScalar::Kind::kBool, false},
-                                            std::tuple{"null", JsonScalar::Kind::kNull, false}}) {
-      const std::string_view w(word);
-      if (s_.substr(i_, w.size()) == w) {
-        i_ += w.size();
-        out.kind = kind;
-        out.boolean = value;
-        return Status::ok();
-      }
-    }
-    return error("expected a value");
-  }
-
-  Status skip_container(int depth) {
-    const char close = peek() == '{' ? '}' : ']';
-    const bool is_object = close == '}';
-    ++i_;
-    skip_ws();
-    if (consume(close)) return Status::ok();
-    for (;;) {
-      skip_ws();
-      if (is_object) {
-        std::string key;
-        if (peek() != '"') return error("expected a key string");
-        GOSSIP_RETURN_IF_ERROR(parse_string(key));
-        skip_ws();
-        if (!consume(':')) return error("expected ':'");
-      }
-      JsonScalar ignored;
-      GOSSIP_RETURN_IF_ERROR(parse_value(ignored, depth + 1));
-      skip_ws();
-      if (consume(',')) continue;
-      if (consume(close)) return Status::ok();
-      return error(fmt::format("expected ',' or '{}'", close));
-    }
-  }
-
-  Status parse_number(JsonScalar& out) {
-    const size_t start = i_;
-    auto digits = [&] {
-      const size_t d = i_;
-      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-      return i_ - d;
-    };
-    consume('-');
-    if (peek() == '0') {
-      ++i_;
-    } else if (digits() == 0) {
-      return error("bad number");
-    }
-    if (consume('.') && digits() == 0) return error("bad number: digits expected after '.'");
-    if (peek() == 'e' || peek() == 'E') {
-      ++i_;
-      if (!consume('+')) consume('-');
-      if (digits() == 0) return error("bad number: digits expected in exponent");
-    }
-    out.text = std::string(s_.substr(start, i_ - start));
-    const auto [ptr, ec] =
-        std::from_chars(out.text.data(), out.text.data() + out.text.size(), out.number);
-    if (ec == std::errc::result_out_of_range) {
-      out.number = out.text[0] == '-' ? -HUGE_VAL : HUGE_VAL;
-    } else if (ec != std::errc() || ptr != out.text.data() + out.text.size()) {
-      return error("bad number " + out.text);
-    }
-    return Status::ok();
-  }
-
-  Result<uint32_t> parse_hex4() {
-    if (i_ + 4 > s_.size()) return error("truncated \\u escape");
-    uint32_t v = 0;
-    const auto [ptr, ec] = std::from_chars(s_.data() + i_, s_.data() + i_ + 4, v, 16);
-    if (ec != std::errc() || ptr != s_.data() + i_ + 4) return error("bad \\u escape");
-    i_ += 4;
-    return v;
-  }
-
-  Status parse_string(std::string& out) {
-    out.clear();
-    ++i_;  // the opening quote
-    for (;;) {
-      if (i_ >= s_.size()) return error("unterminated string");
-      const char c = s_[i_++];
-      if (c == '"') return Status::ok();
-      if (static_cast<unsigned char>(c) < 0x20) return error("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) return error("unterminated escape");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          auto cp = parse_hex4();
-          if (!cp) return cp.status();
-          uint32_t code = *cp;
-          if (code >= 0xD800 && code <= 0xDBFF && s_.substr(i_, 2) == "\\u") {
-            i_ += 2;
-            auto lo = parse_hex4();
-            if (!lo) return lo.status();
-            if (*lo >= 0xDC00 && *lo <= 0xDFFF) {
-              code = 0x10000 + ((code - 0xD800) << 10) + (*lo - 0xDC00);
-            } else {
-              append_utf8(out, 0xFFFD);
-              code = *lo;
-            }
-          }
-          if (code >= 0xD800 && code <= 0xDFFF) code = 0xFFFD;  // a lone surrogate
-          append_utf8(out, code);
-          break;
-        }
-        default:
-          return error(fmt::format("bad escape \\{}", e));
-      }
-    }
-  }
-
-  std::string_view s_;
-  size_t i_ = 0;
-};
 
 }  // namespace
 
@@ -382,7 +159,65 @@ JsonObjectWriter& JsonObjectWriter::add_raw(std::string_view key, std::string_vi
 }
 
 Result<FlatJsonObject> parse_flat_json_object(std::string_view text) {
-  return Parser(text).parse_object_document();
+  // nlohmann's parser is iterative; the depth limit only keeps a result line sane.
+  bool too_deep = false;
+  const nlohmann::json::parser_callback_t limit_depth =
+      [&too_deep](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+        if ((event == nlohmann::json::parse_event_t::object_start ||
+             event == nlohmann::json::parse_event_t::array_start) &&
+            depth > kMaxDepth) {
+          too_deep = true;
+          return false;  // skip it; reported below
+        }
+        return true;
+      };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text.begin(), text.end(), limit_depth);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::protocol(fmt::format("bad JSON: {}", e.what()));  // says where
+  }
+  if (too_deep) return Status::protocol(fmt::format("bad JSON: nested deeper than {}", kMaxDepth));
+  if (!doc.is_object()) {
+    return Status::protocol(fmt::format("bad JSON: expected an object, got {}", doc.type_name()));
+  }
+  FlatJsonObject obj;
+  for (const auto& [key, value] : doc.items()) {
+    JsonScalar s;
+    switch (value.type()) {
+      case nlohmann::json::value_t::boolean:
+        s.kind = JsonScalar::Kind::kBool;
+        s.boolean = value.get<bool>();
+        break;
+      case nlohmann::json::value_t::string:
+        s.kind = JsonScalar::Kind::kString;
+        s.text = value.get<std::string>();
+        break;
+      case nlohmann::json::value_t::number_unsigned:  // exact up to 2^64-1
+        s.kind = JsonScalar::Kind::kNumber;
+        s.number = value.get<double>();
+        s.text = std::to_string(value.get<uint64_t>());
+        break;
+      case nlohmann::json::value_t::number_integer:
+        s.kind = JsonScalar::Kind::kNumber;
+        s.number = value.get<double>();
+        s.text = std::to_string(value.get<int64_t>());
+        break;
+      case nlohmann::json::value_t::number_float:
+        s.kind = JsonScalar::Kind::kNumber;
+        s.number = value.get<double>();
+        s.text = value.dump();
+        break;
+      case nlohmann::json::value_t::object:
+      case nlohmann::json::value_t::array:
+        s.kind = JsonScalar::Kind::kNested;
+        break;
+      default:  // null (and nothing else occurs in parsed text)
+        break;
+    }
+    obj.insert_or_assign(key, std::move(s));
+  }
+  return obj;
 }
 
 Result<double> json_get_number(const FlatJsonObject& obj, std::string_view key) {
@@ -397,14 +232,14 @@ Result<double> json_get_number(const FlatJsonObject& obj, std::string_view key) 
 Result<uint64_t> json_get_uint(const FlatJsonObject& obj, std::string_view key) {
   auto number = json_get_number(obj, key);
   if (!number) return number.status();
-  const std::string& lit = obj.find(key)->second.text;
+  const std::string& text = obj.find(key)->second.text;
   uint64_t v = 0;
-  const auto [ptr, ec] = std::from_chars(lit.data(), lit.data() + lit.size(), v);
-  if (ec == std::errc() && ptr == lit.data() + lit.size()) return v;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc() && ptr == text.data() + text.size()) return v;
   // 1.5e6 and the like: accept whole non-negative values that fit.
   const double d = *number;
   if (d >= 0 && d < 18446744073709551616.0 && std::floor(d) == d) return static_cast<uint64_t>(d);
-  return Status::protocol(fmt::format("field \"{}\" is not a non-negative integer: {}", key, lit));
+  return Status::protocol(fmt::format("field \"{}\" is not a non-negative integer: {}", key, text));
 }
 
 }  // namespace gossip::cli

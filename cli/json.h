@@ -1,6 +1,7 @@
 #pragma once
 // Just enough JSON for gossipctl: a writer for the one-object reports it prints, and a
-// reader for the trainers' flat one-line result files ({"key": scalar, ...}).
+// reader for the trainers' flat one-line result files ({"key": scalar, ...}), which
+// parses with nlohmann-json.
 
 #include <cstdint>
 #include <map>
@@ -40,23 +41,24 @@ class JsonObjectWriter {
 };
 
 // One member of a flat object. Nested objects and arrays are accepted but only kept
-// as kNested (their text is skipped), so new fields in a result file never break reading.
+// as kNested (their content is dropped), so new fields in a result file never break reading.
 struct JsonScalar {
   enum class Kind { kNull, kBool, kNumber, kString, kNested };
   Kind kind = Kind::kNull;
   bool boolean = false;
   double number = 0;
-  std::string text;  // the string's value, or the number's literal text
+  std::string text;  // the string's value, or the number's text (exact for integers)
 };
 
 using FlatJsonObject = std::map<std::string, JsonScalar, std::less<>>;
 
-// Parses one JSON object (surrounding whitespace allowed). Errors say what and where.
+// Parses one JSON object (surrounding whitespace allowed). Errors say what and where
+// (line and column); nothing is thrown.
 Result<FlatJsonObject> parse_flat_json_object(std::string_view text);
 
 // Field access with errors that name the key.
 Result<double> json_get_number(const FlatJsonObject& obj, std::string_view key);
-// A non-negative integer (byte counts), read exactly from the literal.
+// A non-negative integer (byte counts), exact up to 2^64-1.
 Result<uint64_t> json_get_uint(const FlatJsonObject& obj, std::string_view key);
 
 }  // namespace gossip::cli

@@ -9,7 +9,7 @@ packages=(
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev
   libgtest-dev libgmock-dev
-  libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev
+  libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
   python3

@@ -80,25 +80,77 @@ TEST(ParseFlatJsonObject, ScalarsStringsAndNestedValues) {
 
 TEST(ParseFlatJsonObject, RejectsMalformedInput) {
   for (const char* bad :
-       {"", "[]", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1} x", "{\"a\":01}",
-        "{\"a\":1.}", "{\"a\":-}", "{\"a\":\"unterminated}", "{\"a\":tru}", "{a:1}",
-        "{\"a\":\"\\x\"}", "{\"a\":[1,]}", "{\"a\":1}{"}) {
-    EXPECT_FALSE(parse_flat_json_object(bad).is_ok()) << bad;
+       {"", "   ", "[]", "42", "\"s\"", "null", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
+        "{\"a\":1} x", "{\"a\":01}", "{\"a\":1.}", "{\"a\":-}", "{\"a\":\"unterminated}",
+        "{\"a\":tru}", "{a:1}", "{\"a\":\"\\x\"}", "{\"a\":[1,]}", "{\"a\":1}{", "garbage",
+        "{\"a\":1 /* c */}", "{\"a\":\"\x01\"}"}) {
+    auto r = parse_flat_json_object(bad);
+    EXPECT_FALSE(r.is_ok()) << bad;
+    EXPECT_FALSE(r.status().message().empty()) << bad;
   }
   std::string deep = "{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}";
   EXPECT_FALSE(parse_flat_json_object(deep).is_ok());
+  std::string ok_depth = "{\"a\":" + std::string(10, '[') + std::string(10, ']') + "}";
+  EXPECT_TRUE(parse_flat_json_object(ok_depth).is_ok());
+}
+
+TEST(ParseFlatJsonObject, ErrorsSayWhere) {
+  // A result line cut short while the trainer was writing it.
+  auto truncated = parse_flat_json_object(R"({"node":0,"steps":600,"accuracy_lo)");
+  ASSERT_FALSE(truncated.is_ok());
+  EXPECT_NE(truncated.status().message().find("column"), std::string::npos)
+      << truncated.status().message();
+  auto garbage = parse_flat_json_object("{\"node\":0,\"steps\":@}");
+  ASSERT_FALSE(garbage.is_ok());
+  EXPECT_NE(garbage.status().message().find("column 19"), std::string::npos)
+      << garbage.status().message();
+  auto array = parse_flat_json_object("[1, 2]");
+  ASSERT_FALSE(array.is_ok());
+  EXPECT_NE(array.status().message().find("object"), std::string::npos)
+      << array.status().message();
 }
 
 TEST(JsonGet, ErrorsNameTheKey) {
-  auto obj = parse_flat_json_object(R"({"s": "x", "neg": -3, "frac": 1.5, "big": 2e6})");
+  auto obj = parse_flat_json_object(
+      R"({"s": "x", "neg": -3, "frac": 1.5, "big": 2e6, "loss": null, "t": true, "arr": [1]})");
   ASSERT_TRUE(obj.is_ok());
-  auto missing = json_get_number(*obj, "loss");
-  ASSERT_FALSE(missing.is_ok());
-  EXPECT_NE(missing.status().message().find("loss"), std::string::npos);
-  EXPECT_FALSE(json_get_number(*obj, "s").is_ok());
-  EXPECT_FALSE(json_get_uint(*obj, "neg").is_ok());
-  EXPECT_FALSE(json_get_uint(*obj, "frac").is_ok());
+  for (const char* key : {"missing_key", "s", "loss", "t", "arr"}) {
+    auto number = json_get_number(*obj, key);
+    ASSERT_FALSE(number.is_ok()) << key;
+    EXPECT_NE(number.status().message().find(key), std::string::npos)
+        << number.status().message();
+    auto uint = json_get_uint(*obj, key);
+    ASSERT_FALSE(uint.is_ok()) << key;
+    EXPECT_NE(uint.status().message().find(key), std::string::npos) << uint.status().message();
+  }
+  for (const char* key : {"neg", "frac"}) {
+    auto uint = json_get_uint(*obj, key);
+    ASSERT_FALSE(uint.is_ok()) << key;
+    EXPECT_NE(uint.status().message().find(key), std::string::npos) << uint.status().message();
+  }
+  EXPECT_EQ(*json_get_number(*obj, "neg"), -3);
+  EXPECT_EQ(*json_get_number(*obj, "frac"), 1.5);
   EXPECT_EQ(*json_get_uint(*obj, "big"), 2000000u);
+}
+
+TEST(JsonGet, HugeIntegers) {
+  auto obj = parse_flat_json_object(
+      R"({"max": 18446744073709551615, "over": 18446744073709551616, "odd": 9007199254740993,)"
+      R"( "min": -9223372036854775808, "zero": -0})");
+  ASSERT_TRUE(obj.is_ok()) << obj.status().message();
+  EXPECT_EQ(*json_get_uint(*obj, "max"), 18446744073709551615ull);
+  EXPECT_EQ(*json_get_uint(*obj, "odd"), 9007199254740993ull);  // not rounded through a double
+  EXPECT_EQ(*json_get_uint(*obj, "zero"), 0u);
+  for (const char* key : {"over", "min"}) {
+    auto uint = json_get_uint(*obj, key);
+    ASSERT_FALSE(uint.is_ok()) << key;
+    EXPECT_NE(uint.status().message().find(key), std::string::npos) << uint.status().message();
+  }
+  EXPECT_DOUBLE_EQ(*json_get_number(*obj, "over"), 18446744073709551616.0);
+  // Beyond a double: nlohmann refuses the document (an error, not an exception).
+  auto huge = parse_flat_json_object(R"({"huge": 1e400})");
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_NE(huge.status().message().find("1e400"), std::string::npos) << huge.status().message();
 }
 
 }  // namespace

@@ -96,6 +96,41 @@ TEST(TrainerResult, ParsesAndNamesTheFileOnError) {
   EXPECT_NE(incomplete.status().message().find("accuracy_local"), std::string::npos);
 }
 
+TEST(TrainerResult, RejectsBadResultLines) {
+  const std::string good =
+      R"({"node":1,"steps":600,"accuracy_local":0.83,"accuracy_average":0.84,"loss":0.45,)"
+      R"("test_loss":null,"payload_sent":18446744073709551615,"payload_recv":11,"wire_sent":12,)"
+      R"("wire_recv":13,"wall_seconds":12.3,"extra":{"nested":[1,2]}})";
+  auto r = parse_trainer_result(good);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->payload_sent, 18446744073709551615ull);  // exact
+  EXPECT_EQ(r->node, 1);
+
+  // Truncated, garbage, or not an object.
+  for (const std::string& bad : {good.substr(0, good.size() / 2), std::string("not json"),
+                                std::string(""), std::string("[1]")}) {
+    EXPECT_FALSE(parse_trainer_result(bad).is_ok()) << bad;
+  }
+
+  // A field of the wrong kind, null (a diverged run), negative or fractional: the key is named.
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{
+           {replace(R"("loss":0.45)", R"("loss":null)"), "loss"},
+           {replace(R"("accuracy_local":0.83)", R"("accuracy_local":"0.83")"), "accuracy_local"},
+           {replace(R"("steps":600)", R"("steps":-600)"), "steps"},
+           {replace(R"("wire_sent":12)", R"("wire_sent":12.5)"), "wire_sent"},
+           {replace(R"("payload_recv":11)", R"("payload_recv":true)"), "payload_recv"},
+           {replace(R"("wire_recv":13,)", ""), "wire_recv"}}) {
+    auto bad = parse_trainer_result(text);
+    ASSERT_FALSE(bad.is_ok()) << text;
+    EXPECT_NE(bad.status().message().find(key), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(ReadLastLines, ReturnsTheTail) {
   TempDir dir;
   const std::string log = dir.file("log");
