@@ -31,8 +31,12 @@ class HalfCodec final : public Codec {
     out.resize(2 * x.size());
     const float* src = x.data();
     std::byte* dst = out.data();
-    parallel_for(ctx.pool, x.size(), kGrain, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) store_le16(dst + 2 * i, ToHalf(src[i]));
+    parallel_for(ctx.pool, x.size(), kGrain, [src, dst](size_t begin, size_t end) {
+      // Local copies: a store through std::byte* may alias anything in memory, the
+      // closure included, and GCC would reload the pointers and not vectorize.
+      const float* s = src;
+      std::byte* d = dst;
+      for (size_t i = begin; i < end; ++i) store_le16(d + 2 * i, ToHalf(s[i]));
     });
     return Status::ok();
   }
@@ -44,7 +48,7 @@ class HalfCodec final : public Codec {
                                           in.size(), y.size(), 2 * y.size()));
     const std::byte* src = in.data();
     float* dst = y.data();
-    parallel_for(ctx.pool, y.size(), kGrain, [&](size_t begin, size_t end) {
+    parallel_for(ctx.pool, y.size(), kGrain, [src, dst](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) dst[i] = FromHalf(load_le16(src + 2 * i));
     });
     return Status::ok();

@@ -53,15 +53,22 @@ class Int8Codec final : public Codec {
     // error, so the first bad element can be named without a race.
     std::vector<uint8_t> bad(nb, 0);
     parallel_for(ctx.pool, nb, block_grain(), [&](size_t b0, size_t b1) {
+      // Local copies: stores through std::byte* may alias anything, the closure's
+      // references included, and GCC would reload them each iteration and not vectorize.
+      const float* xs = x.data();
+      std::byte* const scale_out = scales;
+      std::byte* const value_out = values;
+      uint8_t* const bad_out = bad.data();
+      const size_t block = block_, count = n;
       for (size_t b = b0; b < b1; ++b) {
-        const size_t lo = b * block_, hi = std::min(n, lo + block_);
+        const size_t lo = b * block, hi = std::min(count, lo + block);
         // Max of |x| as integer bits: monotone for non-negative floats, and inf and
         // NaN compare above every finite value, so one reduction finds both.
         uint32_t max_bits = 0;
         for (size_t i = lo; i < hi; ++i)
-          max_bits = std::max(max_bits, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+          max_bits = std::max(max_bits, std::bit_cast<uint32_t>(xs[i]) & 0x7fffffffu);
         if (max_bits >= 0x7f800000u) {
-          bad[b] = 1;
+          bad_out[b] = 1;
           continue;
         }
         const float absmax = std::bit_cast<float>(max_bits);
@@ -74,15 +81,15 @@ class Int8Codec final : public Codec {
         // Near fp32's max, absmax / 127 may round up so far that 127 * scale is inf:
         // round it down instead (the clamp then costs a few ulps of absmax).
         if (!(scale * kQmax <= std::numeric_limits<float>::max())) scale = std::nextafter(scale, 0.0f);
-        store_f32(scales + 4 * b, scale);
+        store_f32(scale_out + 4 * b, scale);
         if (scale == 0.0f) {
-          for (size_t i = lo; i < hi; ++i) values[i] = std::byte{0};
+          for (size_t i = lo; i < hi; ++i) value_out[i] = std::byte{0};
           continue;
         }
         for (size_t i = lo; i < hi; ++i) {
-          float v = std::clamp(x[i] / scale, -kQmax, kQmax);
+          float v = std::clamp(xs[i] / scale, -kQmax, kQmax);
           v = (v + kRoundMagic) - kRoundMagic;
-          values[i] = static_cast<std::byte>(static_cast<int32_t>(v));  // two's complement
+          value_out[i] = static_cast<std::byte>(static_cast<int32_t>(v));  // two's complement
         }
       }
     });
