@@ -104,9 +104,11 @@ class SignCodec final : public Codec {
       for (size_t b = b0; b < b1; ++b) {
         const size_t lo = b * block_, hi = std::min(n, lo + block_);
         const float s = load_f32(scales + 4 * b);
+        // Branch-free: the sign bit of +-s comes straight from the packed bit.
+        const uint32_t s_bits = std::bit_cast<uint32_t>(s);
         for (size_t i = lo; i < hi; ++i) {
-          const bool non_negative = (std::to_integer<uint32_t>(bits[i / 8]) >> (i % 8)) & 1u;
-          dst[i] = non_negative ? s : -s;
+          const uint32_t bit = (std::to_integer<uint32_t>(bits[i >> 3]) >> (i & 7)) & 1u;
+          dst[i] = std::bit_cast<float>(s_bits | ((bit ^ 1u) << 31));
         }
       }
     });
