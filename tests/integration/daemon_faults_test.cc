@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <zmq.hpp>
 
@@ -169,6 +170,24 @@ TEST(DaemonFaults, ConfigErrorNamesTheKeyAndExitsNonZero) {
   std::string log = p.log();
   std::filesystem::remove("/tmp/gossip-config-error-test.log");
   EXPECT_NE(log.find("--period"), std::string::npos) << log;
+}
+
+TEST(DaemonFaults, ConfigFileErrorNamesTheFileAndTheKey) {
+  char dir[] = "/tmp/gossip-config-file-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::filesystem::path file = std::filesystem::path(dir) / "node.toml";
+  {
+    std::ofstream f(file);
+    f << "[node]\nid = 0\nlisten = \"tcp://127.0.0.1:7000\"\nrun_dir = \"" << dir
+      << "\"\n\n[strategy]\nperiod = 4\ncodec = \"topk:2\"\n";
+  }
+  ChildProcess p({binary("gossipd"), "--config", file.string()}, std::filesystem::path(dir) / "log");
+  EXPECT_EQ(p.wait(5s), 2);
+  std::string log = p.log();
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(log.find(file.string()), std::string::npos) << log;
+  EXPECT_NE(log.find("strategy.codec"), std::string::npos) << log;
+  EXPECT_NE(log.find("(0, 1]"), std::string::npos) << log;
 }
 
 }  // namespace
