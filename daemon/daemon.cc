@@ -330,7 +330,7 @@ void Daemon::maybe_start_round() {
   step_ = step;
   round_running_ = true;
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
-  worker_->submit(round_model_, round_, layout_->fingerprint());
+  worker_->submit(round_model_, round_);
 }
 
 void Daemon::handle_round_done() {

@@ -68,10 +68,10 @@ SyncWorker::~SyncWorker() {
   if (done_fd_ >= 0) ::close(done_fd_);
 }
 
-void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t layout_fingerprint) {
+void SyncWorker::submit(std::span<float> model, uint64_t round) {
   {
     std::lock_guard lock(mu_);
-    job_ = Job{model, round, layout_fingerprint};
+    job_ = Job{model, round};
     result_.reset();
   }
   cv_.notify_all();
@@ -112,7 +112,6 @@ void SyncWorker::run() {
       if (numel > 0) all_reduce_->progress(next_round_, numel, std::chrono::milliseconds(0));
       continue;
     }
-    all_reduce_->set_layout_fingerprint(job.layout);
     next_round_ = job.round + 1;
     sgd::CollectiveOptions opts;
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;

@@ -31,9 +31,9 @@ class SyncWorker {
 
   // Readable (poll) once a submitted round has finished; take_result() clears it.
   int done_fd() const { return done_fd_; }
-  // Starts round `round` on `model` (in place). The caller must not touch model
-  // until take_result() returns a value.
-  void submit(std::span<float> model, uint64_t round, uint64_t layout_fingerprint);
+  // Starts round `round` on `model` (in place), after set_model(). The caller must
+  // not touch model until take_result() returns a value.
+  void submit(std::span<float> model, uint64_t round);
   std::optional<Status> take_result();
   // Once the node's model is known the worker validates and buffers what peers send
   // between rounds too.
@@ -60,7 +60,6 @@ class SyncWorker {
   struct Job {
     std::span<float> model;
     uint64_t round = 0;
-    uint64_t layout = 0;
   };
   std::optional<Job> job_;        // guarded by mu_
   size_t numel_ = 0;              // guarded by mu_

@@ -11,21 +11,13 @@
 
 #include "gossip/client.h"
 #include "harness.h"
+#include "test_client.h"
 #include "proto/message.h"
 
 namespace gossip::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::unique_ptr<Client> connect_to(const Cluster& c, int node, std::chrono::milliseconds timeout = 20s) {
-  ClientOptions o;
-  o.endpoint = c.ipc_endpoint(node);
-  o.timeout = timeout;
-  auto client = Client::connect(o);
-  EXPECT_TRUE(client.is_ok()) << client.status().message();
-  return client ? std::move(client).value() : nullptr;
-}
 
 bool wait_for_log(Cluster& c, int node, const std::string& text, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

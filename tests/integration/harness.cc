@@ -64,9 +64,9 @@ Cluster::Cluster(int nodes, std::vector<std::string> extra)
 }
 
 Cluster::~Cluster() {
-  for (auto& d : daemons_) d.signal(SIGTERM);
-  for (auto& d : daemons_)
-    if (d.wait(5s) == -1) d.signal(SIGKILL);
+  std::vector<cli::Process*> all;
+  for (auto& d : daemons_) all.push_back(&d.process());
+  cli::terminate_all(all, 5s);  // SIGTERM, one shared grace, SIGKILL the rest, reap
   daemons_.clear();
   std::error_code ec;
   std::filesystem::remove_all(run_dir_, ec);

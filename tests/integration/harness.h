@@ -26,6 +26,7 @@ class ChildProcess {
   // Waits up to `timeout` for the exit; returns the exit code, 128+signal, or -1 on timeout.
   int wait(std::chrono::milliseconds timeout);
   void signal(int sig) { process_.signal(sig); }
+  cli::Process& process() { return process_; }
   std::string log() const;
 
  private:

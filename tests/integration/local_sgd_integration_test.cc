@@ -12,6 +12,7 @@
 
 #include "gossip/client.h"
 #include "harness.h"
+#include "test_client.h"
 #include "proto/layout.h"
 
 namespace gossip::testing {
@@ -25,16 +26,6 @@ proto::Layout proto_layout() {
   proto::Layout l;
   for (const auto& t : kLayout) l.tensors.push_back({t.name, proto::DType::kF32, t.numel});
   return l;
-}
-
-std::unique_ptr<Client> connect_to(const Cluster& c, int node) {
-  ClientOptions o;
-  o.endpoint = c.ipc_endpoint(node);
-  o.trainer = "test-" + std::to_string(node);
-  o.timeout = 30s;
-  auto client = Client::connect(o);
-  if (!client) ADD_FAILURE() << client.status().message();
-  return client ? std::move(client).value() : nullptr;
 }
 
 // What one node saw: its replica right before and right after each averaging.
