@@ -1,6 +1,9 @@
 #include "cli/cluster.h"
 
+#include "cli/consensus.h"
 #include "compression/codec_spec.h"
+#include "peers/mixing_matrix.h"
+#include "peers/topology.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -40,7 +43,7 @@ constexpr size_t kLogTailLines = 5;
 constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
 constexpr double kAccuracyAgreement = 1e-3;
 
-const std::vector<std::string> kStrategies = {"local-sgd"};
+const std::vector<std::string> kStrategies = {"local-sgd", "gossip", "choco", "push-sum"};
 const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
                                              "error", "critical", "off"};
@@ -159,6 +162,7 @@ class RunDirectory {
 std::string socket_name(int node) { return fmt::format("gossipd-{}.sock", node); }
 std::string csv_name(int node) { return fmt::format("node-{}.csv", node); }
 std::string result_name(int node) { return fmt::format("node-{}.json", node); }
+std::string model_name(int node) { return fmt::format("node-{}.model", node); }
 std::string daemon_log_name(int node) { return fmt::format("gossipd-{}.log", node); }
 std::string trainer_log_name(int node) { return fmt::format("trainer-{}.log", node); }
 
@@ -248,6 +252,9 @@ struct Outcome {
   std::optional<Failure> failure;
   std::vector<TrainerResult> results;  // one per node, or empty if they could not all be read
   double wall_seconds = 0;
+  // The nodes' final models averaged: its test accuracy and the consensus distance.
+  std::optional<double> accuracy_average_model;
+  std::optional<double> consensus_distance;
 };
 
 Failure process_failure(const Member& m, std::string message) {
@@ -280,6 +287,7 @@ class ClusterRun {
       std::optional<Failure> stop = stop_daemons();
       if (!failure) failure = std::move(stop);
     }
+    if (!failure) failure = evaluate_average(outcome);
     if (failure) stop_all();
     outcome.failure = std::move(failure);
     return outcome;
@@ -340,6 +348,12 @@ class ClusterRun {
           .add("--outer-momentum", options_.outer_momentum)
           .add("--seed", options_.seed)
           .add("--log-level", options_.log_level);
+      if (options_.strategy != "local-sgd") {
+        if (!options_.topology.empty()) cmd.add("--topology", options_.topology);
+        cmd.add("--gamma", options_.gamma)
+            .add("--delay", options_.delay)
+            .add("--patience", options_.patience_s);
+      }
       auto f = spawn(daemons_, fmt::format("gossipd {}", i), daemon_log_name(i), cmd.take());
       if (f) return f;
     }
@@ -388,6 +402,7 @@ class ClusterRun {
           .add("--eval-every", options_.effective_eval_every())
           .add("--csv", dir_.file(csv_name(i)))
           .add("--result", dir_.file(result_name(i)))
+          .add("--save-model", dir_.file(model_name(i)))
           .add("--timeout-s", remaining_s);
       auto f = spawn(trainers_, fmt::format("trainer {}", i), trainer_log_name(i), cmd.take());
       if (f) return f;
@@ -479,6 +494,42 @@ class ClusterRun {
     return std::nullopt;
   }
 
+  // The average of the nodes' final models, evaluated by the trainer program.
+  std::optional<Failure> evaluate_average(Outcome& outcome) {
+    std::vector<std::string> paths;
+    for (int i = 0; i < options_.nodes; ++i) {
+      paths.push_back(dir_.file(model_name(i)));
+      std::error_code ec;
+      if (!fs::exists(paths.back(), ec)) {
+        // A trainer other than gossip-train need not save its model.
+        spdlog::warn("{} did not save its final model ({}): no consensus distance, and the "
+                     "average model's accuracy is what the trainers report",
+                     trainers_[static_cast<size_t>(i)].name, paths.back());
+        return std::nullopt;
+      }
+    }
+    auto consensus = consensus_of(paths);
+    if (!consensus)
+      return Failure{fmt::format("cannot average the final models: {}", consensus.status().message()),
+                     "", ""};
+    outcome.consensus_distance = consensus->distance;
+    const std::string average = dir_.file("average.model");
+    if (Status st = write_model(average, consensus->average); !st)
+      return Failure{st.message(), "", ""};
+    CommandLine cmd(programs_.trainer);
+    cmd.add("--evaluate", average).add("--result", dir_.file("average.json"));
+    std::vector<Member> eval;
+    if (auto f = spawn(eval, "evaluation of the average model", "average.log", cmd.take())) return f;
+    Member& m = eval.front();
+    const auto e = m.process.wait_until(Clock::now() + std::chrono::seconds(60));
+    if (!e || !e->success())
+      return process_failure(m, fmt::format("{} {}", m.name, e ? e->describe() : "timed out"));
+    auto r = read_trainer_result(dir_.file("average.json"));
+    if (!r) return process_failure(m, r.status().message());
+    outcome.accuracy_average_model = r->accuracy_average;
+    return std::nullopt;
+  }
+
   // After training: SIGTERM, which every daemon must answer by exiting 0 within the grace.
   std::optional<Failure> stop_daemons() {
     std::vector<Process*> ps;
@@ -535,7 +586,8 @@ struct Totals {
   std::vector<double> accuracy_nodes;
 };
 
-Totals totals_of(const std::vector<TrainerResult>& results) {
+Totals totals_of(const Outcome& outcome) {
+  const std::vector<TrainerResult>& results = outcome.results;
   Totals t;
   if (results.empty()) return t;
   double sum = 0;
@@ -545,12 +597,15 @@ Totals totals_of(const std::vector<TrainerResult>& results) {
     sum += r.accuracy_average;
     t.accuracy_nodes.push_back(r.accuracy_local);
   }
-  t.accuracy_average_model = sum / static_cast<double>(results.size());
+  // Without the evaluated average (a failed run), the nodes' accuracy after the
+  // final synchronization, which is the average model's for local SGD.
+  t.accuracy_average_model =
+      outcome.accuracy_average_model.value_or(sum / static_cast<double>(results.size()));
   return t;
 }
 
-void print_table(const std::vector<TrainerResult>& results, const Totals& totals,
-                 double wall_seconds) {
+void print_table(const Outcome& outcome, const Totals& totals) {
+  const std::vector<TrainerResult>& results = outcome.results;
   std::string out = fmt::format("{:>5}  {:>14}  {:>16}  {:>12}  {:>12}\n", "node", "accuracy_local",
                                 "accuracy_average", "wire_sent", "payload_sent");
   for (size_t i = 0; i < results.size(); ++i) {
@@ -563,14 +618,30 @@ void print_table(const std::vector<TrainerResult>& results, const Totals& totals
   out += fmt::format("accuracy of the averaged model  {:.4f}\n", totals.accuracy_average_model);
   out += fmt::format("bytes on the wire (sent)        {} ({} B)\n", format_bytes(totals.wire_sent),
                      totals.wire_sent);
-  out += fmt::format("wall time                       {:.1f} s\n", wall_seconds);
+  if (outcome.consensus_distance)
+    out += fmt::format("consensus distance              {:.4g}\n", *outcome.consensus_distance);
+  out += fmt::format("wall time                       {:.1f} s\n", outcome.wall_seconds);
   std::fputs(out.c_str(), stdout);
   std::fflush(stdout);
 }
 
+// Local SGD averages over all nodes: its "topology" is the complete graph.
+std::string topology_label(const ClusterOptions& o) {
+  if (o.strategy == "local-sgd") return "complete";
+  if (!o.topology.empty()) return o.topology;
+  return o.strategy == "push-sum" ? "one-peer-exponential" : "ring";
+}
+
+double spectral_gap_of(const ClusterOptions& o) {
+  auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
+  if (!t) return std::nan("");
+  auto gap = peers::spectral_gap(**t);
+  return gap ? gap->gap : std::nan("");
+}
+
 std::string json_report(const ClusterOptions& o, const std::string& out_dir, const Outcome& outcome,
                         const std::vector<std::string>& log_tail) {
-  const Totals totals = totals_of(outcome.results);
+  const Totals totals = totals_of(outcome);
   const bool have = !outcome.results.empty();
   JsonObjectWriter w;
   w.add_bool("ok", !outcome.failure);
@@ -593,17 +664,25 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
       .add_uint("seed", o.seed)
       .add_string("partition", o.partition)
       .add_string("codec", o.codec)
+      .add_string("topology", topology_label(o))
+      .add_number("spectral_gap", spectral_gap_of(o))
       .add_number("wall_seconds", std::round(outcome.wall_seconds * 1000) / 1000);
   if (have) {
     w.add_uint("bytes_sent_total", totals.wire_sent)
         .add_uint("payload_bytes_sent_total", totals.payload_sent)
         .add_number("accuracy_average_model", totals.accuracy_average_model)
         .add_raw("accuracy_nodes", json_number_array(totals.accuracy_nodes));
+    if (outcome.consensus_distance) {
+      w.add_number("consensus_distance", *outcome.consensus_distance);
+    } else {
+      w.add_null("consensus_distance");
+    }
   } else {
     w.add_null("bytes_sent_total")
         .add_null("payload_bytes_sent_total")
         .add_null("accuracy_average_model")
-        .add_null("accuracy_nodes");
+        .add_null("accuracy_nodes")
+        .add_null("consensus_distance");
   }
   if (out_dir.empty()) {
     w.add_null("out");
@@ -670,6 +749,18 @@ Status validate_cluster_options(const ClusterOptions& o) {
     return bad("--post-local", fmt::format("must not be negative, got {}", o.post_local));
   }
   if (auto c = compression::make_codec(o.codec); !c) return bad("--codec", c.status().message());
+  if (o.strategy != "local-sgd") {
+    auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
+    if (!t) return bad("--topology", t.status().message());
+    if (o.strategy == "choco" && (*t)->time_varying())
+      return bad("--topology", fmt::format("choco needs a static topology; '{}' changes every round",
+                                           topology_label(o)));
+  }
+  if (!std::isfinite(o.gamma) || o.gamma < 0 || o.gamma > 1)
+    return bad("--gamma", "must be in [0, 1] (0: the codec's default)");
+  if (o.delay < 0 || o.delay > 64) return bad("--delay", "must be in 0..64");
+  if (!std::isfinite(o.patience_s) || o.patience_s <= 0)
+    return bad("--patience", "must be a positive number of seconds");
   if (!contains(kOuterOptimizers, o.outer_optimizer)) {
     return bad("--outer-optimizer",
                fmt::format("expected none or nesterov, got '{}'", o.outer_optimizer));
@@ -767,6 +858,18 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--codec", o->codec,
                   "Compression of what is exchanged: none, fp16, bf16, int8[:BLOCK], qsgd:LEVELS, "
                   "sign[:BLOCK], topk:RATIO[:approx][:fp16], randk:RATIO[:fp16], optionally +ef");
+  app->add_option("--topology", o->topology,
+                  "Gossip overlay: ring, torus, exponential, one-peer-exponential, "
+                  "random-regular:D, complete; default: ring (push-sum: one-peer-exponential)")
+      ->default_str("");
+  app->add_option("--gamma", o->gamma, "CHOCO consensus step size; default: per codec")
+      ->check(CLI::Range(0.0, 1.0))
+      ->default_str("");
+  app->add_option("--delay", o->delay, "push-sum: rounds a message may be in flight")
+      ->check(CLI::Range(0, 64));
+  app->add_option("--patience", o->patience_s,
+                  "gossip: seconds a round waits for a silent neighbor before going on without it")
+      ->check(CLI::PositiveNumber);
   app->add_option("--outer-optimizer", o->outer_optimizer, "Outer optimizer on the averaged delta")
       ->check(CLI::IsMember(kOuterOptimizers));
   app->add_option("--outer-lr", o->outer_lr, "Outer learning rate")->check(CLI::PositiveNumber);
@@ -863,7 +966,8 @@ int run_cluster(const ClusterOptions& options) {
     }
     if (!dir->temporary()) std::fprintf(stderr, "gossipctl: logs are in %s\n", dir->path().c_str());
   }
-  if (!outcome.results.empty()) {
+  // Only local SGD leaves every node with the same model after the final round.
+  if (!outcome.results.empty() && options.strategy == "local-sgd") {
     double lo = INFINITY, hi = -INFINITY;
     for (const TrainerResult& r : outcome.results) {
       lo = std::min(lo, r.accuracy_average);
@@ -880,7 +984,7 @@ int run_cluster(const ClusterOptions& options) {
     std::fprintf(stdout, "%s\n", json_report(options, out_dir, outcome, log_tail).c_str());
     std::fflush(stdout);
   } else if (!outcome.results.empty()) {
-    print_table(outcome.results, totals_of(outcome.results), outcome.wall_seconds);
+    print_table(outcome, totals_of(outcome));
   }
   return outcome.failure ? kExitFailure : kExitOk;
 }

@@ -8,6 +8,8 @@
 #include "daemon/config.h"
 
 #include "compression/codec_spec.h"
+#include "peers/node_ids.h"
+#include "peers/topology.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -39,7 +41,7 @@ constexpr uint64_t kMaxI64 = std::numeric_limits<int64_t>::max();  // TOML integ
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 
-constexpr std::string_view kStrategies[] = {"local-sgd"};
+constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "push-sum"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -170,9 +172,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 16>& fields() {
+const std::array<Field, 20>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 16> kFields = {{
+  static const std::array<Field, 20> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -200,7 +202,7 @@ const std::array<Field, 16>& fields() {
        IntegerSpec{{1, 64, 1},
                    [](const C& c) -> uint64_t { return c.max_trainers; },
                    [](C& c, uint64_t v) { c.max_trainers = static_cast<uint32_t>(v); }}},
-      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd",
+      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum",
        TextSpec{kStrategies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },
                 [](C& c, std::string v) { c.strategy.name = std::move(v); }}},
@@ -246,6 +248,26 @@ const std::array<Field, 16>& fields() {
        NumberSpec{{0, true, 1.0},
                   [](const C& c) { return c.strategy.outer.momentum; },
                   [](C& c, double v) { c.strategy.outer.momentum = v; }}},
+      {"strategy.topology", "--topology", "SPEC",
+       "gossip overlay: ring|torus|exponential|one-peer-exponential|random-regular:D|complete",
+       TextSpec{{},
+                "a string (a topology spec)",
+                nullptr,  // whether it fits the number of nodes is a cross-field check
+                [](const C& c) -> const std::string& { return c.strategy.topology; },
+                [](C& c, std::string v) { c.strategy.topology = std::move(v); }}},
+      {"strategy.gamma", "--gamma", "G", "CHOCO consensus step size in [0, 1]; 0: codec default",
+       NumberSpec{{0, true, 1.0 + 1e-12},
+                  [](const C& c) { return c.strategy.gamma; },
+                  [](C& c, double v) { c.strategy.gamma = v; }}},
+      {"strategy.delay", "--delay", "D", "push-sum: rounds a message may be in flight, 0..64",
+       IntegerSpec{{0, 64, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.delay; },
+                   [](C& c, uint64_t v) { c.strategy.delay = v; }}},
+      {"strategy.patience", "--patience", "SECONDS",
+       "gossip: how long a round waits for a neighbor before going on without it",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.patience_s; },
+                  [](C& c, double v) { c.strategy.patience_s = v; }}},
   }};
   return kFields;
 }
@@ -519,6 +541,21 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("endpoint '{}' of peer {} is this node's node.listen (id {})",
                                    p.endpoint, p.id, c.node_id));
   }
+  if (c.strategy.name != "local-sgd") {
+    // The gossip family: every node must derive the same graph over the same ids.
+    std::vector<uint32_t> ids{c.node_id};
+    for (const auto& p : c.remote_peers()) ids.push_back(p.id);
+    if (auto st = peers::check_node_ids(ids, c.node_id); !st)
+      return key_error(o, "peers", fmt::format("{} needs node ids 0..n-1: {}", c.strategy.name,
+                                               st.message()));
+    auto topology = peers::make_topology(c.topology_spec(), c.nodes(), c.seed);
+    if (!topology) return key_error(o, "strategy.topology", topology.status().message());
+    if (c.strategy.name == "choco" && (*topology)->time_varying())
+      return key_error(o, "strategy.topology",
+                       fmt::format("choco keeps public copies of fixed neighbors and needs a "
+                                   "static topology; '{}' changes every round",
+                                   c.topology_spec()));
+  }
   return Status::ok();
 }
 
@@ -688,6 +725,11 @@ std::vector<PeerConfig> DaemonConfig::remote_peers() const {
   std::sort(remote.begin(), remote.end(),
             [](const PeerConfig& a, const PeerConfig& b) { return a.id < b.id; });
   return remote;
+}
+
+std::string DaemonConfig::topology_spec() const {
+  if (!strategy.topology.empty()) return strategy.topology;
+  return strategy.name == "push-sum" ? "one-peer-exponential" : "ring";
 }
 
 std::string DaemonConfig::ipc_endpoint() const {

@@ -22,7 +22,8 @@ struct OuterOptimizerConfig {
 };
 
 struct StrategyConfig {
-  std::string name = "local-sgd";  // the only strategy of this release
+  // local-sgd (average every T steps), gossip (D-PSGD), choco (CHOCO-SGD), push-sum (SGP)
+  std::string name = "local-sgd";
   uint64_t period = 1;             // T: synchronize after every T steps
   uint64_t post_local = 0;         // K: synchronize every step while step <= K
   OuterOptimizerConfig outer;
@@ -32,6 +33,12 @@ struct StrategyConfig {
   uint32_t codec_threads = 1;  // threads (the sync thread included) that compress and decode
   double round_timeout_s = 60.0;   // a round that takes longer fails, naming the missing peers
   uint64_t chunk_bytes = 4u << 20; // model slices sent per message
+  // The gossip family (peers/topology.h): the overlay, re-derived by every node for
+  // every round; "" picks ring, or one-peer-exponential for push-sum.
+  std::string topology;
+  double gamma = 0.0;           // CHOCO consensus step size; 0: the codec's default
+  uint64_t delay = 0;           // push-sum: rounds a message may be in flight
+  double patience_s = 5.0;      // how long a gossip round waits for a neighbor heard from before
 };
 
 struct DaemonConfig {
@@ -50,7 +57,9 @@ struct DaemonConfig {
   uint32_t nodes() const;
   // Peers other than this node, sorted by id.
   std::vector<PeerConfig> remote_peers() const;
-  std::string ipc_endpoint() const;  // "ipc://<run_dir>/gossipd-<node_id>.sock"
+  std::string ipc_endpoint() const;
+  // strategy.topology, or the strategy's default overlay when it is not set.
+  std::string topology_spec() const;  // "ipc://<run_dir>/gossipd-<node_id>.sock"
 };
 
 // Parses a TOML document; `source` names it in error messages.

@@ -8,6 +8,12 @@
 #include <cstring>
 
 #include <fmt/format.h>
+
+#include "peers/mixing_matrix.h"
+#include "sgd/choco_sgd.h"
+#include "sgd/dpsgd.h"
+#include "sgd/local_sgd.h"
+#include "sgd/push_sum.h"
 #include <spdlog/spdlog.h>
 
 namespace gossip::daemon {
@@ -22,22 +28,9 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   auto codec = compression::make_codec(config.strategy.codec);
   if (!codec) return codec.status();
   w->codec_ = std::move(codec).value();
-  if (w->codec_.codec->biased() && !w->codec_.error_feedback) {
-    // A biased codec without error feedback does not converge (Karimireddy et al. 2019).
-    w->codec_.error_feedback = true;
-    spdlog::info("codec {} is biased: error feedback turned on", w->codec_.codec->spec());
-  }
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
-  w->all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(
-      *w->transport_, config.strategy.chunk_bytes, w->codec_.codec.get(), w->pool_.get());
-  auto kind = sgd::parse_outer_kind(config.strategy.outer.kind);
-  if (!kind) return kind.status();
-  w->local_sgd_ = std::make_unique<sgd::LocalSgd>(
-      *w->all_reduce_,
-      sgd::OuterOptimizer{*kind, config.strategy.outer.lr, config.strategy.outer.momentum},
-      w->codec_.codec.get(), w->codec_.error_feedback, w->pool_.get());
-  spdlog::info("exchanging {}", w->codec_.canonical());
+  GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
   w->round_timeout_ = std::chrono::milliseconds(
       static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->done_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -52,6 +45,64 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   return w;
 }
 
+Status SyncWorker::make_strategy(const DaemonConfig& config) {
+  const auto& sc = config.strategy;
+  const compression::Codec* codec = codec_.codec.get();
+  if (sc.name == "local-sgd") {
+    if (codec->biased() && !codec_.error_feedback) {
+      // A biased codec without error feedback does not converge (Karimireddy et al. 2019).
+      codec_.error_feedback = true;
+      spdlog::info("codec {} is biased: error feedback turned on", codec->spec());
+    }
+    auto kind = sgd::parse_outer_kind(sc.outer.kind);
+    if (!kind) return kind.status();
+    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*transport_, sc.chunk_bytes, codec,
+                                                            pool_.get());
+    strategy_ = std::make_unique<sgd::LocalSgd>(
+        *all_reduce_, sgd::OuterOptimizer{*kind, sc.outer.lr, sc.outer.momentum}, codec,
+        codec_.error_feedback, pool_.get());
+    spdlog::info("local SGD, exchanging {}", codec_.canonical());
+    return Status::ok();
+  }
+
+  auto topology = peers::make_topology(config.topology_spec(), config.nodes(), config.seed);
+  if (!topology) return topology.status();
+  topology_ = std::move(topology).value();
+  exchange_ = std::make_unique<sgd::NeighborExchange>(*transport_, codec, pool_.get());
+  sgd::GossipOptions options;
+  options.chunk_elems = sc.chunk_bytes / sizeof(float);
+  options.compression = {codec, nullptr, pool_.get()};
+  options.patience = std::chrono::milliseconds(static_cast<int64_t>(sc.patience_s * 1000.0));
+  std::string detail;
+  if (sc.name == "gossip") {
+    if (codec->biased())
+      spdlog::warn("gossip with the biased codec {} only approaches consensus; choco converges",
+                   codec->spec());
+    if (codec_.error_feedback)
+      spdlog::warn("error feedback does not apply to gossip, which sends models, not updates; "
+                   "ignored");
+    strategy_ = std::make_unique<sgd::Dpsgd>(*exchange_, *topology_, options);
+  } else if (sc.name == "choco") {
+    double gamma = sc.gamma > 0 ? sc.gamma : sgd::default_choco_gamma(codec);
+    detail = fmt::format(", gamma {}", gamma);
+    strategy_ = std::make_unique<sgd::ChocoSgd>(*exchange_, *topology_, options, gamma);
+  } else if (sc.name == "push-sum") {
+    detail = fmt::format(", delay {}", sc.delay);
+    strategy_ = std::make_unique<sgd::PushSum>(*exchange_, *topology_, options, sc.delay);
+  } else {
+    return Status::invalid(fmt::format("unknown strategy '{}'", sc.name));
+  }
+  auto gap = peers::spectral_gap(*topology_);
+  spdlog::info("{} on {}{}, exchanging {}", sc.name, topology_->describe(), detail, codec->spec());
+  if (gap)
+    spdlog::info("spectral gap {:.4f} ({}): the distance to consensus shrinks by about {:.4f} "
+                 "per round",
+                 gap->gap, gap->method, 1.0 - gap->gap);
+  else
+    spdlog::warn("spectral gap not computed: {}", gap.status().message());
+  return Status::ok();
+}
+
 SyncWorker::~SyncWorker() {
   stop_ = true;
   cv_.notify_all();
@@ -62,7 +113,8 @@ SyncWorker::~SyncWorker() {
     bye.from = transport_->self();
     for (const auto& p : transport_->peers()) (void)transport_->send(p.id, bye);
   }
-  local_sgd_.reset();
+  strategy_.reset();
+  exchange_.reset();
   all_reduce_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);
@@ -102,21 +154,21 @@ void SyncWorker::run() {
       cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_ || job_.has_value(); });
       if (stop_) return;
       numel = numel_;
-      all_reduce_->set_layout_fingerprint(layout_);
+      strategy_->set_layout_fingerprint(layout_);
       if (job_) {
         job = *job_;
         job_.reset();
       }
     }
     if (job.model.empty()) {
-      if (numel > 0) all_reduce_->progress(next_round_, numel, std::chrono::milliseconds(0));
+      if (numel > 0) strategy_->progress(next_round_, numel, std::chrono::milliseconds(0));
       continue;
     }
     next_round_ = job.round + 1;
-    sgd::CollectiveOptions opts;
+    sgd::RoundOptions opts;
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;
-    Status st = local_sgd_->synchronize(job.model, job.round, opts);
+    Status st = strategy_->synchronize(job.model, job.round, opts);
     {
       std::lock_guard lock(mu_);
       result_ = std::move(st);

@@ -16,9 +16,11 @@
 #include "compression/codec_spec.h"
 #include "compression/thread_pool.h"
 #include "daemon/config.h"
+#include "peers/topology.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_gather_all_reduce.h"
-#include "sgd/local_sgd.h"
+#include "sgd/neighbor_exchange.h"
+#include "sgd/strategy.h"
 
 namespace gossip::daemon {
 
@@ -44,13 +46,18 @@ class SyncWorker {
 
  private:
   SyncWorker() = default;
+  Status make_strategy(const DaemonConfig& config);
   void run();
 
   std::unique_ptr<peers::ZmqTransport> transport_;
   compression::CodecSpec codec_;  // outlives the two below, which point at it
   std::unique_ptr<compression::ThreadPool> pool_;  // idem
+  // What the strategy runs on: an all-reduce (local SGD) or a neighbor exchange
+  // over a topology (the gossip family). Declared before the strategy, which uses them.
   std::unique_ptr<sgd::AllGatherAllReduce> all_reduce_;
-  std::unique_ptr<sgd::LocalSgd> local_sgd_;
+  std::unique_ptr<peers::Topology> topology_;
+  std::unique_ptr<sgd::NeighborExchange> exchange_;
+  std::unique_ptr<sgd::Strategy> strategy_;
   std::chrono::milliseconds round_timeout_{60000};
   int done_fd_ = -1;
 

@@ -29,6 +29,10 @@ void release_pending(void* /*data*/, void* hint) {
   static_cast<std::atomic<uint64_t>*>(hint)->fetch_sub(1, std::memory_order_acq_rel);
 }
 
+void release_shared(void* /*data*/, void* hint) {
+  delete static_cast<std::shared_ptr<const std::vector<std::byte>>*>(hint);
+}
+
 }  // namespace
 
 std::string routing_id_for(uint32_t node) { return fmt::format("node-{}", node); }
@@ -105,12 +109,15 @@ Status ZmqTransport::send_frames(Outbound& out, const proto::Header& header,
   uint64_t payload_bytes = payload ? payload->size() : 0;
   if (payload) wire += proto::zmtp_frame_overhead(payload_bytes) + payload_bytes;
   try {
-    // DEALER sockets never block on send while below the high-water mark; a peer
-    // that is down simply accumulates a queue that drains once it is up.
-    auto flags = payload ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    // A peer that is down accumulates a queue that drains once it is up; at the
+    // high-water mark (a peer down for long) sending fails rather than blocking
+    // the round. The payload frame follows its header atomically: ZeroMQ accepts
+    // the rest of a multipart message once its first frame is in.
+    auto flags = payload ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                         : zmq::send_flags::dontwait;
     if (!out.socket.send(zmq::buffer(head), flags))
       return Status::io_error(fmt::format("send queue to peer {} is full", out.peer.id));
-    if (payload && !out.socket.send(std::move(*payload), zmq::send_flags::none))
+    if (payload && !out.socket.send(std::move(*payload), zmq::send_flags::dontwait))
       return Status::io_error(fmt::format("send queue to peer {} is full", out.peer.id));
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("send to peer {} failed: {}", out.peer.id, e.what()));
@@ -133,6 +140,18 @@ Status ZmqTransport::send_zero_copy(uint32_t peer, const proto::Header& header,
   // ZeroMQ calls release_pending from its I/O thread once the bytes are in the kernel.
   zmq::message_t msg(const_cast<std::byte*>(payload.data()), payload.size(), release_pending,
                      &out->pending);
+  return send_frames(*out, header, &msg);
+}
+
+Status ZmqTransport::send_shared(uint32_t peer, const proto::Header& header,
+                                 std::shared_ptr<const std::vector<std::byte>> buffer) {
+  Outbound* out = outbound(peer);
+  if (!out) return Status::not_found(fmt::format("no peer {}", peer));
+  const std::byte* data = buffer->data();
+  size_t size = buffer->size();
+  auto* hint = new std::shared_ptr<const std::vector<std::byte>>(std::move(buffer));
+  // On failure message_t's destructor still calls release_shared, so nothing leaks.
+  zmq::message_t msg(const_cast<std::byte*>(data), size, release_shared, hint);
   return send_frames(*out, header, &msg);
 }
 

@@ -56,6 +56,11 @@ class ZmqTransport {
   Status send_zero_copy(uint32_t peer, const proto::Header& header,
                         std::span<const std::byte> payload);
   uint64_t pending_sends(uint32_t peer) const;
+  // Queues header + the whole of `buffer`, without copying it: ZeroMQ holds a
+  // reference until the bytes are written, so one encoded payload can go to several
+  // peers and the caller need not wait for any of them.
+  Status send_shared(uint32_t peer, const proto::Header& header,
+                     std::shared_ptr<const std::vector<std::byte>> buffer);
 
   // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
   // counted against their sender and logged; they never reach the caller.

@@ -1,6 +1,8 @@
 #include "proto/message.h"
 
 #include <array>
+#include <cmath>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -53,7 +55,8 @@ constexpr std::array<std::string_view, 11> kKeys = {"v",      "kind",  "from",  
 std::string encode_header(const Header& h) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_map(kKeys.size());
+  const bool weighted = h.weight != 1.0;
+  pk.pack_map(kKeys.size() + (weighted ? 1 : 0));
   pk.pack("v"), pk.pack(h.v);
   pk.pack("kind"), pk.pack(static_cast<uint32_t>(h.kind));
   pk.pack("from"), pk.pack(h.from);
@@ -65,6 +68,7 @@ std::string encode_header(const Header& h) {
   pk.pack("numel"), pk.pack(h.numel);
   pk.pack("bytes"), pk.pack(h.bytes);
   pk.pack("layout"), pk.pack(h.layout);
+  if (weighted) pk.pack("weight"), pk.pack_double(h.weight);
   return std::string(buf.data(), buf.size());
 }
 
@@ -75,7 +79,7 @@ Result<Header> decode_header(const void* data, size_t size) {
   msgpack::object_handle oh;
   try {
     // Tight limits: a header is one flat map of small integers.
-    msgpack::unpack_limit limit(/*array*/ 0, /*map*/ kKeys.size(), /*str*/ 16, /*bin*/ 0,
+    msgpack::unpack_limit limit(/*array*/ 0, /*map*/ kKeys.size() + 1, /*str*/ 16, /*bin*/ 0,
                                 /*ext*/ 0, /*depth*/ 2);
     size_t off = 0;
     oh = msgpack::unpack(static_cast<const char*>(data), size, off, nullptr, nullptr, limit);
@@ -88,10 +92,24 @@ Result<Header> decode_header(const void* data, size_t size) {
 
   std::array<bool, kKeys.size()> seen{};
   std::array<uint64_t, kKeys.size()> val{};
+  std::optional<double> weight;
   for (uint32_t i = 0; i < o.via.map.size; ++i) {
     const auto& kv = o.via.map.ptr[i];
     if (kv.key.type != msgpack::type::STR) return Status::protocol("header key is not a string");
     std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (key == "weight") {
+      if (weight) return Status::protocol("duplicate header key 'weight'");
+      // msgpack-cxx hands integral floats back as integers (0.0 -> 0).
+      if (kv.val.type == msgpack::type::POSITIVE_INTEGER)
+        weight = static_cast<double>(kv.val.via.u64);
+      else if (kv.val.type == msgpack::type::FLOAT64 || kv.val.type == msgpack::type::FLOAT32)
+        weight = kv.val.via.f64;
+      else
+        return Status::protocol("header key 'weight' is not a number");
+      if (!std::isfinite(*weight) || *weight < 0.0)
+        return Status::protocol(fmt::format("header weight {} is not finite and >= 0", *weight));
+      continue;
+    }
     size_t idx = kKeys.size();
     for (size_t k = 0; k < kKeys.size(); ++k)
       if (kKeys[k] == key) idx = k;
@@ -124,6 +142,10 @@ Result<Header> decode_header(const void* data, size_t size) {
   h.numel = val[8];
   h.bytes = val[9];
   h.layout = val[10];
+  if (weight) {
+    if (h.kind != Kind::kModelChunk) return Status::protocol("only model-chunk messages carry a weight");
+    h.weight = *weight;
+  }
 
   if (h.bytes > kMaxPayloadBytes)
     return Status::protocol(fmt::format("payload of {} bytes exceeds limit {}", h.bytes, kMaxPayloadBytes));

@@ -49,6 +49,9 @@ struct Header {
   uint64_t numel = 0;     // elements in the slice
   uint64_t bytes = 0;     // payload frame size in bytes
   uint64_t layout = 0;    // sender's layout fingerprint (0 while unknown)
+  // Push-sum weight carried with a model chunk (SGP). Optional on the wire: absent
+  // means 1.0, which every other strategy sends. Finite and >= 0 when present.
+  double weight = 1.0;
 };
 
 // Upper bound of one payload frame; ZMQ_MAXMSGSIZE is set from it so an oversized
@@ -58,8 +61,8 @@ inline constexpr size_t kMaxHeaderBytes = 512;
 
 std::string encode_header(const Header& h);
 
-// Strict decoding: a msgpack map with exactly the known keys, each an unsigned
-// integer in range, a known version, kind and codec, and self-consistent sizes
+// Strict decoding: a msgpack map with exactly the known keys (plus the optional
+// float 'weight'), each an unsigned integer in range, a known version, kind and codec, and self-consistent sizes
 // (bytes == numel * 4 for raw fp32, a non-empty payload for the other codecs, whose
 // exact size only the codec can check, and no payload for hello/bye).
 Result<Header> decode_header(const void* data, size_t size);

@@ -19,12 +19,13 @@ LocalSgd::LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compressio
       pool_(pool) {}
 
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
-                             const CollectiveOptions& options) {
+                             const RoundOptions& round_options) {
+  CollectiveOptions options;
+  options.deadline = round_options.deadline;
+  options.cancel = round_options.cancel;
   const bool first = previous_.size() != model.size();
   if (first || !compressed()) {
-    CollectiveOptions raw = options;
-    raw.compression = {};
-    GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, raw));
+    GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
     if (first) {
       if (!plain() || compressed()) {
         previous_.assign(model.begin(), model.end());

@@ -17,6 +17,7 @@
 #include "compression/error_feedback.h"
 #include "proto/status.h"
 #include "sgd/all_reduce.h"
+#include "sgd/strategy.h"
 
 namespace gossip::sgd {
 
@@ -28,7 +29,7 @@ struct OuterOptimizer {
 };
 Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name);
 
-class LocalSgd {
+class LocalSgd final : public Strategy {
  public:
   // codec may be null (raw fp32); it must outlive this object.
   LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec = nullptr,
@@ -36,7 +37,13 @@ class LocalSgd {
 
   // In place: model <- the synchronized model of round `round`. The first round is
   // an exact, uncompressed average: it defines the common starting point x_prev.
-  Status synchronize(std::span<float> model, uint64_t round, const CollectiveOptions& options);
+  Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
+  void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override {
+    all_reduce_.progress(next_round, numel, wait);
+  }
+  void set_layout_fingerprint(uint64_t fingerprint) override {
+    all_reduce_.set_layout_fingerprint(fingerprint);
+  }
 
  private:
   bool compressed() const { return codec_ && codec_->id() != proto::CodecId::kNone; }

@@ -65,6 +65,10 @@ int main(int argc, char** argv) {
                  "write step,wall_seconds,loss,test_accuracy,payload_sent,payload_recv,"
                  "wire_sent,wire_recv rows to FILE");
   app.add_option("--result", o.result_path, "write the final result as one JSON line to FILE");
+  app.add_option("--save-model", o.save_model_path,
+                 "after the final synchronization, write the parameters (flat fp32) to FILE");
+  app.add_option("--evaluate", o.evaluate_model_path,
+                 "no training: report the test accuracy of the parameters saved in FILE");
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST .gz files")
       ->capture_default_str();
   app.add_option("--name", o.name, "trainer name sent to the daemon (default gossip-train-N)");
@@ -80,8 +84,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kBadFlags;
   }
 
-  if (!o.standalone && o.endpoint.empty()) {
-    return bad_flags("--endpoint is required unless --standalone");
+  if (!o.standalone && o.endpoint.empty() && o.evaluate_model_path.empty()) {
+    return bad_flags("--endpoint is required unless --standalone or --evaluate");
   }
   if (o.nodes == 0) return bad_flags("--nodes must be at least 1");
   if (o.node >= o.nodes) {

@@ -12,6 +12,7 @@
 
 #include "experiments/trainer/dataset.h"
 #include "experiments/trainer/mlp.h"
+#include "experiments/trainer/model_file.h"
 #include "experiments/trainer/report.h"
 #include "experiments/trainer/trainer.h"
 #include "gossip/client.h"
@@ -42,6 +43,32 @@ struct LossWindow {
   double mean() const { return steps ? sum / static_cast<double>(steps) : 0.0; }
 };
 
+// --evaluate: the test accuracy of a saved model (gossipctl's average of the nodes).
+int evaluate_saved(const RunOptions& o, const Dataset& test) {
+  auto values = load_model(o.evaluate_model_path, Mlp::num_parameters());
+  if (!values) return fail(values.status());
+  std::vector<std::span<float>> parameters;
+  size_t offset = 0;
+  for (const auto& shape : Mlp::layout()) {
+    parameters.emplace_back(values->data() + offset, shape.numel());
+    offset += shape.numel();
+  }
+  auto model = Mlp::create(parameters);
+  if (!model) return fail(model.status());
+  const Evaluation eval = evaluate(*model, test);
+  RunResult result;
+  result.node = o.node;
+  result.accuracy_local = eval.accuracy;
+  result.accuracy_average = eval.accuracy;
+  result.test_loss = eval.loss;
+  if (!o.result_path.empty()) {
+    if (Status s = write_file_atomically(o.result_path, to_json(result) + "\n"); !s) return fail(s);
+  }
+  fmt::print("gossip-train: {} has test accuracy {:.2f}% (loss {:.4f})\n", o.evaluate_model_path,
+             100 * eval.accuracy, eval.loss);
+  return 0;
+}
+
 }  // namespace
 
 int run(const RunOptions& o) {
@@ -55,6 +82,10 @@ int run(const RunOptions& o) {
     }
   }
   // Data first: a trainer that cannot train should not join the node.
+  if (!o.evaluate_model_path.empty()) {
+    auto test = load_fashion_mnist(o.data_dir, Split::kTest);
+    return test ? evaluate_saved(o, *test) : fail(test.status());
+  }
   auto train = load_fashion_mnist(o.data_dir, Split::kTrain);
   if (!train) return fail(train.status());
   auto test = load_fashion_mnist(o.data_dir, Split::kTest);
@@ -180,6 +211,10 @@ int run(const RunOptions& o) {
     if (Status s = csv->write({step, wall, window.mean(), average.accuracy, traffic}); !s) {
       return fail(s);
     }
+  }
+
+  if (!o.save_model_path.empty()) {
+    if (Status s = save_model(o.save_model_path, parameters); !s) return fail(s);
   }
 
   RunResult result;

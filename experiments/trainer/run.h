@@ -24,6 +24,8 @@ struct RunOptions {
   uint64_t eval_every = 100;  // 0: only at the end
   std::string csv_path;       // empty: no CSV
   std::string result_path;    // empty: no result file
+  std::string save_model_path;      // the final model's parameters (model_file.h)
+  std::string evaluate_model_path;  // no training: evaluate this saved model and report
   std::string data_dir;
   std::string name;
   uint32_t local_rank = 0;

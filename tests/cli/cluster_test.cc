@@ -190,7 +190,7 @@ TEST_F(GossipctlCluster, SuccessWithJson) {
   EXPECT_NE(t2.find("--endpoint ipc://" + out_ +
                     "/gossipd-2.sock --node 2 --nodes 3 --steps 40 --seed 7 "
                     "--partition dirichlet:0.5 --batch 64 --lr 0.05 --eval-every 4 --csv " +
-                    out_ + "/node-2.csv --result " + out_ + "/node-2.json --timeout-s "),
+                    out_ + "/node-2.csv --result " + out_ + "/node-2.json --save-model " + out_ + "/node-2.model --timeout-s "),
             std::string::npos)
       << t2;
 }

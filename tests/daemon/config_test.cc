@@ -402,7 +402,7 @@ std::vector<BadCase> bad_cases() {
       // Names.
       {"UnknownStrategy",
        with(k, "name = \"local-sgd\"", "name = \"sgd\""),
-       {"key 'strategy.name'", "must be one of (local-sgd), got 'sgd'"}},
+       {"key 'strategy.name'", "must be one of (local-sgd, gossip, choco, push-sum), got 'sgd'"}},
       {"UnknownOuterOptimizer",
        with(k, "optimizer = \"nesterov\"", "optimizer = \"adam\""),
        {"key 'strategy.outer.optimizer'", "one of (none, nesterov)", "got 'adam'"}},
@@ -565,7 +565,7 @@ TEST(ValidateConfig, RefusesEachBadField) {
   }
   {
     auto c = valid_config();
-    c.strategy.name = "gossip";
+    c.strategy.name = "all-reduce";
     EXPECT_TRUE(fails_with(validate_config(c), {"key 'strategy.name'", "local-sgd"}));
   }
   {
@@ -767,8 +767,8 @@ std::vector<BadFlag> bad_flags() {
       {"ListenPortZero", {"--listen", "tcp://127.0.0.1:0"}, {"flag '--listen'", "port 0"}},
       {"RunDirEmpty", {"--run-dir", ""}, {"flag '--run-dir'", "must not be empty"}},
       {"StrategyUnknown",
-       {"--strategy", "gossip"},
-       {"flag '--strategy'", "local-sgd", "got 'gossip'"}},
+       {"--strategy", "gosip"},
+       {"flag '--strategy'", "local-sgd", "got 'gosip'"}},
       {"OuterOptimizerUnknown",
        {"--outer-optimizer", "adam"},
        {"flag '--outer-optimizer'", "none, nesterov"}},

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <cmath>
 #include <msgpack.hpp>
 #include <random>
 #include <string>
@@ -36,6 +38,10 @@ Field i(std::string key, int64_t v) {
 }
 Field s(std::string key, std::string v) {
   return {std::move(key), [v](Packer& pk) { pk.pack(v); }};
+}
+
+Field f64(std::string key, double v) {
+  return {std::move(key), [v](Packer& pk) { pk.pack_double(v); }};
 }
 
 std::string pack_map(const Fields& fields) {
@@ -105,6 +111,7 @@ void expect_same(const Header& a, const Header& b) {
   EXPECT_EQ(a.numel, b.numel);
   EXPECT_EQ(a.bytes, b.bytes);
   EXPECT_EQ(a.layout, b.layout);
+  EXPECT_EQ(a.weight, b.weight);
 }
 
 // ------------------------------------------------------------------ round trips
@@ -272,8 +279,52 @@ TEST(WireHeader, UnknownKey) {
 
 TEST(WireHeader, TooManyKeys) {
   Fields f = fields_of(chunk());
+  f.push_back(f64("weight", 0.5));
   f.push_back(u("extra", 1));
   EXPECT_REFUSED(decode(pack_map(f)), "map size overflow");
+}
+
+// ------------------------------------------------------------------ push-sum weight
+
+TEST(WireHeader, WeightIsOptionalAndDefaultsToOne) {
+  auto d = decode(pack_map(fields_of(chunk())));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_EQ(d->weight, 1.0);
+  // Unweighted headers are byte-for-byte what they were before the field existed.
+  EXPECT_EQ(encode_header(chunk()), pack_map(fields_of(chunk())));
+}
+
+TEST(WireHeader, WeightRoundTripsExactly) {
+  for (double w : {0.0, 0.5, 1.0 / 3.0, 1e-300, 7.25e10}) {
+    Header h = chunk();
+    h.weight = w;
+    auto d = decode(encode_header(h));
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    expect_same(h, *d);
+  }
+}
+
+TEST(WireHeader, BadWeightsAreRefused) {
+  auto with = [](Field w) {
+    Fields f = fields_of(chunk());
+    f.push_back(std::move(w));
+    return pack_map(f);
+  };
+  EXPECT_REFUSED(decode(with(s("weight", "1"))), "'weight' is not a number");
+  EXPECT_REFUSED(decode(with(f64("weight", -0.5))), "not finite and >= 0");
+  EXPECT_REFUSED(decode(with(f64("weight", std::numeric_limits<double>::infinity()))),
+                 "not finite and >= 0");
+  EXPECT_REFUSED(decode(with(f64("weight", std::nan("")))), "not finite and >= 0");
+  Fields twice = fields_of(chunk());
+  twice.pop_back();  // room for two weights under the map size limit
+  twice.push_back(f64("weight", 0.5));
+  twice.push_back(f64("weight", 0.5));
+  EXPECT_REFUSED(decode(pack_map(twice)), "duplicate header key 'weight'");
+  Header hello;
+  hello.kind = Kind::kHello;
+  Fields f = fields_of(hello);
+  f.push_back(f64("weight", 0.5));
+  EXPECT_REFUSED(decode(pack_map(f)), "only model-chunk messages carry a weight");
 }
 
 TEST(WireHeader, NonStringKey) {

@@ -21,8 +21,8 @@ class FixedMean final : public AllReduce {
   void set_layout_fingerprint(uint64_t) override {}
 };
 
-CollectiveOptions opts() {
-  CollectiveOptions o;
+RoundOptions opts() {
+  RoundOptions o;
   o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   return o;
 }

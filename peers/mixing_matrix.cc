@@ -1,0 +1,164 @@
+#include "peers/mixing_matrix.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <Eigen/Eigenvalues>
+#include <Eigen/SVD>
+#include <fmt/format.h>
+
+namespace gossip::peers {
+
+Eigen::MatrixXd mixing_matrix(const Topology& topology, uint64_t round) {
+  const auto n = static_cast<Eigen::Index>(topology.size());
+  Eigen::MatrixXd w = Eigen::MatrixXd::Zero(n, n);
+  for (uint32_t i = 0; i < topology.size(); ++i) {
+    const MixingWeights row = topology.mixing_row(i, round);
+    w(i, i) += row.self;
+    for (const WeightedPeer& p : row.peers) w(i, p.node) += p.weight;
+  }
+  return w;
+}
+
+Status check_stochastic(const Eigen::MatrixXd& w, Stochastic kind, double tolerance) {
+  if (w.rows() != w.cols())
+    return Status::invalid(
+        fmt::format("the mixing matrix is {}x{}, not square", w.rows(), w.cols()));
+  for (Eigen::Index j = 0; j < w.cols(); ++j)
+    for (Eigen::Index i = 0; i < w.rows(); ++i)
+      if (w(i, j) < -tolerance)
+        return Status::invalid(
+            fmt::format("entry ({}, {}) of the mixing matrix is negative: {}", i, j, w(i, j)));
+  auto first_off = [&](const Eigen::VectorXd& sums, const char* what) -> Status {
+    for (Eigen::Index i = 0; i < sums.size(); ++i)
+      if (!(std::abs(sums(i) - 1.0) <= tolerance))  // also catches NaN
+        return Status::invalid(fmt::format("{} {} of the mixing matrix sums to {:.17g}, not 1 "
+                                           "(tolerance {:g})",
+                                           what, i, sums(i), tolerance));
+    return Status::ok();
+  };
+  if (kind != Stochastic::kColumns) GOSSIP_RETURN_IF_ERROR(first_off(w.rowwise().sum(), "row"));
+  if (kind != Stochastic::kRows)
+    GOSSIP_RETURN_IF_ERROR(first_off(w.colwise().sum().transpose(), "column"));
+  return Status::ok();
+}
+
+namespace {
+
+// A single round's product falling this far below its input is rounding noise around
+// an exact zero (the one-peer exponential graph's last round of a period, W = J/n).
+constexpr double kExactConsensus = 1e-12;
+
+bool symmetric(const Eigen::MatrixXd& w) {
+  return (w - w.transpose()).cwiseAbs().maxCoeff() <= 1e-15;
+}
+
+// ||W restricted to 1-perp||_2 = sigma_max(W (I - J/n)); W (J/n) has row i equal to
+// rowsum_i / n. For symmetric doubly stochastic W this is symmetric and its eigenvalues
+// are 0 and lambda_2..lambda_n, so the norm is max(|lambda_2|, |lambda_n|).
+double restricted_norm(const Eigen::MatrixXd& w) {
+  const Eigen::VectorXd row_means = w.rowwise().sum() / static_cast<double>(w.cols());
+  const Eigen::MatrixXd p = w.colwise() - row_means;
+  if (symmetric(w)) {
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(p, Eigen::EigenvaluesOnly);
+    return eig.eigenvalues().cwiseAbs().maxCoeff();
+  }
+  return Eigen::BDCSVD<Eigen::MatrixXd>(p).singularValues()(0);
+}
+
+}  // namespace
+
+Result<SpectralGap> spectral_gap(const Topology& topology, const SpectralGapOptions& options) {
+  const uint32_t n = topology.size();
+  if (n > options.max_nodes)
+    return Status::invalid(fmt::format(
+        "spectral gap of '{}' on {} nodes: refused above {} nodes (dense, O(n^3) per round)",
+        topology.spec(), n, options.max_nodes));
+  SpectralGap g;
+  g.period = topology.period();
+  if (n == 1) {
+    g.gap = g.mean_round_gap = 1;
+    g.method = "a single node is its own average";
+    return g;
+  }
+  const bool periodic = g.period != 0;
+  g.window = periodic ? g.period : std::max<uint32_t>(options.sampled_rounds, 1);
+  const uint64_t first = periodic ? 0 : options.first_round;
+
+  // The product of the window's matrices applied to the projector I - J/n, renormalized
+  // every round (the scale kept in log_scale) so that a long product of contractions
+  // neither underflows nor drowns in the rounding of entries near 1/n.
+  const auto dim = static_cast<Eigen::Index>(n);
+  Eigen::MatrixXd m = Eigen::MatrixXd::Identity(dim, dim) -
+                      Eigen::MatrixXd::Constant(dim, dim, 1.0 / static_cast<double>(n));
+  double log_scale = 0, sum_round_gap = 0, rho_last = 0;
+  bool symmetric_last = false, doubly = true;
+  uint64_t measured = 0;  // rounds in the product m
+  bool exact = false;     // the next round made the product J/n, to rounding
+  for (uint64_t k = 0; k < g.window; ++k) {
+    const uint64_t round = first + k;
+    const Eigen::MatrixXd w = mixing_matrix(topology, round);
+    const Stochastic kind = topology.directed() ? Stochastic::kColumns : Stochastic::kDoubly;
+    GOSSIP_RETURN_IF_ERROR(check_stochastic(w, kind, 1e-12).with_context(
+        fmt::format("topology '{}' on {} nodes, round {}", topology.spec(), n, round)));
+    // A doubly stochastic W cannot expand 1-perp; a norm a hair above 1 is rounding.
+    const bool doubly_now = check_stochastic(w, Stochastic::kDoubly, 1e-12).is_ok();
+    doubly = doubly && doubly_now;
+    rho_last = doubly_now ? std::min(restricted_norm(w), 1.0) : restricted_norm(w);
+    symmetric_last = symmetric(w);
+    sum_round_gap += 1 - rho_last;
+    if (exact || g.window == 1) continue;
+    Eigen::MatrixXd next = w * m;
+    next.rowwise() -= next.colwise().mean();  // stay in 1-perp: drop the drift rounding adds
+    const double s = next.norm();
+    if (s < kExactConsensus * m.norm()) {
+      exact = true;
+      continue;
+    }
+    log_scale += std::log(s);
+    m = next / s;
+    ++measured;
+  }
+  g.mean_round_gap = sum_round_gap / static_cast<double>(g.window);
+  if (g.window == 1) {
+    g.gap = 1 - rho_last;
+    g.method = symmetric_last
+                   ? "eigenvalues of the symmetric W: 1 - max(|lambda_2|, |lambda_n|)"
+                   : "largest singular value of W on the zero-sum subspace";
+    return g;
+  }
+  if (exact && (periodic || measured == 0)) {
+    // A period that averages exactly is a guarantee: rate 0.
+    g.gap = 1;
+    g.method = periodic ? fmt::format("the product of one period ({} rounds) is J/n: exact "
+                                      "average",
+                                      g.window)
+                        : fmt::format("round {} alone averages exactly", first);
+    return g;
+  }
+  // A random graph that happens to average exactly within the window (random matchings
+  // on a power of 2 can) says little about other rounds; the rounds before it do.
+  const double sigma = Eigen::BDCSVD<Eigen::MatrixXd>(m).singularValues()(0);
+  const double rho = std::exp((log_scale + std::log(sigma)) / static_cast<double>(measured));
+  g.gap = 1 - (doubly ? std::min(rho, 1.0) : rho);
+  if (periodic) {
+    g.method = fmt::format("per-round rate of the product of one period ({} rounds) on 1-perp",
+                           g.window);
+  } else {
+    g.method = fmt::format(
+        "per-round rate of the product of rounds {}..{} on 1-perp (sampled: the graph never "
+        "repeats){}",
+        first, first + measured - 1,
+        exact ? fmt::format("; round {} then averaged exactly", first + measured) : "");
+  }
+  return g;
+}
+
+double predicted_consensus_factor(const SpectralGap& gap, uint64_t rounds) {
+  const double rho = 1 - gap.gap;
+  if (gap.period == 0) return std::pow(rho, static_cast<double>(rounds));
+  const uint64_t covered = gap.period * (rounds / gap.period);
+  return std::pow(rho, static_cast<double>(covered));
+}
+
+}  // namespace gossip::peers

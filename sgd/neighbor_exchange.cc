@@ -1,0 +1,242 @@
+#include "sgd/neighbor_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gossip::sgd {
+
+using Clock = std::chrono::steady_clock;
+
+struct NeighborExchange::Live {
+  uint64_t round = 0;
+  size_t numel = 0;
+  std::span<const uint32_t> sources;
+  std::vector<uint64_t> received;  // elements per source
+  std::vector<uint64_t> next_seq;  // expected chunk sequence per source
+  std::vector<bool> left;          // said bye during the round
+  const ChunkFn* on_chunk = nullptr;
+
+  size_t source_of(uint32_t peer) const {
+    for (size_t s = 0; s < sources.size(); ++s)
+      if (sources[s] == peer) return s;
+    return sources.size();
+  }
+};
+
+NeighborExchange::NeighborExchange(peers::ZmqTransport& transport, const compression::Codec* codec,
+                                   compression::ThreadPool* pool, ExchangeLimits limits)
+    : transport_(transport),
+      codec_(codec),
+      pool_(pool),
+      limits_(limits),
+      absent_(transport.peers().size(), false),
+      ever_delivered_(transport.peers().size(), false) {}
+
+size_t NeighborExchange::peer_index(uint32_t peer) const {
+  const auto& ps = transport_.peers();
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].id == peer) return i;
+  return ps.size();
+}
+
+bool NeighborExchange::absent(uint32_t peer) const {
+  size_t pi = peer_index(peer);
+  return pi < absent_.size() && absent_[pi];
+}
+
+void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t> to,
+                            double weight) {
+  for (uint32_t peer : to) {
+    if (absent(peer)) {
+      proto::Header hello;
+      hello.kind = proto::Kind::kHello;
+      hello.from = transport_.self();
+      hello.layout = layout_;
+      // A full queue to a dead peer is expected: it is why the peer is absent.
+      (void)transport_.send(peer, hello);
+    } else if (auto st = model.send(transport_, peer, layout_, weight); !st) {
+      spdlog::warn("round {}: {}", model.round, st.message());
+    }
+  }
+}
+
+void NeighborExchange::mark_absent(size_t pi, const std::string& why) {
+  if (absent_[pi]) return;
+  absent_[pi] = true;
+  spdlog::warn("peer {} {}: not waiting for it until it is heard from again",
+               transport_.peers()[pi].id, why);
+}
+
+void NeighborExchange::mark_present(size_t pi) {
+  if (!absent_[pi]) return;
+  absent_[pi] = false;
+  spdlog::info("peer {} is back", transport_.peers()[pi].id);
+}
+
+Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live* live) {
+  const auto& h = in.header;
+  size_t pi = peer_index(in.peer);
+  if (pi == transport_.peers().size()) return Status::ok();  // the transport knows only peers
+  if (h.kind == proto::Kind::kBye) {
+    mark_absent(pi, "shut down");
+    if (live) {
+      size_t s = live->source_of(in.peer);
+      if (s < live->sources.size() && live->received[s] < live->numel) live->left[s] = true;
+    }
+    return Status::ok();
+  }
+  mark_present(pi);
+  if (h.kind == proto::Kind::kHello) return Status::ok();
+  if (h.round < next_round && !(live && h.round == live->round)) {
+    // A round we are done with: we stopped waiting for this peer. Expected after
+    // an absence, so not counted as an error.
+    spdlog::debug("late chunk from peer {} for round {} (this node is at round {})", in.peer,
+                  h.round, next_round);
+    return Status::ok();
+  }
+  if (live && h.round == live->round) return consume(in, *live);
+  if (h.round - next_round >= limits_.max_rounds_ahead ||
+      ahead_bytes_ + in.payload.size() > limits_.max_buffered_bytes) {
+    transport_.note_dropped(in.peer, fmt::format("chunk for round {} is too far ahead of round {}",
+                                                 h.round, next_round));
+    return Status::ok();
+  }
+  ahead_bytes_ += in.payload.size();
+  ahead_[h.round].push_back(std::move(in));
+  return Status::ok();
+}
+
+Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
+  const auto& h = in.header;
+  size_t s = live.source_of(in.peer);
+  if (s == live.sources.size()) {
+    // Every node derives the same graph; a chunk from a non-neighbor means the peers
+    // disagree about the topology or its seed.
+    transport_.note_dropped(in.peer, fmt::format("peer {} is not an in-neighbor in round {}; "
+                                                 "do all nodes use the same topology and seed?",
+                                                 in.peer, h.round));
+    return Status::ok();
+  }
+  auto bad = [&](std::string why) {
+    transport_.note_dropped(in.peer, why);
+    return Status::mismatch(std::move(why));
+  };
+  if (layout_ != 0 && h.layout != layout_)
+    return bad(fmt::format(
+        "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
+        "every node must attach the same tensors",
+        in.peer, h.layout, layout_));
+  if (h.offset + h.numel > live.numel)
+    return bad(fmt::format("peer {} sent elements [{}, {}) but the model has {} elements", in.peer,
+                           h.offset, h.offset + h.numel, live.numel));
+  if (h.seq != live.next_seq[s]) {
+    transport_.note_dropped(
+        in.peer, fmt::format("chunk seq {} in round {}, expected {}", h.seq, h.round, live.next_seq[s]));
+    return Status::ok();
+  }
+  if (live.received[s] + h.numel > live.numel)
+    return bad(fmt::format("peer {} sent more than the model's {} elements in round {}", in.peer,
+                           live.numel, h.round));
+  live.next_seq[s]++;
+  live.received[s] += h.numel;
+  ever_delivered_[peer_index(in.peer)] = true;
+
+  const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
+  std::span<const float> values;
+  if (h.codec != proto::CodecId::kNone) {
+    if (!codec_ || h.codec != codec_->id())
+      return bad(fmt::format("peer {} sends {} payloads; this node decodes none and {}", in.peer,
+                             proto::codec_name(h.codec),
+                             codec_ ? codec_->spec() : std::string("nothing else")));
+    scratch_.resize(h.numel);
+    compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), pool_};
+    if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
+      return bad(st.with_context(fmt::format("payload from peer {}", in.peer)).message());
+    values = scratch_;
+  } else if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    values = {reinterpret_cast<const float*>(bytes), h.numel};
+  } else {
+    scratch_.resize(h.numel);
+    std::memcpy(scratch_.data(), bytes, h.numel * sizeof(float));
+    values = scratch_;
+  }
+  (*live.on_chunk)(s, h, values);
+  return Status::ok();
+}
+
+void NeighborExchange::progress(uint64_t next_round, std::chrono::milliseconds wait) {
+  if (transport_.peers().empty()) return;
+  // Bounded, so that a flood of messages cannot keep the worker from its next job.
+  for (int i = 0; i < 64; ++i) {
+    auto in = transport_.recv(i == 0 ? wait : std::chrono::milliseconds(0));
+    if (!in) return;
+    (void)dispatch(*in, next_round, nullptr);
+  }
+}
+
+Result<NeighborExchange::Delivery> NeighborExchange::receive(
+    uint64_t round, std::span<const uint32_t> sources, size_t numel, Clock::time_point patience,
+    const RoundOptions& options, const ChunkFn& on_chunk) {
+  Live live;
+  live.round = round;
+  live.numel = numel;
+  live.sources = sources;
+  live.received.assign(sources.size(), 0);
+  live.next_seq.assign(sources.size(), 0);
+  live.left.assign(sources.size(), false);
+  live.on_chunk = &on_chunk;
+
+  // What arrived early, then everything older than this round goes.
+  if (auto it = ahead_.find(round); it != ahead_.end()) {
+    auto early = std::move(it->second);
+    ahead_.erase(it);
+    for (auto& in : early) {
+      ahead_bytes_ -= in.payload.size();
+      GOSSIP_RETURN_IF_ERROR(consume(in, live).with_context(fmt::format("round {}", round)));
+    }
+  }
+  while (!ahead_.empty() && ahead_.begin()->first < round) {
+    for (auto& in : ahead_.begin()->second) ahead_bytes_ -= in.payload.size();
+    ahead_.erase(ahead_.begin());
+  }
+
+  auto describe = [&](size_t s, const char* why) {
+    return fmt::format("peer {} ({} of {} elements, {})", sources[s], live.received[s], numel, why);
+  };
+  while (true) {
+    auto now = Clock::now();
+    bool waiting = false;
+    for (size_t s = 0; s < sources.size(); ++s) {
+      if (live.received[s] >= numel || live.left[s]) continue;
+      size_t pi = peer_index(sources[s]);
+      // An absent peer that has started sending this round is waited for like any other.
+      if (absent_[pi] && live.received[s] == 0) continue;
+      auto limit = ever_delivered_[pi] ? std::min(patience, options.deadline) : options.deadline;
+      if (now >= limit) {
+        mark_absent(pi, fmt::format("missed round {} ({} of {} elements)", round,
+                                    live.received[s], numel));
+        continue;
+      }
+      waiting = true;
+    }
+    if (!waiting) break;
+    if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
+    auto in = transport_.recv(std::chrono::milliseconds(20));
+    if (in) GOSSIP_RETURN_IF_ERROR(dispatch(*in, round + 1, &live).with_context(fmt::format("round {}", round)));
+  }
+
+  Delivery d;
+  d.complete.resize(sources.size());
+  for (size_t s = 0; s < sources.size(); ++s) {
+    d.complete[s] = live.received[s] >= numel;
+    if (d.complete[s]) continue;
+    const char* why = live.left[s] ? "shut down" : absent_[peer_index(sources[s])] ? "absent" : "?";
+    d.missing += (d.missing.empty() ? "" : ", ") + describe(s, why);
+  }
+  return d;
+}
+
+}  // namespace gossip::sgd

@@ -1,0 +1,95 @@
+#pragma once
+// The receiving half of a gossip round: the chunks that this round's in-neighbors
+// send, validated and decoded, handed to the strategy as they arrive.
+//
+// Neighbors need not be in step with us. On a time-varying graph a node can run
+// rounds ahead of a node it does not talk to this round, so what arrives for a later
+// round waits in a bounded buffer; what arrives for a round we have finished (from a
+// neighbor we stopped waiting for) is dropped.
+//
+// A neighbor that misses an exchange is marked absent: later rounds do not wait for
+// it, and strategies send it a hello instead of their model, until something arrives
+// from it again. Two nodes that gave up on each other thus find each other again
+// through the hellos, and a dead node costs its neighbors one timeout, not one per round.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compression/codec.h"
+#include "peers/zmq_transport.h"
+#include "proto/status.h"
+#include "sgd/outgoing_model.h"
+#include "sgd/strategy.h"
+
+namespace gossip::sgd {
+
+struct ExchangeLimits {
+  uint64_t max_rounds_ahead = 64;            // a message further ahead is dropped
+  uint64_t max_buffered_bytes = 1ull << 30;  // payload held for later rounds
+};
+
+class NeighborExchange {
+ public:
+  // `codec` (may be null) is the one this node decodes besides raw fp32.
+  NeighborExchange(peers::ZmqTransport& transport, const compression::Codec* codec,
+                   compression::ThreadPool* pool, ExchangeLimits limits = {});
+
+  void set_layout_fingerprint(uint64_t fingerprint) { layout_ = fingerprint; }
+  uint64_t layout_fingerprint() const { return layout_; }
+  peers::ZmqTransport& transport() { return transport_; }
+
+  bool absent(uint32_t peer) const;
+  // Queues `model` to each of `to`, and a hello (we are alive: wait for us again)
+  // to those that are absent. A failed send is logged: that peer will miss us.
+  void send(const OutgoingModel& model, std::span<const uint32_t> to, double weight = 1.0);
+
+  // values are the decoded elements [h.offset, h.offset + h.numel) of source
+  // `source` (an index into the sources passed to receive()).
+  using ChunkFn =
+      std::function<void(size_t source, const proto::Header& h, std::span<const float> values)>;
+  struct Delivery {
+    std::vector<bool> complete;  // per source: all numel elements arrived
+    std::string missing;         // who did not deliver, and why; empty when all did
+  };
+  // Receives round `round` (numel elements per source) from `sources`, calling
+  // on_chunk for every valid chunk. Returns when every source has delivered, left,
+  // or is absent and silent; a source that is still incomplete at `patience` is
+  // marked absent (at options.deadline when it has never delivered anything, so that
+  // start-up is not mistaken for death). Errors: a source's message that is
+  // malformed for this model (layout, range, codec, payload), and cancellation.
+  Result<Delivery> receive(uint64_t round, std::span<const uint32_t> sources, size_t numel,
+                           std::chrono::steady_clock::time_point patience,
+                           const RoundOptions& options, const ChunkFn& on_chunk);
+
+  // Between rounds: takes what peers already sent (for `next_round` and later) into
+  // the buffer, waiting at most `wait`.
+  void progress(uint64_t next_round, std::chrono::milliseconds wait);
+
+ private:
+  struct Live;  // the round being received
+  // Files one message: into `live` when it belongs to its round, into the buffer
+  // when it is ahead of `next_round`, or away.
+  Status dispatch(peers::Incoming& in, uint64_t next_round, Live* live);
+  Status consume(peers::Incoming& in, Live& live);
+  size_t peer_index(uint32_t peer) const;
+  void mark_absent(size_t pi, const std::string& why);
+  void mark_present(size_t pi);
+
+  peers::ZmqTransport& transport_;
+  const compression::Codec* codec_;
+  compression::ThreadPool* pool_;
+  ExchangeLimits limits_;
+  uint64_t layout_ = 0;
+  std::vector<bool> absent_;         // per transport peer
+  std::vector<bool> ever_delivered_;  // per transport peer
+  std::map<uint64_t, std::vector<peers::Incoming>> ahead_;  // by round
+  uint64_t ahead_bytes_ = 0;
+  std::vector<float> scratch_;
+};
+
+}  // namespace gossip::sgd

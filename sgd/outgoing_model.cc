@@ -1,0 +1,76 @@
+#include "sgd/outgoing_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "compression/codec.h"
+#include "compression/error_feedback.h"
+
+namespace gossip::sgd {
+
+uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
+  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{node} << 40) ^ seq;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_round,
+                             uint64_t chunk_elems, const Compression& c) {
+  round = for_round;
+  chunks.clear();
+  const compression::Codec* codec = c.codec;
+  if (codec && codec->id() == proto::CodecId::kNone) codec = nullptr;
+  this->codec = codec ? codec->id() : proto::CodecId::kNone;
+  chunk_elems = std::max<uint64_t>(1, chunk_elems);
+  for (uint64_t off = 0, seq = 0; off < x.size(); off += chunk_elems, ++seq) {
+    auto part = x.subspan(off, std::min<uint64_t>(chunk_elems, x.size() - off));
+    auto buf = std::make_shared<std::vector<std::byte>>();
+    if (!codec) {
+      buf->resize(part.size_bytes());
+      std::memcpy(buf->data(), part.data(), part.size_bytes());
+    } else {
+      compression::CodecContext ctx{chunk_seed(round, self, seq), c.pool};
+      Status st = c.error_feedback
+                      // part is both u and sent: encode() reads all of u before writing sent.
+                      ? c.error_feedback->encode(part, off, ctx, *buf, part)
+                      : codec->encode(part, ctx, *buf);
+      if (st && !c.error_feedback) st = codec->decode(*buf, ctx, part);
+      if (!st)
+        return st.with_context(fmt::format("round {}: compressing elements [{}, {}) with {}", round,
+                                           off, off + part.size(), codec->spec()));
+    }
+    chunks.push_back({off, part.size(), std::move(buf)});
+  }
+  return Status::ok();
+}
+
+Status OutgoingModel::send(peers::ZmqTransport& transport, uint32_t peer, uint64_t layout,
+                           double weight) const {
+  for (size_t seq = 0; seq < chunks.size(); ++seq) {
+    const Chunk& c = chunks[seq];
+    proto::Header h;
+    h.kind = proto::Kind::kModelChunk;
+    h.from = transport.self();
+    h.round = round;
+    h.seq = seq;
+    h.offset = c.offset;
+    h.numel = c.numel;
+    h.codec = codec;
+    h.bytes = c.payload->size();
+    h.layout = layout;
+    h.weight = weight;
+    GOSSIP_RETURN_IF_ERROR(transport.send_shared(peer, h, c.payload));
+  }
+  return Status::ok();
+}
+
+uint64_t OutgoingModel::payload_bytes() const {
+  uint64_t total = 0;
+  for (const auto& c : chunks) total += c.payload->size();
+  return total;
+}
+
+}  // namespace gossip::sgd

@@ -1,0 +1,45 @@
+#pragma once
+// One round's contribution of this node, cut into chunks and encoded once, ready
+// to be queued to any number of peers. The chunk buffers are shared with ZeroMQ,
+// which keeps each alive until it has been written, so a round never waits for a
+// slow or dead receiver before the caller may change its model again.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "peers/zmq_transport.h"
+#include "proto/message.h"
+#include "proto/status.h"
+#include "sgd/all_reduce.h"
+
+namespace gossip::sgd {
+
+// The randomness of one chunk's codec (qsgd's rounding, randk's indices): a function
+// of what both sender and receiver know from the header.
+uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq);
+
+struct OutgoingModel {
+  struct Chunk {
+    uint64_t offset = 0;
+    uint64_t numel = 0;
+    std::shared_ptr<const std::vector<std::byte>> payload;
+  };
+  uint64_t round = 0;
+  proto::CodecId codec = proto::CodecId::kNone;
+  std::vector<Chunk> chunks;
+
+  // Encodes x for `round` as node `self` in chunks of `chunk_elems` elements. With
+  // a codec (compression.codec not null and not "none"), x is replaced in place by
+  // what the receivers will decode, through compression.error_feedback when set.
+  Status encode(std::span<float> x, uint32_t self, uint64_t round, uint64_t chunk_elems,
+                const Compression& compression);
+  // Queues every chunk to `peer`, each header carrying `weight` (push-sum) and the
+  // layout fingerprint.
+  Status send(peers::ZmqTransport& transport, uint32_t peer, uint64_t layout,
+              double weight = 1.0) const;
+  uint64_t payload_bytes() const;
+};
+
+}  // namespace gossip::sgd

@@ -1,0 +1,78 @@
+#include "sgd/push_sum.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace gossip::sgd {
+
+PushSum::PushSum(NeighborExchange& exchange, const peers::Topology& topology,
+                 GossipOptions options, uint64_t delay)
+    : exchange_(exchange), topology_(topology), options_(options), delay_(delay) {}
+
+void PushSum::set_layout_fingerprint(uint64_t fingerprint) {
+  exchange_.set_layout_fingerprint(fingerprint);
+}
+
+void PushSum::progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) {
+  // Messages of rounds up to next_round - 1 are still to be consumed when delayed.
+  exchange_.progress(next_round >= delay_ ? next_round - delay_ : 0, wait);
+}
+
+Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
+  const uint32_t self = exchange_.transport().self();
+  const size_t n = model.size();
+  const auto start = std::chrono::steady_clock::now();
+
+  // Push to the out-neighbors that are up; an absent one gets no share, so no mass
+  // is sent into the void.
+  std::vector<uint32_t> targets;
+  for (uint32_t p : topology_.out_neighbors(self, round))
+    if (!exchange_.absent(p)) targets.push_back(p);
+  const double keep = 1.0 / static_cast<double>(targets.size() + 1);
+  numerator_.resize(n);
+  share_.resize(n);
+  const float w = static_cast<float>(weight_);
+  const float k = static_cast<float>(keep);
+  for (size_t e = 0; e < n; ++e) {
+    numerator_[e] = model[e] * w;
+    share_[e] = numerator_[e] * k;
+  }
+  // With a codec the receivers get Q(share); we keep exactly the rest, so Σ x is
+  // preserved whatever Q does.
+  GOSSIP_RETURN_IF_ERROR(
+      outgoing_.encode(share_, self, round, options_.chunk_elems, options_.compression));
+  exchange_.send(outgoing_, targets, weight_ * keep);
+  const float sent = static_cast<float>(targets.size());
+  for (size_t e = 0; e < n; ++e) numerator_[e] -= sent * share_[e];
+  weight_ *= keep;
+
+  if (round >= delay_) {
+    const uint64_t from_round = round - delay_;
+    const auto sources = topology_.in_neighbors(self, from_round);
+    staged_.resize(sources.size());
+    std::vector<double> weights(sources.size(), 0.0);
+    auto delivery = exchange_.receive(
+        from_round, sources, n, start + options_.patience, options,
+        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+          staged_[s].resize(n);
+          std::copy(v.begin(), v.end(), staged_[s].begin() + static_cast<ptrdiff_t>(h.offset));
+          weights[s] = h.weight;
+        });
+    if (!delivery) return delivery.status();
+    for (size_t s = 0; s < sources.size(); ++s) {
+      if (!delivery->complete[s]) continue;
+      const float* x = staged_[s].data();
+      for (size_t e = 0; e < n; ++e) numerator_[e] += x[e];
+      weight_ += weights[s];
+    }
+    if (!delivery->missing.empty())
+      spdlog::warn("round {}: push-sum without the round-{} mass of {}", round, from_round,
+                   delivery->missing);
+  }
+  const float inv = static_cast<float>(1.0 / weight_);
+  for (size_t e = 0; e < n; ++e) model[e] = numerator_[e] * inv;
+  return Status::ok();
+}
+
+}  // namespace gossip::sgd

@@ -1,0 +1,45 @@
+#pragma once
+// Push-sum gossip, SGP (Assran et al. 2019; Kempe et al. 2003). Each node keeps a
+// numerator x_i and a weight w_i, pushes the share 1/(d_out + 1) of both to each
+// out-neighbor of a directed, time-varying graph (by default the one-peer
+// exponential graph), keeps one share and adds what arrives. The trainer trains on
+// the de-biased z_i = x_i / w_i, as in the SGP reference code: x_i = z_i * w_i is
+// rebuilt from the trained model at each round.
+//
+// Σ_i x_i and Σ_i w_i are invariant (counting messages in flight), so z_i tends to
+// the average on any strongly connected sequence of graphs. A message is applied
+// whole or not at all, so a lost one loses its x and w together and z stays right.
+//
+// With delay τ > 0 the message a node sends in round t is consumed by its receiver
+// in round t + τ: τ rounds of local steps overlap with its flight.
+
+#include <vector>
+
+#include "sgd/dpsgd.h"
+
+namespace gossip::sgd {
+
+class PushSum final : public Strategy {
+ public:
+  PushSum(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
+          uint64_t delay);
+
+  Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
+  void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
+  void set_layout_fingerprint(uint64_t fingerprint) override;
+
+  double weight() const { return weight_; }
+
+ private:
+  NeighborExchange& exchange_;
+  const peers::Topology& topology_;
+  GossipOptions options_;
+  uint64_t delay_;
+  double weight_ = 1.0;
+  OutgoingModel outgoing_;
+  std::vector<float> numerator_;           // x_i
+  std::vector<float> share_;               // what each out-neighbor gets
+  std::vector<std::vector<float>> staged_;  // per in-neighbor: its message as it arrives
+};
+
+}  // namespace gossip::sgd
