@@ -8,6 +8,9 @@
 // - choco with top-k 1% reaches consensus where naive compressed gossip stalls.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -166,6 +169,62 @@ TEST(ChocoConsensus, TopkReachesConsensusWhereNaiveCompressedGossipStalls) {
               kRounds, choco_end / start, naive_end / start);
   EXPECT_LT(choco_end, 1e-3 * start);
   EXPECT_GT(naive_end, 1e-2 * start);
+}
+
+// A node SIGKILLed while the others gossip: its ring neighbors wait for it once (the
+// patience), log that it missed the round, and go on mixing with the nodes that answer.
+TEST(GossipFaults, AKilledPeerDoesNotHangItsNeighbors) {
+  constexpr int kNodes4 = 4, kRounds = 40, kVictim = 2;
+  Cluster cluster(kNodes4, {"--strategy", "gossip", "--period", "1", "--round-timeout", "30",
+                            "--patience", "1"});
+  cluster.start_all();
+  std::atomic<int> rounds_of_0{0};
+  std::vector<std::string> errors(kNodes4);
+  std::vector<int> done(kNodes4, 0);
+  std::vector<double> finished_s(kNodes4, 0);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (int node = 0; node < kNodes4; ++node) {
+      threads.emplace_back([&, node] {
+        auto client = connect_to(cluster, node, std::chrono::seconds(5));
+        if (!client) return;
+        auto model = client->attach({{"x", 4096}});
+        if (!model) {
+          errors[node] = model.status().message();
+          return;
+        }
+        for (auto& v : model->tensors[0]) v = static_cast<float>(node);
+        for (int r = 0; r < kRounds; ++r) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          auto s = client->sync();
+          if (!s) {
+            errors[node] = s.status().message();
+            return;
+          }
+          done[node] = r + 1;
+          if (node == 0) rounds_of_0 = r + 1;
+        }
+        finished_s[node] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+    }
+    while (rounds_of_0 < 5 && std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GE(rounds_of_0.load(), 5) << cluster.log(0);
+    cluster.daemon(kVictim).signal(SIGKILL);
+  }
+  for (int node = 0; node < kNodes4; ++node) {
+    if (node == kVictim) continue;
+    EXPECT_EQ(errors[node], "") << "node " << node << "\n" << cluster.log(node);
+    EXPECT_EQ(done[node], kRounds) << "node " << node;
+    // 40 rounds of 20 ms, plus one patience (1 s) for the neighbors of the dead node.
+    EXPECT_LT(finished_s[node], 10.0) << "node " << node;
+  }
+  for (int neighbor : {1, 3}) {
+    const std::string log = cluster.log(neighbor);
+    EXPECT_NE(log.find("peer 2 missed round"), std::string::npos) << log;
+  }
 }
 
 }  // namespace

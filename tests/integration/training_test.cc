@@ -92,5 +92,35 @@ TEST(Training, Int8Reaches82PercentWithAQuarterOfTheTraffic) {
   compressed_run("int8", 3.5, 4.0);
 }
 
+// Gossip on 8 nodes: each node talks to its 2 ring neighbors every step. The model
+// of the average (what gossipctl evaluates from the saved models) is the measure.
+TEST(Training, EightNodesGossipOnARingReach84Percent) {
+  constexpr int kNodes = 8, kSteps = 600;
+  auto [json, seconds] = run_cluster({"--nodes", "8", "--strategy", "gossip", "--topology", "ring",
+                                      "--period", "1", "--steps", "600", "--seed", "1"});
+  ASSERT_FALSE(json.empty());
+  EXPECT_NE(json.find("\"topology\": \"ring\""), std::string::npos) << json;
+  // Ring, Metropolis-Hastings weights 1/3: 1 - (1/3 + 2/3 cos(2π/8)).
+  EXPECT_NEAR(number_field(json, "spectral_gap"), 0.1953, 1e-3) << json;
+  EXPECT_GE(number_field(json, "accuracy_average_model"), 0.84) << json;
+  EXPECT_GE(number_field(json, "consensus_distance"), 0.0) << json;
+  // One model to each of 2 neighbors per step and node, plus the final synchronization.
+  const double payload = (kSteps) * kNodes * 2 * kModelBytes;
+  EXPECT_EQ(number_field(json, "payload_bytes_sent_total"), payload) << json;
+}
+
+TEST(Training, EightNodesChocoWithTopkReach82PercentWithAFiftiethOfGossipsTraffic) {
+  constexpr int kNodes = 8, kSteps = 600;
+  auto [json, seconds] =
+      run_cluster({"--nodes", "8", "--strategy", "choco", "--codec", "topk:0.01", "--period", "1",
+                   "--steps", "600", "--seed", "1"});
+  ASSERT_FALSE(json.empty());
+  EXPECT_GE(number_field(json, "accuracy_average_model"), 0.82) << json;
+  const double gossip_payload = (kSteps) * kNodes * 2 * kModelBytes;
+  const double reduction = gossip_payload / number_field(json, "payload_bytes_sent_total");
+  std::cout << "[ figures  ] choco topk:0.01: " << reduction << "x less payload than gossip\n";
+  EXPECT_GE(reduction, 50.0) << json;
+}
+
 }  // namespace
 }  // namespace gossip::testing
