@@ -14,6 +14,7 @@
 #include <cmath>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "gossip/client.h"
 #include "harness.h"
@@ -24,23 +25,23 @@
 namespace gossip::testing {
 namespace {
 
-constexpr int kNodes = 8;
+constexpr int kNodes = 8;  // default cluster size
 constexpr uint64_t kNumel = 1000;
 
 // x[node][round][e]: each node's vector before the first round and after every round.
 using Trajectories = std::vector<std::vector<std::vector<float>>>;
 
 Trajectories run_consensus(const std::vector<std::string>& flags, int rounds,
-                           uint64_t numel = kNumel) {
+                           uint64_t numel = kNumel, int nodes = kNodes) {
   std::vector<std::string> extra = {"--period", "1", "--round-timeout", "30", "--seed", "7"};
   extra.insert(extra.end(), flags.begin(), flags.end());
-  Cluster cluster(kNodes, extra);
+  Cluster cluster(nodes, extra);
   cluster.start_all();
-  Trajectories x(kNodes);
-  std::vector<std::string> errors(kNodes);
+  Trajectories x(nodes);
+  std::vector<std::string> errors(nodes);
   {
     std::vector<std::jthread> threads;
-    for (int node = 0; node < kNodes; ++node) {
+    for (int node = 0; node < nodes; ++node) {
       threads.emplace_back([&, node] {
         auto client = connect_to(cluster, node);
         if (!client) return;
@@ -65,7 +66,7 @@ Trajectories run_consensus(const std::vector<std::string>& flags, int rounds,
       });
     }
   }
-  for (int node = 0; node < kNodes; ++node) {
+  for (int node = 0; node < nodes; ++node) {
     EXPECT_EQ(errors[node], "") << "node " << node << "\n" << cluster.log(node);
     EXPECT_EQ(x[node].size(), static_cast<size_t>(rounds + 1)) << "node " << node;
   }
@@ -91,22 +92,22 @@ double distance_at(const Trajectories& x, size_t round, const std::vector<double
   return d / static_cast<double>(x.size());
 }
 
-double predicted_rate(const std::string& topology) {
-  auto t = peers::make_topology(topology, kNodes, 7);
+double predicted_rate(const std::string& topology, int nodes) {
+  auto t = peers::make_topology(topology, static_cast<uint32_t>(nodes), 7);
   EXPECT_TRUE(t.is_ok()) << t.status().message();
   auto gap = peers::spectral_gap(**t);
   EXPECT_TRUE(gap.is_ok()) << gap.status().message();
   return 1.0 - gap->gap;
 }
 
-class GossipConsensus : public ::testing::TestWithParam<std::string> {};
+class GossipConsensus : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(GossipConsensus, ShrinksAtTheRateTheSpectralGapPredicts) {
-  const std::string topology = GetParam();
-  const double lambda = predicted_rate(topology);
+  const auto [topology, nodes] = GetParam();
+  const double lambda = predicted_rate(topology, nodes);
   // Rounds until the predicted distance is ~1e-8 of the start (well above fp32's floor).
   const int rounds = std::clamp(static_cast<int>(std::ceil(std::log(1e-4) / std::log(lambda))), 4, 40);
-  auto x = run_consensus({"--strategy", "gossip", "--topology", topology}, rounds);
+  auto x = run_consensus({"--strategy", "gossip", "--topology", topology}, rounds, kNumel, nodes);
   if (HasFailure()) return;
 
   const auto mean0 = mean_at(x, 0);
@@ -123,8 +124,9 @@ TEST_P(GossipConsensus, ShrinksAtTheRateTheSpectralGapPredicts) {
   const double measured = std::pow(d1 / d0, 1.0 / (2.0 * static_cast<double>(t1 - t0)));
   RecordProperty("measured_rate", std::to_string(measured));
   RecordProperty("predicted_rate", std::to_string(lambda));
-  std::printf("%s: measured rate %.4f per round, predicted %.4f (spectral gap %.4f), %d rounds\n",
-              topology.c_str(), measured, lambda, 1 - lambda, rounds);
+  std::printf("%s, %d nodes: measured rate %.4f per round, predicted %.4f (spectral gap %.4f), "
+              "%d rounds\n",
+              topology.c_str(), nodes, measured, lambda, 1 - lambda, rounds);
   // λ bounds the rate (up to fp32 rounding); a random start has weight on the slowest
   // mode, so the rate is also not much faster than λ.
   EXPECT_LE(measured, lambda * 1.02 + 1e-3);
@@ -132,8 +134,12 @@ TEST_P(GossipConsensus, ShrinksAtTheRateTheSpectralGapPredicts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, GossipConsensus,
-                         ::testing::Values("ring", "torus", "exponential"),
-                         [](const auto& info) { return std::string(info.param); });
+                         ::testing::Combine(::testing::Values("ring", "torus", "exponential"),
+                                            ::testing::Values(8, 16)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(PushSumConsensus, SumIsPreservedAndTheMeanIsExactAfterLog2NRounds) {
   auto x = run_consensus({"--strategy", "push-sum"}, 6);
@@ -149,6 +155,21 @@ TEST(PushSumConsensus, SumIsPreservedAndTheMeanIsExactAfterLog2NRounds) {
     for (int node = 0; node < kNodes; ++node)
       for (size_t e = 0; e < kNumel; ++e)
         ASSERT_NEAR(x[node][r][e], mean0[e], 1e-5) << "node " << node << " round " << r;
+}
+
+// With delay 2 a message is consumed two rounds after it was sent: slower, but the
+// nodes still converge to the mean, since no mass is lost, only late.
+TEST(PushSumConsensus, ConvergesToTheMeanWithDelayedMessages) {
+  constexpr int kRounds = 40;
+  auto x = run_consensus({"--strategy", "push-sum", "--delay", "2"}, kRounds);
+  if (HasFailure()) return;
+  const auto mean0 = mean_at(x, 0);
+  const double start = distance_at(x, 0, mean0);
+  const double end = distance_at(x, kRounds, mean0);
+  std::printf("push-sum, delay 2, %d rounds: distance to the mean / start %.3g\n", kRounds,
+              end / start);
+  EXPECT_LT(end, 1e-4 * start);
+  EXPECT_LT(end, distance_at(x, kRounds / 2, mean0));
 }
 
 TEST(ChocoConsensus, TopkReachesConsensusWhereNaiveCompressedGossipStalls) {
