@@ -547,6 +547,45 @@ DaemonConfig valid_config() {
 
 TEST(ValidateConfig, AcceptsAValidConfig) { EXPECT_TRUE(validate_config(valid_config()).is_ok()); }
 
+DaemonConfig gossip_config(std::string strategy, std::string topology, int nodes) {
+  DaemonConfig c = valid_config();
+  c.strategy.name = std::move(strategy);
+  c.strategy.topology = std::move(topology);
+  c.peers.clear();
+  for (int i = 1; i < nodes; ++i)
+    c.peers.push_back({static_cast<uint32_t>(i), "tcp://127.0.0.1:" + std::to_string(7000 + i)});
+  return c;
+}
+
+TEST(ValidateConfig, GossipAcceptsEveryTopologyThatFits) {
+  for (const char* strategy : {"gossip", "push-sum"})
+    for (const char* topology : {"", "ring", "torus", "exponential", "one-peer-exponential",
+                                 "random-regular:3", "complete"}) {
+      auto st = validate_config(gossip_config(strategy, topology, 8));
+      EXPECT_TRUE(st.is_ok()) << strategy << " " << topology << ": " << st.message();
+    }
+  EXPECT_EQ(gossip_config("push-sum", "", 8).topology_spec(), "one-peer-exponential");
+  EXPECT_EQ(gossip_config("gossip", "", 8).topology_spec(), "ring");
+}
+
+TEST(ValidateConfig, GossipRefusesATopologyThatDoesNotFitOrAnUnknownOne) {
+  EXPECT_TRUE(fails_with(validate_config(gossip_config("gossip", "hypercube", 8)),
+                         {"key 'strategy.topology'", "hypercube"}));
+  EXPECT_TRUE(fails_with(validate_config(gossip_config("gossip", "random-regular:3", 5)),
+                         {"key 'strategy.topology'"}));
+  EXPECT_TRUE(fails_with(validate_config(gossip_config("choco", "one-peer-exponential", 8)),
+                         {"key 'strategy.topology'", "static topology"}));
+}
+
+TEST(ValidateConfig, GossipNeedsNodeIdsZeroToNMinusOne) {
+  auto c = gossip_config("gossip", "ring", 4);
+  c.peers[1].id = 9;  // ids 0, 1, 9, 3: 2 is missing
+  EXPECT_TRUE(fails_with(validate_config(c), {"key 'peers'", "gossip needs node ids 0..n-1", "2"}));
+  // Local SGD averages over whoever is listed and needs no such numbering.
+  c.strategy.name = "local-sgd";
+  EXPECT_TRUE(validate_config(c).is_ok());
+}
+
 TEST(ValidateConfig, RefusesEachBadField) {
   {
     auto c = valid_config();
