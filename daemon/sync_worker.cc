@@ -74,13 +74,14 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   options.compression = {codec, nullptr, pool_.get()};
   options.patience = std::chrono::milliseconds(static_cast<int64_t>(sc.patience_s * 1000.0));
   std::string detail;
+  if (codec_.error_feedback)
+    spdlog::warn("+ef ignored: {} sends models (or CHOCO's self-correcting differences), not "
+                 "updates whose residual could be carried over",
+                 sc.name);
   if (sc.name == "gossip") {
     if (codec->biased())
       spdlog::warn("gossip with the biased codec {} only approaches consensus; choco converges",
                    codec->spec());
-    if (codec_.error_feedback)
-      spdlog::warn("error feedback does not apply to gossip, which sends models, not updates; "
-                   "ignored");
     strategy_ = std::make_unique<sgd::Dpsgd>(*exchange_, *topology_, options);
   } else if (sc.name == "choco") {
     double gamma = sc.gamma > 0 ? sc.gamma : sgd::default_choco_gamma(codec);

@@ -32,9 +32,10 @@ Status check_stochastic(const Eigen::MatrixXd& w, Stochastic kind, double tolera
   auto first_off = [&](const Eigen::VectorXd& sums, const char* what) -> Status {
     for (Eigen::Index i = 0; i < sums.size(); ++i)
       if (!(std::abs(sums(i) - 1.0) <= tolerance))  // also catches NaN
-        return Status::invalid(fmt::format("{} {} of the mixing matrix sums to {:.17g}, not 1 "
-                                           "(tolerance {:g})",
-                                           what, i, sums(i), tolerance));
+        return Status::invalid(
+            fmt::format("{} {} of the mixing matrix sums to {:.17g}, not 1 "
+                        "(tolerance {:g})",
+                        what, i, sums(i), tolerance));
     return Status::ok();
   };
   if (kind != Stochastic::kColumns) GOSSIP_RETURN_IF_ERROR(first_off(w.rowwise().sum(), "row"));
@@ -99,8 +100,9 @@ Result<SpectralGap> spectral_gap(const Topology& topology, const SpectralGapOpti
     const uint64_t round = first + k;
     const Eigen::MatrixXd w = mixing_matrix(topology, round);
     const Stochastic kind = topology.directed() ? Stochastic::kColumns : Stochastic::kDoubly;
-    GOSSIP_RETURN_IF_ERROR(check_stochastic(w, kind, 1e-12).with_context(
-        fmt::format("topology '{}' on {} nodes, round {}", topology.spec(), n, round)));
+    GOSSIP_RETURN_IF_ERROR(check_stochastic(w, kind, 1e-12)
+                               .with_context(fmt::format("topology '{}' on {} nodes, round {}",
+                                                         topology.spec(), n, round)));
     // A doubly stochastic W cannot expand 1-perp; a norm a hair above 1 is rounding.
     const bool doubly_now = check_stochastic(w, Stochastic::kDoubly, 1e-12).is_ok();
     doubly = doubly && doubly_now;
@@ -122,17 +124,17 @@ Result<SpectralGap> spectral_gap(const Topology& topology, const SpectralGapOpti
   g.mean_round_gap = sum_round_gap / static_cast<double>(g.window);
   if (g.window == 1) {
     g.gap = 1 - rho_last;
-    g.method = symmetric_last
-                   ? "eigenvalues of the symmetric W: 1 - max(|lambda_2|, |lambda_n|)"
-                   : "largest singular value of W on the zero-sum subspace";
+    g.method = symmetric_last ? "eigenvalues of the symmetric W: 1 - max(|lambda_2|, |lambda_n|)"
+                              : "largest singular value of W on the zero-sum subspace";
     return g;
   }
   if (exact && (periodic || measured == 0)) {
     // A period that averages exactly is a guarantee: rate 0.
     g.gap = 1;
-    g.method = periodic ? fmt::format("the product of one period ({} rounds) is J/n: exact "
-                                      "average",
-                                      g.window)
+    g.method = periodic ? fmt::format(
+                              "the product of one period ({} rounds) is J/n: exact "
+                              "average",
+                              g.window)
                         : fmt::format("round {} alone averages exactly", first);
     return g;
   }
@@ -142,8 +144,8 @@ Result<SpectralGap> spectral_gap(const Topology& topology, const SpectralGapOpti
   const double rho = std::exp((log_scale + std::log(sigma)) / static_cast<double>(measured));
   g.gap = 1 - (doubly ? std::min(rho, 1.0) : rho);
   if (periodic) {
-    g.method = fmt::format("per-round rate of the product of one period ({} rounds) on 1-perp",
-                           g.window);
+    g.method =
+        fmt::format("per-round rate of the product of one period ({} rounds) on 1-perp", g.window);
   } else {
     g.method = fmt::format(
         "per-round rate of the product of rounds {}..{} on 1-perp (sampled: the graph never "

@@ -44,10 +44,11 @@ Status check_node_ids(std::span<const uint32_t> ids, uint32_t self) {
     }
   }
   if (!duplicated.empty())
-    return Status::invalid(fmt::format("node {} {} {} more than once in the peer list; each node "
-                                       "must appear exactly once",
-                                       plural(duplicated, "id", "ids"), id_list(duplicated),
-                                       plural(duplicated, "appears", "appear")));
+    return Status::invalid(
+        fmt::format("node {} {} {} more than once in the peer list; each node "
+                    "must appear exactly once",
+                    plural(duplicated, "id", "ids"), id_list(duplicated),
+                    plural(duplicated, "appears", "appear")));
   std::vector<uint64_t> missing;
   for (uint64_t id = 0; id < n; ++id)
     if (count[id] == 0) missing.push_back(id);
@@ -57,13 +58,12 @@ Status check_node_ids(std::span<const uint32_t> ids, uint32_t self) {
         "the peer list has {} nodes, so their ids must be 0..{}: {} {} {} missing ({} {} out "
         "of range)",
         n, n - 1, plural(missing, "node", "nodes"), id_list(missing), plural(missing, "is", "are"),
-        id_list(out_of_range),
-        plural(out_of_range, "is", "are")));
+        id_list(out_of_range), plural(out_of_range, "is", "are")));
   }
   if (self >= n)
     return Status::invalid(fmt::format(
-        "this node's id {} is not in the peer list (ids 0..{}); every node must list itself",
-        self, n - 1));
+        "this node's id {} is not in the peer list (ids 0..{}); every node must list itself", self,
+        n - 1));
   return Status::ok();
 }
 

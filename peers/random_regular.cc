@@ -72,8 +72,10 @@ bool pair_stubs(std::vector<uint32_t> stubs, Adjacency& adj, SplitMix64& rng) {
     if (valid.empty()) return false;
     const auto [a, b] = valid[rng.below(valid.size())];
     connect(adj, a, b);
-    remove_stub(stubs, static_cast<size_t>(std::find(stubs.begin(), stubs.end(), a) - stubs.begin()));
-    remove_stub(stubs, static_cast<size_t>(std::find(stubs.begin(), stubs.end(), b) - stubs.begin()));
+    remove_stub(stubs,
+                static_cast<size_t>(std::find(stubs.begin(), stubs.end(), a) - stubs.begin()));
+    remove_stub(stubs,
+                static_cast<size_t>(std::find(stubs.begin(), stubs.end(), b) - stubs.begin()));
     failures = 0;
   }
   return true;
@@ -108,9 +110,8 @@ Adjacency relabeled_circulant(uint32_t n, uint32_t degree, SplitMix64& rng) {
 
 }  // namespace
 
-std::vector<std::vector<uint32_t>> random_regular_graph(uint32_t n, uint32_t degree,
-                                                        uint64_t seed, uint64_t round,
-                                                        uint32_t max_attempts) {
+std::vector<std::vector<uint32_t>> random_regular_graph(uint32_t n, uint32_t degree, uint64_t seed,
+                                                        uint64_t round, uint32_t max_attempts) {
   assert(degree >= 1 && degree < n && (uint64_t{n} * degree) % 2 == 0);
   Adjacency adj;
   bool drawn = false;

@@ -52,8 +52,7 @@ std::vector<uint32_t> Ring::out_neighbors(uint32_t node, uint64_t) const {
 
 // --- torus --------------------------------------------------------------------------
 
-Torus::Torus(uint32_t rows, uint32_t cols)
-    : Topology(rows * cols), rows_(rows), cols_(cols) {
+Torus::Torus(uint32_t rows, uint32_t cols) : Topology(rows * cols), rows_(rows), cols_(cols) {
   assert(rows >= 2 && cols >= 2);
 }
 
@@ -85,15 +84,16 @@ std::vector<uint32_t> Torus::out_neighbors(uint32_t node, uint64_t) const {
 
 std::string Exponential::describe() const {
   const uint32_t n = size();
-  const std::string note =
-      power_of_two(n) ? ""
-                      : fmt::format("; {} is not a power of 2, so some offsets coincide mod n "
-                                    "and the degree is lower (still a regular circulant graph)",
-                                    n);
-  return fmt::format("static exponential graph of {} nodes: i <-> i+-2^k (mod {}) for 2^k < {} "
-                     "(k = 0..{}), degree {}{}",
-                     n, n, n, offset_count(n) == 0 ? 0 : offset_count(n) - 1,
-                     out_neighbors(0, 0).size(), note);
+  const std::string note = power_of_two(n)
+                               ? ""
+                               : fmt::format(
+                                     "; {} is not a power of 2, so some offsets coincide mod n "
+                                     "and the degree is lower (still a regular circulant graph)",
+                                     n);
+  return fmt::format(
+      "static exponential graph of {} nodes: i <-> i+-2^k (mod {}) for 2^k < {} "
+      "(k = 0..{}), degree {}{}",
+      n, n, n, offset_count(n) == 0 ? 0 : offset_count(n) - 1, out_neighbors(0, 0).size(), note);
 }
 
 std::vector<uint32_t> Exponential::out_neighbors(uint32_t node, uint64_t) const {
@@ -109,11 +109,11 @@ std::string OnePeerExponential::describe() const {
   const uint32_t n = size();
   if (n == 1) return "one-peer exponential graph of 1 node: nothing to exchange";
   const std::string outcome =
-      power_of_two(n)
-          ? fmt::format("every {} consecutive rounds average exactly", tau_)
-          : fmt::format("{} is not a power of 2, so the offsets 2^k < {} connect the nodes but "
-                        "{} rounds do not average exactly (geometric convergence only)",
-                        n, n, tau_);
+      power_of_two(n) ? fmt::format("every {} consecutive rounds average exactly", tau_)
+                      : fmt::format(
+                            "{} is not a power of 2, so the offsets 2^k < {} connect the nodes but "
+                            "{} rounds do not average exactly (geometric convergence only)",
+                            n, n, tau_);
   return fmt::format(
       "one-peer exponential graph of {} nodes: in round t node i sends to i+2^(t mod {}) and "
       "receives from i-2^(t mod {}) (mod {}), push weights 1/2; {}",
@@ -135,9 +135,10 @@ std::vector<uint32_t> OnePeerExponential::in_neighbors(uint32_t node, uint64_t r
 // --- complete -----------------------------------------------------------------------
 
 std::string Complete::describe() const {
-  return fmt::format("complete graph of {} nodes: every node <-> all {} others (W = J/n: exact "
-                     "average every round, n-1 messages per node)",
-                     size(), size() - 1);
+  return fmt::format(
+      "complete graph of {} nodes: every node <-> all {} others (W = J/n: exact "
+      "average every round, n-1 messages per node)",
+      size(), size() - 1);
 }
 
 std::vector<uint32_t> Complete::out_neighbors(uint32_t node, uint64_t) const {

@@ -59,8 +59,8 @@ MixingWeights Topology::mixing_column(uint32_t node, uint64_t round) const {
 namespace {
 
 Status bad(std::string_view spec, uint32_t n, const std::string& why) {
-  return Status::invalid(fmt::format("topology '{}' on {} node{}: {}", spec, n,
-                                     n == 1 ? "" : "s", why));
+  return Status::invalid(
+      fmt::format("topology '{}' on {} node{}: {}", spec, n, n == 1 ? "" : "s", why));
 }
 
 Result<uint32_t> parse_u32(std::string_view text) {
@@ -92,19 +92,22 @@ Result<std::unique_ptr<Topology>> make_torus(std::string_view spec, std::string_
   }
   const size_t x = arg.find('x');
   if (x == std::string_view::npos)
-    return bad(spec, n, fmt::format("torus dimensions must read RxC (e.g. torus:3x4), got '{}'",
-                                    arg));
+    return bad(spec, n,
+               fmt::format("torus dimensions must read RxC (e.g. torus:3x4), got '{}'", arg));
   auto rows = parse_u32(arg.substr(0, x));
   auto cols = parse_u32(arg.substr(x + 1));
   if (!rows || !cols)
-    return bad(spec, n, fmt::format("torus dimensions must read RxC (e.g. torus:3x4): {}",
-                                    (!rows ? rows.status() : cols.status()).message()));
+    return bad(spec, n,
+               fmt::format("torus dimensions must read RxC (e.g. torus:3x4): {}",
+                           (!rows ? rows.status() : cols.status()).message()));
   if (*rows < 2 || *cols < 2)
-    return bad(spec, n, fmt::format("both torus sides must be at least 2, got {}x{} (use ring)",
-                                    *rows, *cols));
+    return bad(
+        spec, n,
+        fmt::format("both torus sides must be at least 2, got {}x{} (use ring)", *rows, *cols));
   if (uint64_t{*rows} * *cols != n)
-    return bad(spec, n, fmt::format("a {}x{} torus has {} nodes, not {}", *rows, *cols,
-                                    uint64_t{*rows} * *cols, n));
+    return bad(spec, n,
+               fmt::format("a {}x{} torus has {} nodes, not {}", *rows, *cols,
+                           uint64_t{*rows} * *cols, n));
   return std::unique_ptr<Topology>(std::make_unique<Torus>(*rows, *cols));
 }
 
@@ -170,15 +173,14 @@ Result<std::unique_ptr<Topology>> build(std::string_view spec, uint32_t n, uint6
     return Status::invalid(
         fmt::format("unknown topology '{}' (valid forms: {})", name, topology_forms()));
   if (has_arg)
-    return bad(spec, n, fmt::format("'{}' takes no parameter (valid forms: {})", name,
-                                    topology_forms()));
+    return bad(spec, n,
+               fmt::format("'{}' takes no parameter (valid forms: {})", name, topology_forms()));
   return t;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Topology>> make_topology(std::string_view spec, uint32_t n,
-                                                uint64_t seed) {
+Result<std::unique_ptr<Topology>> make_topology(std::string_view spec, uint32_t n, uint64_t seed) {
   if (n == 0) return bad(spec, n, "a topology needs at least one node");
   auto made = build(spec, n, seed);
   if (made && (*made)->period() != 0 && !connected_over_period(**made))

@@ -38,6 +38,7 @@ struct MixingWeights {
   std::vector<WeightedPeer> peers;
 };
 
+// Every method is const and safe to call from several threads at once.
 class Topology {
  public:
   virtual ~Topology() = default;
