@@ -43,7 +43,8 @@ constexpr size_t kLogTailLines = 5;
 constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
 constexpr double kAccuracyAgreement = 1e-3;
 
-const std::vector<std::string> kStrategies = {"local-sgd", "gossip", "choco", "push-sum"};
+const std::vector<std::string> kStrategies = {"local-sgd", "gossip", "choco", "push-sum",
+                                              "async-gossip"};
 const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
                                              "error", "critical", "off"};
@@ -261,6 +262,32 @@ Failure process_failure(const Member& m, std::string message) {
   return Failure{std::move(message), m.name, m.log_path};
 }
 
+// --straggler NODE:FACTOR.
+struct Straggler {
+  int node = 0;
+  double factor = 1;
+};
+Result<Straggler> parse_straggler(const std::string& text, int nodes) {
+  const auto colon = text.find(':');
+  Straggler s;
+  if (colon != std::string::npos) {
+    const char* begin = text.data();
+    auto [p1, e1] = std::from_chars(begin, begin + colon, s.node);
+    auto [p2, e2] = std::from_chars(begin + colon + 1, begin + text.size(), s.factor);
+    if (e1 == std::errc() && p1 == begin + colon && e2 == std::errc() &&
+        p2 == begin + text.size() && s.node >= 0 && s.node < nodes && std::isfinite(s.factor) &&
+        s.factor >= 1)
+      return s;
+  }
+  return Status::invalid(fmt::format(
+      "expected NODE:FACTOR with NODE in 0..{} and FACTOR >= 1, got '{}'", nodes - 1, text));
+}
+std::optional<Straggler> straggler_of(const ClusterOptions& o) {
+  if (o.straggler.empty()) return std::nullopt;
+  auto s = parse_straggler(o.straggler, o.nodes);
+  return s ? std::optional<Straggler>(*s) : std::nullopt;
+}
+
 class ClusterRun {
  public:
   ClusterRun(const ClusterOptions& options, const RunDirectory& dir, Programs programs,
@@ -352,6 +379,7 @@ class ClusterRun {
         if (!options_.topology.empty()) cmd.add("--topology", options_.topology);
         cmd.add("--gamma", options_.gamma)
             .add("--delay", options_.delay)
+            .add("--staleness", options_.staleness)
             .add("--patience", options_.patience_s);
       }
       auto f = spawn(daemons_, fmt::format("gossipd {}", i), daemon_log_name(i), cmd.take());
@@ -404,6 +432,8 @@ class ClusterRun {
           .add("--result", dir_.file(result_name(i)))
           .add("--save-model", dir_.file(model_name(i)))
           .add("--timeout-s", remaining_s);
+      if (auto slow = straggler_of(options_); slow && slow->node == i)
+        cmd.add("--slowdown", slow->factor);
       auto f = spawn(trainers_, fmt::format("trainer {}", i), trainer_log_name(i), cmd.take());
       if (f) return f;
       csv_.emplace_back(dir_.file(csv_name(i)));
@@ -759,6 +789,10 @@ Status validate_cluster_options(const ClusterOptions& o) {
   if (!std::isfinite(o.gamma) || o.gamma < 0 || o.gamma > 1)
     return bad("--gamma", "must be in [0, 1] (0: the codec's default)");
   if (o.delay < 0 || o.delay > 64) return bad("--delay", "must be in 0..64");
+  if (o.staleness < 0 || o.staleness > 64) return bad("--staleness", "must be in 0..64");
+  if (!o.straggler.empty()) {
+    if (auto s = parse_straggler(o.straggler, o.nodes); !s) return bad("--straggler", s.status().message());
+  }
   if (!std::isfinite(o.patience_s) || o.patience_s <= 0)
     return bad("--patience", "must be a positive number of seconds");
   if (!contains(kOuterOptimizers, o.outer_optimizer)) {
@@ -867,6 +901,12 @@ Subcommand add_cluster_command(CLI::App& parent) {
       ->default_str("");
   app->add_option("--delay", o->delay, "push-sum: rounds a message may be in flight")
       ->check(CLI::Range(0, 64));
+  app->add_option("--staleness", o->staleness,
+                  "async-gossip: rounds a node may run ahead of its slowest neighbor")
+      ->check(CLI::Range(0, 64));
+  app->add_option("--straggler", o->straggler,
+                  "NODE:FACTOR: slow that node's trainer down FACTOR times (experiments)")
+      ->default_str("");
   app->add_option("--patience", o->patience_s,
                   "gossip: seconds a round waits for a silent neighbor before going on without it")
       ->check(CLI::PositiveNumber);

@@ -29,6 +29,8 @@ struct ClusterOptions {
   std::string topology;                  // gossip family: peers/topology.h; "" the strategy's default
   double gamma = 0;                      // choco consensus step size; 0: the codec's default
   int delay = 0;                         // push-sum: rounds a message may be in flight
+  int staleness = 1;                     // async-gossip: rounds ahead of the slowest neighbor
+  std::string straggler;                 // "NODE:FACTOR": that node's trainer runs FACTOR x slower
   double patience_s = 5;                 // gossip: wait for a silent neighbor at most this long
   double outer_lr = 1.0;
   double outer_momentum = 0.9;

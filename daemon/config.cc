@@ -41,7 +41,8 @@ constexpr uint64_t kMaxI64 = std::numeric_limits<int64_t>::max();  // TOML integ
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 
-constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "push-sum"};
+constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "push-sum",
+                                              "async-gossip"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -172,9 +173,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 20>& fields() {
+const std::array<Field, 21>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 20> kFields = {{
+  static const std::array<Field, 21> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -202,7 +203,7 @@ const std::array<Field, 20>& fields() {
        IntegerSpec{{1, 64, 1},
                    [](const C& c) -> uint64_t { return c.max_trainers; },
                    [](C& c, uint64_t v) { c.max_trainers = static_cast<uint32_t>(v); }}},
-      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum",
+      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip",
        TextSpec{kStrategies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },
                 [](C& c, std::string v) { c.strategy.name = std::move(v); }}},
@@ -263,6 +264,11 @@ const std::array<Field, 20>& fields() {
        IntegerSpec{{0, 64, 1},
                    [](const C& c) -> uint64_t { return c.strategy.delay; },
                    [](C& c, uint64_t v) { c.strategy.delay = v; }}},
+      {"strategy.staleness", "--staleness", "S",
+       "async-gossip: rounds a node may run ahead of its slowest neighbor, 0..64",
+       IntegerSpec{{0, 64, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.staleness; },
+                   [](C& c, uint64_t v) { c.strategy.staleness = v; }}},
       {"strategy.patience", "--patience", "SECONDS",
        "gossip: how long a round waits for a neighbor before going on without it",
        NumberSpec{{0, false, std::nullopt},

@@ -22,7 +22,8 @@ struct OuterOptimizerConfig {
 };
 
 struct StrategyConfig {
-  // local-sgd (average every T steps), gossip (D-PSGD), choco (CHOCO-SGD), push-sum (SGP)
+  // local-sgd (average every T steps), gossip (D-PSGD), choco (CHOCO-SGD), push-sum (SGP),
+  // async-gossip (bounded staleness; trainers do not wait for the round)
   std::string name = "local-sgd";
   uint64_t period = 1;             // T: synchronize after every T steps
   uint64_t post_local = 0;         // K: synchronize every step while step <= K
@@ -38,6 +39,7 @@ struct StrategyConfig {
   std::string topology;
   double gamma = 0.0;           // CHOCO consensus step size; 0: the codec's default
   uint64_t delay = 0;           // push-sum: rounds a message may be in flight
+  uint64_t staleness = 1;       // async-gossip: rounds a node may run ahead of a neighbor
   double patience_s = 5.0;      // how long a gossip round waits for a neighbor heard from before
 };
 

@@ -304,6 +304,15 @@ void Daemon::on_stats(const std::string& route) {
 void Daemon::maybe_start_round() {
   if (round_running_ || !sessions_.all_waiting()) return;
   auto waiting = sessions_.all();
+  if (async() && staged_ready_) {
+    // The trainers are at a step boundary, blocked until we reply: the last round's
+    // change goes into their replicas now, on top of the steps they took meanwhile.
+    for (auto* s : waiting) {
+      auto x = arena_->slot(s->slot);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += staged_[i];
+    }
+    staged_ready_ = false;
+  }
   if (waiting.size() == 1) {
     // One trainer, blocked until we reply: the round can run in place on its replica.
     round_model_ = arena_->slot(waiting[0]->slot);
@@ -330,7 +339,30 @@ void Daemon::maybe_start_round() {
   step_ = step;
   round_running_ = true;
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
+  if (!async()) {
+    worker_->submit(round_model_, round_);
+    return;
+  }
+  async_model_.assign(round_model_.begin(), round_model_.end());
+  staged_.assign(round_model_.begin(), round_model_.end());
+  round_model_ = async_model_;
   worker_->submit(round_model_, round_);
+  ipc::SyncOk ok;
+  ok.round = round_;
+  ok.step = step_;
+  ok.traffic = worker_->traffic().totals();
+  for (const auto& route : participants_) {
+    if (TrainerSession* s = sessions_.find(route)) {
+      s->waiting = false;
+      reply(route, ok);
+    }
+  }
+  participants_.clear();
+}
+
+void Daemon::stage_async_change() {
+  for (size_t i = 0; i < staged_.size(); ++i) staged_[i] = async_model_[i] - staged_[i];
+  staged_ready_ = true;
 }
 
 void Daemon::handle_round_done() {
@@ -338,6 +370,15 @@ void Daemon::handle_round_done() {
   if (!result) return;
   round_running_ = false;
   ++round_;
+  if (async()) {
+    // Its trainers were answered when it started; they see the change at their next sync.
+    if (result->is_ok())
+      stage_async_change();
+    else
+      spdlog::error("round {} failed: {}", round_ - 1, result->message());
+    maybe_start_round();
+    return;
+  }
   if (result->is_ok()) {
     ipc::SyncOk ok;
     ok.round = round_;

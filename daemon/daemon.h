@@ -65,6 +65,13 @@ class Daemon {
   uint64_t step_ = 0;              // the node's step at the last round
   bool round_running_ = false;
   std::vector<std::string> participants_;  // routes waiting on the running round
+  // async-gossip: trainers do not wait for their round. It runs on a copy of the node's
+  // model; the change it made (staged_) is added to the replicas at the next sync point.
+  bool async() const { return config_.strategy.name == "async-gossip"; }
+  void stage_async_change();
+  std::vector<float> async_model_;  // the round's copy, mixed in place
+  std::vector<float> staged_;       // before the round: its input; after: the change it made
+  bool staged_ready_ = false;
   uint64_t ipc_dropped_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "peers/mixing_matrix.h"
+#include "sgd/async_gossip.h"
 #include "sgd/choco_sgd.h"
 #include "sgd/dpsgd.h"
 #include "sgd/local_sgd.h"
@@ -87,6 +88,9 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     double gamma = sc.gamma > 0 ? sc.gamma : sgd::default_choco_gamma(codec);
     detail = fmt::format(", gamma {}", gamma);
     strategy_ = std::make_unique<sgd::ChocoSgd>(*exchange_, *topology_, options, gamma);
+  } else if (sc.name == "async-gossip") {
+    detail = fmt::format(", staleness {}", sc.staleness);
+    strategy_ = std::make_unique<sgd::AsyncGossip>(*exchange_, *topology_, options, sc.staleness);
   } else if (sc.name == "push-sum") {
     detail = fmt::format(", delay {}", sc.delay);
     strategy_ = std::make_unique<sgd::PushSum>(*exchange_, *topology_, options, sc.delay);

@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
                  "write step,wall_seconds,loss,test_accuracy,payload_sent,payload_recv,"
                  "wire_sent,wire_recv rows to FILE");
   app.add_option("--result", o.result_path, "write the final result as one JSON line to FILE");
+  app.add_option("--slowdown", o.slowdown,
+                 "a straggler: each step takes FACTOR times as long (sleeps the difference)")
+      ->check(CLI::Range(1.0, 1000.0));
   app.add_option("--save-model", o.save_model_path,
                  "after the final synchronization, write the parameters (flat fp32) to FILE");
   app.add_option("--evaluate", o.evaluate_model_path,

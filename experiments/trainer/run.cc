@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "experiments/trainer/dataset.h"
@@ -166,7 +167,9 @@ int run(const RunOptions& o) {
   TrafficCounts traffic;
   uint64_t step = start_step;
   while (step < o.steps) {
+    const auto step_start = std::chrono::steady_clock::now();
     window.sum += trainer->step(scheduled_lr(o.sgd.lr, o.lr_schedule, step, o.steps));
+    if (o.slowdown > 1) std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) * (o.slowdown - 1));
     ++window.steps;
     ++step;
     // The last step's client->step() belongs to the end-of-run protocol below.

@@ -30,6 +30,7 @@ struct RunOptions {
   std::string name;
   uint32_t local_rank = 0;
   double timeout_s = 120;
+  double slowdown = 1;  // >= 1: after each step, sleep (slowdown - 1) x the step's time (a straggler)
 };
 
 // Returns the process exit code: 0 on success, 1 on a runtime error (already printed

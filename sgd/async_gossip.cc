@@ -1,0 +1,67 @@
+#include "sgd/async_gossip.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include <spdlog/spdlog.h>
+
+namespace gossip::sgd {
+
+AsyncGossip::AsyncGossip(NeighborExchange& exchange, const peers::Topology& topology,
+                         GossipOptions options, uint64_t staleness)
+    : exchange_(exchange),
+      topology_(topology),
+      options_(options),
+      staleness_(staleness),
+      step_(staleness == 0 ? 1.0f
+                           : static_cast<float>(0.9 * std::sin(std::numbers::pi /
+                                                               (2.0 * (2.0 * staleness + 1.0))))),
+      sent_(staleness + 1) {}
+
+void AsyncGossip::set_layout_fingerprint(uint64_t fingerprint) {
+  exchange_.set_layout_fingerprint(fingerprint);
+}
+
+void AsyncGossip::progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) {
+  // Round next_round consumes the messages of round next_round - s.
+  exchange_.progress(next_round >= staleness_ ? next_round - staleness_ : 0, wait);
+}
+
+Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
+                                const RoundOptions& options) {
+  const uint32_t self = exchange_.transport().self();
+  const size_t n = model.size();
+  const auto start = std::chrono::steady_clock::now();
+
+  // What this round sends, which is also what the receivers of round `round` will
+  // subtract our part with: with a codec, Q(x_i).
+  std::vector<float>& sent = sent_[round % sent_.size()];
+  sent.assign(model.begin(), model.end());
+  GOSSIP_RETURN_IF_ERROR(
+      outgoing_.encode(sent, self, round, options_.chunk_elems, options_.compression));
+  exchange_.send(outgoing_, topology_.out_neighbors(self, round));
+  if (round < staleness_) return Status::ok();  // nothing is due yet
+
+  const uint64_t due = round - staleness_;
+  const peers::MixingWeights row = topology_.mixing_row(self, due);
+  const std::vector<float>& own = sent_[due % sent_.size()];
+  std::vector<uint32_t> sources;
+  for (const auto& in : row.peers) sources.push_back(in.node);
+  mix_.assign(n, 0.0f);
+  auto delivery = exchange_.receive(
+      due, sources, n, start + options_.patience, options,
+      [&](size_t s, const proto::Header& h, std::span<const float> v) {
+        const float w = step_ * static_cast<float>(row.peers[s].weight);
+        float* acc = mix_.data() + h.offset;
+        const float* x = own.data() + h.offset;
+        for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
+      });
+  if (!delivery) return delivery.status();
+  if (!delivery->missing.empty())
+    spdlog::warn("round {}: mixing round {} without {}", round, due, delivery->missing);
+  for (size_t e = 0; e < n; ++e) model[e] += mix_[e];
+  return Status::ok();
+}
+
+}  // namespace gossip::sgd
