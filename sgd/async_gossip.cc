@@ -10,27 +10,15 @@ namespace gossip::sgd {
 
 AsyncGossip::AsyncGossip(NeighborExchange& exchange, const peers::Topology& topology,
                          GossipOptions options, uint64_t staleness)
-    : exchange_(exchange),
-      topology_(topology),
-      options_(options),
-      staleness_(staleness),
+    : GossipStrategy(exchange, topology, options, /*lag=*/staleness),
       step_(staleness == 0 ? 1.0f
                            : static_cast<float>(0.9 * std::sin(std::numbers::pi /
                                                                (2.0 * (2.0 * staleness + 1.0))))),
       sent_(staleness + 1) {}
 
-void AsyncGossip::set_layout_fingerprint(uint64_t fingerprint) {
-  exchange_.set_layout_fingerprint(fingerprint);
-}
-
-void AsyncGossip::progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) {
-  // Round next_round consumes the messages of round next_round - s.
-  exchange_.progress(next_round >= staleness_ ? next_round - staleness_ : 0, wait);
-}
-
 Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
                                 const RoundOptions& options) {
-  const uint32_t self = exchange_.transport().self();
+  const uint32_t self = this->self();
   const size_t n = model.size();
   const auto start = std::chrono::steady_clock::now();
 
@@ -41,9 +29,9 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
   GOSSIP_RETURN_IF_ERROR(
       outgoing_.encode(sent, self, round, options_.chunk_elems, options_.compression));
   exchange_.send(outgoing_, topology_.out_neighbors(self, round));
-  if (round < staleness_) return Status::ok();  // nothing is due yet
+  if (round < lag_) return Status::ok();  // nothing is due yet
 
-  const uint64_t due = round - staleness_;
+  const uint64_t due = round - lag_;
   const peers::MixingWeights row = topology_.mixing_row(self, due);
   const std::vector<float>& own = sent_[due % sent_.size()];
   std::vector<uint32_t> sources;

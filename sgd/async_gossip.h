@@ -21,26 +21,19 @@
 
 #include <vector>
 
-#include "sgd/dpsgd.h"
+#include "sgd/gossip_strategy.h"
 
 namespace gossip::sgd {
 
-class AsyncGossip final : public Strategy {
+class AsyncGossip final : public GossipStrategy {
  public:
   AsyncGossip(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
               uint64_t staleness);
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
-  void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
-  void set_layout_fingerprint(uint64_t fingerprint) override;
 
  private:
-  NeighborExchange& exchange_;
-  const peers::Topology& topology_;
-  GossipOptions options_;
-  uint64_t staleness_;
   float step_;  // η
-  OutgoingModel outgoing_;
   std::vector<std::vector<float>> sent_;  // sent_[t % (s+1)]: this node's model of round t
   std::vector<float> public_;             // Q(x_i) when compressing
   std::vector<float> mix_;

@@ -14,7 +14,7 @@
 
 #include <vector>
 
-#include "sgd/dpsgd.h"
+#include "sgd/gossip_strategy.h"
 
 namespace gossip::sgd {
 
@@ -22,22 +22,17 @@ namespace gossip::sgd {
 // near-lossless codecs, smaller as the codec keeps less.
 double default_choco_gamma(const compression::Codec* codec);
 
-class ChocoSgd final : public Strategy {
+class ChocoSgd final : public GossipStrategy {
  public:
-  // The topology must not be time-varying (make() in the daemon checks it).
+  // The topology must not be time-varying (the daemon's config check refuses it).
   ChocoSgd(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
-           double gamma);
+           double gamma)
+      : GossipStrategy(exchange, topology, options), gamma_(gamma) {}
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
-  void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
-  void set_layout_fingerprint(uint64_t fingerprint) override;
 
  private:
-  NeighborExchange& exchange_;
-  const peers::Topology& topology_;
-  GossipOptions options_;
   double gamma_;
-  OutgoingModel outgoing_;
   std::vector<float> public_self_;  // x̂_i
   std::vector<float> mixed_;        // s_i = Σ_j W_ij x̂_j, j in N_i ∪ {i}
   std::vector<float> q_;            // this round's x_i - x̂_i, then Q of it

@@ -7,19 +7,8 @@
 
 namespace gossip::sgd {
 
-Dpsgd::Dpsgd(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options)
-    : exchange_(exchange), topology_(topology), options_(options) {}
-
-void Dpsgd::set_layout_fingerprint(uint64_t fingerprint) {
-  exchange_.set_layout_fingerprint(fingerprint);
-}
-
-void Dpsgd::progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) {
-  exchange_.progress(next_round, wait);
-}
-
 Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
-  const uint32_t self = exchange_.transport().self();
+  const uint32_t self = this->self();
   const peers::MixingWeights row = topology_.mixing_row(self, round);
   const auto out = topology_.out_neighbors(self, round);
   const auto start = std::chrono::steady_clock::now();

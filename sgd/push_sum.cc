@@ -6,21 +6,8 @@
 
 namespace gossip::sgd {
 
-PushSum::PushSum(NeighborExchange& exchange, const peers::Topology& topology,
-                 GossipOptions options, uint64_t delay)
-    : exchange_(exchange), topology_(topology), options_(options), delay_(delay) {}
-
-void PushSum::set_layout_fingerprint(uint64_t fingerprint) {
-  exchange_.set_layout_fingerprint(fingerprint);
-}
-
-void PushSum::progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) {
-  // Messages of rounds up to next_round - 1 are still to be consumed when delayed.
-  exchange_.progress(next_round >= delay_ ? next_round - delay_ : 0, wait);
-}
-
 Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
-  const uint32_t self = exchange_.transport().self();
+  const uint32_t self = this->self();
   const size_t n = model.size();
   const auto start = std::chrono::steady_clock::now();
 
@@ -47,8 +34,8 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
   for (size_t e = 0; e < n; ++e) numerator_[e] -= sent * share_[e];
   weight_ *= keep;
 
-  if (round >= delay_) {
-    const uint64_t from_round = round - delay_;
+  if (round >= lag_) {
+    const uint64_t from_round = round - lag_;
     const auto sources = topology_.in_neighbors(self, from_round);
     staged_.resize(sources.size());
     std::vector<double> weights(sources.size(), 0.0);

@@ -15,28 +15,22 @@
 
 #include <vector>
 
-#include "sgd/dpsgd.h"
+#include "sgd/gossip_strategy.h"
 
 namespace gossip::sgd {
 
-class PushSum final : public Strategy {
+class PushSum final : public GossipStrategy {
  public:
   PushSum(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
-          uint64_t delay);
+          uint64_t delay)
+      : GossipStrategy(exchange, topology, options, /*lag=*/delay) {}
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
-  void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
-  void set_layout_fingerprint(uint64_t fingerprint) override;
 
   double weight() const { return weight_; }
 
  private:
-  NeighborExchange& exchange_;
-  const peers::Topology& topology_;
-  GossipOptions options_;
-  uint64_t delay_;
   double weight_ = 1.0;
-  OutgoingModel outgoing_;
   std::vector<float> numerator_;           // x_i
   std::vector<float> share_;               // what each out-neighbor gets
   std::vector<std::vector<float>> staged_;  // per in-neighbor: its message as it arrives

@@ -1,0 +1,47 @@
+#pragma once
+// What the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip) shares: the
+// neighbor exchange, the overlay, the options and this round's outgoing payload.
+// A strategy that consumes the messages of round t − lag in round t (push-sum's
+// delay, async gossip's staleness) says so, so that messages of rounds still to be
+// consumed are buffered between rounds rather than dropped as late.
+
+#include <chrono>
+
+#include "peers/topology.h"
+#include "sgd/neighbor_exchange.h"
+#include "sgd/outgoing_model.h"
+#include "sgd/strategy.h"
+
+namespace gossip::sgd {
+
+struct GossipOptions {
+  uint64_t chunk_elems = 1 << 20;
+  Compression compression;  // codec may be null (raw fp32)
+  // How long a round waits for a neighbor that has delivered before (one that never
+  // has is waited for until the round's deadline).
+  std::chrono::milliseconds patience{5000};
+};
+
+class GossipStrategy : public Strategy {
+ public:
+  void progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) override {
+    exchange_.progress(next_round >= lag_ ? next_round - lag_ : 0, wait);
+  }
+  void set_layout_fingerprint(uint64_t fingerprint) override {
+    exchange_.set_layout_fingerprint(fingerprint);
+  }
+
+ protected:
+  GossipStrategy(NeighborExchange& exchange, const peers::Topology& topology,
+                 GossipOptions options, uint64_t lag = 0)
+      : exchange_(exchange), topology_(topology), options_(options), lag_(lag) {}
+  uint32_t self() const { return exchange_.transport().self(); }
+
+  NeighborExchange& exchange_;
+  const peers::Topology& topology_;
+  GossipOptions options_;
+  uint64_t lag_;
+  OutgoingModel outgoing_;
+};
+
+}  // namespace gossip::sgd
