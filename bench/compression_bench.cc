@@ -2,6 +2,7 @@
 // buffer, measured in the same run. Measures, never asserts.
 //
 //   compression_bench --sizes 1000000,25000000 --threads 1,2 --reps 9 --json out.jsonl
+//   compression_bench --isa portable     # the codecs' portable loops instead of AVX2/AVX-512
 //
 // Throughput is GB/s of fp32 input (n * 4 bytes / median time) for encode and for
 // decode alike, so the two columns and the memcpy column are directly comparable.
@@ -25,6 +26,7 @@
 
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
+#include "compression/isa.h"
 #include "compression/thread_pool.h"
 
 namespace {
@@ -81,7 +83,22 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed repetitions first")->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "also write one JSON line per measurement to this file");
   app.add_option("--seed", seed, "data and codec seed");
+  std::string isa_arg;
+  app.add_option("--isa", isa_arg, "portable, avx2 or avx512: the codec loops to time (default: the best this CPU has)")
+      ->check(CLI::IsMember({"portable", "avx2", "avx512"}));
   CLI11_PARSE(app, argc, argv);
+
+  using gossip::compression::Isa;
+  if (!isa_arg.empty()) {
+    const Isa want = isa_arg == "portable" ? Isa::kPortable : isa_arg == "avx2" ? Isa::kAvx2 : Isa::kAvx512;
+    gossip::compression::set_active_isa(want);
+    if (gossip::compression::active_isa() != want) {
+      std::cerr << "--isa " << isa_arg << ": this CPU has only "
+                << gossip::compression::isa_name(gossip::compression::detected_isa()) << "\n";
+      return 1;
+    }
+  }
+  const char* isa = gossip::compression::isa_name(gossip::compression::active_isa());
 
   std::ofstream json;
   if (!json_path.empty()) {
@@ -121,8 +138,8 @@ int main(int argc, char** argv) {
     std::fill(z.begin(), z.end(), 0.0f);
     const double bytes = static_cast<double>(n) * sizeof(float);
 
-    std::printf("\n### n = %llu fp32 (%.1f MB), median of %d after %d warm-up\n\n",
-                static_cast<unsigned long long>(n), bytes / 1e6, reps, warmup);
+    std::printf("\n### n = %llu fp32 (%.1f MB), median of %d after %d warm-up, %s loops\n\n",
+                static_cast<unsigned long long>(n), bytes / 1e6, reps, warmup, isa);
     std::printf("| codec | threads | encode GB/s | decode GB/s | memcpy GB/s | encode/memcpy | "
                 "decode/memcpy | payload bytes | ratio |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -191,7 +208,7 @@ int main(int argc, char** argv) {
                << ",\"encode_gbs\":" << enc_gbs << ",\"decode_gbs\":" << dec_gbs
                << ",\"memcpy_s\":" << memcpy_s << ",\"memcpy_gbs\":" << memcpy_gbs
                << ",\"payload_bytes\":" << out.size() << ",\"rel_l2_err\":" << rel_err
-               << ",\"reps\":" << reps << ",\"warmup\":" << warmup << "}\n";
+               << ",\"reps\":" << reps << ",\"warmup\":" << warmup << ",\"isa\":\"" << isa << "\"}\n";
           json.flush();
         }
       }

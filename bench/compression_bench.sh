@@ -4,6 +4,7 @@
 #   bench/compression_bench.sh                                   # 1M and 25M, 1 and 2 threads
 #   bench/compression_bench.sh --sizes 25000000 --threads 2 --reps 15
 #   NO_BUILD=1 BUILD_DIR=build-native bench/compression_bench.sh  # another build, no rebuild
+#   bench/compression_bench.sh --isa portable                    # the codecs' portable loops
 #
 # Builds compression_bench in ${BUILD_DIR:-build} (which must be configured already),
 # runs it and bench/compression_bench.py with the same sizes, threads and repetitions,
@@ -20,6 +21,7 @@ threads="1,2"
 reps=9
 warmup=2
 keep=""
+isa=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;
@@ -27,7 +29,8 @@ while [[ $# -gt 0 ]]; do
     --reps) reps="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;   # directory to keep the raw JSON lines in
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --isa) isa=(--isa "$2"); shift 2 ;;  # portable, avx2 or avx512 (default: the best the CPU has)
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +52,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "# compression_bench: sizes=$sizes threads=$threads reps=$reps warmup=$warmup" >&2
 "$build/bin/compression_bench" --sizes "$sizes" --threads "$threads" --reps "$reps" \
-  --warmup "$warmup" --json "$tmp/cpp.jsonl" >&2
+  --warmup "$warmup" --json "$tmp/cpp.jsonl" "${isa[@]}" >&2
 
 echo "# torch ($py)" >&2
 if ! "$py" "$here/compression_bench.py" --sizes "$sizes" --threads "$threads" --reps "$reps" \
@@ -86,7 +89,8 @@ def f(v, fmt="{:.2f}"):
 
 for n in sorted({r["n"] for r in cpp}):
     rows = [r for r in cpp if r["n"] == n]
-    print(f"\n### n = {n:,} fp32 ({n * 4 / 1e6:.0f} MB)\n")
+    isa = rows[0].get("isa")
+    print(f"\n### n = {n:,} fp32 ({n * 4 / 1e6:.0f} MB)" + (f", {isa} loops" if isa else "") + "\n")
     print("| codec | threads | encode GB/s | decode GB/s | % of memcpy (enc / dec) "
           "| memcpy GB/s (C++ / torch) | torch equivalent GB/s (enc / dec) "
           "| speedup vs torch (enc / dec) |")
