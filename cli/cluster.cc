@@ -370,6 +370,7 @@ class ClusterRun {
           .add("--period", options_.period)
           .add("--post-local", options_.post_local)
           .add("--codec", options_.codec)
+          .add("--transport", options_.transport)
           .add("--outer-optimizer", options_.outer_optimizer)
           .add("--outer-lr", options_.outer_lr)
           .add("--outer-momentum", options_.outer_momentum)
@@ -694,6 +695,7 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
       .add_uint("seed", o.seed)
       .add_string("partition", o.partition)
       .add_string("codec", o.codec)
+      .add_string("transport", o.transport)
       .add_string("topology", topology_label(o))
       .add_number("spectral_gap", spectral_gap_of(o))
       .add_number("wall_seconds", std::round(outcome.wall_seconds * 1000) / 1000);
@@ -892,6 +894,10 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--codec", o->codec,
                   "Compression of what is exchanged: none, fp16, bf16, int8[:BLOCK], qsgd:LEVELS, "
                   "sign[:BLOCK], topk:RATIO[:approx][:fp16], randk:RATIO[:fp16], optionally +ef");
+  app->add_option("--transport", o->transport,
+                  "How local SGD averages: auto (rdma where a device is, else tcp), tcp (ring "
+                  "all-reduce), rdma, nccl, allgather (every model to every node over ZeroMQ)")
+      ->check(CLI::IsMember({"auto", "tcp", "rdma", "nccl", "allgather"}));
   app->add_option("--topology", o->topology,
                   "Gossip overlay: ring, torus, exponential, one-peer-exponential, "
                   "random-regular:D, complete; default: ring (push-sum: one-peer-exponential)")

@@ -26,6 +26,7 @@ struct ClusterOptions {
   int post_local = 0;
   std::string outer_optimizer = "none";  // none | nesterov
   std::string codec = "none";            // compression/codec_spec.h; canonicalized by validation
+  std::string transport = "auto";        // local SGD's averaging: auto | tcp | rdma | nccl | allgather
   std::string topology;                  // gossip family: peers/topology.h; "" the strategy's default
   double gamma = 0;                      // choco consensus step size; 0: the codec's default
   int delay = 0;                         // push-sum: rounds a message may be in flight

@@ -43,6 +43,7 @@ constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 
 constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "push-sum",
                                               "async-gossip"};
+constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -173,9 +174,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 21>& fields() {
+const std::array<Field, 22>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 21> kFields = {{
+  static const std::array<Field, 22> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -224,6 +225,11 @@ const std::array<Field, 21>& fields() {
        IntegerSpec{{4096, kMaxChunkBytes, 4},
                    [](const C& c) -> uint64_t { return c.strategy.chunk_bytes; },
                    [](C& c, uint64_t v) { c.strategy.chunk_bytes = v; }}},
+      {"strategy.transport", "--transport", "NAME",
+       "how local SGD averages: auto|tcp|rdma|nccl|allgather",
+       TextSpec{kTransports, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.transport; },
+                [](C& c, std::string v) { c.strategy.transport = std::move(v); }}},
       {"strategy.codec", "--codec", "SPEC",
        "compression of what is exchanged, e.g. none, int8, topk:0.01+ef",
        TextSpec{{},

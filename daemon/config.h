@@ -34,6 +34,11 @@ struct StrategyConfig {
   uint32_t codec_threads = 1;  // threads (the sync thread included) that compress and decode
   double round_timeout_s = 60.0;   // a round that takes longer fails, naming the missing peers
   uint64_t chunk_bytes = 4u << 20; // model slices sent per message
+  // How local SGD averages: "tcp" (ring all-reduce over Boost.Asio), "rdma" (ring over
+  // verbs), "nccl" (GPU buffers), "allgather" (every model to every node over the
+  // ZeroMQ channel, the first release's baseline), or "auto" (rdma where a device is,
+  // else tcp).
+  std::string transport = "auto";
   // The gossip family (peers/topology.h): the overlay, re-derived by every node for
   // every round; "" picks ring, or one-peer-exponential for push-sum.
   std::string topology;

@@ -10,14 +10,27 @@
 #include <fmt/format.h>
 
 #include "peers/mixing_matrix.h"
+#include "sgd/all_gather_all_reduce.h"
 #include "sgd/async_gossip.h"
 #include "sgd/choco_sgd.h"
 #include "sgd/dpsgd.h"
 #include "sgd/local_sgd.h"
+#include "sgd/peer_ring.h"
 #include "sgd/push_sum.h"
 #include <spdlog/spdlog.h>
 
 namespace gossip::daemon {
+namespace {
+
+// The ring listens where the control channel does: tcp://HOST:PORT -> HOST ("*" is any).
+std::string ring_listen_host(const std::string& listen) {
+  std::string rest = listen.substr(listen.find("://") + 3);
+  std::string host = rest.front() == '[' ? rest.substr(1, rest.find(']') - 1) : rest.substr(0, rest.rfind(':'));
+  if (host == "*") return "0.0.0.0";
+  return host;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config) {
   std::unique_ptr<SyncWorker> w(new SyncWorker());
@@ -46,6 +59,45 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   return w;
 }
 
+Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression::Codec* codec) {
+  const auto& sc = config.strategy;
+  std::string name = sc.transport;
+  if (name == "allgather") {
+    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*transport_, sc.chunk_bytes, codec, pool_.get());
+    spdlog::info("averaging: all-gather over the ZeroMQ channel");
+    return Status::ok();
+  }
+  if (name == "nccl")
+    return Status::invalid(
+        "transport 'nccl' averages GPU buffers, but the trainers' models live in the host arena; "
+        "use tcp or rdma");
+  peers::RingTransportOptions ro;
+  ro.listen_host = ring_listen_host(config.listen);
+  ro.traffic = &transport_->traffic_counters();
+  if (name == "auto") {
+    // RDMA where this build has it and a device answers, TCP otherwise.
+    auto rdma = peers::make_ring_transport("rdma", ro);
+    if (rdma) {
+      ring_ = std::move(rdma).value();
+    } else {
+      spdlog::info("transport auto: no RDMA ({}), using tcp", rdma.status().message());
+      name = "tcp";
+    }
+  }
+  if (!ring_) {
+    auto ring = peers::make_ring_transport(name, ro);
+    if (!ring) return ring.status();
+    ring_ = std::move(ring).value();
+  }
+  sgd::PeerRingOptions po;
+  po.chunk_bytes = std::min<uint64_t>(sc.chunk_bytes, 1 << 20);
+  auto peer_ring = std::make_unique<sgd::PeerRing>(*transport_, *ring_, po);
+  spdlog::info("averaging: ring all-reduce over {} (port {}), rank {} of {}", ring_->name(), ring_->port(),
+               peer_ring->order().rank, peer_ring->order().ids.size());
+  all_reduce_ = std::move(peer_ring);
+  return Status::ok();
+}
+
 Status SyncWorker::make_strategy(const DaemonConfig& config) {
   const auto& sc = config.strategy;
   const compression::Codec* codec = codec_.codec.get();
@@ -57,8 +109,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     }
     auto kind = sgd::parse_outer_kind(sc.outer.kind);
     if (!kind) return kind.status();
-    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*transport_, sc.chunk_bytes, codec,
-                                                            pool_.get());
+    GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, codec));
     strategy_ = std::make_unique<sgd::LocalSgd>(
         *all_reduce_, sgd::OuterOptimizer{*kind, sc.outer.lr, sc.outer.momentum}, codec,
         codec_.error_feedback, pool_.get());
@@ -121,6 +172,7 @@ SyncWorker::~SyncWorker() {
   strategy_.reset();
   exchange_.reset();
   all_reduce_.reset();
+  ring_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);
 }

@@ -17,8 +17,9 @@
 #include "compression/thread_pool.h"
 #include "daemon/config.h"
 #include "peers/topology.h"
+#include "peers/ring_channel.h"
 #include "peers/zmq_transport.h"
-#include "sgd/all_gather_all_reduce.h"
+#include "sgd/all_reduce.h"
 #include "sgd/neighbor_exchange.h"
 #include "sgd/strategy.h"
 
@@ -47,6 +48,7 @@ class SyncWorker {
  private:
   SyncWorker() = default;
   Status make_strategy(const DaemonConfig& config);
+  Status make_all_reduce(const DaemonConfig& config, const compression::Codec* codec);
   void run();
 
   std::unique_ptr<peers::ZmqTransport> transport_;
@@ -54,7 +56,8 @@ class SyncWorker {
   std::unique_ptr<compression::ThreadPool> pool_;  // idem
   // What the strategy runs on: an all-reduce (local SGD) or a neighbor exchange
   // over a topology (the gossip family). Declared before the strategy, which uses them.
-  std::unique_ptr<sgd::AllGatherAllReduce> all_reduce_;
+  std::unique_ptr<peers::RingTransport> ring_;  // the ring's fabric (tcp, rdma), if any
+  std::unique_ptr<sgd::AllReduce> all_reduce_;
   std::unique_ptr<peers::Topology> topology_;
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;

@@ -48,6 +48,8 @@ class ZmqTransport {
   uint32_t self() const { return self_; }
   const std::vector<Peer>& peers() const { return peers_; }
   const TrafficCounters& traffic() const { return traffic_; }
+  // The node's one traffic table: the ring transports count into it too.
+  TrafficCounters& traffic_counters() { return traffic_; }
 
   // Queues a header-only message (hello, bye).
   Status send(uint32_t peer, const proto::Header& header);

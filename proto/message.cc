@@ -18,6 +18,8 @@ const char* kind_name(Kind k) {
       return "model-chunk";
     case Kind::kBye:
       return "bye";
+    case Kind::kRingAddress:
+      return "ring-address";
   }
   return "?";
 }
@@ -127,7 +129,7 @@ Result<Header> decode_header(const void* data, size_t size) {
   if (val[0] != kWireVersion)
     return Status::protocol(fmt::format("wire version {} (this daemon speaks {})", val[0], kWireVersion));
   h.v = static_cast<uint32_t>(val[0]);
-  if (val[1] < 1 || val[1] > 3) return Status::protocol(fmt::format("unknown message kind {}", val[1]));
+  if (val[1] < 1 || val[1] > kMaxKind) return Status::protocol(fmt::format("unknown message kind {}", val[1]));
   h.kind = static_cast<Kind>(val[1]);
   if (val[2] > UINT32_MAX) return Status::protocol("header 'from' out of range");
   h.from = static_cast<uint32_t>(val[2]);
@@ -152,9 +154,12 @@ Result<Header> decode_header(const void* data, size_t size) {
   switch (h.kind) {
     case Kind::kHello:
     case Kind::kBye:
+    case Kind::kRingAddress:
       if (h.numel != 0 || h.bytes != 0)
         return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
                                             kind_name(h.kind), h.numel, h.bytes));
+      if (h.kind == Kind::kRingAddress && (h.offset == 0 || h.offset > 65535))
+        return Status::protocol(fmt::format("ring-address with port {} (must be 1..65535)", h.offset));
       break;
     case Kind::kModelChunk:
       if (h.numel == 0) return Status::protocol("model-chunk with numel=0");

@@ -20,7 +20,9 @@ enum class Kind : uint8_t {
   kHello = 1,       // first message on a connection: who I am and my layout fingerprint
   kModelChunk = 2,  // a slice [offset, offset+numel) of a node's flat model for `round`
   kBye = 3,         // the sender is shutting down
+  kRingAddress = 4,  // to the left ring neighbor: the sender's ring transport listens on port `offset`
 };
+inline constexpr uint8_t kMaxKind = 4;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.

@@ -1,6 +1,6 @@
 // Local SGD across real gossipd processes on loopback: the replicas are equal to
-// the exact mean right after every averaging, and the traffic is what the
-// all-gather exchange predicts.
+// the exact mean right after every averaging, and the traffic is what the exchange
+// predicts, for the ring all-reduce (the default) and the all-gather.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "test_client.h"
 #include "proto/layout.h"
+#include "sgd/ring_schedule.h"
 
 namespace gossip::testing {
 namespace {
@@ -70,10 +71,13 @@ void run_trainer(const Cluster& c, int node, int steps, Trace* trace) {
   if (t) trace->traffic = *t;
 }
 
-TEST(LocalSgdIntegration, ReplicasEqualTheExactMeanAfterEveryAveraging) {
+class Averaging : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
   constexpr int kNodes = 3, kPeriod = 4, kSteps = 12, kRounds = kSteps / kPeriod;
+  const std::string transport = GetParam();
   Cluster cluster(kNodes, {"--period", std::to_string(kPeriod), "--round-timeout", "30",
-                           "--chunk-bytes", "8192"});
+                           "--chunk-bytes", "8192", "--transport", transport});
   cluster.start_all();
   std::vector<Trace> traces(kNodes);
   {
@@ -92,29 +96,49 @@ TEST(LocalSgdIntegration, ReplicasEqualTheExactMeanAfterEveryAveraging) {
       for (int i = 0; i < kNodes; ++i) mean += traces[i].before[r][k];
       mean /= kNodes;
       for (int i = 0; i < kNodes; ++i) {
-        // Summed in fp64 on every node: the replicas are bit-identical, and within
-        // one fp32 rounding of the exact mean.
+        // The all-gather sums in fp64, the ring in fp32 along the ring; both give
+        // every node the same bits (the ring's all-gather copies the owner's),
+        // within a few fp32 roundings of the exact mean.
         ASSERT_EQ(traces[i].after[r][k], traces[0].after[r][k]) << "round " << r << " elem " << k;
         ASSERT_NEAR(traces[i].after[r][k], mean, 1e-6 * std::max(1.0, std::abs(mean)))
             << "round " << r << " node " << i << " elem " << k;
       }
     }
   }
-  // All-gather: each node sends its padded flat model to each of the n-1 others per round.
   const uint64_t padded = proto::padded_numel(proto_layout());
-  const uint64_t per_node = kRounds * (kNodes - 1) * padded * sizeof(float);
-  const uint64_t chunks_per_model = (padded * sizeof(float) + 8191) / 8192;
   for (int i = 0; i < kNodes; ++i) {
     const auto& t = traces[i].traffic;
-    EXPECT_EQ(t.payload_sent, per_node) << "node " << i;
-    EXPECT_EQ(t.payload_recv, per_node) << "node " << i;
-    // One hello per peer plus one message per chunk per peer per round.
-    EXPECT_EQ(t.msgs_sent, (kNodes - 1) * (1 + kRounds * chunks_per_model)) << "node " << i;
+    EXPECT_EQ(t.dropped, 0u);
     EXPECT_GT(t.wire_sent, t.payload_sent);
     EXPECT_LT(t.wire_sent, t.payload_sent + t.msgs_sent * 128) << "framing overhead per message";
-    EXPECT_EQ(t.dropped, 0u);
+    if (transport == "allgather") {
+      // Each node sends its padded flat model to each of the n-1 others per round:
+      // one hello per peer plus one message per chunk per peer per round.
+      const uint64_t per_node = kRounds * (kNodes - 1) * padded * sizeof(float);
+      const uint64_t chunks_per_model = (padded * sizeof(float) + 8191) / 8192;
+      EXPECT_EQ(t.payload_sent, per_node) << "node " << i;
+      EXPECT_EQ(t.payload_recv, per_node) << "node " << i;
+      EXPECT_EQ(t.msgs_sent, (kNodes - 1) * (1 + kRounds * chunks_per_model)) << "node " << i;
+    } else {
+      // The ring: node i (rank i) sends every segment but (i+1) in the reduce-scatter
+      // and every segment but (i+2) in the all-gather, in 8 KiB chunks; and receives
+      // what its left neighbor sends. Control messages (hello, ring-address) carry no payload.
+      const auto sent_by = [&](int rank) {
+        sgd::RingSchedule s(kNodes, rank, padded, 8192 / 4);
+        return kRounds * (2 * padded - s.segment((rank + 1) % kNodes).numel - s.segment((rank + 2) % kNodes).numel) *
+               sizeof(float);
+      };
+      EXPECT_EQ(t.payload_sent, sent_by(i)) << "node " << i;
+      EXPECT_EQ(t.payload_recv, sent_by((i + kNodes - 1) % kNodes)) << "node " << i;
+      const uint64_t ring_msgs = kRounds * sgd::RingSchedule(kNodes, i, padded, 8192 / 4).message_count();
+      EXPECT_GE(t.msgs_sent, ring_msgs + (kNodes - 1) + 1) << "node " << i << ": + hellos + a ring-address";
+      EXPECT_LE(t.msgs_sent, ring_msgs + (kNodes - 1) + 3) << "node " << i;
+    }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, Averaging, ::testing::Values("tcp", "allgather"),
+                         [](const auto& info) { return info.param; });
 
 TEST(LocalSgdIntegration, PeerThatIsNotUpYetIsWaitedForAndJoined) {
   Cluster cluster(2, {"--period", "1", "--round-timeout", "30"});

@@ -247,7 +247,7 @@ TEST(WireHeader, WrongVersion) {
 }
 
 TEST(WireHeader, UnknownKind) {
-  for (uint64_t k : {0ull, 4ull, 255ull, 1ull << 40}) {
+  for (uint64_t k : {0ull, 5ull, 255ull, 1ull << 40}) {
     EXPECT_REFUSED(decode(pack_map(with(fields_of(chunk()), u("kind", k)))),
                    "unknown message kind " + std::to_string(k));
   }
@@ -388,6 +388,21 @@ TEST(WireHeader, HelloOrByeWithPayload) {
   h.kind = Kind::kBye;
   EXPECT_REFUSED(decode(pack_map(with(with(fields_of(h), u("numel", 2)), u("bytes", 8)))),
                  "bye carries no payload");
+}
+
+// The ring transport's port, told to the left neighbor: a real port, no payload.
+TEST(WireHeader, RingAddressCarriesAPortAndNothingElse) {
+  Header h;
+  h.kind = Kind::kRingAddress;
+  h.from = 2;
+  h.offset = 40123;
+  h.layout = 7;
+  auto d = decode(encode_header(h));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  expect_same(h, *d);
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 0)))), "ring-address with port 0");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 65536)))), "port 65536");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))), "ring-address carries no payload");
 }
 
 TEST(WireHeader, ChunkWithoutElements) {

@@ -1,0 +1,95 @@
+#pragma once
+// A node's two links in a ring: messages go to the right neighbor and come from the
+// left one. Request based, as verbs and NCCL are: post, then wait with a deadline,
+// so the caller reduces chunk c while chunk c + 1 is on the wire.
+//
+// A RingTransport makes channels (one implementation per fabric: "tcp" with
+// Boost.Asio, "rdma" with verbs): it listens for the left neighbor and connects to
+// the right one. The two ends' addresses travel over the daemons' control channel;
+// the transport only needs the right neighbor's host and port.
+//
+// Messages arrive whole and in order. Each carries a 64-bit tag that the receiver
+// names when it posts the receive; a message with another tag, or longer than the
+// posted buffer, fails the channel with a message naming the peer. Any failure
+// (peer gone, deadline, protocol) poisons the channel: every later call fails with
+// the same Status, and the owner makes a new one.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "peers/traffic.h"
+#include "proto/status.h"
+
+namespace gossip::peers {
+
+struct WaitOptions {
+  std::chrono::steady_clock::time_point deadline;
+  const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the wait
+};
+
+class RingChannel {
+ public:
+  virtual ~RingChannel() = default;
+
+  uint32_t left() const { return left_; }
+  uint32_t right() const { return right_; }
+
+  // Queues a message to the right neighbor. `data` must stay valid and unchanged
+  // until wait_sends() has returned.
+  virtual Status post_send(uint64_t tag, std::span<const std::byte> data) = 0;
+  // Queues a receive of the next message from the left neighbor into `buffer`; the
+  // message must carry `tag` and be at most buffer.size() bytes long.
+  virtual Status post_recv(uint64_t tag, std::span<std::byte> buffer) = 0;
+  // Waits for the oldest posted receive; returns the length of its message.
+  virtual Result<size_t> wait_recv(const WaitOptions& wait) = 0;
+  // Waits until every posted send has left this process's hands.
+  virtual Status wait_sends(const WaitOptions& wait) = 0;
+
+ protected:
+  RingChannel(uint32_t left, uint32_t right) : left_(left), right_(right) {}
+
+ private:
+  uint32_t left_;
+  uint32_t right_;
+};
+
+struct RingEnds {
+  uint32_t self = 0;
+  uint32_t left = 0;   // who must connect to us
+  uint32_t right = 0;  // whom we connect to
+  std::string right_host;
+  uint16_t right_port = 0;
+  uint64_t session = 0;  // both ends must name the same (e.g. a cluster/layout fingerprint)
+};
+
+class RingTransport {
+ public:
+  virtual ~RingTransport() = default;
+  virtual const char* name() const = 0;
+  // The port it accepts the left neighbor on (bound at creation).
+  virtual uint16_t port() const = 0;
+  // Connects to the right neighbor and accepts the left one, both by the deadline.
+  // Connections from anyone but `ends.left` (wrong id or session) are refused and
+  // logged, and the wait goes on.
+  virtual Result<std::unique_ptr<RingChannel>> connect(const RingEnds& ends,
+                                                       const WaitOptions& wait) = 0;
+};
+
+struct RingTransportOptions {
+  std::string listen_host = "127.0.0.1";  // where the left neighbor connects
+  uint16_t port = 0;                       // 0: any free port
+  int socket_buffer_bytes = 4 << 20;
+  TrafficCounters* traffic = nullptr;      // counts payload and wire bytes per peer
+};
+
+// The transports this build has, by name ("tcp"; "rdma" where rdma-core was found
+// and a device is present). An unknown or absent one fails, naming those there are.
+Result<std::unique_ptr<RingTransport>> make_ring_transport(const std::string& name,
+                                                           const RingTransportOptions& options);
+
+}  // namespace gossip::peers

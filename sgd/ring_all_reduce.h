@@ -1,0 +1,62 @@
+#pragma once
+// Ring all-reduce over one RingChannel (Patarasuk & Yuan 2009): reduce-scatter then
+// all-gather along sgd/ring_schedule.h, each segment cut into pipeline chunks that
+// are forwarded as soon as they are reduced. Each node sends 2(n-1)/n of the buffer.
+//
+// With a codec, what travels depends on it:
+//  - fp16, bf16, int8: every hop is compressed; partial sums are decoded and added
+//    in fp32. The owner of a reduced segment encodes it once and keeps the decoded
+//    values itself, and the all-gather forwards those bytes unchanged, so every
+//    node ends with the same bits.
+//  - the others (top-k, rand-k, sign, qsgd): each node's contribution is encoded
+//    once and the payloads go round the ring (an all-gather of (index, value) pairs
+//    for the sparse codecs, as in Deep Gradient Compression, Lin et al. 2018); every
+//    node decodes all n and sums them in rank order, so again every node ends with
+//    the same bits.
+// Error feedback, when given, applies to this node's own contribution.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "peers/ring_channel.h"
+#include "proto/message.h"
+#include "proto/status.h"
+#include "sgd/all_reduce.h"
+#include "sgd/ring_schedule.h"
+
+namespace gossip::sgd {
+
+struct RingOptions {
+  uint32_t size = 1;  // nodes in the ring (<= RingSchedule::kMaxRanks)
+  uint32_t rank = 0;
+  uint64_t round = 0;  // names the messages together with their place in the schedule
+  uint64_t chunk_elems = uint64_t{1} << 18;  // pipeline chunk
+  uint32_t depth = 4;                        // receives posted ahead
+  peers::WaitOptions wait;
+  Compression compression;
+};
+
+// Whether a codec travels hop by hop (true) or as an all-gather of contributions.
+bool ring_reduces_compressed(proto::CodecId id);
+
+// One algorithm instance per ring; it keeps its buffers between calls.
+class RingAllReduce {
+ public:
+  // In place: data <- (1/n) sum over the ring. Every node calls it with the same
+  // size, round and options. On failure data is unchanged and the channel must
+  // not be used again (it is poisoned or out of step).
+  Status mean(peers::RingChannel& channel, std::span<float> data, const RingOptions& options);
+
+ private:
+  Status reduce(peers::RingChannel& channel, std::span<float> data, const RingOptions& o);
+  Status gather(peers::RingChannel& channel, std::span<float> data, const RingOptions& o);
+
+  std::vector<float> backup_;                 // data as it was, restored on failure
+  std::vector<std::vector<float>> rx_;        // receive buffers (float-aligned)
+  std::vector<std::vector<std::byte>> tx_;    // encoded messages, alive until sent
+  std::vector<std::vector<std::byte>> payloads_;  // gather: every (rank, chunk) payload
+  std::vector<float> scratch_;                // a decoded chunk
+};
+
+}  // namespace gossip::sgd
