@@ -44,7 +44,10 @@ constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
 constexpr double kAccuracyAgreement = 1e-3;
 
 const std::vector<std::string> kStrategies = {"local-sgd", "gossip", "choco", "push-sum",
-                                              "async-gossip"};
+                                              "async-gossip", "allreduce"};
+
+// The strategies that average over all nodes (an all-reduce) rather than gossip.
+bool averages_all(const std::string& strategy) { return strategy == "local-sgd" || strategy == "allreduce"; }
 const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
                                              "error", "critical", "off"};
@@ -367,7 +370,8 @@ class ClusterRun {
         if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
       }
       cmd.add("--strategy", options_.strategy)
-          .add("--period", options_.period)
+          // allreduce averages gradients at every step.
+          .add("--period", options_.strategy == "allreduce" ? 1 : options_.period)
           .add("--post-local", options_.post_local)
           .add("--codec", options_.codec)
           .add("--transport", options_.transport)
@@ -376,7 +380,7 @@ class ClusterRun {
           .add("--outer-momentum", options_.outer_momentum)
           .add("--seed", options_.seed)
           .add("--log-level", options_.log_level);
-      if (options_.strategy != "local-sgd") {
+      if (!averages_all(options_.strategy)) {
         if (!options_.topology.empty()) cmd.add("--topology", options_.topology);
         cmd.add("--gamma", options_.gamma)
             .add("--delay", options_.delay)
@@ -658,7 +662,7 @@ void print_table(const Outcome& outcome, const Totals& totals) {
 
 // Local SGD averages over all nodes: its "topology" is the complete graph.
 std::string topology_label(const ClusterOptions& o) {
-  if (o.strategy == "local-sgd") return "complete";
+  if (averages_all(o.strategy)) return "complete";
   if (!o.topology.empty()) return o.topology;
   return o.strategy == "push-sum" ? "one-peer-exponential" : "ring";
 }
@@ -690,7 +694,7 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
   }
   w.add_int("nodes", o.nodes)
       .add_string("strategy", o.strategy)
-      .add_int("period", o.period)
+      .add_int("period", o.strategy == "allreduce" ? 1 : o.period)
       .add_int("steps", o.steps)
       .add_uint("seed", o.seed)
       .add_string("partition", o.partition)
@@ -775,13 +779,15 @@ Status validate_cluster_options(const ClusterOptions& o) {
                                          join(kStrategies, ", ")));
   }
   if (o.period < 1) return bad("--period", fmt::format("must be at least 1, got {}", o.period));
+  if (o.strategy == "allreduce" && o.post_local != 0)
+    return bad("--post-local", "allreduce averages gradients at every step already");
   if (o.steps < 1) return bad("--steps", fmt::format("must be at least 1, got {}", o.steps));
   if (Status st = validate_partition(o.partition); !st) return bad("--partition", st.message());
   if (o.post_local < 0) {
     return bad("--post-local", fmt::format("must not be negative, got {}", o.post_local));
   }
   if (auto c = compression::make_codec(o.codec); !c) return bad("--codec", c.status().message());
-  if (o.strategy != "local-sgd") {
+  if (!averages_all(o.strategy)) {
     auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
     if (!t) return bad("--topology", t.status().message());
     if (o.strategy == "choco" && (*t)->time_varying())
@@ -1012,8 +1018,8 @@ int run_cluster(const ClusterOptions& options) {
     }
     if (!dir->temporary()) std::fprintf(stderr, "gossipctl: logs are in %s\n", dir->path().c_str());
   }
-  // Only local SGD leaves every node with the same model after the final round.
-  if (!outcome.results.empty() && options.strategy == "local-sgd") {
+  // Only the all-reduce strategies leave every node with the same model at the end.
+  if (!outcome.results.empty() && averages_all(options.strategy)) {
     double lo = INFINITY, hi = -INFINITY;
     for (const TrainerResult& r : outcome.results) {
       lo = std::min(lo, r.accuracy_average);

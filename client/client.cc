@@ -146,6 +146,7 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   m.start_step = ok->step;
   m.node = ok->node;
   m.nodes = ok->nodes;
+  m.strategy = ok->strategy;
   return m;
 }
 

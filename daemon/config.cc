@@ -42,7 +42,7 @@ constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 
 constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "push-sum",
-                                              "async-gossip"};
+                                              "async-gossip", "allreduce"};
 constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -204,7 +204,7 @@ const std::array<Field, 22>& fields() {
        IntegerSpec{{1, 64, 1},
                    [](const C& c) -> uint64_t { return c.max_trainers; },
                    [](C& c, uint64_t v) { c.max_trainers = static_cast<uint32_t>(v); }}},
-      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip",
+      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip|allreduce",
        TextSpec{kStrategies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },
                 [](C& c, std::string v) { c.strategy.name = std::move(v); }}},
@@ -553,7 +553,12 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("endpoint '{}' of peer {} is this node's node.listen (id {})",
                                    p.endpoint, p.id, c.node_id));
   }
-  if (c.strategy.name != "local-sgd") {
+  if (c.strategy.name == "allreduce" && (c.strategy.period != 1 || c.strategy.post_local != 0))
+    return key_error(o, "strategy.period",
+                     fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "
+                                 "and post_local 0, got {} and {}",
+                                 c.strategy.period, c.strategy.post_local));
+  if (c.strategy.name != "local-sgd" && c.strategy.name != "allreduce") {
     // The gossip family: every node must derive the same graph over the same ids.
     std::vector<uint32_t> ids{c.node_id};
     for (const auto& p : c.remote_peers()) ids.push_back(p.id);

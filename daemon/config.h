@@ -23,7 +23,8 @@ struct OuterOptimizerConfig {
 
 struct StrategyConfig {
   // local-sgd (average every T steps), gossip (D-PSGD), choco (CHOCO-SGD), push-sum (SGP),
-  // async-gossip (bounded staleness; trainers do not wait for the round)
+  // async-gossip (bounded staleness; trainers do not wait for the round), allreduce
+  // (synchronous SGD: the trainers hand in gradients, averaged every step)
   std::string name = "local-sgd";
   uint64_t period = 1;             // T: synchronize after every T steps
   uint64_t post_local = 0;         // K: synchronize every step while step <= K

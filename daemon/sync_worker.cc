@@ -17,6 +17,7 @@
 #include "sgd/local_sgd.h"
 #include "sgd/peer_ring.h"
 #include "sgd/push_sum.h"
+#include "sgd/synchronous_sgd.h"
 #include <spdlog/spdlog.h>
 
 namespace gossip::daemon {
@@ -101,7 +102,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
 Status SyncWorker::make_strategy(const DaemonConfig& config) {
   const auto& sc = config.strategy;
   const compression::Codec* codec = codec_.codec.get();
-  if (sc.name == "local-sgd") {
+  if (sc.name == "local-sgd" || sc.name == "allreduce") {
     if (codec->biased() && !codec_.error_feedback) {
       // A biased codec without error feedback does not converge (Karimireddy et al. 2019).
       codec_.error_feedback = true;
@@ -110,6 +111,11 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     auto kind = sgd::parse_outer_kind(sc.outer.kind);
     if (!kind) return kind.status();
     GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, codec));
+    if (sc.name == "allreduce") {
+      strategy_ = std::make_unique<sgd::SynchronousSgd>(*all_reduce_, codec, codec_.error_feedback, pool_.get());
+      spdlog::info("synchronous SGD: gradients averaged every step, exchanging {}", codec_.canonical());
+      return Status::ok();
+    }
     strategy_ = std::make_unique<sgd::LocalSgd>(
         *all_reduce_, sgd::OuterOptimizer{*kind, sc.outer.lr, sc.outer.momentum}, codec,
         codec_.error_feedback, pool_.get());

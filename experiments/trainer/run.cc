@@ -105,6 +105,7 @@ int run(const RunOptions& o) {
 
   std::vector<float> own_parameters;  // standalone only; attached, they live in the arena
   std::vector<std::span<float>> parameters;
+  std::vector<std::span<float>> exchange;  // synchronous SGD: the gradients, in the arena
   std::unique_ptr<Client> client;
   bool initialized = false;
   uint64_t start_step = 0;
@@ -129,8 +130,21 @@ int run(const RunOptions& o) {
       layout.push_back({std::string(shape.name), shape.numel()});
     auto model = client->attach(layout);
     if (!model) return fail(model.status().with_context("attaching to " + o.endpoint));
-    parameters = model->tensors;
-    initialized = model->initialized;
+    if (model->strategy == "allreduce") {
+      // Synchronous SGD: the arena carries gradients; the parameters are our own copy,
+      // initialized from the seed like every other node's, and stay equal to theirs
+      // because every node applies the same averaged gradients.
+      exchange = model->tensors;
+      own_parameters.resize(Mlp::num_parameters());
+      size_t offset = 0;
+      for (const auto& shape : Mlp::layout()) {
+        parameters.emplace_back(own_parameters.data() + offset, shape.numel());
+        offset += shape.numel();
+      }
+    } else {
+      parameters = model->tensors;
+      initialized = model->initialized;
+    }
     start_step = model->start_step;
     if (model->nodes != 0 && model->nodes != o.nodes) {
       spdlog::warn("--nodes {} but the daemon's cluster has {} nodes: shards follow --nodes",
@@ -168,13 +182,25 @@ int run(const RunOptions& o) {
   uint64_t step = start_step;
   while (step < o.steps) {
     const auto step_start = std::chrono::steady_clock::now();
-    window.sum += trainer->step(scheduled_lr(o.sgd.lr, o.lr_schedule, step, o.steps));
+    const float lr = scheduled_lr(o.sgd.lr, o.lr_schedule, step, o.steps);
+    if (!exchange.empty()) {
+      window.sum += trainer->compute_gradients();
+      const auto gradients = trainer->model().gradients();
+      for (size_t t = 0; t < gradients.size(); ++t)
+        std::copy(gradients[t].begin(), gradients[t].end(), exchange[t].begin());
+      auto stepped = client->step();  // every step: returns with the mean gradients in place
+      if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step + 1)));
+      traffic = counts(stepped->traffic);
+      trainer->apply(exchange, lr);
+    } else {
+      window.sum += trainer->step(lr);
+    }
     if (o.slowdown > 1) std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) * (o.slowdown - 1));
     ++window.steps;
     ++step;
     // The last step's client->step() belongs to the end-of-run protocol below.
     if (step == o.steps) break;
-    if (client) {
+    if (client && exchange.empty()) {
       auto stepped = client->step();
       if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));
       traffic = counts(stepped->traffic);
@@ -198,7 +224,7 @@ int run(const RunOptions& o) {
   // synchronization, which every node holds (the average, for averaging strategies).
   const Evaluation local = trainer->evaluate(*test);
   Evaluation average = local;
-  if (client) {
+  if (client && exchange.empty()) {  // synchronous SGD: every node holds this model already
     const bool syncs = client->next_step_syncs();
     auto stepped = client->step();
     if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));

@@ -44,11 +44,19 @@ Trainer::Trainer(const Dataset& train, BatchSampler sampler, Mlp model,
       labels_(options.batch) {}
 
 float Trainer::step(float lr) {
-  const auto indices = sampler_.next(batch_);
-  train_->gather(indices, inputs_, labels_);
-  const float loss = model_.forward_backward(inputs_, labels_);
+  const float loss = compute_gradients();
   sgd_.step(model_.parameters(), model_.gradients(), lr);
   return loss;
+}
+
+float Trainer::compute_gradients() {
+  const auto indices = sampler_.next(batch_);
+  train_->gather(indices, inputs_, labels_);
+  return model_.forward_backward(inputs_, labels_);
+}
+
+void Trainer::apply(const std::vector<std::span<float>>& gradients, float lr) {
+  sgd_.step(model_.parameters(), gradients, lr);
 }
 
 }  // namespace gossip::trainer

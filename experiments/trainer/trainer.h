@@ -38,6 +38,11 @@ class Trainer {
   // minibatch's mean training loss.
   float step(float lr);
   float step() { return step(sgd_.options().lr); }
+  // The same step in two halves, for synchronous SGD: the minibatch's gradients
+  // (left in model().gradients(); returns the loss), then the optimizer's update
+  // from `gradients` (the mean over all trainers) at learning rate lr.
+  float compute_gradients();
+  void apply(const std::vector<std::span<float>>& gradients, float lr);
 
   Evaluation evaluate(const Dataset& test) { return gossip::trainer::evaluate(model_, test); }
 

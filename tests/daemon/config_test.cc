@@ -402,7 +402,7 @@ std::vector<BadCase> bad_cases() {
       // Names.
       {"UnknownStrategy",
        with(k, "name = \"local-sgd\"", "name = \"sgd\""),
-       {"key 'strategy.name'", "must be one of (local-sgd, gossip, choco, push-sum, async-gossip), got 'sgd'"}},
+       {"key 'strategy.name'", "must be one of (local-sgd, gossip, choco, push-sum, async-gossip, allreduce), got 'sgd'"}},
       {"UnknownOuterOptimizer",
        with(k, "optimizer = \"nesterov\"", "optimizer = \"adam\""),
        {"key 'strategy.outer.optimizer'", "one of (none, nesterov)", "got 'adam'"}},

@@ -97,6 +97,44 @@ TEST(Training, Int8Reaches82PercentWithAQuarterOfTheTraffic) {
   compressed_run("int8", 3.5, 4.0);
 }
 
+// Runs gossip-train without a daemon and returns its result line (JSON).
+std::string run_standalone(std::vector<std::string> args) {
+  char dir[] = "/tmp/gossip-standalone-XXXXXX";
+  if (!::mkdtemp(dir)) return "";
+  const auto result = std::filesystem::path(dir) / "result.json";
+  std::vector<std::string> argv = {binary("gossip-train"), "--standalone", "--result", result.string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess p(argv, std::filesystem::path(dir) / "train.log");
+  const int rc = p.wait(120s);
+  EXPECT_EQ(rc, 0) << p.log();
+  std::ifstream in(result);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove_all(dir);
+  std::cout << "[ figures  ] standalone: " << text.str();
+  return text.str();
+}
+
+// Synchronous SGD (gradients averaged every step over the ring) on 4 nodes with
+// batch 64 each is one SGD with a global batch of 256: it must reach what a single
+// node reaches with batch 256 and the same steps, within a point, and every node
+// must end with the same model.
+TEST(Training, SynchronousSgdOnFourNodesMatchesOneNodeWithTheSameGlobalBatch) {
+  constexpr int kNodes = 4, kSteps = 600;
+  auto [json, seconds] = run_cluster({"--nodes", "4", "--strategy", "allreduce", "--steps", "600",
+                                      "--seed", "1", "--batch", "64"});
+  ASSERT_FALSE(json.empty());
+  const std::string single = run_standalone({"--steps", "600", "--batch", "256", "--seed", "1"});
+  ASSERT_FALSE(single.empty());
+  const double cluster_accuracy = number_field(json, "accuracy_average_model");
+  const double single_accuracy = number_field(single, "accuracy_average");
+  std::cout << "[ figures  ] allreduce 4x64: " << cluster_accuracy << ", one node x256: " << single_accuracy << "\n";
+  EXPECT_NEAR(cluster_accuracy, single_accuracy, 0.01) << json << "\n" << single;
+  EXPECT_EQ(number_field(json, "consensus_distance"), 0.0) << "the replicas must be identical";
+  // One ring per step: 2(n-1) gradient-sized messages' worth across all nodes.
+  EXPECT_EQ(number_field(json, "payload_bytes_sent_total"), kSteps * 2.0 * (kNodes - 1) * kModelBytes) << json;
+}
+
 // Gossip on 8 nodes: each node talks to its 2 ring neighbors every step. The model
 // of the average (what gossipctl evaluates from the saved models) is the measure.
 TEST(Training, EightNodesGossipOnARingReach84Percent) {

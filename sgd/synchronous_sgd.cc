@@ -1,0 +1,22 @@
+#include "sgd/synchronous_sgd.h"
+
+namespace gossip::sgd {
+
+SynchronousSgd::SynchronousSgd(AllReduce& all_reduce, const compression::Codec* codec,
+                               bool error_feedback, compression::ThreadPool* pool)
+    : all_reduce_(all_reduce), codec_(codec), error_feedback_(error_feedback), pool_(pool) {}
+
+Status SynchronousSgd::synchronize(std::span<float> gradients, uint64_t round,
+                                   const RoundOptions& round_options) {
+  CollectiveOptions options;
+  options.deadline = round_options.deadline;
+  options.cancel = round_options.cancel;
+  if (codec_ && codec_->id() != proto::CodecId::kNone) {
+    if (error_feedback_ && (!residual_ || residual_->residual().size() != gradients.size()))
+      residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, gradients.size());
+    options.compression = {codec_, residual_.get(), pool_};
+  }
+  return all_reduce_.all_reduce_mean(gradients, round, options);
+}
+
+}  // namespace gossip::sgd
