@@ -20,6 +20,8 @@ const char* kind_name(Kind k) {
       return "bye";
     case Kind::kRingAddress:
       return "ring-address";
+    case Kind::kNcclId:
+      return "nccl-id";
   }
   return "?";
 }
@@ -160,6 +162,11 @@ Result<Header> decode_header(const void* data, size_t size) {
                                             kind_name(h.kind), h.numel, h.bytes));
       if (h.kind == Kind::kRingAddress && (h.offset == 0 || h.offset > 65535))
         return Status::protocol(fmt::format("ring-address with port {} (must be 1..65535)", h.offset));
+      break;
+    case Kind::kNcclId:
+      if (h.numel != 0 || h.bytes != kNcclIdBytes)
+        return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes and numel=0, says numel={} bytes={}",
+                                            kNcclIdBytes, h.numel, h.bytes));
       break;
     case Kind::kModelChunk:
       if (h.numel == 0) return Status::protocol("model-chunk with numel=0");

@@ -21,8 +21,10 @@ enum class Kind : uint8_t {
   kModelChunk = 2,  // a slice [offset, offset+numel) of a node's flat model for `round`
   kBye = 3,         // the sender is shutting down
   kRingAddress = 4,  // to the left ring neighbor: the sender's ring transport listens on port `offset`
+  kNcclId = 5,       // from the lowest id to every node: the ncclUniqueId (kNcclIdBytes) of the communicator for `round`
 };
-inline constexpr uint8_t kMaxKind = 4;
+inline constexpr uint8_t kMaxKind = 5;
+inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.

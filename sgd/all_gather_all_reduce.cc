@@ -87,6 +87,10 @@ void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t nu
     return;
   }
   auto drop = [&](const std::string& why) { transport_.note_dropped(in.peer, why); };
+  if (h.kind != proto::Kind::kModelChunk) {  // a peer configured for another transport
+    drop(fmt::format("a {} message, which the all-gather does not use", proto::kind_name(h.kind)));
+    return;
+  }
   auto doom = [&](uint64_t round, Status st) {
     transport_.note_dropped(in.peer, st.message());
     RoundState& s = state_for(round, numel);

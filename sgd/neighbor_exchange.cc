@@ -90,6 +90,10 @@ Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live
   }
   mark_present(pi);
   if (h.kind == proto::Kind::kHello) return Status::ok();
+  if (h.kind != proto::Kind::kModelChunk) {  // a peer configured for another strategy
+    transport_.note_dropped(in.peer, fmt::format("a {} message, which gossip does not use", proto::kind_name(h.kind)));
+    return Status::ok();
+  }
   if (h.round < next_round && !(live && h.round == live->round)) {
     // A round we are done with: we stopped waiting for this peer. Expected after
     // an absence, so not counted as an error.

@@ -77,7 +77,9 @@ void PeerRing::absorb(const peers::Incoming& in) {
       if (in.peer == order_.right_id() || in.peer == order_.left_id()) channel_.reset();
       return;
     case proto::Kind::kModelChunk:
-      control_.note_dropped(in.peer, "a model chunk, but this node averages over the ring");
+    case proto::Kind::kNcclId:
+      control_.note_dropped(in.peer, fmt::format("a {} message, but this node averages over the ring",
+                                                 proto::kind_name(h.kind)));
       return;
   }
 }

@@ -247,7 +247,7 @@ TEST(WireHeader, WrongVersion) {
 }
 
 TEST(WireHeader, UnknownKind) {
-  for (uint64_t k : {0ull, 5ull, 255ull, 1ull << 40}) {
+  for (uint64_t k : {0ull, 6ull, 255ull, 1ull << 40}) {
     EXPECT_REFUSED(decode(pack_map(with(fields_of(chunk()), u("kind", k)))),
                    "unknown message kind " + std::to_string(k));
   }
@@ -403,6 +403,19 @@ TEST(WireHeader, RingAddressCarriesAPortAndNothingElse) {
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 0)))), "ring-address with port 0");
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 65536)))), "port 65536");
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))), "ring-address carries no payload");
+}
+
+TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {
+  Header h;
+  h.kind = Kind::kNcclId;
+  h.from = 0;
+  h.round = 5;
+  h.bytes = kNcclIdBytes;
+  auto d = decode(encode_header(h));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  expect_same(h, *d);
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 127)))), "exactly 128 bytes");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("numel", 32)))), "numel=32");
 }
 
 TEST(WireHeader, ChunkWithoutElements) {
