@@ -18,6 +18,9 @@
 #include "sgd/peer_ring.h"
 #include "sgd/push_sum.h"
 #include "sgd/synchronous_sgd.h"
+#ifdef GOSSIP_WITH_NCCL
+#include "sgd/nccl/nccl_peer_group.h"
+#endif
 #include <spdlog/spdlog.h>
 
 namespace gossip::daemon {
@@ -68,10 +71,19 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
     spdlog::info("averaging: all-gather over the ZeroMQ channel");
     return Status::ok();
   }
-  if (name == "nccl")
-    return Status::invalid(
-        "transport 'nccl' averages GPU buffers, but the trainers' models live in the host arena; "
-        "use tcp or rdma");
+  if (name == "nccl") {
+#ifdef GOSSIP_WITH_NCCL
+    // The models live in the host arena: NCCL stages them through GPU 0 (CUDA
+    // trainers' device buffers are the next step). Refused here, at start, on a
+    // node that could not take part.
+    if (Status st = sgd::nccl_available(); !st) return Status::invalid("transport 'nccl': " + st.message());
+    all_reduce_ = std::make_unique<sgd::NcclPeerGroup>(*transport_, 0, size_t{256} << 20);
+    spdlog::info("averaging: NCCL all-reduce, staged through GPU 0");
+    return Status::ok();
+#else
+    return Status::invalid("transport 'nccl': this gossipd was built without CUDA and NCCL");
+#endif
+  }
   peers::RingTransportOptions ro;
   ro.listen_host = ring_listen_host(config.listen);
   ro.traffic = &transport_->traffic_counters();
