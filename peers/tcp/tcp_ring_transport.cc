@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <bit>
@@ -68,6 +69,13 @@ void tune(tcp::socket& s, int buffer_bytes) {
     s.set_option(asio::socket_base::send_buffer_size(buffer_bytes), ignored);
     s.set_option(asio::socket_base::receive_buffer_size(buffer_bytes), ignored);
   }
+}
+
+// True when the peer has closed the connection (EOF is waiting), without consuming
+// anything: frames it may have sent already stay in the socket.
+bool closed_by_peer(tcp::socket& s) {
+  char byte;
+  return ::recv(s.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 // Everything a channel's I/O touches. Socket operations run on the transport's I/O
@@ -412,6 +420,10 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
           why = fmt::format("it is node {} asking for node {}, we wait for node {}", in.from, in.to, ends.left);
         else if (in.session != ends.session)
           why = fmt::format("session {:#x}, ours is {:#x}", in.session, ends.session);
+        else if (closed_by_peer(candidate))
+          // A connection the neighbor gave up on (it timed out an earlier attempt)
+          // waited in the backlog: take the next one.
+          why = fmt::format("node {} had closed this connection already", in.from);
         if (!why.empty()) {
           spdlog::warn("ring: refused a connection: {}", why);
           refused = why;
