@@ -25,6 +25,15 @@ uint64_t payload_seed(uint64_t round, uint32_t rank, uint64_t sequence) {
 
 bool is_raw(const Compression& c) { return !c.codec || c.codec->id() == proto::CodecId::kNone; }
 
+// Plain loops over restrict pointers, so that the compiler vectorizes them (a span's
+// elements may alias anything; this file is built with -O3, see CMakeLists.txt).
+void add_into(float* __restrict dst, const float* __restrict in, size_t n) {
+  for (size_t k = 0; k < n; ++k) dst[k] += in[k];
+}
+void divide(float* __restrict x, size_t count, float n) {
+  for (size_t k = 0; k < count; ++k) x[k] /= n;  // a division, not * (1/n): the exact mean's rounding
+}
+
 }  // namespace
 
 bool ring_reduces_compressed(proto::CodecId id) {
@@ -39,10 +48,10 @@ Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
   if (o.chunk_elems == 0 || o.depth == 0)
     return Status::invalid("ring: chunk size and receive depth must be at least 1");
   if (o.size == 1 || data.empty()) return Status::ok();
-  backup_.assign(data.begin(), data.end());
+  if (o.restore_on_failure) backup_.assign(data.begin(), data.end());
   const bool hop = is_raw(o.compression) || ring_reduces_compressed(o.compression.codec->id());
   Status st = hop ? reduce(channel, data, o) : gather(channel, data, o);
-  if (!st.is_ok()) std::copy(backup_.begin(), backup_.end(), data.begin());
+  if (!st.is_ok() && o.restore_on_failure) std::copy(backup_.begin(), backup_.end(), data.begin());
   return st;
 }
 
@@ -86,9 +95,18 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
   size_t tx_used = 0;
   if (codec && tx_.size() < s.message_count()) tx_.resize(s.message_count());
 
+  const auto chunk_of = [&](uint32_t seg, uint64_t c) {
+    const Segment ck = s.chunk(seg, c);
+    return data.subspan(ck.offset, ck.numel);
+  };
+  // Uncompressed all-gather chunks land in place: a segment's final values reach this
+  // node only after its own reduce-scatter send of that segment was read downstream,
+  // so nothing still being sent from there is overwritten.
+  const auto in_place = [&](const Item& it) { return !codec && it.phase == RingPhase::kAllGather; };
   const auto post_recv = [&](size_t i) {
     const Item& it = recvs[i];
-    auto buffer = std::as_writable_bytes(std::span(rx_[i % depth])).first(max_bytes);
+    auto buffer = in_place(it) ? std::as_writable_bytes(chunk_of(it.segment, it.chunk))
+                               : std::as_writable_bytes(std::span(rx_[i % depth])).first(max_bytes);
     return ch.post_recv(tag_of(o.round, s.sequence(it.phase, it.step, it.chunk)), buffer);
   };
   const auto send = [&](RingPhase phase, uint32_t step, uint64_t c, std::span<const float> x) -> Status {
@@ -97,10 +115,6 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
     auto& out = tx_[tx_used++];
     GOSSIP_RETURN_IF_ERROR(codec->encode(x, {payload_seed(o.round, o.rank, seq), o.compression.pool}, out));
     return ch.post_send(tag_of(o.round, seq), out);
-  };
-  const auto chunk_of = [&](uint32_t seg, uint64_t c) {
-    const Segment ck = s.chunk(seg, c);
-    return data.subspan(ck.offset, ck.numel);
   };
 
   for (size_t i = 0; i < depth; ++i) GOSSIP_RETURN_IF_ERROR(post_recv(i));
@@ -132,12 +146,12 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
         if (!st.is_ok()) return bad(st.message());
         in = scratch_;
       }
-      for (size_t k = 0; k < dst.size(); ++k) dst[k] += in[k];
+      add_into(dst.data(), in.data(), dst.size());
       if (!last_step) {
         GOSSIP_RETURN_IF_ERROR(send(RingPhase::kReduceScatter, it.step + 1, it.chunk, dst));
       } else {
         // Fully reduced: this node owns the chunk. The all-gather carries its mean.
-        for (float& x : dst) x /= n;
+        divide(dst.data(), dst.size(), n);
         if (codec) {
           // Keep exactly what the others will decode.
           auto& out = tx_[tx_used++];
@@ -149,8 +163,7 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
           GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, 0, it.chunk, dst));
         }
       }
-    } else if (!codec) {
-      std::copy_n(rx_[i % depth].data(), dst.size(), dst.begin());
+    } else if (!codec) {  // received in place
       if (!last_step) GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, it.step + 1, it.chunk, dst));
     } else {
       Status st = codec->decode(msg, {0, nullptr}, dst);
@@ -235,10 +248,9 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
       if (!st.is_ok())
         return Status::protocol(fmt::format("ring: round {}, the payload of rank {} (chunk {}) relayed by peer {}: {}",
                                             o.round, rank, c, ch.left(), st.message()));
-      for (size_t k = 0; k < dst.size(); ++k) dst[k] += scratch_[k];
+      add_into(dst.data(), scratch_.data(), dst.size());
     }
-  const float n = static_cast<float>(o.size);
-  for (float& x : data) x /= n;
+  divide(data.data(), data.size(), static_cast<float>(o.size));
   return Status::ok();
 }
 

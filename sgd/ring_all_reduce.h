@@ -35,6 +35,9 @@ struct RingOptions {
   uint32_t depth = 4;                        // receives posted ahead
   peers::WaitOptions wait;
   Compression compression;
+  // Restore data when the operation fails (a copy of the buffer per call). Off only
+  // where a failed result is thrown away anyway (benchmarks).
+  bool restore_on_failure = true;
 };
 
 // Whether a codec travels hop by hop (true) or as an all-gather of contributions.

@@ -71,6 +71,11 @@ void tune(tcp::socket& s, int buffer_bytes) {
   }
 }
 
+// A completion condition that lets one system call move everything still to go.
+auto all_of(size_t total) {
+  return [total](const error_code& ec, size_t done) -> size_t { return ec ? 0 : total - done; };
+}
+
 // True when the peer has closed the connection (EOF is waiting), without consuming
 // anything: frames it may have sent already stay in the socket.
 bool closed_by_peer(tcp::socket& s) {
@@ -185,7 +190,10 @@ class ChannelState : public std::enable_shared_from_this<ChannelState> {
     writing_ = true;
     const std::array<asio::const_buffer, 2> bufs{asio::buffer(&op->frame, sizeof(Frame)),
                                                  asio::buffer(op->data.data(), op->data.size())};
-    asio::async_write(right_sock_, bufs, [self = shared_from_this()](error_code ec, size_t n) {
+    // Asio's default completion condition hands the kernel at most 64 KiB per call;
+    // asking for all that is left cuts the system calls of a 1 MiB chunk from ~17 to ~1.
+    asio::async_write(right_sock_, bufs, all_of(sizeof(Frame) + op->data.size()),
+                      [self = shared_from_this()](error_code ec, size_t n) {
       self->writing_ = false;
       if (ec) return self->fail(Status::io_error(self->io_message("sending to", self->right_, "right", ec)));
       size_t payload = 0;
@@ -236,7 +244,7 @@ class ChannelState : public std::enable_shared_from_this<ChannelState> {
       reading_ = false;
       return fail(bad);
     }
-    asio::async_read(left_sock_, asio::buffer(dst.data(), dst.size()),
+    asio::async_read(left_sock_, asio::buffer(dst.data(), dst.size()), all_of(dst.size()),
                      [self = shared_from_this(), bytes = dst.size()](error_code ec, size_t) {
                        self->reading_ = false;
                        if (ec)

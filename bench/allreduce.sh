@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Our TCP ring all-reduce against OpenMPI and Gloo, on loopback, one process per
+# rank; see bench/allreduce/README.md.
+#
+#   bench/allreduce.sh                                   # 2 and 4 ranks, 4K..256M, 3 runs
+#   bench/allreduce.sh --ranks 2 --sizes 1M,16M --runs 1 # a quick look
+#   NO_INSTALL=1 NO_BUILD=1 BUILD_DIR=build-bench bench/allreduce.sh   # no apt-get, no ninja
+#
+# Installs openmpi-bin, libopenmpi-dev, libgloo-dev and iperf3 with apt-get when
+# they are missing (NO_INSTALL=1 to skip), builds ring_bench in ${BUILD_DIR:-build}
+# (configured here if it is not yet; NO_BUILD=1 to use the binary there) and
+# mpi_bench / gloo_bench beside it with mpicxx / g++ when stale, then runs every
+# (ranks, run, implementation) in turn, all sizes per
+# launch. Each cell of the table is the median over runs of rank 0's median call;
+# bus bandwidth is 2(n-1)/n * bytes / time (nccl-tests). iperf3 gives the loopback
+# TCP bound. Every process is bounded by `timeout` and killed on exit.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+[[ "$build" = /* ]] || build="$root/$build"
+ranks="2,4"
+sizes="4K,1M,16M,64M,256M"
+reps="200,50,15,6,3"     # timed calls per size: fewer for the big ones
+warmup="20,5,2,1,1"
+runs=3
+chunk_bytes=1048576       # ring_bench's pipeline chunk (see README: 1 MiB measured best)
+keep=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) ranks="$2"; shift 2 ;;
+    --sizes) sizes="$2"; shift 2 ;;
+    --reps) reps="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    --chunk-bytes) chunk_bytes="$2"; shift 2 ;;
+    --keep) keep="$2"; shift 2 ;;   # directory to keep the raw JSON lines and logs in
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+tmp="$(mktemp -d /tmp/allreduce-bench.XXXXXX)"
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  sleep 0.5
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  if [[ -n "$keep" ]]; then mkdir -p "$keep" && cp -r "$tmp"/. "$keep"/; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- install -------------------------------------------------------------------------
+if [[ -z "${NO_INSTALL:-}" ]]; then
+  need=()
+  command -v mpicxx >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+  [[ -f /usr/include/gloo/allreduce.h ]] || need+=(libgloo-dev)
+  command -v iperf3 >/dev/null || need+=(iperf3)
+  if [[ ${#need[@]} -gt 0 ]]; then
+    echo "# apt-get install ${need[*]}" >&2
+    timeout 300 apt-get update -qq >&2 || true
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y --no-install-recommends "${need[@]}" >&2
+  fi
+fi
+
+# --- build ---------------------------------------------------------------------------
+bin="$build/bin"
+if [[ -z "${NO_BUILD:-}" ]]; then
+  if [[ ! -f "$build/build.ninja" ]]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DGOSSIP_WITH_CUDA=OFF -DGOSSIP_BUILD_TESTS=OFF >&2
+  fi
+  ninja -C "$build" -j2 ring_bench >&2
+fi
+[[ -x "$bin/ring_bench" ]] || { echo "no $bin/ring_bench (build it, or unset NO_BUILD)" >&2; exit 1; }
+mkdir -p "$bin"
+# mpi_bench and gloo_bench take seconds: rebuilt whenever a source is newer. -O2 like
+# the RelWithDebInfo build of ring_bench.
+stale() { [[ ! -x "$1" || "$here/allreduce/$2" -nt "$1" || "$here/allreduce/bench_loop.h" -nt "$1" ]]; }
+if stale "$bin/mpi_bench" mpi_bench.cc; then
+  mpicxx -std=c++20 -O2 -g -DOMPI_SKIP_MPICXX -Wall -Wextra -I"$root" \
+    "$here/allreduce/mpi_bench.cc" -o "$bin/mpi_bench" >&2
+fi
+if stale "$bin/gloo_bench" gloo_bench.cc; then
+  g++ -std=c++20 -O2 -g -I"$root" "$here/allreduce/gloo_bench.cc" -o "$bin/gloo_bench" \
+    -lgloo -pthread >&2
+fi
+
+# --- run -----------------------------------------------------------------------------
+results="$tmp/results.jsonl"
+: > "$results"
+launch_timeout=300   # seconds for one launch of all sizes
+
+# Starts n ranks of a file-rendezvous bench ($1 = ring_bench or gloo_bench), waits.
+run_ranks() {
+  local prog="$1" n="$2" tag="$3" r
+  local dir="$tmp/rdv-$tag"
+  mkdir -p "$dir"
+  local mine=()
+  for ((r = 0; r < n; r++)); do
+    local extra=()
+    [[ "$prog" == ring_bench ]] && extra=(--chunk-bytes "$chunk_bytes")
+    if [[ $r -eq 0 ]]; then
+      timeout -k 5 "$launch_timeout" "$bin/$prog" --rank "$r" --size "$n" --dir "$dir" \
+        --sizes "$sizes" --reps "$reps" --warmup "$warmup" "${extra[@]}" \
+        >> "$results" 2> "$tmp/$tag.rank$r.log" &
+    else
+      timeout -k 5 "$launch_timeout" "$bin/$prog" --rank "$r" --size "$n" --dir "$dir" \
+        --sizes "$sizes" --reps "$reps" --warmup "$warmup" "${extra[@]}" \
+        > /dev/null 2> "$tmp/$tag.rank$r.log" &
+    fi
+    pids+=($!)
+    mine+=($!)
+  done
+  local rc=0 pid
+  for pid in "${mine[@]}"; do wait "$pid" || rc=$?; done
+  if [[ $rc -ne 0 ]]; then
+    echo "# $tag failed (exit $rc); rank logs:" >&2
+    tail -n 3 "$tmp/$tag".rank*.log >&2 || true
+  fi
+}
+
+run_mpi() {
+  local n="$1" tag="$2"
+  timeout -k 5 "$launch_timeout" mpirun --oversubscribe --allow-run-as-root \
+    --mca btl tcp,self --mca btl_tcp_if_include lo -np "$n" \
+    "$bin/mpi_bench" --sizes "$sizes" --reps "$reps" --warmup "$warmup" \
+    >> "$results" 2> "$tmp/$tag.log" &
+  pids+=($!)
+  wait $! || { echo "# $tag failed (exit $?):" >&2; tail -n 5 "$tmp/$tag.log" >&2; }
+}
+
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "# ranks=$ranks sizes=$sizes reps=$reps warmup=$warmup runs=$runs chunk=$chunk_bytes" >&2
+start=$SECONDS
+IFS=',' read -r -a rank_list <<< "$ranks"
+for n in "${rank_list[@]}"; do
+  for ((run = 1; run <= runs; run++)); do
+    # The three in turn, so that background load falls on all of them alike.
+    echo "# n=$n run $run/$runs: ours, openmpi, gloo ($((SECONDS - start)) s)" >&2
+    run_ranks ring_bench "$n" "ring-n$n-r$run"
+    run_mpi "$n" "mpi-n$n-r$run"
+    run_ranks gloo_bench "$n" "gloo-n$n-r$run"
+  done
+done
+
+# --- loopback TCP bound ----------------------------------------------------------------
+iperf_json="$tmp/iperf.json"
+iperf_bidir_json="$tmp/iperf-bidir.json"
+port=$((20000 + RANDOM % 20000))
+if command -v iperf3 >/dev/null; then
+  timeout -k 2 40 iperf3 -s -B 127.0.0.1 -p "$port" > "$tmp/iperf-server.log" 2>&1 &
+  pids+=($!)
+  server=$!
+  sleep 0.5
+  timeout -k 2 15 iperf3 -c 127.0.0.1 -p "$port" -t 5 -J > "$iperf_json" 2>/dev/null || true
+  timeout -k 2 15 iperf3 -c 127.0.0.1 -p "$port" -t 5 --bidir -J > "$iperf_bidir_json" 2>/dev/null || true
+  kill "$server" 2>/dev/null || true
+fi
+echo "# done in $((SECONDS - start)) s, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# --- table ---------------------------------------------------------------------------
+python3 - "$results" "$iperf_json" "$iperf_bidir_json" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def iperf(path, key):
+    try:
+        j = json.load(open(path))
+        return j["end"][key]["bits_per_second"] / 8e9
+    except Exception:
+        return None
+uni = iperf(sys.argv[2], "sum_received")
+bidir = iperf(sys.argv[3], "sum_received")  # the client's receive direction of --bidir
+cells = {}
+for r in rows:
+    cells.setdefault((r["impl"], r["ranks"], r["bytes"]), []).append(r["median_s"])
+def t(impl, n, b):
+    v = cells.get((impl, n, b))
+    return statistics.median(v) if v else None
+def busbw(n, b, s):
+    return 2 * (n - 1) / n * b / s / 1e9 if s else None
+def size(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+def ms(s):
+    return "—" if s is None else (f"{s * 1e3:.3f} ms" if s < 0.01 else f"{s * 1e3:.1f} ms")
+def gb(x):
+    return "—" if x is None else f"{x:.3f}"
+runs = max((len(v) for v in cells.values()), default=0)
+print(f"\n| size | ranks | ours: time | ours: busbw GB/s | OpenMPI: time | OpenMPI: busbw | Gloo: time | Gloo: busbw | ours / best | ours / iperf3 |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for n in sorted({k[1] for k in cells}):
+    for b in sorted({k[2] for k in cells if k[1] == n}):
+        o, m, g = t("gossipd-ring", n, b), t("openmpi", n, b), t("gloo", n, b)
+        bo, bm, bg = busbw(n, b, o), busbw(n, b, m), busbw(n, b, g)
+        best = max([x for x in (bm, bg) if x is not None], default=None)
+        ratio = f"{bo / best:.2f}x" if bo and best else "—"
+        goal = 1.2 if b >= 16 << 20 else 1.0
+        if bo and best:
+            ratio += " ✓" if bo / best >= goal else " ✗"
+        near = f"{100 * bo / uni:.0f}%" if bo and uni else "—"
+        print(f"| {size(b)} | {n} | {ms(o)} | {gb(bo)} | {ms(m)} | {gb(bm)} | {ms(g)} | {gb(bg)} | {ratio} | {near} |")
+print(f"\nEach cell: median over {runs} run(s) of rank 0's median call. busbw = 2(n-1)/n · bytes / time.")
+print("ours / best: our bus bandwidth over the better of OpenMPI and Gloo (goal: ≥ 1.2x at ≥ 16 MiB, ≥ 1.0x below; ✓/✗).")
+if uni:
+    print(f"iperf3 loopback TCP, one stream: {uni:.2f} GB/s" + (f"; --bidir: {bidir:.2f} GB/s each way" if bidir else "") +
+          ". ours / iperf3 compares our bus bandwidth with the one-stream figure.")
+else:
+    print("iperf3: no result.")
+PY

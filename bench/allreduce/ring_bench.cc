@@ -1,0 +1,148 @@
+// One rank of our ring all-reduce (sgd/ring_all_reduce.h) over the TCP ring
+// transport, one process per rank, on loopback. Measures, never asserts.
+//
+//   ring_bench --rank 0 --size 4 --dir /tmp/rdv --sizes 4K,1M,16M --reps 50,20,10 --warmup 2
+//
+// Rendezvous through files: each rank listens on 127.0.0.1 (any free port), writes
+// the port to DIR/<rank>.port (write, then rename, so a reader never sees half a
+// number), waits for its right neighbor's file and connects. Rank 0 prints one JSON
+// line per size (bench/allreduce/bench_loop.h); bench/allreduce.sh runs the ranks.
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "bench/allreduce/bench_loop.h"
+#include "peers/ring_channel.h"
+#include "sgd/ring_all_reduce.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using gossip::Result;
+using gossip::Status;
+using gossip::bench::Clock;
+
+Status publish_port(const fs::path& dir, int rank, uint16_t port) {
+  const fs::path tmp = dir / (std::to_string(rank) + ".port.tmp");
+  const fs::path final_path = dir / (std::to_string(rank) + ".port");
+  {
+    std::ofstream f(tmp);
+    f << port << "\n";
+    if (!f) return Status::io_error("ring_bench: cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, final_path, ec);
+  if (ec)
+    return Status::io_error("ring_bench: rename to " + final_path.string() + ": " + ec.message());
+  return Status::ok();
+}
+
+// The port rank `rank` published in dir, waiting for it until the deadline.
+Result<uint16_t> await_port(const fs::path& dir, int rank, Clock::time_point deadline) {
+  const fs::path path = dir / (std::to_string(rank) + ".port");
+  while (Clock::now() < deadline) {
+    std::ifstream f(path);
+    unsigned port = 0;
+    if (f >> port && port > 0 && port < 65536) return static_cast<uint16_t>(port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return Status::timeout("ring_bench: no port file " + path.string() + " in time");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"One rank of the TCP ring all-reduce benchmark"};
+  gossip::bench::LoopOptions o;
+  std::string dir, sizes = "4K,1M,16M", reps = "20", warmup = "2";
+  uint64_t chunk_bytes = uint64_t{1} << 20;
+  uint32_t depth = 4;
+  int timeout_s = 60;
+  int socket_buffer = gossip::peers::RingTransportOptions{}.socket_buffer_bytes;
+  app.add_option("--rank", o.rank)->required();
+  app.add_option("--size", o.size)->required()->check(CLI::Range(1, 128));
+  app.add_option("--dir", dir, "rendezvous directory (one <rank>.port file per rank)")->required();
+  app.add_option("--sizes", sizes, "buffer sizes in bytes, comma separated (K/M/G suffixes)");
+  app.add_option("--reps", reps, "timed calls per size (one value, or one per size)");
+  app.add_option("--warmup", warmup, "untimed calls per size (one value, or one per size)");
+  app.add_option("--chunk-bytes", chunk_bytes, "pipeline chunk (RingOptions.chunk_elems * 4)");
+  app.add_option("--depth", depth, "receives posted ahead (RingOptions.depth)");
+  app.add_option(
+      "--socket-buffer", socket_buffer,
+      "SO_SNDBUF / SO_RCVBUF in bytes (RingTransportOptions; 0: the kernel's autotuning)");
+  app.add_option("--timeout", timeout_s, "seconds for the rendezvous and for each call");
+  CLI11_PARSE(app, argc, argv);
+  o.sizes = gossip::bench::parse_sizes(sizes);
+  o.reps = gossip::bench::parse_ints(reps);
+  o.warmup = gossip::bench::parse_ints(warmup);
+  o.mean = true;
+  spdlog::set_level(spdlog::level::warn);  // rank 0's stdout carries the JSON lines only
+
+  const auto fail = [&](const Status& st) {
+    std::fprintf(stderr, "ring_bench rank %d: %s\n", o.rank, st.message().c_str());
+    return 1;
+  };
+  const auto timeout = std::chrono::seconds(timeout_s);
+  gossip::peers::RingTransportOptions to;
+  to.listen_host = "127.0.0.1";
+  to.socket_buffer_bytes = socket_buffer;
+  auto transport = gossip::peers::make_ring_transport("tcp", to);
+  if (!transport.is_ok()) return fail(transport.status());
+  if (Status st = publish_port(dir, o.rank, (*transport)->port()); !st.is_ok()) return fail(st);
+
+  const uint32_t n = static_cast<uint32_t>(o.size), r = static_cast<uint32_t>(o.rank);
+  std::unique_ptr<gossip::peers::RingChannel> channel;
+  if (n > 1) {
+    const auto deadline = Clock::now() + timeout;
+    auto right_port = await_port(dir, static_cast<int>((r + 1) % n), deadline);
+    if (!right_port.is_ok()) return fail(right_port.status());
+    const gossip::peers::RingEnds ends{.self = r,
+                                       .left = (r + n - 1) % n,
+                                       .right = (r + 1) % n,
+                                       .right_host = "127.0.0.1",
+                                       .right_port = *right_port,
+                                       .session = 0x62656e6368000000ull | n};  // "bench" | n
+    auto ch = (*transport)->connect(ends, {deadline, nullptr});
+    if (!ch.is_ok()) return fail(ch.status());
+    channel = std::move(ch).value();
+  }
+
+  gossip::sgd::RingAllReduce ring, barrier_ring;
+  uint64_t round = 0;
+  const auto options = [&] {
+    gossip::sgd::RingOptions ro;
+    ro.size = n;
+    ro.rank = r;
+    ro.round = round++;
+    ro.chunk_elems = std::max<uint64_t>(1, chunk_bytes / sizeof(float));
+    ro.restore_on_failure = false;  // as MPI and Gloo: no copy kept to undo a failed call
+    ro.depth = depth;
+    ro.wait = {Clock::now() + timeout, nullptr};
+    return ro;
+  };
+  const auto allreduce = [&](std::vector<float>& data) {
+    if (n == 1) return true;
+    Status st = ring.mean(*channel, data, options());
+    if (!st.is_ok()) fail(st);
+    return st.is_ok();
+  };
+  std::vector<float> token(n);
+  const auto barrier = [&] {
+    if (n == 1) return true;
+    Status st = barrier_ring.mean(*channel, token, options());
+    if (!st.is_ok()) fail(st);
+    return st.is_ok();
+  };
+  const std::string extra = ",\"chunk_bytes\":" + std::to_string(chunk_bytes) +
+                            ",\"depth\":" + std::to_string(depth) +
+                            ",\"socket_buffer\":" + std::to_string(socket_buffer);
+  return gossip::bench::run_loop("gossipd-ring", o, extra, allreduce, barrier);
+}
