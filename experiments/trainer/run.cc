@@ -109,13 +109,17 @@ int run(const RunOptions& o) {
   std::unique_ptr<Client> client;
   bool initialized = false;
   uint64_t start_step = 0;
-  if (o.standalone) {
+  // The parameters in this process's memory, one span per tensor of the layout.
+  const auto use_own_parameters = [&] {
     own_parameters.resize(Mlp::num_parameters());
     size_t offset = 0;
     for (const auto& shape : Mlp::layout()) {
       parameters.emplace_back(own_parameters.data() + offset, shape.numel());
       offset += shape.numel();
     }
+  };
+  if (o.standalone) {
+    use_own_parameters();
   } else {
     ClientOptions client_options;
     client_options.endpoint = o.endpoint;
@@ -135,12 +139,7 @@ int run(const RunOptions& o) {
       // initialized from the seed like every other node's, and stay equal to theirs
       // because every node applies the same averaged gradients.
       exchange = model->tensors;
-      own_parameters.resize(Mlp::num_parameters());
-      size_t offset = 0;
-      for (const auto& shape : Mlp::layout()) {
-        parameters.emplace_back(own_parameters.data() + offset, shape.numel());
-        offset += shape.numel();
-      }
+      use_own_parameters();
     } else {
       parameters = model->tensors;
       initialized = model->initialized;

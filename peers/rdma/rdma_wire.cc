@@ -24,14 +24,7 @@ std::optional<Accept> decode_accept(std::span<const std::byte> data) {
 }
 
 std::string refusal(const Hello& in, uint32_t self, uint32_t left, uint64_t session) {
-  if (in.magic != kHelloMagic || in.version != kVersion)
-    return "not a gossipd ring hello (magic or version)";
-  if (in.to != self || in.from != left)
-    return fmt::format("it is node {} asking for node {}, we wait for node {}", in.from, in.to,
-                       left);
-  if (in.session != session)
-    return fmt::format("session {:#x}, ours is {:#x}", in.session, session);
-  return {};
+  return ring_hello_refusal(in, self, left, session);
 }
 
 Status check_accept(const Accept& a, uint32_t max_slots, uint32_t peer) {

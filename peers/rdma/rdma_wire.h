@@ -18,26 +18,19 @@
 #include <span>
 #include <string>
 
+#include "peers/ring_hello.h"
 #include "proto/status.h"
 
 namespace gossip::peers::rdma {
 
 static_assert(std::endian::native == std::endian::little, "the ring's headers are little-endian");
 
-constexpr uint32_t kHelloMagic = 0x474e5247;     // "GRNG", as the TCP ring
 constexpr uint32_t kAcceptMagic = 0x41524447;    // "GDRA"
 constexpr uint32_t kFragmentMagic = 0x46524447;  // "GDRF"
 constexpr uint32_t kVersion = 1;
 
-// Private data of the connect request: who asks, for whom, in which session.
-struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint32_t version = kVersion;
-  uint32_t from = 0;
-  uint32_t to = 0;
-  uint64_t session = 0;
-};
-static_assert(sizeof(Hello) == 24);  // a connect request carries at most 56 bytes
+// Private data of the connect request: the ring's hello (peers/ring_hello.h).
+using Hello = RingHello;
 
 // Private data of the accept: where the sender may write.
 struct Accept {

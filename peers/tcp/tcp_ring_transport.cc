@@ -1,5 +1,7 @@
 #include "peers/tcp/tcp_ring_transport.h"
 
+#include "peers/ring_hello.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -22,23 +24,11 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
-static_assert(std::endian::native == std::endian::little, "the ring's frames are little-endian");
 
-constexpr uint32_t kHelloMagic = 0x474e5247;  // "GRNG"
 constexpr uint32_t kFrameMagic = 0x31465247;  // "GRF1"
-constexpr uint32_t kVersion = 1;
 // How often a wait looks at its cancel flag.
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
-
-struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint32_t version = kVersion;
-  uint32_t from = 0;
-  uint32_t to = 0;
-  uint64_t session = 0;
-};
-static_assert(sizeof(Hello) == 24);
 
 struct Frame {
   uint32_t magic = kFrameMagic;
@@ -371,8 +361,8 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   bool stop = false;
   bool right_done = false;
   bool left_done = false;
-  const Hello out{.from = ends.self, .to = ends.right, .session = ends.session};
-  Hello in;
+  const RingHello out{.from = ends.self, .to = ends.right, .session = ends.session};
+  RingHello in;
   tcp::socket right(rendezvous_);
   tcp::socket left(rendezvous_);
   tcp::socket candidate(rendezvous_);
@@ -419,18 +409,10 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
       }
       asio::async_read(candidate, asio::buffer(&in, sizeof in), [&](error_code ec, size_t) {
         if (stop) return;
-        std::string why;
-        if (ec)
-          why = ec.message();
-        else if (in.magic != kHelloMagic || in.version != kVersion)
-          why = "not a gossipd ring hello (magic or version)";
-        else if (in.to != ends.self || in.from != ends.left)
-          why = fmt::format("it is node {} asking for node {}, we wait for node {}", in.from, in.to, ends.left);
-        else if (in.session != ends.session)
-          why = fmt::format("session {:#x}, ours is {:#x}", in.session, ends.session);
-        else if (closed_by_peer(candidate))
-          // A connection the neighbor gave up on (it timed out an earlier attempt)
-          // waited in the backlog: take the next one.
+        std::string why = ec ? ec.message() : ring_hello_refusal(in, ends.self, ends.left, ends.session);
+        // A connection the neighbor gave up on (it timed out an earlier attempt) may
+        // wait in the backlog: take the next one.
+        if (why.empty() && closed_by_peer(candidate))
           why = fmt::format("node {} had closed this connection already", in.from);
         if (!why.empty()) {
           spdlog::warn("ring: refused a connection: {}", why);

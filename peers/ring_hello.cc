@@ -1,0 +1,16 @@
+#include "peers/ring_hello.h"
+
+#include <fmt/format.h>
+
+namespace gossip::peers {
+
+std::string ring_hello_refusal(const RingHello& in, uint32_t self, uint32_t left, uint64_t session) {
+  if (in.magic != kRingHelloMagic || in.version != kRingVersion)
+    return "not a gossipd ring hello (magic or version)";
+  if (in.to != self || in.from != left)
+    return fmt::format("it is node {} asking for node {}, we wait for node {}", in.from, in.to, left);
+  if (in.session != session) return fmt::format("session {:#x}, ours is {:#x}", in.session, session);
+  return {};
+}
+
+}  // namespace gossip::peers
