@@ -181,7 +181,7 @@ TEST_F(GossipctlCluster, SuccessWithJson) {
   EXPECT_NE(d1.find(" --peer 2=tcp://127.0.0.1:"), std::string::npos) << d1;
   EXPECT_EQ(d1.find("--peer 1="), std::string::npos) << d1;
   EXPECT_NE(
-      d1.find("--strategy local-sgd --period 5 --post-local 0 --codec none --outer-optimizer none --outer-lr 1 "
+      d1.find("--strategy local-sgd --period 5 --post-local 0 --codec none --transport auto --outer-optimizer none --outer-lr 1 "
               "--outer-momentum 0.9 --seed 7 --log-level info"),
       std::string::npos)
       << d1;
