@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "compression/codec.h"
+#include "compression/randk_indices.h"
 #include "compression/sparse_encoding.h"
 #include "compression/thread_pool.h"
 
@@ -73,6 +74,8 @@ class Xoshiro256ss {
   uint64_t s_[4];
 };
 
+}  // namespace
+
 // The kept positions, ascending (see the top of the file).
 std::vector<uint64_t> randk_indices(uint64_t seed, uint64_t n, uint64_t k) {
   std::vector<uint64_t> out;
@@ -94,6 +97,8 @@ std::vector<uint64_t> randk_indices(uint64_t seed, uint64_t n, uint64_t k) {
   }
   return out;
 }
+
+namespace {
 
 class RandkCodec final : public Codec {
  public:

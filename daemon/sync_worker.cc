@@ -26,12 +26,10 @@
 namespace gossip::daemon {
 namespace {
 
-// The ring listens where the control channel does: tcp://HOST:PORT -> HOST ("*" is any).
+// The ring listens where the control channel does ("*" is any address).
 std::string ring_listen_host(const std::string& listen) {
-  std::string rest = listen.substr(listen.find("://") + 3);
-  std::string host = rest.front() == '[' ? rest.substr(1, rest.find(']') - 1) : rest.substr(0, rest.rfind(':'));
-  if (host == "*") return "0.0.0.0";
-  return host;
+  const std::string host = peers::endpoint_host(listen);
+  return host == "*" ? "0.0.0.0" : host;
 }
 
 }  // namespace

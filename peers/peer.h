@@ -10,4 +10,12 @@ struct Peer {
   std::string endpoint;  // tcp://host:port
 };
 
+// The host of a validated endpoint: "tcp://host:port" -> host, "tcp://[v6]:port" -> v6.
+inline std::string endpoint_host(const std::string& endpoint) {
+  std::string rest = endpoint;
+  if (const auto p = rest.find("://"); p != std::string::npos) rest = rest.substr(p + 3);
+  if (!rest.empty() && rest.front() == '[') return rest.substr(1, rest.find(']') - 1);
+  return rest.substr(0, rest.rfind(':'));
+}
+
 }  // namespace gossip::peers

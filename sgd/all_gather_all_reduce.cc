@@ -13,19 +13,6 @@ namespace gossip::sgd {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// The randomness of one chunk's codec (qsgd's rounding, randk's indices): a function
-// of what both sender and receiver know from the header.
-uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
-  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{node} << 40) ^ seq;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 AllGatherAllReduce::AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
                                        const compression::Codec* codec,
                                        compression::ThreadPool* pool)

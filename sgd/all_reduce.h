@@ -28,6 +28,16 @@ struct Compression {
   compression::ThreadPool* pool = nullptr;  // splits encoding of large chunks; nullptr: caller only
 };
 
+// The randomness of one payload's codec (qsgd's rounding, randk's indices): a
+// function of what both sender and receiver know (the round, the sender, the
+// payload's place in the round), so the receiver derives the sender's seed.
+inline uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
+  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{node} << 40) ^ seq;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 struct CollectiveOptions {
   std::chrono::steady_clock::time_point deadline;
   const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the operation

@@ -10,13 +10,6 @@
 
 namespace gossip::sgd {
 
-uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
-  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{node} << 40) ^ seq;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_round,
                              uint64_t chunk_elems, const Compression& c) {
   round = for_round;

@@ -16,10 +16,6 @@
 
 namespace gossip::sgd {
 
-// The randomness of one chunk's codec (qsgd's rounding, randk's indices): a function
-// of what both sender and receiver know from the header.
-uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq);
-
 struct OutgoingModel {
   struct Chunk {
     uint64_t offset = 0;

@@ -7,17 +7,7 @@
 
 namespace gossip::sgd {
 namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// "tcp://host:port" or "tcp://[v6]:port" -> host.
-std::string host_of(const std::string& endpoint) {
-  std::string rest = endpoint;
-  if (const auto p = rest.find("://"); p != std::string::npos) rest = rest.substr(p + 3);
-  if (!rest.empty() && rest.front() == '[') return rest.substr(1, rest.find(']') - 1);
-  return rest.substr(0, rest.rfind(':'));
-}
-
 }  // namespace
 
 PeerRing::PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport,
@@ -28,7 +18,7 @@ PeerRing::PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport
   order_ = ring_order(control.self(), ids);
   if (order_.ids.size() > 1) {
     for (const auto& p : control.peers())
-      if (p.id == order_.right_id()) right_host_ = host_of(p.endpoint);
+      if (p.id == order_.right_id()) right_host_ = peers::endpoint_host(p.endpoint);
     announce();
   }
 }

@@ -14,15 +14,6 @@ using compression::CodecContext;
 
 uint64_t tag_of(uint64_t round, uint32_t sequence) { return (round << 32) | sequence; }
 
-// The randomness of one payload (qsgd's rounding, rand-k's indices): a function of
-// what sender and receiver both know.
-uint64_t payload_seed(uint64_t round, uint32_t rank, uint64_t sequence) {
-  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{rank} << 40) ^ sequence;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 bool is_raw(const Compression& c) { return !c.codec || c.codec->id() == proto::CodecId::kNone; }
 
 // Plain loops over restrict pointers, so that the compiler vectorizes them (a span's
@@ -70,7 +61,7 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
     std::vector<std::byte> payload;
     for (uint64_t off = 0; off < data.size(); off += o.chunk_elems) {
       auto x = data.subspan(off, std::min<uint64_t>(o.chunk_elems, data.size() - off));
-      const CodecContext ctx{payload_seed(o.round, o.rank, off), o.compression.pool};
+      const CodecContext ctx{chunk_seed(o.round, o.rank, off), o.compression.pool};
       GOSSIP_RETURN_IF_ERROR(o.compression.error_feedback->encode(x, off, ctx, payload, x));
     }
   }
@@ -113,7 +104,7 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
     const uint32_t seq = s.sequence(phase, step, c);
     if (!codec) return ch.post_send(tag_of(o.round, seq), std::as_bytes(x));
     auto& out = tx_[tx_used++];
-    GOSSIP_RETURN_IF_ERROR(codec->encode(x, {payload_seed(o.round, o.rank, seq), o.compression.pool}, out));
+    GOSSIP_RETURN_IF_ERROR(codec->encode(x, {chunk_seed(o.round, o.rank, seq), o.compression.pool}, out));
     return ch.post_send(tag_of(o.round, seq), out);
   };
 
@@ -142,7 +133,7 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
       std::span<const float> in(rx_[i % depth].data(), dst.size());
       if (codec) {
         scratch_.resize(dst.size());
-        Status st = codec->decode(msg, {payload_seed(o.round, left_rank, seq), nullptr}, scratch_);
+        Status st = codec->decode(msg, {chunk_seed(o.round, left_rank, seq), nullptr}, scratch_);
         if (!st.is_ok()) return bad(st.message());
         in = scratch_;
       }
@@ -156,8 +147,8 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
           // Keep exactly what the others will decode.
           auto& out = tx_[tx_used++];
           const uint32_t ag = s.sequence(RingPhase::kAllGather, 0, it.chunk);
-          GOSSIP_RETURN_IF_ERROR(codec->encode(dst, {payload_seed(o.round, o.rank, ag), o.compression.pool}, out));
-          GOSSIP_RETURN_IF_ERROR(codec->decode(out, {payload_seed(o.round, o.rank, ag), nullptr}, dst));
+          GOSSIP_RETURN_IF_ERROR(codec->encode(dst, {chunk_seed(o.round, o.rank, ag), o.compression.pool}, out));
+          GOSSIP_RETURN_IF_ERROR(codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
           GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, ag), out));
         } else {
           GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, 0, it.chunk, dst));
@@ -199,7 +190,7 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
   // This node's contribution, encoded once (through error feedback when given).
   for (uint64_t c = 0; c < chunks; ++c) {
     auto x = chunk_of(c);
-    const CodecContext ctx{payload_seed(o.round, o.rank, c), o.compression.pool};
+    const CodecContext ctx{chunk_seed(o.round, o.rank, c), o.compression.pool};
     if (o.compression.error_feedback) {
       scratch_.resize(x.size());
       GOSSIP_RETURN_IF_ERROR(o.compression.error_feedback->encode(x, c * o.chunk_elems, ctx, payload(o.rank, c), scratch_));
@@ -244,7 +235,7 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
     for (uint64_t c = 0; c < chunks; ++c) {
       auto dst = chunk_of(c);
       scratch_.resize(dst.size());
-      Status st = codec.decode(payload(rank, c), {payload_seed(o.round, rank, c), o.compression.pool}, scratch_);
+      Status st = codec.decode(payload(rank, c), {chunk_seed(o.round, rank, c), o.compression.pool}, scratch_);
       if (!st.is_ok())
         return Status::protocol(fmt::format("ring: round {}, the payload of rank {} (chunk {}) relayed by peer {}: {}",
                                             o.round, rank, c, ch.left(), st.message()));

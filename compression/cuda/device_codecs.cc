@@ -13,7 +13,7 @@
 #include "compression/cuda/device_buffer.h"
 #include "compression/cuda/device_math.h"
 #include "compression/cuda/kernels.h"
-#include "compression/cuda/randk_indices.h"
+#include "compression/randk_indices.h"
 #include "compression/sparse_encoding.h"
 
 namespace gossip::compression::cuda {

@@ -17,7 +17,10 @@
 // Top-k selects exactly on the device (radix select, ties to the lower index, as
 // the CPU's exact path); for topk:approx it sends that exact selection, which any
 // approximate receiver accepts (it carries k entries). Rand-k's indices are
-// derived on the host (randk_indices.h says why) and uploaded.
+// derived on the host (compression/randk_indices.h, the CPU codec's own) and
+// uploaded: Floyd's algorithm is a chain of k dependent draws (each pick depends on
+// the set so far, each draw consumes a data-dependent number of xoshiro outputs), so
+// a GPU could run it in one thread only, far slower than the CPU; 8k bytes travel.
 
 #include <cuda_runtime_api.h>
 

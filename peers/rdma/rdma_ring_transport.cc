@@ -660,7 +660,7 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
       CmId id(ev.id);  // ours now; destroyed unless accepted
       const auto in = rdma::decode_hello(ev.private_data);
       std::string why =
-          in ? rdma::refusal(*in, ends.self, ends.left, ends.session) : "no hello in the request";
+          in ? ring_hello_refusal(*in, ends.self, ends.left, ends.session) : "no hello in the request";
       if (why.empty() && left) why = "the left neighbor is connected already";
       auto link = std::make_unique<Link>();
       link->id = std::move(id);

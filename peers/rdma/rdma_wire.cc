@@ -23,10 +23,6 @@ std::optional<Accept> decode_accept(std::span<const std::byte> data) {
   return decode<Accept>(data);
 }
 
-std::string refusal(const Hello& in, uint32_t self, uint32_t left, uint64_t session) {
-  return ring_hello_refusal(in, self, left, session);
-}
-
 Status check_accept(const Accept& a, uint32_t max_slots, uint32_t peer) {
   if (a.magic != kAcceptMagic || a.version != kVersion)
     return Status::protocol(fmt::format(

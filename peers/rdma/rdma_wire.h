@@ -57,9 +57,6 @@ static_assert(sizeof(FragmentHeader) == 32);
 // CM private data may arrive padded (IB CM pads to its fixed size): only the prefix counts.
 std::optional<Hello> decode_hello(std::span<const std::byte> data);
 std::optional<Accept> decode_accept(std::span<const std::byte> data);
-// Empty when `in` is the hello of `left` asking for `self` in `session`; otherwise why
-// the connection is refused, worded for the log.
-std::string refusal(const Hello& in, uint32_t self, uint32_t left, uint64_t session);
 // Checks what the right neighbor accepted with against what this sender can drive.
 Status check_accept(const Accept& a, uint32_t max_slots, uint32_t peer);
 

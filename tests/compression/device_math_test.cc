@@ -1,4 +1,4 @@
-// The math the CUDA kernels run (compression/cuda/device_math.h, randk_indices.h),
+// The math the CUDA kernels run (compression/cuda/device_math.h, compression/randk_indices.h),
 // run here on the CPU and compared bit for bit with the CPU codecs' payloads and
 // decoded values. The emulations below call the per-thread functions the way the
 // kernels do (one call per element, block, byte of bits or group of codes; the
@@ -17,7 +17,7 @@
 
 #include "compression/codec.h"
 #include "compression/cuda/device_math.h"
-#include "compression/cuda/randk_indices.h"
+#include "compression/randk_indices.h"
 #include "compression/rng.h"
 #include "compression/sparse_encoding.h"
 
