@@ -1,6 +1,7 @@
 #include "peers/tcp/tcp_ring_transport.h"
 
 #include "peers/ring_hello.h"
+#include "peers/tcp/tcp_ring_channel.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -9,12 +10,8 @@
 
 #include <bit>
 #include <boost/asio.hpp>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 namespace gossip::peers {
 namespace {
@@ -25,32 +22,9 @@ using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
 
-constexpr uint32_t kFrameMagic = 0x31465247;  // "GRF1"
-// How often a wait looks at its cancel flag.
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
 
-struct Frame {
-  uint32_t magic = kFrameMagic;
-  uint32_t reserved = 0;
-  uint64_t tag = 0;
-  uint64_t bytes = 0;
-};
-static_assert(sizeof(Frame) == 24);
-
-// Waits on cv (with lock held) until done(), the deadline or the cancel flag.
-template <class Done>
-Status wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
-                  const WaitOptions& wait, Done done, const std::function<std::string()>& what) {
-  while (!done()) {
-    if (wait.cancel && wait.cancel->load(std::memory_order_relaxed))
-      return Status::closed(what() + ": cancelled");
-    const auto now = Clock::now();
-    if (now >= wait.deadline) return Status::timeout(what());
-    cv.wait_until(lock, std::min(wait.deadline, now + kCancelPoll));
-  }
-  return Status::ok();
-}
 
 void tune(tcp::socket& s, int buffer_bytes) {
   error_code ignored;
@@ -61,11 +35,6 @@ void tune(tcp::socket& s, int buffer_bytes) {
   }
 }
 
-// A completion condition that lets one system call move everything still to go.
-auto all_of(size_t total) {
-  return [total](const error_code& ec, size_t done) -> size_t { return ec ? 0 : total - done; };
-}
-
 // True when the peer has closed the connection (EOF is waiting), without consuming
 // anything: frames it may have sent already stay in the socket.
 bool closed_by_peer(tcp::socket& s) {
@@ -73,232 +42,10 @@ bool closed_by_peer(tcp::socket& s) {
   return ::recv(s.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-// Everything a channel's I/O touches. Socket operations run on the transport's I/O
-// thread; the queues are shared with the caller under mu. Handlers hold a
-// shared_ptr, so the state outlives a channel destroyed with operations in flight.
-class ChannelState : public std::enable_shared_from_this<ChannelState> {
- public:
-  ChannelState(asio::io_context& io, uint32_t left, uint32_t right, TrafficCounters* traffic)
-      : io_(io), left_sock_(io), right_sock_(io), left_(left), right_(right), traffic_(traffic) {}
-
-  tcp::socket& left_socket() { return left_sock_; }
-  tcp::socket& right_socket() { return right_sock_; }
-
-  Status post_send(uint64_t tag, std::span<const std::byte> data) {
-    {
-      std::lock_guard lock(mu_);
-      if (!failure_.is_ok()) return failure_;
-      sends_.push_back({Frame{.tag = tag, .bytes = data.size()}, data});
-    }
-    asio::post(io_, [self = shared_from_this()] { self->start_send(); });
-    return Status::ok();
-  }
-
-  Status post_recv(uint64_t tag, std::span<std::byte> buffer) {
-    {
-      std::lock_guard lock(mu_);
-      if (!failure_.is_ok()) return failure_;
-      recvs_.push_back({tag, buffer});
-    }
-    asio::post(io_, [self = shared_from_this()] { self->start_recv(); });
-    return Status::ok();
-  }
-
-  Result<size_t> wait_recv(const WaitOptions& wait) {
-    std::unique_lock lock(mu_);
-    if (recvs_.empty()) return Status::invalid("ring: wait_recv with no receive posted");
-    Status st = wait_until(
-        lock, cv_, wait, [&] { return !failure_.is_ok() || recvs_.front().done; },
-        [&] { return fmt::format("ring: no message from peer {} (left) in time", left_); });
-    if (!failure_.is_ok()) return failure_;
-    if (!st.is_ok()) {
-      lock.unlock();
-      fail(st);
-      return st;
-    }
-    const size_t bytes = recvs_.front().bytes;
-    recvs_.pop_front();
-    --next_recv_;
-    return bytes;
-  }
-
-  Status wait_sends(const WaitOptions& wait) {
-    std::unique_lock lock(mu_);
-    Status st = wait_until(
-        lock, cv_, wait, [&] { return !failure_.is_ok() || sends_.empty(); },
-        [&] { return fmt::format("ring: peer {} (right) did not take our messages in time", right_); });
-    if (!failure_.is_ok()) return failure_;
-    if (!st.is_ok()) {
-      lock.unlock();
-      fail(st);
-    }
-    return st;
-  }
-
-  // Poisons the channel (first failure wins) and closes both sockets, which aborts
-  // whatever is in flight.
-  void fail(const Status& why) {
-    {
-      std::lock_guard lock(mu_);
-      if (failure_.is_ok()) failure_ = why;
-    }
-    cv_.notify_all();
-    asio::post(io_, [self = shared_from_this()] {
-      error_code ignored;
-      self->left_sock_.close(ignored);
-      self->right_sock_.close(ignored);
-    });
-  }
-
- private:
-  struct Send {
-    Frame frame;
-    std::span<const std::byte> data;
-  };
-  struct Recv {
-    uint64_t tag = 0;
-    std::span<std::byte> buffer;
-    bool done = false;
-    size_t bytes = 0;
-  };
-
-  std::string io_message(const char* what, uint32_t peer, const char* side, const error_code& ec) {
-    if (ec == asio::error::eof || ec == asio::error::connection_reset)
-      return fmt::format("ring: peer {} ({}) closed the connection", peer, side);
-    return fmt::format("ring: {} peer {} ({}) failed: {}", what, peer, side, ec.message());
-  }
-
-  // I/O thread only from here on.
-  void start_send() {
-    if (writing_) return;
-    Send* op = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      if (!failure_.is_ok() || sends_.empty()) return;
-      op = &sends_.front();  // stays put until popped below
-    }
-    writing_ = true;
-    const std::array<asio::const_buffer, 2> bufs{asio::buffer(&op->frame, sizeof(Frame)),
-                                                 asio::buffer(op->data.data(), op->data.size())};
-    // Asio's default completion condition hands the kernel at most 64 KiB per call;
-    // asking for all that is left cuts the system calls of a 1 MiB chunk from ~17 to ~1.
-    asio::async_write(right_sock_, bufs, all_of(sizeof(Frame) + op->data.size()),
-                      [self = shared_from_this()](error_code ec, size_t n) {
-      self->writing_ = false;
-      if (ec) return self->fail(Status::io_error(self->io_message("sending to", self->right_, "right", ec)));
-      size_t payload = 0;
-      {
-        std::lock_guard lock(self->mu_);
-        payload = self->sends_.front().data.size();
-        self->sends_.pop_front();
-      }
-      if (self->traffic_) self->traffic_->count_sent(self->right_, payload, n);
-      self->cv_.notify_all();
-      self->start_send();
-    });
-  }
-
-  void start_recv() {
-    if (reading_) return;
-    {
-      std::lock_guard lock(mu_);
-      if (!failure_.is_ok() || next_recv_ >= recvs_.size()) return;
-    }
-    reading_ = true;
-    asio::async_read(left_sock_, asio::buffer(&rx_frame_, sizeof(Frame)),
-                     [self = shared_from_this()](error_code ec, size_t) { self->on_frame(ec); });
-  }
-
-  void on_frame(const error_code& ec) {
-    if (ec) {
-      reading_ = false;
-      return fail(Status::io_error(io_message("receiving from", left_, "left", ec)));
-    }
-    std::span<std::byte> dst;
-    Status bad;
-    {
-      std::lock_guard lock(mu_);
-      const Recv& op = recvs_[next_recv_];
-      if (rx_frame_.magic != kFrameMagic || rx_frame_.reserved != 0)
-        bad = Status::protocol(fmt::format("ring: peer {} (left) sent a malformed frame header", left_));
-      else if (rx_frame_.tag != op.tag)
-        bad = Status::protocol(fmt::format("ring: peer {} (left) sent message {:#x} where {:#x} was expected",
-                                           left_, rx_frame_.tag, op.tag));
-      else if (rx_frame_.bytes > op.buffer.size())
-        bad = Status::protocol(fmt::format("ring: peer {} (left) sent {} bytes for message {:#x}, more than the {} expected",
-                                           left_, rx_frame_.bytes, op.tag, op.buffer.size()));
-      else
-        dst = op.buffer.first(rx_frame_.bytes);
-    }
-    if (!bad.is_ok()) {
-      reading_ = false;
-      return fail(bad);
-    }
-    asio::async_read(left_sock_, asio::buffer(dst.data(), dst.size()), all_of(dst.size()),
-                     [self = shared_from_this(), bytes = dst.size()](error_code ec, size_t) {
-                       self->reading_ = false;
-                       if (ec)
-                         return self->fail(Status::io_error(self->io_message("receiving from", self->left_, "left", ec)));
-                       {
-                         std::lock_guard lock(self->mu_);
-                         Recv& op = self->recvs_[self->next_recv_];
-                         op.done = true;
-                         op.bytes = bytes;
-                         ++self->next_recv_;
-                       }
-                       if (self->traffic_) self->traffic_->count_recv(self->left_, bytes, bytes + sizeof(Frame));
-                       self->cv_.notify_all();
-                       self->start_recv();
-                     });
-  }
-
-  asio::io_context& io_;
-  tcp::socket left_sock_;   // we read
-  tcp::socket right_sock_;  // we write
-  uint32_t left_;
-  uint32_t right_;
-  TrafficCounters* traffic_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Status failure_;           // guarded by mu_
-  std::deque<Send> sends_;   // guarded by mu_; the front one is on the wire
-  std::deque<Recv> recvs_;   // guarded by mu_; done ones first, then pending
-  size_t next_recv_ = 0;     // guarded by mu_: the first receive not done yet
-  bool writing_ = false;     // I/O thread only
-  bool reading_ = false;     // I/O thread only
-  Frame rx_frame_;           // I/O thread only
-};
-
-class TcpRingChannel final : public RingChannel {
- public:
-  TcpRingChannel(uint32_t left, uint32_t right, std::shared_ptr<ChannelState> state)
-      : RingChannel(left, right), state_(std::move(state)) {}
-  ~TcpRingChannel() override { state_->fail(Status::closed("ring: channel closed")); }
-
-  Status post_send(uint64_t tag, std::span<const std::byte> data) override {
-    return state_->post_send(tag, data);
-  }
-  Status post_recv(uint64_t tag, std::span<std::byte> buffer) override {
-    return state_->post_recv(tag, buffer);
-  }
-  Result<size_t> wait_recv(const WaitOptions& wait) override { return state_->wait_recv(wait); }
-  Status wait_sends(const WaitOptions& wait) override { return state_->wait_sends(wait); }
-
- private:
-  std::shared_ptr<ChannelState> state_;
-};
-
 class TcpRingTransport final : public RingTransport {
  public:
   explicit TcpRingTransport(const RingTransportOptions& options)
-      : options_(options), acceptor_(rendezvous_), work_(asio::make_work_guard(io_)) {}
-
-  ~TcpRingTransport() override {
-    work_.reset();
-    io_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
+      : options_(options), acceptor_(rendezvous_) {}
 
   Status start() {
     error_code ec;
@@ -322,10 +69,6 @@ class TcpRingTransport final : public RingTransport {
       return Status::io_error(fmt::format("ring: cannot listen on {}:{}: {}", options_.listen_host,
                                           options_.port, ec.message()));
     port_ = acceptor_.local_endpoint().port();
-    thread_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "ring-tcp-io");
-      io_.run();
-    });
     return Status::ok();
   }
 
@@ -337,13 +80,10 @@ class TcpRingTransport final : public RingTransport {
 
  private:
   RingTransportOptions options_;
-  // The rendezvous runs on the caller's thread, on its own io_context; the finished
-  // sockets are handed to io_, whose thread runs every channel's I/O.
+  // The rendezvous runs on the caller's thread; the finished connections leave
+  // Asio for the channel (peers/tcp/tcp_ring_channel.h), which its caller drives.
   asio::io_context rendezvous_;
   tcp::acceptor acceptor_;
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::thread thread_;
   uint16_t port_ = 0;
 };
 
@@ -458,25 +198,25 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   rendezvous_.run();
   if (!failure.is_ok()) return failure;
 
-  // Hand the two connections to the I/O thread's context.
-  auto state = std::make_shared<ChannelState>(io_, ends.left, ends.right, options_.traffic);
-  const auto adopt = [&](tcp::socket& from, tcp::socket& to) -> Status {
+  // The channel owns descriptors of its own: Asio's sockets (and the rendezvous
+  // context they belong to) may go before it does.
+  const auto take = [](tcp::socket& from) -> Result<int> {
     const int fd = ::dup(from.native_handle());
     if (fd < 0) return Status::io_error(fmt::format("ring: dup: {}", std::strerror(errno)));
-    error_code ec;
-    to.assign(from.local_endpoint().protocol(), fd, ec);
-    if (ec) {
-      ::close(fd);
-      return Status::io_error(fmt::format("ring: adopting a socket: {}", ec.message()));
-    }
-    from.close(ec);
-    return Status::ok();
+    error_code ignored;
+    from.close(ignored);
+    return fd;
   };
-  GOSSIP_RETURN_IF_ERROR(adopt(left, state->left_socket()));
-  GOSSIP_RETURN_IF_ERROR(adopt(right, state->right_socket()));
+  auto left_fd = take(left);
+  if (!left_fd.is_ok()) return left_fd.status();
+  auto right_fd = take(right);
+  if (!right_fd.is_ok()) {
+    ::close(*left_fd);
+    return right_fd.status();
+  }
   spdlog::info("ring: connected, left peer {}, right peer {} at {}:{}", ends.left, ends.right,
                ends.right_host, ends.right_port);
-  return std::unique_ptr<RingChannel>(new TcpRingChannel(ends.left, ends.right, std::move(state)));
+  return make_tcp_ring_channel(ends.left, *left_fd, ends.right, *right_fd, options_.traffic);
 }
 
 }  // namespace

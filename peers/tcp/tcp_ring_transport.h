@@ -1,8 +1,8 @@
 #pragma once
 // The ring over TCP with Boost.Asio: one connection to each neighbor (we connect to
 // the right one, the left one connects to us), TCP_NODELAY and large socket buffers.
-// One I/O thread per transport runs every socket operation, so a send and a receive
-// are on the wire while the caller reduces the previous chunk.
+// Asio does the rendezvous (connect with retries, accept, hello, refusals); the
+// connections then go to a channel its caller drives (peers/tcp/tcp_ring_channel.h).
 //
 // On the wire: a 24-byte hello when a connection opens ({magic, version, from, to,
 // session}), then per message a 24-byte frame header ({magic, 0, tag, bytes}) and
