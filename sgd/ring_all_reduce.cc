@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
@@ -40,7 +41,8 @@ Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
     return Status::invalid("ring: chunk size and receive depth must be at least 1");
   if (o.size == 1 || data.empty()) return Status::ok();
   if (o.restore_on_failure) backup_.assign(data.begin(), data.end());
-  const bool hop = is_raw(o.compression) || ring_reduces_compressed(o.compression.codec->id());
+  const bool hop = is_raw(o.compression) ? data.size_bytes() > o.gather_below_bytes
+                                         : ring_reduces_compressed(o.compression.codec->id());
   Status st = hop ? reduce(channel, data, o) : gather(channel, data, o);
   if (!st.is_ok() && o.restore_on_failure) std::copy(backup_.begin(), backup_.end(), data.begin());
   return st;
@@ -172,7 +174,7 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
 }
 
 Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, const RingOptions& o) {
-  const compression::Codec& codec = *o.compression.codec;
+  const compression::Codec* codec = is_raw(o.compression) ? nullptr : o.compression.codec;
   const uint64_t chunks = (data.size() + o.chunk_elems - 1) / o.chunk_elems;
   if (chunks >= RingSchedule::kMaxChunks)
     return Status::invalid(fmt::format("ring: {} elements in chunks of {} is too many chunks; raise the chunk size",
@@ -191,11 +193,14 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
   for (uint64_t c = 0; c < chunks; ++c) {
     auto x = chunk_of(c);
     const CodecContext ctx{chunk_seed(o.round, o.rank, c), o.compression.pool};
-    if (o.compression.error_feedback) {
+    if (!codec) {
+      const auto raw = std::as_bytes(x);
+      payload(o.rank, c).assign(raw.begin(), raw.end());
+    } else if (o.compression.error_feedback) {
       scratch_.resize(x.size());
       GOSSIP_RETURN_IF_ERROR(o.compression.error_feedback->encode(x, c * o.chunk_elems, ctx, payload(o.rank, c), scratch_));
     } else {
-      GOSSIP_RETURN_IF_ERROR(codec.encode(x, ctx, payload(o.rank, c)));
+      GOSSIP_RETURN_IF_ERROR(codec->encode(x, ctx, payload(o.rank, c)));
     }
   }
 
@@ -212,7 +217,8 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
   const auto post_recv = [&](size_t i) {
     const Item& it = recvs[i];
     auto& p = payload(it.source, it.chunk);
-    p.resize(codec.max_encoded_bytes(chunk_of(it.chunk).size()));
+    const size_t numel = chunk_of(it.chunk).size();
+    p.resize(codec ? codec->max_encoded_bytes(numel) : numel * sizeof(float));
     return ch.post_recv(tag_of(o.round, sequence(it.step, it.chunk)), p);
   };
   for (size_t i = 0; i < depth; ++i) GOSSIP_RETURN_IF_ERROR(post_recv(i));
@@ -235,7 +241,14 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
     for (uint64_t c = 0; c < chunks; ++c) {
       auto dst = chunk_of(c);
       scratch_.resize(dst.size());
-      Status st = codec.decode(payload(rank, c), {chunk_seed(o.round, rank, c), o.compression.pool}, scratch_);
+      const auto& p = payload(rank, c);
+      Status st;
+      if (!codec && p.size() == dst.size_bytes())
+        std::memcpy(scratch_.data(), p.data(), p.size());
+      else if (!codec)
+        st = Status::invalid(fmt::format("{} bytes for a chunk of {} fp32", p.size(), dst.size()));
+      else
+        st = codec->decode(p, {chunk_seed(o.round, rank, c), o.compression.pool}, scratch_);
       if (!st.is_ok())
         return Status::protocol(fmt::format("ring: round {}, the payload of rank {} (chunk {}) relayed by peer {}: {}",
                                             o.round, rank, c, ch.left(), st.message()));

@@ -8,7 +8,8 @@
 //    in fp32. The owner of a reduced segment encodes it once and keeps the decoded
 //    values itself, and the all-gather forwards those bytes unchanged, so every
 //    node ends with the same bits.
-//  - the others (top-k, rand-k, sign, qsgd): each node's contribution is encoded
+//  - the others (top-k, rand-k, sign, qsgd), and small uncompressed buffers (see
+//    RingOptions::gather_below_bytes): each node's contribution is encoded
 //    once and the payloads go round the ring (an all-gather of (index, value) pairs
 //    for the sparse codecs, as in Deep Gradient Compression, Lin et al. 2018); every
 //    node decodes all n and sums them in rank order, so again every node ends with
@@ -33,6 +34,10 @@ struct RingOptions {
   uint64_t round = 0;  // names the messages together with their place in the schedule
   uint64_t chunk_elems = uint64_t{1} << 18;  // pipeline chunk
   uint32_t depth = 4;                        // receives posted ahead
+  // Uncompressed buffers up to this size go round as whole vectors (an all-gather,
+  // summed in rank order): n - 1 hops instead of 2(n - 1), for (n - 2)/n more bytes
+  // sent. Below a few tens of KiB each hop's latency costs more than its bytes.
+  uint64_t gather_below_bytes = 32 << 10;
   peers::WaitOptions wait;
   Compression compression;
   // Restore data when the operation fails (a copy of the buffer per call). Off only

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   std::string dir, sizes = "4K,1M,16M", reps = "20", warmup = "2";
   uint64_t chunk_bytes = uint64_t{1} << 20;
   uint32_t depth = 4;
+  uint64_t gather_below = gossip::sgd::RingOptions{}.gather_below_bytes;
   int timeout_s = 60;
   int socket_buffer = gossip::peers::RingTransportOptions{}.socket_buffer_bytes;
   app.add_option("--rank", o.rank)->required();
@@ -75,6 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed calls per size (one value, or one per size)");
   app.add_option("--chunk-bytes", chunk_bytes, "pipeline chunk (RingOptions.chunk_elems * 4)");
   app.add_option("--depth", depth, "receives posted ahead (RingOptions.depth)");
+  app.add_option("--gather-below", gather_below,
+                 "bytes up to which whole vectors go round (RingOptions.gather_below_bytes)");
   app.add_option(
       "--socket-buffer", socket_buffer,
       "SO_SNDBUF / SO_RCVBUF in bytes (RingTransportOptions; 0: the kernel's autotuning)");
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
     ro.chunk_elems = std::max<uint64_t>(1, chunk_bytes / sizeof(float));
     ro.restore_on_failure = false;  // as MPI and Gloo: no copy kept to undo a failed call
     ro.depth = depth;
+    ro.gather_below_bytes = gather_below;
     ro.wait = {Clock::now() + timeout, nullptr};
     return ro;
   };
@@ -143,6 +147,7 @@ int main(int argc, char** argv) {
   };
   const std::string extra = ",\"chunk_bytes\":" + std::to_string(chunk_bytes) +
                             ",\"depth\":" + std::to_string(depth) +
+                            ",\"gather_below\":" + std::to_string(gather_below) +
                             ",\"socket_buffer\":" + std::to_string(socket_buffer);
   return gossip::bench::run_loop("gossipd-ring", o, extra, allreduce, barrier);
 }

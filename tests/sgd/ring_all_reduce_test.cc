@@ -89,6 +89,7 @@ class RingTest : public ::testing::TestWithParam<std::string> {
       o.rank = r;
       o.round = round;
       o.chunk_elems = chunk_elems;
+      o.gather_below_bytes = gather_below_bytes_;
       o.wait = {Clock::now() + timeout, nullptr};
       o.compression = c;
       if (!ef.empty()) o.compression.error_feedback = ef[r];
@@ -108,6 +109,7 @@ class RingTest : public ::testing::TestWithParam<std::string> {
 
   std::vector<Rank> ranks_;
   std::vector<Status> connect_results_;
+  uint64_t gather_below_bytes_ = RingOptions{}.gather_below_bytes;
 };
 
 void expect_all_ok(const std::vector<Status>& st) {
@@ -126,7 +128,12 @@ TEST_P(RingTest, MeanMatchesAnIndependentSumForAnyLength) {
     if (IsSkipped()) return;
     expect_all_ok(connect_results_);
     uint64_t round = 0;
-    for (uint64_t numel : std::vector<uint64_t>{0, 1, n - 1, n + 1, 1000003}) {
+    // Small buffers twice: as whole vectors (the default) and through the ring's
+    // reduce-scatter, whose schedule must hold for lengths below n too.
+    for (const auto& [numel, gather_below] : std::vector<std::pair<uint64_t, uint64_t>>{
+             {0, 0}, {1, 0}, {n - 1, 0}, {n + 1, 0}, {1, 1 << 20}, {n - 1, 1 << 20},
+             {n + 1, 1 << 20}, {5000, 1 << 20}, {1000003, RingOptions{}.gather_below_bytes}}) {
+      gather_below_bytes_ = gather_below;
       auto data = random_data(n, numel, 100 * n + numel);
       std::vector<double> want(numel, 0.0), scale(numel, 0.0);
       for (const auto& v : data)
