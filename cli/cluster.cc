@@ -1,6 +1,7 @@
 #include "cli/cluster.h"
 
 #include "cli/consensus.h"
+#include "cli/evaluations.h"
 #include "compression/codec_spec.h"
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -231,6 +233,10 @@ class CommandLine {
     argv_.push_back(fmt::format("{}", value));
     return *this;
   }
+  CommandLine& arg(std::string_view word) {
+    argv_.emplace_back(word);
+    return *this;
+  }
   std::vector<std::string> take() { return std::move(argv_); }
 
  private:
@@ -318,6 +324,7 @@ class ClusterRun {
       if (!failure) failure = std::move(stop);
     }
     if (!failure) failure = evaluate_average(outcome);
+    if (!failure && options_.evaluations) failure = write_evaluations(outcome);
     if (failure) stop_all();
     outcome.failure = std::move(failure);
     return outcome;
@@ -361,10 +368,15 @@ class ClusterRun {
 
   std::optional<Failure> start_daemons() {
     const auto endpoint = [&](int node) {
-      return fmt::format("tcp://127.0.0.1:{}", ports_[static_cast<size_t>(node)]);
+      const auto i = static_cast<size_t>(node);
+      return fmt::format("tcp://{}:{}", options_.hosts.empty() ? "127.0.0.1" : options_.hosts[i], ports_[i]);
     };
     for (int i = 0; i < options_.nodes; ++i) {
-      CommandLine cmd(programs_.gossipd);
+      std::vector<std::string> prefix;
+      if (!options_.netns.empty()) prefix = {"ip", "netns", "exec", fmt::format("{}{}", options_.netns, i)};
+      CommandLine cmd(prefix.empty() ? programs_.gossipd : prefix.front());
+      for (size_t k = 1; k < prefix.size(); ++k) cmd.arg(prefix[k]);
+      if (!prefix.empty()) cmd.arg(programs_.gossipd);
       cmd.add("--id", i).add("--listen", endpoint(i)).add("--run-dir", dir_.path());
       for (int j = 0; j < options_.nodes; ++j) {
         if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
@@ -420,6 +432,11 @@ class ClusterRun {
   }
 
   std::optional<Failure> start_trainers() {
+    if (options_.evaluations) {
+      std::error_code ec;
+      fs::create_directories(dir_.file("snapshots"), ec);
+      if (ec) return Failure{fmt::format("cannot create {}: {}", dir_.file("snapshots"), ec.message()), "", ""};
+    }
     const int64_t remaining_s = std::max<int64_t>(
         1, static_cast<int64_t>(std::ceil(seconds_between(Clock::now(), deadline_))));
     for (int i = 0; i < options_.nodes; ++i) {
@@ -439,6 +456,7 @@ class ClusterRun {
           .add("--timeout-s", remaining_s);
       if (auto slow = straggler_of(options_); slow && slow->node == i)
         cmd.add("--slowdown", slow->factor);
+      if (options_.evaluations) cmd.add("--snapshot", snapshot_prefix(i));
       auto f = spawn(trainers_, fmt::format("trainer {}", i), trainer_log_name(i), cmd.take());
       if (f) return f;
       csv_.emplace_back(dir_.file(csv_name(i)));
@@ -543,26 +561,72 @@ class ClusterRun {
         return std::nullopt;
       }
     }
+    double distance = 0, accuracy = 0;
+    if (auto f = evaluate_models(paths, "average", distance, accuracy)) return f;
+    outcome.consensus_distance = distance;
+    outcome.accuracy_average_model = accuracy;
+    return std::nullopt;
+  }
+
+  // Averages the models at `paths` into NAME.model and evaluates it with the trainer
+  // program (NAME.json, NAME.log).
+  std::optional<Failure> evaluate_models(const std::vector<std::string>& paths, const std::string& name,
+                                         double& distance, double& accuracy) {
     auto consensus = consensus_of(paths);
     if (!consensus)
-      return Failure{fmt::format("cannot average the final models: {}", consensus.status().message()),
+      return Failure{fmt::format("cannot average the models for {}: {}", name, consensus.status().message()),
                      "", ""};
-    outcome.consensus_distance = consensus->distance;
-    const std::string average = dir_.file("average.model");
+    const std::string average = dir_.file(name + ".model");
     if (Status st = write_model(average, consensus->average); !st)
       return Failure{st.message(), "", ""};
     CommandLine cmd(programs_.trainer);
-    cmd.add("--evaluate", average).add("--result", dir_.file("average.json"));
+    cmd.add("--evaluate", average).add("--result", dir_.file(name + ".json"));
     std::vector<Member> eval;
-    if (auto f = spawn(eval, "evaluation of the average model", "average.log", cmd.take())) return f;
+    if (auto f = spawn(eval, "evaluation of the " + name + " model", name + ".log", cmd.take())) return f;
     Member& m = eval.front();
     const auto e = m.process.wait_until(Clock::now() + std::chrono::seconds(60));
     if (!e || !e->success())
       return process_failure(m, fmt::format("{} {}", m.name, e ? e->describe() : "timed out"));
-    auto r = read_trainer_result(dir_.file("average.json"));
+    auto r = read_trainer_result(dir_.file(name + ".json"));
     if (!r) return process_failure(m, r.status().message());
-    outcome.accuracy_average_model = r->accuracy_average;
+    distance = consensus->distance;
+    accuracy = r->accuracy_average;
     return std::nullopt;
+  }
+
+  // --evaluations: evaluations.csv from the nodes' CSVs and the snapshots they saved
+  // at each evaluation (deleted afterwards: they are n models per evaluation).
+  std::optional<Failure> write_evaluations(const Outcome& outcome) {
+    std::vector<std::vector<TrainerCsvRow>> nodes;
+    for (int i = 0; i < options_.nodes; ++i) {
+      auto rows = read_trainer_csv(dir_.file(csv_name(i)));
+      if (!rows) return Failure{rows.status().message(), "", ""};
+      nodes.push_back(std::move(*rows));
+    }
+    std::vector<EvaluationRow> rows = join_evaluations(nodes);
+    for (EvaluationRow& r : rows) {
+      if (r.step == options_.steps) {  // the end of the run: the final models
+        r.consensus_distance = outcome.consensus_distance.value_or(EvaluationRow::kNaN);
+        r.accuracy_average = outcome.accuracy_average_model.value_or(EvaluationRow::kNaN);
+        continue;
+      }
+      std::vector<std::string> paths;
+      for (int i = 0; i < options_.nodes; ++i) paths.push_back(snapshot_prefix(i) + std::to_string(r.step) + ".model");
+      if (auto f = evaluate_models(paths, fmt::format("snapshots/average-step-{}", r.step), r.consensus_distance,
+                                   r.accuracy_average))
+        return f;
+    }
+    std::error_code ec;
+    fs::remove_all(dir_.file("snapshots"), ec);
+    const std::string path = dir_.file("evaluations.csv");
+    std::ofstream out(path, std::ios::trunc);
+    out << evaluations_csv(rows, options_.nodes);
+    if (!out.flush()) return Failure{fmt::format("cannot write {}", path), "", ""};
+    return std::nullopt;
+  }
+
+  std::string snapshot_prefix(int node) const {
+    return dir_.file(fmt::format("snapshots/node-{}-step-", node));
   }
 
   // After training: SIGTERM, which every daemon must answer by exiting 0 within the grace.
@@ -832,6 +896,16 @@ Status validate_cluster_options(const ClusterOptions& o) {
     return bad("--log-level",
                fmt::format("expected one of {}, got '{}'", join(kLogLevels, ", "), o.log_level));
   }
+  if (!o.hosts.empty() && o.hosts.size() != static_cast<size_t>(o.nodes)) {
+    return bad("--hosts", fmt::format("names {} hosts for {} nodes", o.hosts.size(), o.nodes));
+  }
+  for (const std::string& h : o.hosts) {
+    if (h.empty() || h.find_first_of(" /:,") != std::string::npos)
+      return bad("--hosts", fmt::format("'{}' is not a host name or IPv4 address", h));
+  }
+  if (!o.netns.empty() && o.hosts.empty()) {
+    return bad("--netns", "needs --hosts: 127.0.0.1 in a namespace reaches no other node");
+  }
   return Status::ok();
 }
 
@@ -949,6 +1023,19 @@ Subcommand add_cluster_command(CLI::App& parent) {
       ->default_str("");
   app->add_option("--log-level", o->log_level, "Log level of gossipctl and the daemons")
       ->check(CLI::IsMember(kLogLevels));
+  app->add_flag("--evaluations", o->evaluations,
+                "Also write evaluations.csv to the run directory: per evaluation step the bytes "
+                "sent, training loss, the nodes' mean accuracy, the average model's accuracy and "
+                "the consensus distance (use with --out)")
+      ->default_str("");
+  app->add_option("--hosts", o->hosts,
+                  "Comma-separated: node i's daemon listens on the i-th host; default: 127.0.0.1")
+      ->delimiter(',')
+      ->default_str("");
+  app->add_option("--netns", o->netns,
+                  "Run daemon i in network namespace PREFIXi with `ip netns exec` (needs root and "
+                  "--hosts; experiments/testbed.py makes them)")
+      ->default_str("");
 
   return Subcommand{app, [o] { return run_cluster(*o); }};
 }

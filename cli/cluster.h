@@ -45,6 +45,9 @@ struct ClusterOptions {
   std::string gossipd;        // empty: `gossipd` beside gossipctl
   std::string trainer;        // empty: `gossip-train` beside gossipctl
   std::string log_level = "info";
+  bool evaluations = false;        // evaluations.csv: the average model and consensus at each evaluation
+  std::vector<std::string> hosts;  // node i's daemon listens on hosts[i]; empty: 127.0.0.1
+  std::string netns;               // daemon i runs in network namespace <netns><i> (ip netns exec)
 
   int64_t effective_eval_every() const;
 };

@@ -113,6 +113,23 @@ Result<TrainerCsvRow> parse_trainer_csv_row(std::span<const std::string> header,
   return row;
 }
 
+Result<std::vector<TrainerCsvRow>> read_trainer_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found(fmt::format("{}: cannot open", path));
+  std::string line;
+  if (!std::getline(in, line)) return Status::protocol(fmt::format("{}: empty, no header", path));
+  std::vector<std::string> header;
+  for (std::string_view name : split_csv(trim(line))) header.emplace_back(name);
+  std::vector<TrainerCsvRow> rows;
+  for (size_t number = 2; std::getline(in, line); ++number) {
+    if (trim(line).empty()) continue;
+    auto row = parse_trainer_csv_row(header, line);
+    if (!row) return row.status().with_context(fmt::format("{}:{}", path, number));
+    rows.push_back(*row);
+  }
+  return rows;
+}
+
 std::optional<TrainerCsvRow> TrainerCsvTail::latest() {
   if (header_.empty()) {
     std::ifstream in(path_);

@@ -32,6 +32,9 @@ struct TrainerCsvRow {
 Result<TrainerCsvRow> parse_trainer_csv_row(std::span<const std::string> header,
                                             std::string_view line);
 
+// Every data row of a finished trainer's CSV; the error names the file and line.
+Result<std::vector<TrainerCsvRow>> read_trainer_csv(const std::string& path);
+
 // Follows one trainer's CSV while the trainer appends to it.
 class TrainerCsvTail {
  public:

@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 1000.0));
   app.add_option("--save-model", o.save_model_path,
                  "after the final synchronization, write the parameters (flat fp32) to FILE");
+  app.add_option("--snapshot", o.snapshot_prefix,
+                 "at every evaluation, also write the parameters to PREFIX<step>.model");
   app.add_option("--evaluate", o.evaluate_model_path,
                  "no training: report the test accuracy of the parameters saved in FILE");
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST .gz files")

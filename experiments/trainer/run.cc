@@ -215,6 +215,11 @@ int run(const RunOptions& o) {
           return fail(s);
         }
       }
+      if (!o.snapshot_prefix.empty()) {
+        // Saved after the CSV row, so a row's step always has its snapshot.
+        const std::string path = fmt::format("{}{}.model", o.snapshot_prefix, step);
+        if (Status s = save_model(path, parameters); !s) return fail(s);
+      }
       window = {};
     }
   }

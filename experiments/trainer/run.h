@@ -25,6 +25,7 @@ struct RunOptions {
   std::string csv_path;       // empty: no CSV
   std::string result_path;    // empty: no result file
   std::string save_model_path;      // the final model's parameters (model_file.h)
+  std::string snapshot_prefix;      // at every evaluation: PREFIX<step>.model (experiments)
   std::string evaluate_model_path;  // no training: evaluate this saved model and report
   std::string data_dir;
   std::string name;

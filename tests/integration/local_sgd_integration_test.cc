@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "test_client.h"
 #include "proto/layout.h"
+#include "sgd/ring_all_reduce.h"
 #include "sgd/ring_schedule.h"
 
 namespace gossip::testing {
@@ -119,6 +120,15 @@ TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
       EXPECT_EQ(t.payload_sent, per_node) << "node " << i;
       EXPECT_EQ(t.payload_recv, per_node) << "node " << i;
       EXPECT_EQ(t.msgs_sent, (kNodes - 1) * (1 + kRounds * chunks_per_model)) << "node " << i;
+    } else if (padded * sizeof(float) <= sgd::RingOptions{}.gather_below_bytes) {
+      // A model this small goes round the ring whole: n-1 hops of the padded model per
+      // round, in 8 KiB chunks.
+      const uint64_t per_node = kRounds * (kNodes - 1) * padded * sizeof(float);
+      EXPECT_EQ(t.payload_sent, per_node) << "node " << i;
+      EXPECT_EQ(t.payload_recv, per_node) << "node " << i;
+      const uint64_t ring_msgs = kRounds * (kNodes - 1) * ((padded + 2047) / 2048);
+      EXPECT_GE(t.msgs_sent, ring_msgs + (kNodes - 1) + 1) << "node " << i << ": + hellos + a ring-address";
+      EXPECT_LE(t.msgs_sent, ring_msgs + (kNodes - 1) + 3) << "node " << i;
     } else {
       // The ring: node i (rank i) sends every segment but (i+1) in the reduce-scatter
       // and every segment but (i+2) in the all-gather, in 8 KiB chunks; and receives
