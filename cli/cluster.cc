@@ -177,6 +177,7 @@ std::string trainer_log_name(int node) { return fmt::format("trainer-{}.log", no
 struct Programs {
   std::string gossipd;
   std::string trainer;
+  std::string ip;  // iproute2's, for --netns
 };
 
 bool is_executable_file(const std::string& path) {
@@ -373,7 +374,8 @@ class ClusterRun {
     };
     for (int i = 0; i < options_.nodes; ++i) {
       std::vector<std::string> prefix;
-      if (!options_.netns.empty()) prefix = {"ip", "netns", "exec", fmt::format("{}{}", options_.netns, i)};
+      if (!options_.netns.empty())
+        prefix = {programs_.ip, "netns", "exec", fmt::format("{}{}", options_.netns, i)};
       CommandLine cmd(prefix.empty() ? programs_.gossipd : prefix.front());
       for (size_t k = 1; k < prefix.size(); ++k) cmd.arg(prefix[k]);
       if (!prefix.empty()) cmd.arg(programs_.gossipd);
@@ -1051,6 +1053,12 @@ int run_cluster(const ClusterOptions& options) {
   if (!gossipd) return report_setup_failure(options, gossipd.status());
   auto trainer = resolve_program(options.trainer, "gossip-train", "--trainer");
   if (!trainer) return report_setup_failure(options, trainer.status());
+  std::string ip;
+  if (!options.netns.empty()) {
+    auto found = resolve_program("ip", "ip", "--netns (needs iproute2's ip)");
+    if (!found) return report_setup_failure(options, found.status());
+    ip = *found;
+  }
 
   StopSignals signals;
   auto dir = RunDirectory::create(options.out);
@@ -1084,7 +1092,7 @@ int run_cluster(const ClusterOptions& options) {
 
   Outcome outcome;
   {
-    ClusterRun run(options, *dir, Programs{*gossipd, *trainer}, ports, signals);
+    ClusterRun run(options, *dir, Programs{*gossipd, *trainer, ip}, ports, signals);
     outcome = run.run();
   }  // every process is reaped here
 

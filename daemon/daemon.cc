@@ -119,6 +119,14 @@ void Daemon::handle_signal() {
 void Daemon::shutdown(const std::string& reason) {
   running_ = false;
   for (auto* s : sessions_.all()) reply(s->route, ipc::Shutdown{reason});
+  if (worker_) {
+    // The run's totals, in the log for scripts that check their own accounting.
+    const ipc::Traffic t = worker_->traffic().totals();
+    spdlog::info("traffic: payload sent {} B, received {} B; wire sent {} B, received {} B; "
+                 "messages sent {}, received {}, dropped {}",
+                 t.payload_sent, t.payload_recv, t.wire_sent, t.wire_recv, t.msgs_sent, t.msgs_recv,
+                 t.dropped);
+  }
   worker_.reset();  // cancels a running round before node_model_ goes away; says bye to peers
   ipc_.close();
   ::unlink(ipc_path_.c_str());

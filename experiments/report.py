@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The results table and plots of experiments/matrix.py, from its runs.csv.
+
+    /usr/bin/python3 experiments/report.py [DIR]     # DIR defaults to docs/results
+
+Writes DIR/results.md (one row per run: final accuracy, traffic, bytes and time to
+the target accuracy, traffic reduction against the all-reduce baseline of the same
+testbed and data split) and PNG plots: test accuracy against total bytes and against
+wall time, and the consensus distance against the step, per testbed and data split.
+"""
+
+import csv
+import json
+import math
+import pathlib
+import sys
+
+META = ["testbed", "run", "strategy", "partition", "period", "codec", "topology", "nodes"]
+EVAL = ["step", "wall_seconds", "payload_sent_total", "payload_sent_per_node", "wire_sent_total",
+        "train_loss", "accuracy_nodes_mean", "accuracy_average_model", "consensus_distance"]
+
+
+def _key(row):
+    return (row["testbed"], row["run"])
+
+
+def store_run(out, meta, rows, summary):
+    """Adds one run's evaluations to out/runs.csv and its summary to out/runs.jsonl,
+    replacing what an earlier run of the same name on the same testbed left."""
+    out = pathlib.Path(out)
+    path = out / "runs.csv"
+    kept = [r for r in read_runs(out) if _key(r) != _key(meta)] if path.exists() else []
+    for r in rows:
+        kept.append({**meta, **{k: r[k] for k in EVAL}})
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=META + EVAL)
+        w.writeheader()
+        w.writerows(kept)
+    jpath = out / "runs.jsonl"
+    lines = []
+    if jpath.exists():
+        lines = [json.loads(l) for l in jpath.read_text().splitlines() if l.strip()]
+        lines = [l for l in lines if (l.get("testbed"), l.get("run")) != _key(meta)]
+    lines.append({**meta, **summary})
+    jpath.write_text("".join(json.dumps(l, sort_keys=True) + "\n" for l in lines))
+
+
+def read_runs(out):
+    with open(pathlib.Path(out) / "runs.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def by_run(rows):
+    runs = {}
+    for r in rows:
+        runs.setdefault(_key(r), []).append(r)
+    for v in runs.values():
+        v.sort(key=lambda r: int(r["step"]))
+    return runs
+
+
+def _f(r, k):
+    try:
+        return float(r[k])
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def first_reaching(evals, target):
+    """The first evaluation whose average model reaches the target, or None."""
+    for r in evals:
+        if _f(r, "accuracy_average_model") >= target:
+            return r
+    return None
+
+
+def summarize(runs, target):
+    out = []
+    baselines = {}
+    for (testbed, name), ev in runs.items():
+        if ev[0]["strategy"] == "allreduce" and ev[0]["codec"] == "none":
+            baselines[(testbed, ev[0]["partition"])] = int(ev[-1]["payload_sent_total"])
+    for (testbed, name), ev in runs.items():
+        last = ev[-1]
+        hit = first_reaching(ev, target)
+        total = int(last["payload_sent_total"])
+        base = baselines.get((testbed, last["partition"]))
+        out.append({
+            "testbed": testbed, "run": name, "partition": last["partition"],
+            "accuracy": _f(last, "accuracy_average_model"), "nodes_mean": _f(last, "accuracy_nodes_mean"),
+            "bytes": total, "wall": _f(last, "wall_seconds"),
+            "bytes_to_target": int(hit["payload_sent_total"]) if hit else None,
+            "time_to_target": _f(hit, "wall_seconds") if hit else None,
+            "reduction": (base / total) if base and total else None,
+            "consensus": _f(last, "consensus_distance"),
+        })
+    order = {"iid": 0}
+    out.sort(key=lambda s: (s["testbed"], order.get(s["partition"], 1), s["partition"], -(s["bytes"])))
+    return out
+
+
+def _bytes(n):
+    if n is None:
+        return "—"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def table(summary, target):
+    lines = [f"| testbed | data | run | test accuracy (average model) | nodes' mean | bytes sent (all nodes) "
+             f"| bytes to {target:.0%} | time to {target:.0%} | traffic vs all-reduce | wall time |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for s in summary:
+        red = "1× (baseline)" if s["reduction"] == 1 else (f"{s['reduction']:.3g}× less" if s["reduction"] else "—")
+        ttt = f"{s['time_to_target']:.1f} s" if s["time_to_target"] is not None else "not reached"
+        lines.append(f"| {s['testbed']} | {s['partition']} | {s['run']} | {s['accuracy']:.2%} | {s['nodes_mean']:.2%} "
+                     f"| {_bytes(s['bytes'])} | {_bytes(s['bytes_to_target'])} | {ttt} | {red} | {s['wall']:.1f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(runs, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    groups = {}
+    for key, ev in runs.items():
+        groups.setdefault((key[0], ev[0]["partition"]), []).append((key[1], ev))
+    for (testbed, partition), members in sorted(groups.items()):
+        members.sort()
+        slug = f"{testbed}-{partition.replace(':', '')}"
+        for what, xkey, xlabel, logx in (("bytes", "payload_sent_total", "bytes sent by all nodes", True),
+                                         ("time", "wall_seconds", "wall time (s)", False)):
+            fig, ax = plt.subplots(figsize=(7, 4.2), dpi=80)
+            for name, ev in members:
+                xs = [_f(r, xkey) for r in ev]
+                ys = [_f(r, "accuracy_average_model") for r in ev]
+                pts = [(x, y) for x, y in zip(xs, ys) if x > 0 or not logx]
+                if pts:
+                    ax.plot(*zip(*pts), marker=".", label=name)
+            if logx:
+                ax.set_xscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("test accuracy of the average model")
+            ax.set_ylim(0.6, 0.9)
+            ax.set_title(f"Fashion-MNIST, {testbed}, {partition}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6, ncol=2, loc="lower right")
+            fig.tight_layout()
+            path = pathlib.Path(out) / f"{slug}-accuracy-vs-{what}.png"
+            fig.savefig(path)
+            plt.close(fig)
+            written.append(path.name)
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=80)
+        for name, ev in members:
+            pts = [(_f(r, "step"), _f(r, "consensus_distance")) for r in ev]
+            pts = [(x, y) for x, y in pts if y > 0]
+            if pts:
+                ax.plot(*zip(*pts), marker=".", label=name)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("consensus distance (1/n) Σ‖xᵢ − x̄‖²")
+        ax.set_title(f"consensus, {testbed}, {partition}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        path = pathlib.Path(out) / f"{slug}-consensus.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path.name)
+    return written
+
+
+def write_report(out, target=0.85):
+    out = pathlib.Path(out)
+    runs = by_run(read_runs(out))
+    summary = summarize(runs, target)
+    pngs = plots(runs, out)
+    text = ["# Experiment results", "",
+            "Written by `experiments/matrix.py` (through `experiments/run.sh`) from `runs.csv`; "
+            "see experiments/README.md.", "",
+            table(summary, target), ""]
+    text += [f"![{p}]({p})" for p in pngs]
+    (out / "results.md").write_text("\n".join(text) + "\n")
+    return summary
+
+
+if __name__ == "__main__":
+    write_report(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent / "docs" / "results")
