@@ -113,7 +113,8 @@ def table(summary, target):
              f"| bytes to {target:.0%} | time to {target:.0%} | traffic vs all-reduce | wall time |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
-        red = "1× (baseline)" if s["reduction"] == 1 else (f"{s['reduction']:.3g}× less" if s["reduction"] else "—")
+        r = s["reduction"]
+        red = ("—" if not r else "1× (baseline)" if r == 1 else f"{r:.3g}× less" if r > 1 else f"{1 / r:.3g}× more")
         ttt = f"{s['time_to_target']:.1f} s" if s["time_to_target"] is not None else "not reached"
         lines.append(f"| {s['testbed']} | {s['partition']} | {s['run']} | {s['accuracy']:.2%} | {s['nodes_mean']:.2%} "
                      f"| {_bytes(s['bytes'])} | {_bytes(s['bytes_to_target'])} | {ttt} | {red} | {s['wall']:.1f} s |")
@@ -125,6 +126,11 @@ def plots(runs, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    cmap = plt.get_cmap("tab20")
+
+    def style(i):  # 20 colors, then the same colors dashed
+        return {"color": cmap(i % 20), "linestyle": "-" if i < 20 else "--", "marker": ".", "markersize": 4}
+
     written = []
     groups = {}
     for key, ev in runs.items():
@@ -134,13 +140,13 @@ def plots(runs, out):
         slug = f"{testbed}-{partition.replace(':', '')}"
         for what, xkey, xlabel, logx in (("bytes", "payload_sent_total", "bytes sent by all nodes", True),
                                          ("time", "wall_seconds", "wall time (s)", False)):
-            fig, ax = plt.subplots(figsize=(7, 4.2), dpi=80)
-            for name, ev in members:
+            fig, ax = plt.subplots(figsize=(8, 5), dpi=80)
+            for i, (name, ev) in enumerate(members):
                 xs = [_f(r, xkey) for r in ev]
                 ys = [_f(r, "accuracy_average_model") for r in ev]
                 pts = [(x, y) for x, y in zip(xs, ys) if x > 0 or not logx]
                 if pts:
-                    ax.plot(*zip(*pts), marker=".", label=name)
+                    ax.plot(*zip(*pts), label=name, **style(i))
             if logx:
                 ax.set_xscale("log")
             ax.set_xlabel(xlabel)
@@ -148,24 +154,24 @@ def plots(runs, out):
             ax.set_ylim(0.6, 0.9)
             ax.set_title(f"Fashion-MNIST, {testbed}, {partition}")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=6, ncol=2, loc="lower right")
+            ax.legend(fontsize=7, ncol=2, loc="lower right")
             fig.tight_layout()
             path = pathlib.Path(out) / f"{slug}-accuracy-vs-{what}.png"
             fig.savefig(path)
             plt.close(fig)
             written.append(path.name)
-        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=80)
-        for name, ev in members:
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=80)
+        for i, (name, ev) in enumerate(members):
             pts = [(_f(r, "step"), _f(r, "consensus_distance")) for r in ev]
             pts = [(x, y) for x, y in pts if y > 0]
             if pts:
-                ax.plot(*zip(*pts), marker=".", label=name)
+                ax.plot(*zip(*pts), label=name, **style(i))
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("consensus distance (1/n) Σ‖xᵢ − x̄‖²")
         ax.set_title(f"consensus, {testbed}, {partition}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         path = pathlib.Path(out) / f"{slug}-consensus.png"
         fig.savefig(path)
@@ -174,7 +180,15 @@ def plots(runs, out):
     return written
 
 
-def write_report(out, target=0.85):
+README_BEGIN = "<!-- experiments/report.py: results begin -->"
+README_END = "<!-- experiments/report.py: results end -->"
+README_PLOTS = ["loopback-iid-accuracy-vs-bytes.png", "loopback-dirichlet0.1-consensus.png",
+                "netns-100mbit-iid-accuracy-vs-time.png"]
+
+
+def write_report(out, target=0.85, readme=None):
+    """results.md and the plots in out; with `readme`, also the table and the main
+    plots between the README's markers (README_BEGIN, README_END)."""
     out = pathlib.Path(out)
     runs = by_run(read_runs(out))
     summary = summarize(runs, target)
@@ -185,8 +199,20 @@ def write_report(out, target=0.85):
             table(summary, target), ""]
     text += [f"![{p}]({p})" for p in pngs]
     (out / "results.md").write_text("\n".join(text) + "\n")
+    if readme is not None:
+        readme = pathlib.Path(readme)
+        doc = readme.read_text()
+        if README_BEGIN in doc and README_END in doc:
+            rel = out.resolve().relative_to(readme.resolve().parent)
+            shown = [p for p in README_PLOTS if (out / p).exists()]
+            body = [README_BEGIN, table(summary, target)] + [f"![{p}]({rel / p})" for p in shown] + [README_END]
+            head, rest = doc.split(README_BEGIN, 1)
+            doc = head + "\n".join(body) + rest.split(README_END, 1)[1]
+            readme.write_text(doc)
     return summary
 
 
 if __name__ == "__main__":
-    write_report(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent / "docs" / "results")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else root / "docs" / "results"
+    write_report(out, readme=root / "README.md" if out.resolve() == (root / "docs" / "results") else None)
