@@ -1,5 +1,5 @@
 // gossipctl: the command-line tool around gossipd. Each subcommand lives in its own file
-// and registers itself here (cluster today; status, peers, metrics, keygen to come).
+// and registers itself here: cluster, status, keygen.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +11,8 @@
 
 #include "cli/cluster.h"
 #include "cli/command.h"
+#include "cli/keygen.h"
+#include "cli/status.h"
 
 int main(int argc, char** argv) {
   using namespace gossip::cli;
@@ -20,7 +22,8 @@ int main(int argc, char** argv) {
     spdlog::set_pattern("gossipctl: %^%l%$: %v");
     CLI::App app{"gossipctl: control gossipd nodes and launch local clusters", "gossipctl"};
     app.require_subcommand(1);
-    std::vector<Subcommand> commands = {add_cluster_command(app)};
+    std::vector<Subcommand> commands = {add_cluster_command(app), add_status_command(app),
+                                        add_keygen_command(app)};
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

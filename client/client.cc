@@ -175,6 +175,19 @@ Result<Traffic> Client::traffic() {
   return to_traffic(s->traffic);
 }
 
+Result<NodeStatus> Client::status() {
+  auto r = impl_->request(ipc::StatsRequest{});
+  if (!r) return r.status();
+  auto* s = std::get_if<ipc::StatsReply>(&*r);
+  if (!s) return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
+  NodeStatus out{s->node, s->strategy, s->round, s->step, s->trainers, to_traffic(s->traffic), {}};
+  for (const auto& p : s->peers) {
+    out.peers.push_back({p.id, p.endpoint, to_traffic(p.traffic),
+                         p.silent_ms == ipc::kNeverHeard ? std::nullopt : std::optional<uint64_t>(p.silent_ms)});
+  }
+  return out;
+}
+
 Status Client::detach() {
   if (!impl_->attached) return Status::ok();
   impl_->attached = false;

@@ -174,9 +174,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 22>& fields() {
+const std::array<Field, 23>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 22> kFields = {{
+  static const std::array<Field, 23> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -204,6 +204,11 @@ const std::array<Field, 22>& fields() {
        IntegerSpec{{1, 64, 1},
                    [](const C& c) -> uint64_t { return c.max_trainers; },
                    [](C& c, uint64_t v) { c.max_trainers = static_cast<uint32_t>(v); }}},
+      {"node.metrics_port", "--metrics-port", "PORT",
+       "serve Prometheus metrics at http://<listen host>:PORT/metrics, 1..65535; 0: off",
+       IntegerSpec{{0, 65535, 1},
+                   [](const C& c) -> uint64_t { return c.metrics_port; },
+                   [](C& c, uint64_t v) { c.metrics_port = static_cast<uint32_t>(v); }}},
       {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip|allreduce",
        TextSpec{kStrategies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },

@@ -60,6 +60,8 @@ struct DaemonConfig {
   uint64_t seed = 0;
   std::string log_level = "info";  // trace, debug, info, warn, error, off
   uint32_t max_trainers = 8;       // trainers per node (replica slots in the arena)
+  // Prometheus text exposition at http://<listen host>:<port>/metrics; 0: not served.
+  uint32_t metrics_port = 0;
 
   // Number of nodes, self included.
   uint32_t nodes() const;

@@ -29,6 +29,7 @@ void block_signals() {
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(config_.max_trainers) {}
 
 Daemon::~Daemon() {
+  metrics_.reset();  // before the counters it reads
   worker_.reset();  // a round may still reference the arena or node_model_
   if (signal_fd_ >= 0) ::close(signal_fd_);
 }
@@ -73,6 +74,15 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot bind ipc://{}: {}", d->ipc_path_, e.what()));
   }
+  if (config.metrics_port != 0) {
+    const std::string host = peers::endpoint_host(config.listen);
+    Daemon* self = d.get();
+    auto server = MetricsServer::start(host, static_cast<uint16_t>(config.metrics_port),
+                                       [self] { return render_metrics(self->metrics_snapshot()); });
+    if (!server) return server.status();
+    d->metrics_ = std::move(server).value();
+    spdlog::info("metrics at http://{}:{}/metrics", host, d->metrics_->port());
+  }
   spdlog::info("node {} of {} listening on {} (peers) and ipc://{} (trainers); strategy {} T={}",
                config.node_id, config.nodes(), config.listen, d->ipc_path_, config.strategy.name,
                config.strategy.period);
@@ -104,6 +114,7 @@ int Daemon::run() {
       if (items[i].revents & ZMQ_POLLIN) handle_trainer_exit(items[i].fd);
     if (items[2].revents & ZMQ_POLLIN) handle_round_done();
     if (items[0].revents & ZMQ_POLLIN) handle_ipc();
+    publish_gauges();
   }
   return 0;
 }
@@ -118,6 +129,7 @@ void Daemon::handle_signal() {
 
 void Daemon::shutdown(const std::string& reason) {
   running_ = false;
+  metrics_.reset();  // its thread reads worker_'s counters
   for (auto* s : sessions_.all()) reply(s->route, ipc::Shutdown{reason});
   if (worker_) {
     // The run's totals, in the log for scripts that check their own accounting.
@@ -305,8 +317,41 @@ void Daemon::on_stats(const std::string& route) {
   const auto& traffic = worker_->traffic();
   r.traffic = traffic.totals();
   r.traffic.dropped += ipc_dropped_;
-  for (const auto& p : worker_->peers()) r.peers.push_back({p.id, p.endpoint, traffic.peer_totals(p.id)});
+  for (const auto& p : worker_->peers())
+    r.peers.push_back({p.id, p.endpoint, traffic.peer_totals(p.id), traffic.silent_ms(p.id)});
   reply(route, r);
+}
+
+void Daemon::publish_gauges() {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  gauge_rounds_.store(round_, kRelaxed);
+  gauge_step_.store(step_, kRelaxed);
+  gauge_trainers_.store(static_cast<uint32_t>(sessions_.size()), kRelaxed);
+  gauge_ipc_dropped_.store(ipc_dropped_, kRelaxed);
+}
+
+MetricsSnapshot Daemon::metrics_snapshot() const {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  MetricsSnapshot s;
+  s.node = config_.node_id;
+  s.strategy = config_.strategy.name;
+  s.codec = config_.strategy.codec;
+  s.transport = config_.strategy.transport;
+  const bool averages = config_.strategy.name == "local-sgd" || config_.strategy.name == "allreduce";
+  s.topology = averages ? "complete" : config_.topology_spec();
+  s.rounds = gauge_rounds_.load(kRelaxed);
+  s.step = gauge_step_.load(kRelaxed);
+  s.trainers = gauge_trainers_.load(kRelaxed);
+  s.ipc_dropped = gauge_ipc_dropped_.load(kRelaxed);
+  const auto& traffic = worker_->traffic();
+  const auto peer = [&](uint32_t id, std::string name) {
+    const uint64_t silent = traffic.silent_ms(id);
+    s.peers.push_back({std::move(name), traffic.peer_totals(id),
+                       silent == ipc::kNeverHeard ? std::nullopt : std::optional<double>(silent / 1000.0)});
+  };
+  for (const auto& p : worker_->peers()) peer(p.id, std::to_string(p.id));
+  peer(peers::TrafficCounters::kUnknownPeer, "unknown");
+  return s;
 }
 
 void Daemon::maybe_start_round() {

@@ -4,6 +4,7 @@
 // loop runs in the thread that calls run(); SIGINT/SIGTERM arrive through a
 // signalfd, so the caller must block them in every thread first (block_signals()).
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +15,8 @@
 
 #include "daemon/arena.h"
 #include "daemon/config.h"
+#include "daemon/metrics_server.h"
+#include "daemon/metrics_text.h"
 #include "daemon/sync_worker.h"
 #include "daemon/trainer_sessions.h"
 #include "proto/ipc.h"
@@ -73,6 +76,16 @@ class Daemon {
   std::vector<float> staged_;       // before the round: its input; after: the change it made
   bool staged_ready_ = false;
   uint64_t ipc_dropped_ = 0;
+
+  // Prometheus: the server's thread reads the traffic counters (atomics) and these
+  // copies of the loop's state, refreshed after every turn of run().
+  MetricsSnapshot metrics_snapshot() const;
+  void publish_gauges();
+  std::atomic<uint64_t> gauge_rounds_{0};
+  std::atomic<uint64_t> gauge_step_{0};
+  std::atomic<uint32_t> gauge_trainers_{0};
+  std::atomic<uint64_t> gauge_ipc_dropped_{0};
+  std::unique_ptr<MetricsServer> metrics_;  // stopped before worker_ goes away
 };
 
 }  // namespace gossip::daemon

@@ -1,6 +1,7 @@
 #include "peers/traffic.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace gossip::peers {
 
@@ -45,6 +46,14 @@ void TrafficCounters::count_recv(uint32_t peer, uint64_t payload, uint64_t wire)
   c->recv.payload.fetch_add(payload, kRelaxed);
   c->recv.wire.fetch_add(wire, kRelaxed);
   c->recv.messages.fetch_add(1, kRelaxed);
+  c->last_recv_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), kRelaxed);
+}
+
+uint64_t TrafficCounters::silent_ms(uint32_t peer) const {
+  const int64_t last = find(peer)->last_recv_ns.load(kRelaxed);
+  if (last < 0) return proto::ipc::kNeverHeard;
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return static_cast<uint64_t>(std::max<int64_t>(0, now - last) / 1'000'000);
 }
 
 void TrafficCounters::count_dropped(uint32_t peer) { find(peer)->dropped.fetch_add(1, kRelaxed); }

@@ -21,6 +21,7 @@ struct PeerCounters {
   uint32_t peer = 0;
   DirectionCounters sent, recv;
   std::atomic<uint64_t> dropped{0};  // invalid messages from this peer
+  std::atomic<int64_t> last_recv_ns{-1};  // steady_clock time of the last message; -1: none yet
 };
 
 class TrafficCounters {
@@ -32,6 +33,8 @@ class TrafficCounters {
   void count_dropped(uint32_t peer);  // also used for unknown senders (peer = kUnknownPeer)
 
   proto::ipc::Traffic peer_totals(uint32_t peer) const;
+  // Milliseconds since the peer's last message was counted; kNeverHeard if none was.
+  uint64_t silent_ms(uint32_t peer) const;
   proto::ipc::Traffic totals() const;
   const std::vector<uint32_t>& peer_ids() const { return ids_; }
 

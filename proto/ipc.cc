@@ -81,7 +81,7 @@ struct Schema<Traffic> {
 };
 template <>
 struct Schema<PeerStats> {
-  static constexpr std::array<std::string_view, 3> kKeys = {"id", "endpoint", "traffic"};
+  static constexpr std::array<std::string_view, 4> kKeys = {"id", "endpoint", "traffic", "silent_ms"};
 };
 template <>
 struct Schema<TensorSpec> {
@@ -97,7 +97,7 @@ struct Schema<TensorSpec> {
 //  - depth: message map > peers array > peer map > traffic map;
 //  - strings: names are bounded by validate_layout; error texts and endpoints are short.
 //  - objects: the most a valid message holds (a stats_reply with kMaxArray peers has
-//    21 per peer); without it 16 MiB of one-byte values would unpack into 400 MB.
+//    23 per peer); without it 16 MiB of one-byte values would unpack into 400 MB.
 constexpr size_t kMaxArray = kMaxTensors + 1;
 constexpr size_t kMaxMap = 16;
 constexpr size_t kMaxDepth = 4;
@@ -182,6 +182,7 @@ void pack_value(Packer& pk, const std::vector<PeerStats>& peers) {
     pack_key(pk, k[0]), pack_value(pk, p.id);
     pack_key(pk, k[1]), pack_value(pk, p.endpoint);
     pack_key(pk, k[2]), pack_value(pk, p.traffic);
+    pack_key(pk, k[3]), pack_value(pk, p.silent_ms);
   }
 }
 
@@ -413,6 +414,7 @@ class FieldReader {
       GOSSIP_RETURN_IF_ERROR(r.read("id", &p.id));
       GOSSIP_RETURN_IF_ERROR(r.read("endpoint", &p.endpoint));
       GOSSIP_RETURN_IF_ERROR(r.read("traffic", &p.traffic));
+      GOSSIP_RETURN_IF_ERROR(r.read("silent_ms", &p.silent_ms));
       out->push_back(std::move(p));
     }
     return Status::ok();

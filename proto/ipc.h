@@ -65,10 +65,14 @@ struct Detach {};
 struct DetachOk {};
 struct StatsRequest {};
 
+// PeerStats::silent_ms of a peer never heard from.
+inline constexpr uint64_t kNeverHeard = UINT64_MAX;
+
 struct PeerStats {
   uint32_t id = 0;
   std::string endpoint;
   Traffic traffic;
+  uint64_t silent_ms = kNeverHeard;  // since its last message arrived
 };
 
 struct StatsReply {

@@ -57,7 +57,7 @@ std::vector<int> free_ports(int n) {
 std::string binary(const std::string& name) { return std::string(GOSSIP_BIN_DIR) + "/" + name; }
 
 Cluster::Cluster(int nodes, std::vector<std::string> extra)
-    : n_(nodes), extra_(std::move(extra)), ports_(free_ports(nodes)), daemons_(nodes) {
+    : n_(nodes), extra_(std::move(extra)), node_flags_(nodes), ports_(free_ports(nodes)), daemons_(nodes) {
   char tmpl[] = "/tmp/gossip-test-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   run_dir_ = tmpl;
@@ -89,6 +89,7 @@ void Cluster::start(int node) {
       argv.push_back(std::to_string(j) + "=" + peer_endpoint(j));
     }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
+  argv.insert(argv.end(), node_flags_[node].begin(), node_flags_[node].end());
   daemons_[node] = ChildProcess(argv, run_dir_ / ("gossipd-" + std::to_string(node) + ".log"));
   auto sock = run_dir_ / ("gossipd-" + std::to_string(node) + ".sock");
   auto deadline = std::chrono::steady_clock::now() + 10s;

@@ -48,6 +48,8 @@ class Cluster {
   std::string peer_endpoint(int node) const;
   // Starts daemon `node` and waits (bounded) until its IPC socket exists.
   void start(int node);
+  // Flags for one daemon only, after `extra` (e.g. its own --metrics-port).
+  void set_node_flags(int node, std::vector<std::string> flags) { node_flags_[node] = std::move(flags); }
   void start_all();
   ChildProcess& daemon(int node) { return daemons_[node]; }
   std::string log(int node) const { return daemons_[node].log(); }
@@ -55,6 +57,7 @@ class Cluster {
  private:
   int n_;
   std::vector<std::string> extra_;
+  std::vector<std::vector<std::string>> node_flags_;
   std::filesystem::path run_dir_;
   std::vector<int> ports_;
   std::vector<ChildProcess> daemons_;

@@ -200,9 +200,9 @@ StatsReply sample_stats_reply() {
   r.step = 990;
   r.trainers = 4;
   r.traffic = sample_traffic(10);
-  r.peers = {{1, "tcp://10.0.0.1:5555", sample_traffic(20)},
-             {UINT32_MAX, "tcp://[::1]:6000", sample_traffic(30)},
-             {9, "", Traffic{}}};
+  r.peers = {{1, "tcp://10.0.0.1:5555", sample_traffic(20), 1234},
+             {UINT32_MAX, "tcp://[::1]:6000", sample_traffic(30), 0},
+             {9, "", Traffic{}, kNeverHeard}};
   return r;
 }
 
@@ -273,6 +273,7 @@ void expect_eq(const StatsReply& a, const StatsReply& b) {
     EXPECT_EQ(a.peers[i].id, b.peers[i].id);
     EXPECT_EQ(a.peers[i].endpoint, b.peers[i].endpoint);
     expect_eq(a.peers[i].traffic, b.peers[i].traffic);
+    EXPECT_EQ(a.peers[i].silent_ms, b.peers[i].silent_ms);
   }
 }
 void expect_eq(const Error& a, const Error& b) { EXPECT_EQ(a.message, b.message); }
@@ -366,7 +367,8 @@ TEST(Ipc, WireFormat) {
               (std::vector<std::string>{"payload_sent", "payload_recv", "wire_sent", "wire_recv",
                                         "msgs_sent", "msgs_recv", "dropped"}));
   Val& p0 = array_of(at(s, "peers"))[0];
-  EXPECT_THAT(keys(p0), (std::vector<std::string>{"id", "endpoint", "traffic"}));
+  EXPECT_THAT(keys(p0), (std::vector<std::string>{"id", "endpoint", "traffic", "silent_ms"}));
+  EXPECT_EQ(std::get<uint64_t>(at(p0, "silent_ms").v), 1234u);
 
   Val d = tree(Detach{});
   EXPECT_THAT(keys(d), (std::vector<std::string>{"v", "kind"}));

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,6 +61,23 @@ struct StepResult {
   Traffic traffic;       // node totals as of the last synchronization
 };
 
+struct PeerStatus {
+  uint32_t id = 0;
+  std::string endpoint;
+  Traffic traffic;
+  std::optional<uint64_t> silent_ms;  // since its last message arrived; none: never heard
+};
+
+struct NodeStatus {
+  uint32_t node = 0;
+  std::string strategy;
+  uint64_t round = 0;     // synchronization rounds completed
+  uint64_t step = 0;      // the node's step count
+  uint32_t trainers = 0;  // attached now
+  Traffic traffic;        // over all peers; dropped counts bad IPC messages too
+  std::vector<PeerStatus> peers;
+};
+
 class Client {
  public:
   static Result<std::unique_ptr<Client>> connect(const ClientOptions& options);
@@ -83,6 +101,8 @@ class Client {
 
   // The node's traffic counters without synchronizing.
   Result<Traffic> traffic();
+  // What the node is doing (no attach needed): gossipctl status asks this.
+  Result<NodeStatus> status();
 
   // Leaves the node; the replica is unmapped. Also done by the destructor.
   Status detach();

@@ -1,0 +1,33 @@
+#pragma once
+// The daemon's metrics in Prometheus' text exposition format (version 0.0.4), from a
+// snapshot, so the format is tested without a server. Names follow Prometheus'
+// conventions: a gossipd_ prefix, base units, _total on counters.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/ipc.h"
+
+namespace gossip::daemon {
+
+struct PeerMetrics {
+  std::string peer;  // the peer's id, or "unknown" for messages from strangers
+  proto::ipc::Traffic traffic;
+  std::optional<double> silent_seconds;  // since its last message; none: never heard
+};
+
+struct MetricsSnapshot {
+  uint32_t node = 0;
+  std::string strategy, codec, transport, topology;
+  uint64_t rounds = 0;
+  uint64_t step = 0;
+  uint32_t trainers = 0;
+  uint64_t ipc_dropped = 0;  // malformed or unexpected messages from trainers
+  std::vector<PeerMetrics> peers;
+};
+
+std::string render_metrics(const MetricsSnapshot& s);
+
+}  // namespace gossip::daemon

@@ -1,0 +1,56 @@
+#include "daemon/metrics_text.h"
+
+#include <gtest/gtest.h>
+
+namespace gossip::daemon {
+namespace {
+
+MetricsSnapshot sample() {
+  MetricsSnapshot s;
+  s.node = 3;
+  s.strategy = "gossip";
+  s.codec = "topk:0.01+ef";
+  s.transport = "auto";
+  s.topology = "ring";
+  s.rounds = 12;
+  s.step = 48;
+  s.trainers = 2;
+  s.ipc_dropped = 1;
+  proto::ipc::Traffic t;
+  t.payload_sent = 1000;
+  t.wire_sent = 1100;
+  t.payload_recv = 900;
+  t.wire_recv = 990;
+  t.msgs_sent = 5;
+  t.msgs_recv = 4;
+  t.dropped = 2;
+  s.peers = {{"4", t, 0.25}, {"unknown", {}, std::nullopt}};
+  return s;
+}
+
+TEST(MetricsText, EveryFamilyIsTypedAndEveryPeerHasItsSamples) {
+  const std::string text = render_metrics(sample());
+  for (const char* line :
+       {"# TYPE gossipd_rounds_total counter\ngossipd_rounds_total 12\n", "gossipd_step 48\n",
+        "gossipd_trainers 2\n", "gossipd_ipc_messages_dropped_total 1\n",
+        "gossipd_info{node=\"3\",strategy=\"gossip\",codec=\"topk:0.01+ef\",transport=\"auto\",topology=\"ring\"} 1\n",
+        "gossipd_bytes_sent_total{peer=\"4\"} 1100\n", "gossipd_bytes_received_total{peer=\"4\"} 990\n",
+        "gossipd_payload_bytes_sent_total{peer=\"4\"} 1000\n", "gossipd_payload_bytes_received_total{peer=\"4\"} 900\n",
+        "gossipd_messages_sent_total{peer=\"4\"} 5\n", "gossipd_messages_received_total{peer=\"4\"} 4\n",
+        "gossipd_messages_dropped_total{peer=\"4\"} 2\n", "gossipd_messages_dropped_total{peer=\"unknown\"} 0\n",
+        "gossipd_peer_silent_seconds{peer=\"4\"} 0.250\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << text;
+  EXPECT_EQ(text.find("gossipd_peer_silent_seconds{peer=\"unknown\"}"), std::string::npos)
+      << "a peer never heard has no silence to report";
+  EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(MetricsText, LabelValuesAreEscaped) {
+  MetricsSnapshot s = sample();
+  s.strategy = "a\"b\\c\nd";
+  const std::string text = render_metrics(s);
+  EXPECT_NE(text.find("strategy=\"a\\\"b\\\\c\\nd\""), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gossip::daemon

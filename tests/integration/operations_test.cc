@@ -1,0 +1,200 @@
+// What operators see of real daemons: the Prometheus endpoint, scraped with a real
+// HTTP client (Boost.Beast) while two nodes average, and `gossipctl status`.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "gossip/client.h"
+#include "harness.h"
+#include "test_client.h"
+
+namespace gossip::testing {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+struct Reply {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+Reply http_request(int port, http::verb verb, const std::string& target) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.expires_after(5s);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+  http::request<http::empty_body> req{verb, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(stream, buffer, res);
+  return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
+}
+
+// Raw bytes in, the status line out (or "" if the server just closed).
+std::string raw_exchange(int port, const std::string& bytes) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.expires_after(5s);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+  asio::write(stream.socket(), asio::buffer(bytes));
+  std::string got(256, '\0');
+  beast::error_code ec;
+  const size_t n = stream.socket().read_some(asio::buffer(got), ec);
+  got.resize(ec ? 0 : n);
+  return got.substr(0, got.find("\r\n"));
+}
+
+// name{labels} -> value, checking every sample line's syntax and that its family
+// was declared with # TYPE first.
+std::map<std::string, double> parse_exposition(const std::string& text) {
+  static const std::regex sample(R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? ([0-9.e+-]+)$)");
+  std::map<std::string, double> out;
+  std::set<std::string> typed;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("# TYPE ")) {
+      typed.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    if (line.starts_with("#")) continue;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(line, m, sample)) << "not a sample line: " << line;
+    if (m.empty()) continue;
+    EXPECT_TRUE(typed.count(m[1])) << m[1] << " has no # TYPE before its samples";
+    out[m[1].str() + m[2].str()] = std::stod(m[4]);
+  }
+  return out;
+}
+
+TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
+  const auto ports = free_ports(2);
+  Cluster c(2, {"--period", "1"});
+  c.set_node_flags(0, {"--metrics-port", std::to_string(ports[0])});
+  c.set_node_flags(1, {"--metrics-port", std::to_string(ports[1])});
+  c.start_all();
+
+  auto before = parse_exposition(http_request(ports[0], http::verb::get, "/metrics").body);
+  EXPECT_EQ(before["gossipd_rounds_total"], 0);
+  EXPECT_EQ(before["gossipd_trainers"], 0);
+  EXPECT_EQ(before["gossipd_payload_bytes_sent_total{peer=\"1\"}"], 0);
+  EXPECT_EQ(before.count("gossipd_peer_silent_seconds{peer=\"1\"}"), 0u) << "never heard yet";
+
+  constexpr uint64_t kNumel = 10000;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(connect_to(c, i));
+    ASSERT_TRUE(clients.back());
+    ASSERT_TRUE(clients.back()->attach({{"w", kNumel}}).is_ok());
+  }
+  const auto steps = [&](int n) {
+    std::vector<std::thread> ts;
+    for (auto& cl : clients)
+      ts.emplace_back([&, raw = cl.get()] {
+        for (int s = 0; s < n; ++s) ASSERT_TRUE(raw->step().is_ok());
+      });
+    for (auto& t : ts) t.join();
+  };
+  steps(3);
+  const Reply r1 = http_request(ports[0], http::verb::get, "/metrics");
+  EXPECT_EQ(r1.status, 200);
+  EXPECT_EQ(r1.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  auto m1 = parse_exposition(r1.body);
+  EXPECT_EQ(m1["gossipd_trainers"], 1);
+  EXPECT_GE(m1["gossipd_rounds_total"], 3);
+  EXPECT_EQ(m1["gossipd_info{node=\"0\",strategy=\"local-sgd\",codec=\"none\",transport=\"auto\",topology=\"complete\"}"], 1);
+  const double sent1 = m1["gossipd_payload_bytes_sent_total{peer=\"1\"}"];
+  EXPECT_GT(sent1, 0);
+  EXPECT_GE(m1["gossipd_bytes_sent_total{peer=\"1\"}"], sent1) << "wire bytes include framing";
+  EXPECT_GT(m1["gossipd_payload_bytes_received_total{peer=\"1\"}"], 0);
+  EXPECT_EQ(m1.count("gossipd_peer_silent_seconds{peer=\"1\"}"), 1u);
+  EXPECT_LT(m1["gossipd_peer_silent_seconds{peer=\"1\"}"], 60);
+
+  // The scrape agrees with what the daemon tells its trainers.
+  auto t = clients[0]->traffic();
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(sent1, static_cast<double>(t->payload_sent));
+
+  steps(4);
+  auto m2 = parse_exposition(http_request(ports[0], http::verb::get, "/metrics").body);
+  EXPECT_GE(m2["gossipd_rounds_total"], m1["gossipd_rounds_total"] + 4);
+  EXPECT_GT(m2["gossipd_payload_bytes_sent_total{peer=\"1\"}"], sent1);
+  EXPECT_GT(m2["gossipd_messages_sent_total{peer=\"1\"}"], m1["gossipd_messages_sent_total{peer=\"1\"}"]);
+
+  // Node 1 serves its own counters.
+  auto other = parse_exposition(http_request(ports[1], http::verb::get, "/metrics?x=1").body);
+  EXPECT_GT(other["gossipd_payload_bytes_sent_total{peer=\"0\"}"], 0);
+
+  // Everything else is refused by name, and the server keeps serving.
+  EXPECT_EQ(http_request(ports[0], http::verb::get, "/").status, 404);
+  EXPECT_EQ(http_request(ports[0], http::verb::post, "/metrics").status, 405);
+  EXPECT_EQ(raw_exchange(ports[0], "GARBAGE\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+  // An oversized header: a 400, or a reset if the server closes with our bytes unread.
+  const std::string big = raw_exchange(ports[0], "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n");
+  EXPECT_TRUE(big.empty() || big == "HTTP/1.1 400 Bad Request") << big;
+  EXPECT_EQ(http_request(ports[0], http::verb::get, "/metrics").status, 200);
+  EXPECT_TRUE(c.daemon(0).running());
+}
+
+TEST(Operations, GossipctlStatusReportsTheNodeAndItsPeers) {
+  Cluster c(3, {"--period", "1"});
+  c.start_all();
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(connect_to(c, i));
+    ASSERT_TRUE(clients.back());
+    ASSERT_TRUE(clients.back()->attach({{"w", 5000}}).is_ok());
+  }
+  std::vector<std::thread> ts;
+  for (auto& cl : clients)
+    ts.emplace_back([raw = cl.get()] {
+      for (int s = 0; s < 2; ++s) ASSERT_TRUE(raw->step().is_ok());
+    });
+  for (auto& t : ts) t.join();
+
+  const auto run = [&](const std::string& args) {
+    const std::string cmd = binary("gossipctl") + " status " + args + " 2>&1";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int rc = ::pclose(p);
+    return std::make_pair(WEXITSTATUS(rc), out);
+  };
+  auto [rc, table] = run("--node " + c.ipc_endpoint(1));
+  EXPECT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("node 1  strategy local-sgd"), std::string::npos) << table;
+  EXPECT_NE(table.find("trainers 1"), std::string::npos) << table;
+  EXPECT_NE(table.find(c.peer_endpoint(0)), std::string::npos) << table;
+  EXPECT_NE(table.find(c.peer_endpoint(2)), std::string::npos) << table;
+  EXPECT_NE(table.find("ago"), std::string::npos) << "peers were heard from: " << table;
+
+  auto [rc2, json] = run("--json --node " + c.ipc_endpoint(2));
+  EXPECT_EQ(rc2, 0) << json;
+  EXPECT_NE(json.find("\"node\": 2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"trainers\": 1"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"silent_ms\": null"), std::string::npos) << "both peers were heard: " << json;
+
+  auto [rc3, err] = run("--node " + (c.run_dir() / "gossipd-9.sock").string());
+  EXPECT_EQ(rc3, 1);
+  EXPECT_NE(err.find("no gossipd socket at"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace gossip::testing
