@@ -2,7 +2,9 @@
 // Status, and the only allocations that can throw are caught here.
 #include "gossip/gossip.h"
 
+#include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "gossip/client.h"
@@ -10,6 +12,7 @@
 struct gossip_client {
   std::unique_ptr<gossip::Client> client;
   std::string last_error;
+  std::optional<gossip::Model> model;  // from the last successful attach
 };
 
 namespace {
@@ -70,7 +73,7 @@ int gossip_connect(const char* endpoint, const char* trainer, uint32_t local_ran
       connect_error = c.status().message();
       return code_of(c.status());
     }
-    *out = new gossip_client{std::move(c).value(), {}};
+    *out = new gossip_client{std::move(c).value(), {}, std::nullopt};
     return GOSSIP_OK;
   } catch (const std::bad_alloc&) {
     connect_error = "out of memory";
@@ -98,11 +101,28 @@ int gossip_attach(gossip_client* c, size_t n, const char* const* names, const ui
     if (!m) return fail(c, m.status());
     for (size_t i = 0; i < n; ++i) tensors[i] = m->tensors[i].data();
     if (initialized) *initialized = m->initialized ? 1 : 0;
+    c->model = std::move(*m);
     return GOSSIP_OK;
   } catch (const std::bad_alloc&) {
     c->last_error = "out of memory";
     return GOSSIP_EIO;
   }
+}
+
+int gossip_model(const gossip_client* c, gossip_model_info* out) {
+  if (!c || !out || !c->model) return GOSSIP_EINVAL;
+  out->node = c->model->node;
+  out->nodes = c->model->nodes;
+  out->start_step = c->model->start_step;
+  out->initialized = c->model->initialized ? 1 : 0;
+  std::memset(out->strategy, 0, sizeof out->strategy);
+  std::strncpy(out->strategy, c->model->strategy.c_str(), sizeof out->strategy - 1);
+  return GOSSIP_OK;
+}
+
+int gossip_next_step_syncs(const gossip_client* c) {
+  if (!c) return GOSSIP_EINVAL;
+  return c->client->next_step_syncs() ? 1 : 0;
 }
 
 int gossip_step(gossip_client* c, gossip_step_result* out) {
@@ -123,6 +143,7 @@ int gossip_sync(gossip_client* c, gossip_step_result* out) {
 
 int gossip_detach(gossip_client* c) {
   if (!c) return GOSSIP_EINVAL;
+  c->model.reset();  // its tensors point into the unmapped arena
   auto s = c->client->detach();
   return s ? GOSSIP_OK : fail(c, s);
 }

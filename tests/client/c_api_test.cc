@@ -27,6 +27,13 @@ TEST(CApi, AttachStepSyncDetachAgainstARealDaemon) {
     ASSERT_EQ(gossip_attach(c[i], 2, names, numels, tensors[i], &initialized), GOSSIP_OK)
         << gossip_last_error(c[i]);
     EXPECT_EQ(initialized, 0);
+    gossip_model_info info{};
+    ASSERT_EQ(gossip_model(c[i], &info), GOSSIP_OK);
+    EXPECT_EQ(info.node, static_cast<uint32_t>(i));
+    EXPECT_EQ(info.nodes, 2u);
+    EXPECT_EQ(info.start_step, 0u);
+    EXPECT_STREQ(info.strategy, "local-sgd");
+    EXPECT_EQ(gossip_next_step_syncs(c[i]), 0) << "period 2: step 1 is local";
     for (int k = 0; k < 100; ++k) tensors[i][0][k] = static_cast<float>(i * 10 + 1);  // 1 and 11
     for (int k = 0; k < 3; ++k) tensors[i][1][k] = static_cast<float>(i);
   }
@@ -35,6 +42,7 @@ TEST(CApi, AttachStepSyncDetachAgainstARealDaemon) {
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(gossip_step(c[i], &r[i]), GOSSIP_OK) << gossip_last_error(c[i]);
     EXPECT_EQ(r[i].synced, 0);
+    EXPECT_EQ(gossip_next_step_syncs(c[i]), 1);
   }
   std::thread other([&] { EXPECT_EQ(gossip_step(c[1], &r[1]), GOSSIP_OK) << gossip_last_error(c[1]); });
   ASSERT_EQ(gossip_step(c[0], &r[0]), GOSSIP_OK) << gossip_last_error(c[0]);
@@ -53,6 +61,8 @@ TEST(CApi, AttachStepSyncDetachAgainstARealDaemon) {
   EXPECT_EQ(r[0].round, 2u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(gossip_detach(c[i]), GOSSIP_OK);
+    gossip_model_info info{};
+    EXPECT_EQ(gossip_model(c[i], &info), GOSSIP_EINVAL) << "no model after detach";
     gossip_close(c[i]);
   }
 }
