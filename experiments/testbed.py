@@ -36,11 +36,24 @@ def check_rights():
     if os.geteuid() != 0:
         raise TestbedError("the testbed makes network namespaces, veth pairs and tc qdiscs, "
                            "which needs root (CAP_NET_ADMIN); run as root, or use --testbed loopback")
+    # Everything the testbed needs, tried inside a namespace of its own (deleting it
+    # deletes whatever was made in it): a kernel or container may lack any one of them.
     probe = f"gdprobe{os.getpid()}"
     done = _run(["ip", "netns", "add", probe], check=False)
     if done.returncode != 0:
         raise TestbedError(f"cannot create a network namespace here: {done.stderr.strip()}")
-    _run(["ip", "netns", "del", probe], check=False)
+    try:
+        for what, args in (
+                ("a bridge", ["ip", "-n", probe, "link", "add", "pbr", "type", "bridge"]),
+                ("a veth pair", ["ip", "-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb"]),
+                ("tc's token bucket filter (sch_tbf)",
+                 ["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "1mbit",
+                  "burst", "32kb", "latency", "50ms"])):
+            done = _run(args, check=False)
+            if done.returncode != 0:
+                raise TestbedError(f"this machine cannot make {what}: {done.stderr.strip()}")
+    finally:
+        _run(["ip", "netns", "del", probe], check=False)
 
 
 def parse_rate(rate):
