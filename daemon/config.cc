@@ -45,6 +45,7 @@ constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "pus
                                               "async-gossip", "allreduce"};
 constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
+constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 // ---------------------------------------------------------------------------------------
@@ -174,9 +175,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 23>& fields() {
+const std::array<Field, 24>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 23> kFields = {{
+  static const std::array<Field, 24> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -247,6 +248,12 @@ const std::array<Field, 23>& fields() {
        IntegerSpec{{1, 64, 1},
                    [](const C& c) -> uint64_t { return c.strategy.codec_threads; },
                    [](C& c, uint64_t v) { c.strategy.codec_threads = static_cast<uint32_t>(v); }}},
+      {"strategy.nonfinite", "--nonfinite", "refuse|clip",
+       "an update with NaN or Inf: refuse it (send the last synchronized model) or clip "
+       "(only those elements take their last synchronized values)",
+       TextSpec{kNonFinitePolicies, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.nonfinite; },
+                [](C& c, std::string v) { c.strategy.nonfinite = std::move(v); }}},
       {"strategy.outer.optimizer", "--outer-optimizer", "none|nesterov",
        "outer optimizer on the averaged delta",
        TextSpec{kOuterOptimizers, "", nullptr,

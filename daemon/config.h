@@ -47,6 +47,8 @@ struct StrategyConfig {
   uint64_t delay = 0;           // push-sum: rounds a message may be in flight
   uint64_t staleness = 1;       // async-gossip: rounds a node may run ahead of a neighbor
   double patience_s = 5.0;      // how long a gossip round waits for a neighbor heard from before
+  // A contribution with NaN or Inf (daemon/nonfinite.h): "refuse" or "clip".
+  std::string nonfinite = "refuse";
 };
 
 struct DaemonConfig {

@@ -26,7 +26,9 @@ void block_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(config_.max_trainers) {}
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(config_.max_trainers) {
+  parse_nonfinite_policy(config_.strategy.nonfinite, &nonfinite_policy_);  // validated by config
+}
 
 Daemon::~Daemon() {
   metrics_.reset();  // before the counters it reads
@@ -322,6 +324,20 @@ void Daemon::on_stats(const std::string& route) {
   reply(route, r);
 }
 
+void Daemon::guard_nonfinite() {
+  const NonFiniteReport r = sanitize_update(round_model_, last_good_, nonfinite_policy_);
+  if (r.count == 0) return;
+  nonfinite_updates_.fetch_add(1, std::memory_order_relaxed);
+  nonfinite_values_.fetch_add(r.count, std::memory_order_relaxed);
+  const char* what = nonfinite_policy_ == NonFinitePolicy::kClip
+                         ? "those elements take their last synchronized values"
+                         : last_good_.empty() ? "the node contributes zeros this round"
+                                              : "the node contributes its last synchronized model";
+  spdlog::error("round {}: the node's update has {} NaN/Inf value(s), the first at {}: {} (--nonfinite {})",
+                round_, r.count, layout_ ? describe_position(*layout_, r.first) : fmt::format("element {}", r.first),
+                what, config_.strategy.nonfinite);
+}
+
 void Daemon::publish_gauges() {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   gauge_rounds_.store(round_, kRelaxed);
@@ -343,6 +359,8 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.step = gauge_step_.load(kRelaxed);
   s.trainers = gauge_trainers_.load(kRelaxed);
   s.ipc_dropped = gauge_ipc_dropped_.load(kRelaxed);
+  s.nonfinite_updates = nonfinite_updates_.load(kRelaxed);
+  s.nonfinite_values = nonfinite_values_.load(kRelaxed);
   const auto& traffic = worker_->traffic();
   const auto peer = [&](uint32_t id, std::string name) {
     const uint64_t silent = traffic.silent_ms(id);
@@ -383,6 +401,7 @@ void Daemon::maybe_start_round() {
     for (auto& v : node_model_) v *= inv;
     round_model_ = node_model_;
   }
+  guard_nonfinite();
   participants_.clear();
   uint64_t step = 0;
   for (auto* s : waiting) {
@@ -425,14 +444,18 @@ void Daemon::handle_round_done() {
   ++round_;
   if (async()) {
     // Its trainers were answered when it started; they see the change at their next sync.
-    if (result->is_ok())
+    if (result->is_ok()) {
       stage_async_change();
+      last_good_.assign(async_model_.begin(), async_model_.end());
+    }
     else
       spdlog::error("round {} failed: {}", round_ - 1, result->message());
     maybe_start_round();
     return;
   }
   if (result->is_ok()) {
+    // What the NaN/Inf guard falls back to; gradients have no such model.
+    if (config_.strategy.name != "allreduce") last_good_.assign(round_model_.begin(), round_model_.end());
     ipc::SyncOk ok;
     ok.round = round_;
     ok.step = step_;

@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "daemon/metrics_server.h"
 #include "daemon/metrics_text.h"
+#include "daemon/nonfinite.h"
 #include "daemon/sync_worker.h"
 #include "daemon/trainer_sessions.h"
 #include "proto/ipc.h"
@@ -76,6 +77,13 @@ class Daemon {
   std::vector<float> staged_;       // before the round: its input; after: the change it made
   bool staged_ready_ = false;
   uint64_t ipc_dropped_ = 0;
+
+  // NaN/Inf guard: the model after the last successful round (not for gradients).
+  void guard_nonfinite();
+  NonFinitePolicy nonfinite_policy_ = NonFinitePolicy::kRefuse;
+  std::vector<float> last_good_;
+  std::atomic<uint64_t> nonfinite_updates_{0};  // rounds whose contribution was repaired
+  std::atomic<uint64_t> nonfinite_values_{0};   // non-finite elements found in them
 
   // Prometheus: the server's thread reads the traffic counters (atomics) and these
   // copies of the loop's state, refreshed after every turn of run().

@@ -42,6 +42,11 @@ std::string render_metrics(const MetricsSnapshot& s) {
   out += fmt::format("gossipd_trainers {}\n", s.trainers);
   header(out, "gossipd_ipc_messages_dropped_total", "counter", "Malformed or unexpected messages from trainers.");
   out += fmt::format("gossipd_ipc_messages_dropped_total {}\n", s.ipc_dropped);
+  header(out, "gossipd_nonfinite_updates_total", "counter",
+         "Rounds in which the node's update held NaN or Inf and was repaired before sending.");
+  out += fmt::format("gossipd_nonfinite_updates_total {}\n", s.nonfinite_updates);
+  header(out, "gossipd_nonfinite_values_total", "counter", "NaN or Inf values found in the node's updates.");
+  out += fmt::format("gossipd_nonfinite_values_total {}\n", s.nonfinite_values);
   using T = proto::ipc::Traffic;
   per_peer(out, s, "gossipd_bytes_sent_total", "Bytes sent to the peer on the wire, framing included.",
            [](const T& t) { return t.wire_sent; });
