@@ -8,6 +8,7 @@
 #include "daemon/config.h"
 
 #include "compression/codec_spec.h"
+#include "peers/curve_auth.h"
 #include "peers/node_ids.h"
 #include "peers/topology.h"
 
@@ -111,6 +112,12 @@ Problem codec_problem(std::string_view spec) {
   return c.status().message();
 }
 
+Problem secret_key_problem(std::string_view key) {
+  if (key.empty()) return std::nullopt;  // no CURVE
+  if (Status st = peers::check_curve_key(key, "the key"); !st) return st.message();
+  return std::nullopt;
+}
+
 Problem run_dir_problem(std::string_view dir) {
   if (dir.empty()) return "must not be empty";
   return std::nullopt;
@@ -175,9 +182,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 24>& fields() {
+const std::array<Field, 25>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 24> kFields = {{
+  static const std::array<Field, 25> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -210,6 +217,14 @@ const std::array<Field, 24>& fields() {
        IntegerSpec{{0, 65535, 1},
                    [](const C& c) -> uint64_t { return c.metrics_port; },
                    [](C& c, uint64_t v) { c.metrics_port = static_cast<uint32_t>(v); }}},
+      {"node.secret_key", "--secret-key", "Z85",
+       "CURVE secret key (gossipctl keygen): encrypt the peer channel and admit only the peers' "
+       "public keys (prefer the config file: flags show in ps)",
+       TextSpec{{},
+                "a string (a Z85 key)",
+                secret_key_problem,
+                [](const C& c) -> const std::string& { return c.secret_key; },
+                [](C& c, std::string v) { c.secret_key = std::move(v); }}},
       {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip|allreduce",
        TextSpec{kStrategies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },
@@ -304,7 +319,7 @@ const Field* find_field(std::string_view key) {
 
 // Tables besides the root and [[peers]].
 constexpr std::string_view kTables[] = {"node", "strategy", "strategy.outer"};
-constexpr std::string_view kPeerKeys[] = {"id", "endpoint"};
+constexpr std::string_view kPeerKeys[] = {"id", "endpoint", "public_key"};
 
 bool is_table(std::string_view key) {
   return std::find(std::begin(kTables), std::end(kTables), key) != std::end(kTables);
@@ -564,7 +579,18 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
       return key_error(o, endpoint_key,
                        fmt::format("endpoint '{}' of peer {} is this node's node.listen (id {})",
                                    p.endpoint, p.id, c.node_id));
+    const std::string key_key = fmt::format("peers[{}].public_key", i);
+    if (!p.public_key.empty()) {
+      if (Status st = peers::check_curve_key(p.public_key, "the key"); !st) return key_error(o, key_key, st.message());
+      if (c.secret_key.empty())
+        return key_error(o, key_key, "a peer's public key needs node.secret_key (this node's own key) too");
+    } else if (!c.secret_key.empty() && p.id != c.node_id) {
+      return key_error(o, key_key,
+                       fmt::format("missing: with node.secret_key set, peer {} needs its public key", p.id));
+    }
   }
+  if (!c.secret_key.empty() && !peers::curve_available())
+    return key_error(o, "node.secret_key", "this libzmq was built without CURVE (libsodium)");
   if (c.strategy.name == "allreduce" && (c.strategy.period != 1 || c.strategy.post_local != 0))
     return key_error(o, "strategy.period",
                      fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "
@@ -628,6 +654,10 @@ Status read_peers(const toml::node& n, Document& d) {
         if (auto problem = endpoint_problem(s->get())) return key_error(o, key, *problem);
         peer.endpoint = s->get();
         has_endpoint = true;
+      } else if (k.str() == "public_key") {
+        const auto* s = v.as_string();
+        if (!s) return key_error(o, key, must_be("a string (a Z85 key)", describe_node(v)));
+        peer.public_key = s->get();
       } else {
         return key_error(o, key, unknown_problem(k.str(), v.is_table(), "in [[peers]]", kPeerKeys));
       }
@@ -816,6 +846,14 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
           ->take_all()
           ->expected(1);
 
+  std::vector<std::string> peer_key_texts;
+  CLI::Option* peer_key_option =
+      app.add_option("--peer-key", peer_key_texts,
+                     "a peer's CURVE public key, repeatable: ID=Z85 (sets peers[].public_key)")
+          ->type_name("ID=KEY")
+          ->take_all()
+          ->expected(1);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -861,13 +899,33 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
       auto id = integer_from_text(kNodeIdRange, std::string_view(text).substr(0, eq));
       if (auto* problem = std::get_if<std::string>(&id))
         return malformed(fmt::format("ID {}", *problem));
-      PeerConfig peer{static_cast<uint32_t>(std::get<uint64_t>(id)), text.substr(eq + 1)};
+      PeerConfig peer{static_cast<uint32_t>(std::get<uint64_t>(id)), text.substr(eq + 1), {}};
       if (auto problem = endpoint_problem(peer.endpoint))
         return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, flag, *problem));
       const size_t index = d.config.peers.size();
       d.origins.flags[fmt::format("peers[{}].id", index)] = flag;
       d.origins.flags[fmt::format("peers[{}].endpoint", index)] = flag;
       d.config.peers.push_back(std::move(peer));
+    }
+  }
+
+  if (peer_key_option->count() > 0) {
+    for (const std::string& text : peer_key_texts) {
+      const std::string flag = fmt::format("--peer-key {}...", text.substr(0, text.find('=') + 1));
+      const size_t eq = text.find('=');
+      if (eq == std::string::npos)
+        return Status::invalid(fmt::format("{}: flag '{}': no '=' between ID and key (the form is ID=KEY)",
+                                           kCommandLine, flag));
+      auto id = integer_from_text(kNodeIdRange, std::string_view(text).substr(0, eq));
+      if (auto* problem = std::get_if<std::string>(&id))
+        return Status::invalid(fmt::format("{}: flag '{}': ID {}", kCommandLine, flag, *problem));
+      auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
+                             [&](const PeerConfig& p) { return p.id == std::get<uint64_t>(id); });
+      if (it == d.config.peers.end())
+        return Status::invalid(fmt::format("{}: flag '{}': no peer {} (give it with --peer or [[peers]])",
+                                           kCommandLine, flag, std::get<uint64_t>(id)));
+      it->public_key = text.substr(eq + 1);
+      d.origins.flags[fmt::format("peers[{}].public_key", it - d.config.peers.begin())] = flag;
     }
   }
 

@@ -12,7 +12,8 @@ namespace gossip::daemon {
 
 struct PeerConfig {
   uint32_t id = 0;
-  std::string endpoint;  // tcp://host:port
+  std::string endpoint;    // tcp://host:port
+  std::string public_key = {};  // CURVE (Z85); required of every peer when node.secret_key is set
 };
 
 struct OuterOptimizerConfig {
@@ -64,6 +65,9 @@ struct DaemonConfig {
   uint32_t max_trainers = 8;       // trainers per node (replica slots in the arena)
   // Prometheus text exposition at http://<listen host>:<port>/metrics; 0: not served.
   uint32_t metrics_port = 0;
+  // CURVE (Z85, `gossipctl keygen`): set, the peer channel is encrypted and admits only
+  // the peers' public keys. Empty: plaintext.
+  std::string secret_key;
 
   // Number of nodes, self included.
   uint32_t nodes() const;

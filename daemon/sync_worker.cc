@@ -37,8 +37,10 @@ std::string ring_listen_host(const std::string& listen) {
 Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config) {
   std::unique_ptr<SyncWorker> w(new SyncWorker());
   std::vector<peers::Peer> remote;
-  for (const auto& p : config.remote_peers()) remote.push_back({p.id, p.endpoint});
-  auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote);
+  for (const auto& p : config.remote_peers()) remote.push_back({p.id, p.endpoint, p.public_key});
+  peers::TransportOptions to;
+  to.secret_key = config.secret_key;
+  auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote, to);
   if (!transport) return transport.status();
   w->transport_ = std::move(transport).value();
   auto codec = compression::make_codec(config.strategy.codec);

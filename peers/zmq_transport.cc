@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -43,6 +44,7 @@ ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
 ZmqTransport::~ZmqTransport() {
   inbound_.close();
   for (auto& o : outbound_) o->socket.close();
+  zap_.reset();
   // Terminating the context waits out the linger and frees unsent zero-copy
   // messages, whose release callback decrements Outbound::pending: it must happen
   // while outbound_ still exists.
@@ -56,8 +58,31 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self,
   std::vector<Peer> sorted = peers;
   std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.id < b.id; });
   std::unique_ptr<ZmqTransport> t(new ZmqTransport(self, sorted));
+  const bool curve = !options.secret_key.empty();
+  std::string public_key;
+  if (curve) {
+    if (!curve_available()) return Status::invalid("a secret key is set but this libzmq has no CURVE (libsodium)");
+    auto pub = curve_public_of(options.secret_key);
+    if (!pub) return pub.status();
+    public_key = *pub;
+    std::map<std::string, uint32_t> allowed;
+    for (const auto& p : sorted) {
+      if (p.public_key.empty()) return Status::invalid(fmt::format("peer {} has no public key", p.id));
+      GOSSIP_RETURN_IF_ERROR(check_curve_key(p.public_key, fmt::format("peer {}'s public key", p.id)));
+      allowed[p.public_key] = p.id;
+    }
+    // Before the ROUTER binds: a handshake without a handler would be admitted.
+    auto zap = ZapHandler::start(t->context_, allowed);
+    if (!zap) return zap.status();
+    t->zap_ = std::move(zap).value();
+  }
   try {
     t->inbound_ = zmq::socket_t(t->context_, zmq::socket_type::router);
+    if (curve) {
+      t->inbound_.set(zmq::sockopt::curve_server, 1);
+      t->inbound_.set(zmq::sockopt::curve_secretkey, options.secret_key);
+      t->inbound_.set(zmq::sockopt::zap_domain, "gossipd");
+    }
     // Headers and payload are bounded by the wire format; ZeroMQ drops the
     // connection of a peer that announces a bigger frame before buffering it.
     t->inbound_.set(zmq::sockopt::maxmsgsize,
@@ -75,6 +100,11 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self,
     try {
       out->socket = zmq::socket_t(t->context_, zmq::socket_type::dealer);
       out->socket.set(zmq::sockopt::routing_id, routing_id_for(self));
+      if (curve) {
+        out->socket.set(zmq::sockopt::curve_serverkey, p.public_key);
+        out->socket.set(zmq::sockopt::curve_publickey, public_key);
+        out->socket.set(zmq::sockopt::curve_secretkey, options.secret_key);
+      }
       out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options.reconnect_min.count()));
       out->socket.set(zmq::sockopt::reconnect_ivl_max,
                       static_cast<int>(options.reconnect_max.count()));
@@ -214,6 +244,19 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
     if (!sender) {
       drop("sender is not in the peer list");
       continue;
+    }
+    if (zap_ && frames.size() > 1) {
+      // The authenticator named the key's owner; the routing id must be the same node.
+      // (Metadata rides on the frames the peer sent, not on the routing id ROUTER adds.)
+      const char* user = nullptr;
+      try {
+        user = frames[1].gets("User-Id");
+      } catch (const zmq::error_t&) {
+      }
+      if (!user || std::to_string(*sender) != user) {
+        drop(fmt::format("it authenticated as node {}", user ? user : "?"));
+        continue;
+      }
     }
     if (total_frames < 2 || total_frames > 3) {
       drop(fmt::format("{} frames (expected header and at most one payload)", total_frames - 1));

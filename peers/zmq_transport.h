@@ -17,6 +17,7 @@
 
 #include <zmq.hpp>
 
+#include "peers/curve_auth.h"
 #include "peers/peer.h"
 #include "peers/traffic.h"
 #include "proto/message.h"
@@ -35,6 +36,9 @@ struct TransportOptions {
   std::chrono::milliseconds reconnect_max{2000};
   std::chrono::milliseconds linger{250};  // how long closing tries to flush a last message (bye)
   int socket_buffer_bytes = 4 << 20;
+  // This daemon's CURVE secret key (Z85). Set: every peer needs its public key, the
+  // channel is encrypted and only those keys are admitted (peers/curve_auth.h).
+  std::string secret_key;
 };
 
 class ZmqTransport {
@@ -85,6 +89,7 @@ class ZmqTransport {
   std::vector<Peer> peers_;
   TrafficCounters traffic_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // with CURVE; stopped before context_ closes
   zmq::socket_t inbound_;
   std::vector<std::unique_ptr<Outbound>> outbound_;
 };

@@ -1,0 +1,117 @@
+#include "peers/curve_auth.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <vector>
+
+namespace gossip::peers {
+namespace {
+
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+
+std::optional<std::string> decode_key(std::string_view z85) {
+  if (z85.size() != kCurveKeyText) return std::nullopt;
+  std::string text(z85);
+  std::array<uint8_t, 32> bin{};
+  if (zmq_z85_decode(bin.data(), text.c_str()) == nullptr) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>(bin.data()), bin.size());
+}
+
+std::string key_text(std::string_view bin) {
+  char out[kCurveKeyText + 1] = {};
+  zmq_z85_encode(out, reinterpret_cast<const uint8_t*>(bin.data()), bin.size());
+  return out;
+}
+
+}  // namespace
+
+bool curve_available() { return zmq_has("curve") != 0; }
+
+Status check_curve_key(std::string_view z85, std::string_view what) {
+  if (z85.size() != kCurveKeyText)
+    return Status::invalid(fmt::format("{}: a CURVE key is {} Z85 characters, got {}", what, kCurveKeyText, z85.size()));
+  if (!decode_key(z85)) return Status::invalid(fmt::format("{}: not a Z85 key (gossipctl keygen makes one)", what));
+  return Status::ok();
+}
+
+Result<std::string> curve_public_of(const std::string& secret_z85) {
+  GOSSIP_RETURN_IF_ERROR(check_curve_key(secret_z85, "secret key"));
+  char pub[kCurveKeyText + 1] = {};
+  if (zmq_curve_public(pub, secret_z85.c_str()) != 0)
+    return Status::invalid(fmt::format("cannot derive the public key: {}", zmq_strerror(zmq_errno())));
+  return std::string(pub);
+}
+
+Result<std::unique_ptr<ZapHandler>> ZapHandler::start(zmq::context_t& context,
+                                                      const std::map<std::string, uint32_t>& allowed) {
+  std::unique_ptr<ZapHandler> h(new ZapHandler());
+  for (const auto& [z85, id] : allowed) {
+    auto bin = decode_key(z85);
+    if (!bin) return Status::invalid(fmt::format("peer {}'s public key is not a Z85 key", id));
+    h->allowed_[*bin] = id;
+  }
+  try {
+    h->socket_ = zmq::socket_t(context, zmq::socket_type::rep);
+    h->socket_.set(zmq::sockopt::linger, 0);
+    h->socket_.bind(kZapEndpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("cannot start the CURVE authenticator: {}", e.what()));
+  }
+  ZapHandler* raw = h.get();
+  h->thread_ = std::thread([raw] {
+    pthread_setname_np(pthread_self(), "zap");
+    raw->serve();
+  });
+  return h;
+}
+
+ZapHandler::~ZapHandler() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void ZapHandler::serve() {
+  while (!stop_) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
+      std::vector<zmq::message_t> req;
+      zmq::message_t frame;
+      while (socket_.recv(frame, zmq::recv_flags::dontwait)) {
+        const bool more = frame.more();
+        if (req.size() < 8) req.push_back(std::move(frame));
+        if (!more) break;
+      }
+      // version, request id, domain, address, identity, mechanism, credentials...
+      std::string status = "400", text = "malformed ZAP request", user;
+      std::string request_id = req.size() > 1 ? req[1].to_string() : "";
+      if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE" && req[6].size() == 32) {
+        const std::string key = req[6].to_string();
+        if (auto it = allowed_.find(key); it != allowed_.end()) {
+          status = "200";
+          text = "OK";
+          user = std::to_string(it->second);
+        } else {
+          text = "unknown public key";
+          spdlog::warn("refused a CURVE handshake from {}: public key {} is not a peer's", req[3].to_string(),
+                       key_text(key));
+        }
+      } else if (req.size() >= 6) {
+        text = fmt::format("mechanism {} is not CURVE", req[5].to_string());
+        spdlog::warn("refused a {} handshake from {}: peers must use CURVE", req[5].to_string(), req[3].to_string());
+      }
+      for (const std::string& f : {std::string("1.0"), request_id, status, text, user})
+        socket_.send(zmq::buffer(f), zmq::send_flags::sndmore);
+      socket_.send(zmq::message_t(), zmq::send_flags::none);  // metadata: none
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) break;
+      spdlog::warn("CURVE authenticator: {}", e.what());
+    }
+  }
+  socket_.close();
+}
+
+}  // namespace gossip::peers

@@ -1,0 +1,49 @@
+#pragma once
+// ZeroMQ CURVE for the daemons' channel (peers/zmq_transport.h). With a secret key
+// configured, every daemon's ROUTER is a CURVE server and its DEALERs are clients
+// that know each peer's public key; a ZAP handler (RFC 27) on the same context
+// admits a client only if its public key belongs to a peer in the list, and names
+// it by that peer's id (the User-Id every message then carries), so that a peer
+// cannot speak with another's routing id either.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "proto/status.h"
+
+namespace gossip::peers {
+
+inline constexpr size_t kCurveKeyText = 40;  // Z85 of 32 bytes
+
+// Checks a Z85 key text; the error says `what` ("node.secret_key", "peer 3's public key").
+Status check_curve_key(std::string_view z85, std::string_view what);
+// The public key (Z85) of a secret key (Z85).
+Result<std::string> curve_public_of(const std::string& secret_z85);
+// Whether this libzmq has CURVE (built with libsodium).
+bool curve_available();
+
+class ZapHandler {
+ public:
+  // allowed: public key (Z85) -> peer id. Serves until destroyed; must be destroyed
+  // before `context` is closed.
+  static Result<std::unique_ptr<ZapHandler>> start(zmq::context_t& context,
+                                                   const std::map<std::string, uint32_t>& allowed);
+  ~ZapHandler();
+
+ private:
+  ZapHandler() = default;
+  void serve();
+  std::map<std::string, uint32_t> allowed_;  // binary key (32 bytes) -> id
+  zmq::socket_t socket_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace gossip::peers

@@ -1,0 +1,272 @@
+// CURVE on the daemons' channel, with real daemons: the model crosses the wire
+// encrypted (a relay between two nodes records what passes and finds no trace of a
+// known pattern, which it does find without keys), and a stranger's key is refused.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "gossip/client.h"
+#include "harness.h"
+#include "peers/zmq_transport.h"
+
+namespace gossip::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct KeyPair {
+  std::string pub, sec;
+};
+KeyPair keypair() {
+  char p[41] = {}, s[41] = {};
+  EXPECT_EQ(zmq_curve_keypair(p, s), 0);
+  return {p, s};
+}
+
+// Relays TCP connections from its port to 127.0.0.1:target and records the bytes that
+// go towards the target.
+class Relay {
+ public:
+  explicit Relay(int target) : target_(target) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 8) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("relay: cannot listen");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  int port() const { return port_; }
+  std::string recorded() {
+    std::lock_guard lock(mu_);
+    return recorded_;
+  }
+
+ private:
+  static int connect_to(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  void run() {
+    std::vector<std::pair<int, int>> pairs;  // (from client, to target)
+    char buf[65536];
+    while (!stop_) {
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (auto [c, t] : pairs) {
+        fds.push_back({c, POLLIN, 0});
+        fds.push_back({t, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int c = ::accept(listen_fd_, nullptr, nullptr);
+        const int t = c >= 0 ? connect_to(target_) : -1;
+        if (t >= 0) pairs.push_back({c, t});
+        else if (c >= 0) ::close(c);
+      }
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        auto [c, t] = pairs[i];
+        bool closed = false;
+        for (int dir = 0; dir < 2 && !closed; ++dir) {
+          const pollfd& p = fds[1 + 2 * i + dir];
+          if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          const ssize_t n = ::read(p.fd, buf, sizeof buf);
+          if (n <= 0) {
+            closed = true;
+            break;
+          }
+          if (dir == 0) {
+            std::lock_guard lock(mu_);
+            recorded_.append(buf, static_cast<size_t>(n));
+          }
+          if (::write(dir == 0 ? t : c, buf, static_cast<size_t>(n)) != n) closed = true;
+        }
+        if (closed) {
+          ::close(c);
+          ::close(t);
+          pairs[i] = {-1, -1};
+        }
+      }
+      std::erase_if(pairs, [](auto p) { return p.first < 0; });
+    }
+    for (auto [c, t] : pairs) {
+      ::close(c);
+      ::close(t);
+    }
+  }
+
+  int target_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::string recorded_;
+};
+
+constexpr uint64_t kNumel = 8192;
+constexpr float kMagic = 1234.5678f;
+
+// Two daemons, node 1 reaching node 0 through the relay; one averaging round of a
+// model that node 1 fills with kMagic. Returns what node 1 sent towards node 0.
+std::string one_round_through_relay(bool with_keys) {
+  const auto ports = free_ports(2);
+  Relay relay(ports[0]);
+  const KeyPair k0 = keypair(), k1 = keypair();
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("curve-" + std::to_string(::getpid()) +
+                                                                    (with_keys ? "-k" : "-p"));
+  std::filesystem::create_directories(dir);
+  const auto ep = [](int port) { return "tcp://127.0.0.1:" + std::to_string(port); };
+  std::vector<std::string> common = {"--run-dir", dir.string(), "--period", "1", "--transport", "allgather"};
+  std::vector<std::string> a0 = {binary("gossipd"), "--id", "0", "--listen", ep(ports[0]), "--peer", "1=" + ep(ports[1])};
+  std::vector<std::string> a1 = {binary("gossipd"), "--id", "1", "--listen", ep(ports[1]),
+                                 "--peer", "0=" + ep(relay.port())};
+  a0.insert(a0.end(), common.begin(), common.end());
+  a1.insert(a1.end(), common.begin(), common.end());
+  if (with_keys) {
+    a0.insert(a0.end(), {"--secret-key", k0.sec, "--peer-key", "1=" + k1.pub});
+    a1.insert(a1.end(), {"--secret-key", k1.sec, "--peer-key", "0=" + k0.pub});
+  }
+  ChildProcess d0(a0, dir / "gossipd-0.log"), d1(a1, dir / "gossipd-1.log");
+  std::unique_ptr<Client> c[2];
+  std::span<float> w[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto sock = dir / ("gossipd-" + std::to_string(i) + ".sock");
+    for (auto end = std::chrono::steady_clock::now() + 10s; !std::filesystem::exists(sock);) {
+      if (std::chrono::steady_clock::now() > end) {
+        ADD_FAILURE() << "no socket " << sock << "\n" << d0.log() << d1.log();
+        return {};
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    auto client = Client::connect({.endpoint = "ipc://" + sock.string(), .trainer = "t", .local_rank = 0,
+                                   .timeout = std::chrono::milliseconds(20000)});
+    EXPECT_TRUE(client.is_ok()) << client.status().message();
+    if (!client.is_ok()) return {};
+    c[i] = std::move(client).value();
+    auto m = c[i]->attach({{"w", kNumel}});
+    EXPECT_TRUE(m.is_ok()) << m.status().message();
+    if (!m.is_ok()) return {};
+    w[i] = m->tensors[0];
+  }
+  std::fill(w[0].begin(), w[0].end(), 0.0f);
+  std::fill(w[1].begin(), w[1].end(), kMagic);
+  std::thread other([&] { EXPECT_TRUE(c[1]->step().is_ok()); });
+  EXPECT_TRUE(c[0]->step().is_ok());
+  other.join();
+  EXPECT_EQ(w[0][100], kMagic / 2) << "the round averaged";
+  EXPECT_EQ(w[1][100], kMagic / 2);
+  std::filesystem::remove_all(dir);
+  return relay.recorded();
+}
+
+bool has_pattern(const std::string& bytes) {
+  std::string pattern;
+  for (int i = 0; i < 16; ++i) pattern.append(reinterpret_cast<const char*>(&kMagic), sizeof kMagic);
+  return bytes.find(pattern) != std::string::npos;
+}
+
+TEST(Curve, TheModelCrossesTheWireEncrypted) {
+  const std::string plain = one_round_through_relay(false);
+  ASSERT_GT(plain.size(), kNumel * 4) << "node 1 sent its model through the relay";
+  EXPECT_TRUE(has_pattern(plain)) << "without keys the relay sees the floats (the check can fail)";
+  const std::string sealed = one_round_through_relay(true);
+  ASSERT_GT(sealed.size(), kNumel * 4);
+  EXPECT_FALSE(has_pattern(sealed)) << "with CURVE the relay must not see the model";
+}
+
+TEST(Curve, AStrangersKeyIsRefused) {
+  const KeyPair k0 = keypair(), k1 = keypair(), stranger = keypair();
+  Cluster c(2, {"--period", "1"});
+  c.set_node_flags(0, {"--secret-key", k0.sec, "--peer-key", "1=" + k1.pub});
+  c.set_node_flags(1, {"--secret-key", k1.sec, "--peer-key", "0=" + k0.pub});
+  c.start_all();
+  // Someone who knows node 0's public key, claims to be node 1, but holds another key.
+  peers::TransportOptions o;
+  o.secret_key = stranger.sec;
+  auto impostor = peers::ZmqTransport::create(1, "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                              {{0, c.peer_endpoint(0), k0.pub}}, o);
+  ASSERT_TRUE(impostor.is_ok()) << impostor.status().message();
+  proto::Header hello;
+  hello.kind = proto::Kind::kHello;
+  hello.from = 1;
+  ASSERT_TRUE((*impostor)->send(0, hello).is_ok());
+  const std::string stranger_pub = stranger.pub;
+  std::string log;
+  for (auto end = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < end;) {
+    log = c.log(0);
+    if (log.find("refused a CURVE handshake") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(log.find("public key " + stranger_pub + " is not a peer's"), std::string::npos) << log;
+  EXPECT_TRUE(c.daemon(0).running());
+  // The real node 1, whose key node 0 knows, still averages with it.
+  std::unique_ptr<Client> cl[2];
+  std::span<float> w[2];
+  for (int i = 0; i < 2; ++i) {
+    auto client = Client::connect({.endpoint = c.ipc_endpoint(i), .trainer = "t", .local_rank = 0,
+                                   .timeout = std::chrono::milliseconds(20000)});
+    ASSERT_TRUE(client.is_ok()) << client.status().message();
+    cl[i] = std::move(client).value();
+    auto m = cl[i]->attach({{"w", 100}});
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    w[i] = m->tensors[0];
+    std::fill(w[i].begin(), w[i].end(), static_cast<float>(2 * i));
+  }
+  std::thread other([&] { EXPECT_TRUE(cl[1]->step().is_ok()); });
+  EXPECT_TRUE(cl[0]->step().is_ok());
+  other.join();
+  EXPECT_EQ(w[0][0], 1.0f);
+  EXPECT_EQ(w[1][99], 1.0f);
+}
+
+TEST(Curve, KeysAreCheckedWhenTheDaemonStarts) {
+  const KeyPair k = keypair();
+  const auto run = [](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir",
+                                     "/tmp", "--peer", "1=tcp://127.0.0.1:2"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ChildProcess p(argv, std::filesystem::path(::testing::TempDir()) / "curve-bad.log");
+    const int rc = p.wait(10s);
+    return std::make_pair(rc, p.log());
+  };
+  auto [rc1, log1] = run({"--secret-key", k.sec});
+  EXPECT_EQ(rc1, 2);
+  EXPECT_NE(log1.find("peer 1 needs its public key"), std::string::npos) << log1;
+  auto [rc2, log2] = run({"--peer-key", "1=" + k.pub});
+  EXPECT_EQ(rc2, 2);
+  EXPECT_NE(log2.find("needs node.secret_key"), std::string::npos) << log2;
+  auto [rc3, log3] = run({"--secret-key", "tooshort", "--peer-key", "1=" + k.pub});
+  EXPECT_EQ(rc3, 2);
+  EXPECT_NE(log3.find("40 Z85 characters"), std::string::npos) << log3;
+  EXPECT_EQ(log3.find("tooshort"), std::string::npos) << "a secret is never echoed: " << log3;
+  auto [rc4, log4] = run({"--secret-key", k.sec, "--peer-key", "7=" + k.pub});
+  EXPECT_EQ(rc4, 2);
+  EXPECT_NE(log4.find("no peer 7"), std::string::npos) << log4;
+}
+
+}  // namespace
+}  // namespace gossip::testing
