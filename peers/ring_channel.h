@@ -64,7 +64,10 @@ struct RingEnds {
   uint32_t right = 0;  // whom we connect to
   std::string right_host;
   uint16_t right_port = 0;
-  uint64_t session = 0;  // both ends must name the same (e.g. a cluster/layout fingerprint)
+  uint64_t session = 0;  // what the left neighbor must present (e.g. a layout fingerprint)
+  // What we present to the right neighbor; 0: `session` too. Different where each node
+  // hands its left neighbor a secret token of its own (sgd/peer_ring.h).
+  uint64_t right_session = 0;
 };
 
 class RingTransport {

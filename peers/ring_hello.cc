@@ -9,7 +9,8 @@ std::string ring_hello_refusal(const RingHello& in, uint32_t self, uint32_t left
     return "not a gossipd ring hello (magic or version)";
   if (in.to != self || in.from != left)
     return fmt::format("it is node {} asking for node {}, we wait for node {}", in.from, in.to, left);
-  if (in.session != session) return fmt::format("session {:#x}, ours is {:#x}", in.session, session);
+  // Not the session we expect: it may hold a secret token (sgd/peer_ring.h).
+  if (in.session != session) return fmt::format("session {:#x} is not ours (another layout, or no token)", in.session);
   return {};
 }
 

@@ -20,7 +20,8 @@ enum class Kind : uint8_t {
   kHello = 1,       // first message on a connection: who I am and my layout fingerprint
   kModelChunk = 2,  // a slice [offset, offset+numel) of a node's flat model for `round`
   kBye = 3,         // the sender is shutting down
-  kRingAddress = 4,  // to the left ring neighbor: the sender's ring transport listens on port `offset`
+  kRingAddress = 4,  // to the left ring neighbor: the sender's ring transport listens on port `offset`;
+                     // `seq`: a token the neighbor must present when it connects (0: none)
   kNcclId = 5,       // from the lowest id to every node: the ncclUniqueId (kNcclIdBytes) of the communicator for `round`
 };
 inline constexpr uint8_t kMaxKind = 5;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
 
 namespace gossip::sgd {
 namespace {
@@ -13,6 +14,8 @@ using Clock = std::chrono::steady_clock;
 PeerRing::PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport,
                    const PeerRingOptions& options)
     : control_(control), transport_(transport), options_(options) {
+  std::random_device entropy;
+  token_ = (uint64_t{entropy()} << 32) | entropy();
   std::vector<uint32_t> ids;
   for (const auto& p : control.peers()) ids.push_back(p.id);
   order_ = ring_order(control.self(), ids);
@@ -31,6 +34,7 @@ void PeerRing::announce() {
   h.kind = proto::Kind::kRingAddress;
   h.from = control_.self();
   h.offset = transport_.port();
+  h.seq = token_;
   h.layout = layout_;
   (void)control_.send(order_.left_id(), h);  // queued until the neighbor is up
 }
@@ -56,6 +60,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
       }
       right_port_ = static_cast<uint16_t>(h.offset);
       right_layout_ = h.layout;
+      right_token_ = h.seq;
       return;
     case proto::Kind::kHello:
       spdlog::info("peer {} is up", in.peer);
@@ -99,7 +104,8 @@ Status PeerRing::connect(const CollectiveOptions& options) {
                              .right = order_.right_id(),
                              .right_host = right_host_,
                              .right_port = *right_port_,
-                             .session = layout_};
+                             .session = layout_ ^ token_,
+                             .right_session = right_token_ != 0 ? layout_ ^ right_token_ : 0};
   auto channel = transport_.connect(ends, {options.deadline, options.cancel});
   if (!channel.is_ok()) {
     // A neighbor with another model says so in its ring-address, which may have

@@ -51,6 +51,12 @@ class PeerRing final : public AllReduce {
   std::string right_host_;
   std::optional<uint16_t> right_port_;  // from the right neighbor's ring-address
   uint64_t right_layout_ = 0;           // the layout it announced with it
+  // A random token we hand our left neighbor in our ring-address and require in its
+  // ring hello, and the one our right neighbor handed us. The ring's links are plain
+  // TCP or verbs; with CURVE on the control channel, only an authenticated neighbor
+  // learns the token, so nobody else can take its place in the ring.
+  uint64_t token_ = 0;
+  uint64_t right_token_ = 0;
   uint64_t layout_ = 0;
   std::unique_ptr<peers::RingChannel> channel_;
   RingAllReduce ring_;

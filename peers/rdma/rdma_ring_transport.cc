@@ -588,7 +588,8 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
   if (!right_addr.is_ok())
     return Status::invalid(fmt::format("ring: cannot resolve peer {}'s host '{}': {}", ends.right,
                                        ends.right_host, right_addr.status().message()));
-  const Hello hello{.from = ends.self, .to = ends.right, .session = ends.session};
+  const Hello hello{.from = ends.self, .to = ends.right,
+                    .session = ends.right_session != 0 ? ends.right_session : ends.session};
   std::unique_ptr<Link> right;    // the attempt under way, then the connection
   std::unique_ptr<Link> pending;  // accepted, not yet established
   std::unique_ptr<Link> left;

@@ -101,7 +101,8 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   bool stop = false;
   bool right_done = false;
   bool left_done = false;
-  const RingHello out{.from = ends.self, .to = ends.right, .session = ends.session};
+  const RingHello out{.from = ends.self, .to = ends.right,
+                      .session = ends.right_session != 0 ? ends.right_session : ends.session};
   RingHello in;
   tcp::socket right(rendezvous_);
   tcp::socket left(rendezvous_);

@@ -11,11 +11,14 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "gossip/client.h"
 #include "harness.h"
+#include "peers/ring_hello.h"
 #include "peers/zmq_transport.h"
+#include "proto/layout.h"
 
 namespace gossip::testing {
 namespace {
@@ -241,6 +244,52 @@ TEST(Curve, AStrangersKeyIsRefused) {
   other.join();
   EXPECT_EQ(w[0][0], 1.0f);
   EXPECT_EQ(w[1][99], 1.0f);
+}
+
+// The ring all-reduce's TCP links: a node requires, in the hello of whoever connects
+// as its left neighbor, the token it handed that neighbor over the (encrypted) control
+// channel. Someone who knows the layout and the ids but not the token is refused, and
+// the round goes on with the real neighbor.
+TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
+  const KeyPair k0 = keypair(), k1 = keypair();
+  Cluster c(2, {"--period", "1", "--transport", "tcp"});
+  c.set_node_flags(0, {"--secret-key", k0.sec, "--peer-key", "1=" + k1.pub});
+  c.set_node_flags(1, {"--secret-key", k1.sec, "--peer-key", "0=" + k0.pub});
+  c.start_all();
+  std::unique_ptr<Client> cl[2];
+  std::span<float> w[2];
+  for (int i = 0; i < 2; ++i) {
+    auto client = Client::connect({.endpoint = c.ipc_endpoint(i), .trainer = "t", .local_rank = 0,
+                                   .timeout = std::chrono::milliseconds(20000)});
+    ASSERT_TRUE(client.is_ok()) << client.status().message();
+    cl[i] = std::move(client).value();
+    auto m = cl[i]->attach({{"w", 50000}});  // above the whole-vector threshold: a real ring
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    w[i] = m->tensors[0];
+    std::fill(w[i].begin(), w[i].end(), static_cast<float>(4 * i));
+  }
+  // Node 0's ring port, from its log.
+  std::smatch port;
+  const std::string log0 = c.log(0);
+  ASSERT_TRUE(std::regex_search(log0, port, std::regex(R"(ring all-reduce over tcp \(port ([0-9]+)\))"))) << log0;
+  // A hello as node 1 would send it without the token: the layout's fingerprint alone.
+  proto::Layout layout;
+  layout.tensors = {{"w", proto::DType::kF32, 50000}};
+  const peers::RingHello forged{.from = 1, .to = 0, .session = layout.fingerprint()};
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port[1])));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::write(fd, &forged, sizeof forged), static_cast<ssize_t>(sizeof forged));
+  std::thread other([&] { EXPECT_TRUE(cl[1]->step().is_ok()); });
+  EXPECT_TRUE(cl[0]->step().is_ok());
+  other.join();
+  ::close(fd);
+  EXPECT_EQ(w[0][123], 2.0f);
+  EXPECT_EQ(w[1][49999], 2.0f);
+  EXPECT_NE(c.log(0).find("ring: refused a connection: session"), std::string::npos) << c.log(0);
 }
 
 TEST(Curve, KeysAreCheckedWhenTheDaemonStarts) {

@@ -41,7 +41,7 @@ TEST(RdmaWire, RefusalSaysWhyForEveryMismatch) {
   EXPECT_NE(ring_hello_refusal(foreign, 12, 11, 5).find("magic"), std::string::npos);
   EXPECT_EQ(ring_hello_refusal(good, 12, 13, 5), "it is node 11 asking for node 12, we wait for node 13");
   EXPECT_EQ(ring_hello_refusal(good, 14, 11, 5), "it is node 11 asking for node 12, we wait for node 11");
-  EXPECT_EQ(ring_hello_refusal(good, 12, 11, 6), "session 0x5, ours is 0x6");
+  EXPECT_EQ(ring_hello_refusal(good, 12, 11, 6), "session 0x5 is not ours (another layout, or no token)");
 }
 
 TEST(RdmaWire, AcceptIsCheckedAgainstWhatTheSenderCanDrive) {
