@@ -447,9 +447,9 @@ void Daemon::handle_round_done() {
     if (result->is_ok()) {
       stage_async_change();
       last_good_.assign(async_model_.begin(), async_model_.end());
-    }
-    else
+    } else {
       spdlog::error("round {} failed: {}", round_ - 1, result->message());
+    }
     maybe_start_round();
     return;
   }
