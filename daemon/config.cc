@@ -10,6 +10,7 @@
 #include "compression/codec_spec.h"
 #include "peers/curve_auth.h"
 #include "peers/node_ids.h"
+#include "sgd/ring_schedule.h"
 #include "peers/topology.h"
 
 #include <fcntl.h>
@@ -591,6 +592,16 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
   }
   if (!c.secret_key.empty() && !peers::curve_available())
     return key_error(o, "node.secret_key", "this libzmq was built without CURVE (libsodium)");
+  // One ZeroMQ connection (and file descriptors) per peer: a bound, not a wish.
+  if (c.nodes() > kMaxNodes)
+    return key_error(o, "peers", fmt::format("{} nodes; at most {} are supported", c.nodes(), kMaxNodes));
+  const bool over_ring = (c.strategy.name == "local-sgd" || c.strategy.name == "allreduce") &&
+                         c.strategy.transport != "allgather" && c.strategy.transport != "nccl";
+  if (over_ring && c.nodes() > sgd::RingSchedule::kMaxRanks)
+    return key_error(o, "strategy.transport",
+                     fmt::format("the ring all-reduce takes at most {} nodes, this cluster has {} (use "
+                                 "transport allgather, or a gossip strategy)",
+                                 sgd::RingSchedule::kMaxRanks, c.nodes()));
   if (c.strategy.name == "allreduce" && (c.strategy.period != 1 || c.strategy.post_local != 0))
     return key_error(o, "strategy.period",
                      fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "

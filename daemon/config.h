@@ -78,6 +78,9 @@ struct DaemonConfig {
   std::string topology_spec() const;  // "ipc://<run_dir>/gossipd-<node_id>.sock"
 };
 
+// Nodes in a cluster, this one included.
+inline constexpr uint32_t kMaxNodes = 4096;
+
 // Parses a TOML document; `source` names it in error messages.
 Result<DaemonConfig> parse_config(const std::string& toml_text, const std::string& source);
 Result<DaemonConfig> load_config_file(const std::string& path);

@@ -557,6 +557,26 @@ DaemonConfig gossip_config(std::string strategy, std::string topology, int nodes
   return c;
 }
 
+TEST(ValidateConfig, ClusterSizesAreBounded) {
+  auto with_nodes = [](std::string strategy, std::string transport, int nodes) {
+    DaemonConfig c = gossip_config(std::move(strategy), "", nodes);
+    c.strategy.transport = std::move(transport);
+    for (size_t i = 0; i < c.peers.size(); ++i)  // distinct endpoints past 65535 ports
+      c.peers[i].endpoint = "tcp://10." + std::to_string((i + 1) / 256) + "." + std::to_string((i + 1) % 256) + ".1:7000";
+    return validate_config(c);
+  };
+  EXPECT_TRUE(with_nodes("local-sgd", "tcp", 128).is_ok());
+  const Status ring = with_nodes("local-sgd", "auto", 129);
+  EXPECT_FALSE(ring.is_ok());
+  EXPECT_NE(ring.message().find("the ring all-reduce takes at most 128 nodes, this cluster has 129"),
+            std::string::npos) << ring.message();
+  EXPECT_TRUE(with_nodes("local-sgd", "allgather", 129).is_ok());
+  EXPECT_FALSE(with_nodes("allreduce", "tcp", 200).is_ok());
+  const Status many = with_nodes("local-sgd", "allgather", static_cast<int>(kMaxNodes) + 1);
+  EXPECT_FALSE(many.is_ok());
+  EXPECT_NE(many.message().find("4097 nodes; at most 4096"), std::string::npos) << many.message();
+}
+
 TEST(ValidateConfig, GossipAcceptsEveryTopologyThatFits) {
   for (const char* strategy : {"gossip", "push-sum"})
     for (const char* topology : {"", "ring", "torus", "exponential", "one-peer-exponential",
