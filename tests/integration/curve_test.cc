@@ -192,6 +192,33 @@ bool has_pattern(const std::string& bytes) {
   return bytes.find(pattern) != std::string::npos;
 }
 
+// One trainer on each node of a 2-node cluster, node i's model filled with fill[i].
+struct Pair {
+  std::unique_ptr<Client> client[2];
+  std::span<float> w[2];
+};
+void attach_both(const Cluster& c, uint64_t numel, const float (&fill)[2], Pair& p) {
+  for (int i = 0; i < 2; ++i) {
+    auto client = Client::connect({.endpoint = c.ipc_endpoint(i), .trainer = "t", .local_rank = 0,
+                                   .timeout = std::chrono::milliseconds(20000)});
+    ASSERT_TRUE(client.is_ok()) << client.status().message();
+    p.client[i] = std::move(client).value();
+    auto m = p.client[i]->attach({{"w", numel}});
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    p.w[i] = m->tensors[0];
+    std::fill(p.w[i].begin(), p.w[i].end(), fill[i]);
+  }
+}
+void step_both(Pair& p) {
+  std::thread other([&] { EXPECT_TRUE(p.client[1]->step().is_ok()); });
+  EXPECT_TRUE(p.client[0]->step().is_ok());
+  other.join();
+}
+void use_keys(Cluster& c, const KeyPair& k0, const KeyPair& k1) {
+  c.set_node_flags(0, {"--secret-key", k0.sec, "--peer-key", "1=" + k1.pub});
+  c.set_node_flags(1, {"--secret-key", k1.sec, "--peer-key", "0=" + k0.pub});
+}
+
 TEST(Curve, TheModelCrossesTheWireEncrypted) {
   const std::string plain = one_round_through_relay(false);
   ASSERT_GT(plain.size(), kNumel * 4) << "node 1 sent its model through the relay";
@@ -204,8 +231,7 @@ TEST(Curve, TheModelCrossesTheWireEncrypted) {
 TEST(Curve, AStrangersKeyIsRefused) {
   const KeyPair k0 = keypair(), k1 = keypair(), stranger = keypair();
   Cluster c(2, {"--period", "1"});
-  c.set_node_flags(0, {"--secret-key", k0.sec, "--peer-key", "1=" + k1.pub});
-  c.set_node_flags(1, {"--secret-key", k1.sec, "--peer-key", "0=" + k0.pub});
+  use_keys(c, k0, k1);
   c.start_all();
   // Someone who knows node 0's public key, claims to be node 1, but holds another key.
   peers::TransportOptions o;
@@ -227,25 +253,13 @@ TEST(Curve, AStrangersKeyIsRefused) {
   EXPECT_NE(log.find("public key " + stranger_pub + " is not a peer's"), std::string::npos) << log;
   EXPECT_TRUE(c.daemon(0).running());
   // The real node 1, whose key node 0 knows, still averages with it.
-  std::unique_ptr<Client> cl[2];
-  std::span<float> w[2];
-  for (int i = 0; i < 2; ++i) {
-    auto client = Client::connect({.endpoint = c.ipc_endpoint(i), .trainer = "t", .local_rank = 0,
-                                   .timeout = std::chrono::milliseconds(20000)});
-    ASSERT_TRUE(client.is_ok()) << client.status().message();
-    cl[i] = std::move(client).value();
-    auto m = cl[i]->attach({{"w", 100}});
-    ASSERT_TRUE(m.is_ok()) << m.status().message();
-    w[i] = m->tensors[0];
-    std::fill(w[i].begin(), w[i].end(), static_cast<float>(2 * i));
-  }
-  std::thread other([&] { EXPECT_TRUE(cl[1]->step().is_ok()); });
-  EXPECT_TRUE(cl[0]->step().is_ok());
-  other.join();
-  EXPECT_EQ(w[0][0], 1.0f);
-  EXPECT_EQ(w[1][99], 1.0f);
+  Pair p;
+  attach_both(c, 100, {0.0f, 2.0f}, p);
+  if (HasFatalFailure()) return;
+  step_both(p);
+  EXPECT_EQ(p.w[0][0], 1.0f);
+  EXPECT_EQ(p.w[1][99], 1.0f);
 }
-
 // The ring all-reduce's TCP links: a node requires, in the hello of whoever connects
 // as its left neighbor, the token it handed that neighbor over the (encrypted) control
 // channel. Someone who knows the layout and the ids but not the token is refused, and
@@ -253,21 +267,11 @@ TEST(Curve, AStrangersKeyIsRefused) {
 TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
   const KeyPair k0 = keypair(), k1 = keypair();
   Cluster c(2, {"--period", "1", "--transport", "tcp"});
-  c.set_node_flags(0, {"--secret-key", k0.sec, "--peer-key", "1=" + k1.pub});
-  c.set_node_flags(1, {"--secret-key", k1.sec, "--peer-key", "0=" + k0.pub});
+  use_keys(c, k0, k1);
   c.start_all();
-  std::unique_ptr<Client> cl[2];
-  std::span<float> w[2];
-  for (int i = 0; i < 2; ++i) {
-    auto client = Client::connect({.endpoint = c.ipc_endpoint(i), .trainer = "t", .local_rank = 0,
-                                   .timeout = std::chrono::milliseconds(20000)});
-    ASSERT_TRUE(client.is_ok()) << client.status().message();
-    cl[i] = std::move(client).value();
-    auto m = cl[i]->attach({{"w", 50000}});  // above the whole-vector threshold: a real ring
-    ASSERT_TRUE(m.is_ok()) << m.status().message();
-    w[i] = m->tensors[0];
-    std::fill(w[i].begin(), w[i].end(), static_cast<float>(4 * i));
-  }
+  Pair p;
+  attach_both(c, 50000, {0.0f, 4.0f}, p);  // above the whole-vector threshold: a real ring
+  if (HasFatalFailure()) return;
   // Node 0's ring port, from its log.
   std::smatch port;
   const std::string log0 = c.log(0);
@@ -283,12 +287,10 @@ TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
   a.sin_port = htons(static_cast<uint16_t>(std::stoi(port[1])));
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   ASSERT_EQ(::write(fd, &forged, sizeof forged), static_cast<ssize_t>(sizeof forged));
-  std::thread other([&] { EXPECT_TRUE(cl[1]->step().is_ok()); });
-  EXPECT_TRUE(cl[0]->step().is_ok());
-  other.join();
+  step_both(p);
   ::close(fd);
-  EXPECT_EQ(w[0][123], 2.0f);
-  EXPECT_EQ(w[1][49999], 2.0f);
+  EXPECT_EQ(p.w[0][123], 2.0f);
+  EXPECT_EQ(p.w[1][49999], 2.0f);
   EXPECT_NE(c.log(0).find("ring: refused a connection: session"), std::string::npos) << c.log(0);
 }
 
