@@ -260,6 +260,7 @@ TEST(Curve, AStrangersKeyIsRefused) {
   EXPECT_EQ(p.w[0][0], 1.0f);
   EXPECT_EQ(p.w[1][99], 1.0f);
 }
+
 // The ring all-reduce's TCP links: a node requires, in the hello of whoever connects
 // as its left neighbor, the token it handed that neighbor over the (encrypted) control
 // channel. Someone who knows the layout and the ids but not the token is refused, and
