@@ -84,13 +84,14 @@ class Relay {
         fds.push_back({t, POLLIN, 0});
       }
       if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      const size_t polled = pairs.size();  // pairs accepted below are polled next turn
       if (fds[0].revents & POLLIN) {
         const int c = ::accept(listen_fd_, nullptr, nullptr);
         const int t = c >= 0 ? connect_to(target_) : -1;
         if (t >= 0) pairs.push_back({c, t});
         else if (c >= 0) ::close(c);
       }
-      for (size_t i = 0; i < pairs.size(); ++i) {
+      for (size_t i = 0; i < polled; ++i) {
         auto [c, t] = pairs[i];
         bool closed = false;
         for (int dir = 0; dir < 2 && !closed; ++dir) {
