@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <bit>
 #include <boost/asio.hpp>
 #include <cstring>
 #include <functional>

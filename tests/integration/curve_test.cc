@@ -143,6 +143,14 @@ std::string one_round_through_relay(bool with_keys) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / ("curve-" + std::to_string(::getpid()) +
                                                                     (with_keys ? "-k" : "-p"));
   std::filesystem::create_directories(dir);
+  // Removed on every way out, after the daemons below (declared later, so stopped first).
+  struct RemoveAtExit {
+    std::filesystem::path path;
+    ~RemoveAtExit() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } cleanup{dir};
   const auto ep = [](int port) { return "tcp://127.0.0.1:" + std::to_string(port); };
   std::vector<std::string> common = {"--run-dir", dir.string(), "--period", "1", "--transport", "allgather"};
   std::vector<std::string> a0 = {binary("gossipd"), "--id", "0", "--listen", ep(ports[0]), "--peer", "1=" + ep(ports[1])};
@@ -183,7 +191,6 @@ std::string one_round_through_relay(bool with_keys) {
   other.join();
   EXPECT_EQ(w[0][100], kMagic / 2) << "the round averaged";
   EXPECT_EQ(w[1][100], kMagic / 2);
-  std::filesystem::remove_all(dir);
   return relay.recorded();
 }
 
