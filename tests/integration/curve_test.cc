@@ -309,9 +309,13 @@ TEST(Curve, KeysAreCheckedWhenTheDaemonStarts) {
     std::vector<std::string> argv = {binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir",
                                      "/tmp", "--peer", "1=tcp://127.0.0.1:2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    ChildProcess p(argv, std::filesystem::path(::testing::TempDir()) / "curve-bad.log");
+    const auto log = std::filesystem::path(::testing::TempDir()) / ("curve-bad-" + std::to_string(::getpid()) + ".log");
+    ChildProcess p(argv, log);
     const int rc = p.wait(10s);
-    return std::make_pair(rc, p.log());
+    auto out = std::make_pair(rc, p.log());
+    std::error_code ignored;
+    std::filesystem::remove(log, ignored);
+    return out;
   };
   auto [rc1, log1] = run({"--secret-key", k.sec});
   EXPECT_EQ(rc1, 2);
