@@ -25,6 +25,12 @@ class ErrorFeedback {
 
   std::span<const float> residual() const { return residual_; }
   void reset() { std::fill(residual_.begin(), residual_.end(), 0.0f); }
+  // From a checkpoint; false (and unchanged) when `r` is not of this buffer's size.
+  bool restore(std::span<const float> r) {
+    if (r.size() != residual_.size()) return false;
+    std::copy(r.begin(), r.end(), residual_.begin());
+    return true;
+  }
 
  private:
   const Codec& codec_;

@@ -183,9 +183,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 25>& fields() {
+const std::array<Field, 30>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 25> kFields = {{
+  static const std::array<Field, 30> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -308,6 +308,34 @@ const std::array<Field, 25>& fields() {
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.patience_s; },
                   [](C& c, double v) { c.strategy.patience_s = v; }}},
+      {"strategy.heartbeat", "--heartbeat", "SECONDS",
+       "gossip: send a heartbeat to every peer this often while waiting",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.heartbeat_s; },
+                  [](C& c, double v) { c.strategy.heartbeat_s = v; }}},
+      {"strategy.dead_after", "--dead-after", "SECONDS",
+       "gossip: a neighbor silent this long (no heartbeat) is dropped from the round",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.dead_after_s; },
+                  [](C& c, double v) { c.strategy.dead_after_s = v; }}},
+      {"strategy.join_wait", "--join-wait", "SECONDS",
+       "gossip: at the first attach, how long to wait for peers to offer their state (a "
+       "restarted node resumes from the freshest); 0: never ask",
+       NumberSpec{{0, true, std::nullopt},
+                  [](const C& c) { return c.strategy.join_wait_s; },
+                  [](C& c, double v) { c.strategy.join_wait_s = v; }}},
+      {"node.checkpoint", "--checkpoint", "FILE",
+       "write the node's model and strategy state here (atomically) and resume from it at start",
+       TextSpec{{},
+                "a string (a file path)",
+                nullptr,
+                [](const C& c) -> const std::string& { return c.checkpoint; },
+                [](C& c, std::string v) { c.checkpoint = std::move(v); }}},
+      {"node.checkpoint_every", "--checkpoint-every", "K",
+       "write the checkpoint every K rounds (and at SIGTERM/SIGINT); 0: only then",
+       IntegerSpec{{},
+                   [](const C& c) -> uint64_t { return c.checkpoint_every; },
+                   [](C& c, uint64_t v) { c.checkpoint_every = v; }}},
   }};
   return kFields;
 }

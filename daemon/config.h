@@ -48,6 +48,9 @@ struct StrategyConfig {
   uint64_t delay = 0;           // push-sum: rounds a message may be in flight
   uint64_t staleness = 1;       // async-gossip: rounds a node may run ahead of a neighbor
   double patience_s = 5.0;      // how long a gossip round waits for a neighbor heard from before
+  double heartbeat_s = 1.0;     // gossip: heartbeat period while waiting
+  double dead_after_s = 3.0;    // gossip: a neighbor silent this long is dropped from the round
+  double join_wait_s = 2.0;     // gossip: wait for state offers at the first attach; 0: never
   // A contribution with NaN or Inf (daemon/nonfinite.h): "refuse" or "clip".
   std::string nonfinite = "refuse";
 };
@@ -68,6 +71,10 @@ struct DaemonConfig {
   // CURVE (Z85, `gossipctl keygen`): set, the peer channel is encrypted and admits only
   // the peers' public keys. Empty: plaintext.
   std::string secret_key;
+  // Checkpoint file (daemon/checkpoint.h): written every `checkpoint_every` rounds
+  // (0: only at shutdown) and read at start. Empty: none.
+  std::string checkpoint;
+  uint64_t checkpoint_every = 0;
 
   // Number of nodes, self included.
   uint32_t nodes() const;

@@ -60,9 +60,31 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
   d->signal_fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (d->signal_fd_ < 0) return Status::io_error(fmt::format("signalfd: {}", std::strerror(errno)));
 
+  if (!config.checkpoint.empty()) {
+    auto ck = read_checkpoint(config.checkpoint);
+    if (ck) {
+      if (ck->node != config.node_id)
+        return Status::invalid(fmt::format("checkpoint {} belongs to node {}, not to node {}",
+                                           config.checkpoint, ck->node, config.node_id));
+      if (ck->strategy != config.strategy.name) {
+        spdlog::warn("checkpoint {} was written by strategy {}: resuming its model without that "
+                     "strategy's state", config.checkpoint, ck->strategy);
+        ck->state = {};
+      }
+      spdlog::info("checkpoint {}: resuming at round {}, step {} ({} parameters)", config.checkpoint,
+                   ck->round, ck->step, ck->model.size());
+      d->resume_ = std::move(ck).value();
+    } else if (ck.status().code() == Status::Code::kNotFound) {
+      spdlog::info("no checkpoint at {} yet: starting fresh", config.checkpoint);
+    } else {
+      return Status::invalid(ck.status().message() + " (move it away to start without it)");
+    }
+  }
+
   auto worker = SyncWorker::start(config);
   if (!worker) return worker.status();
   d->worker_ = std::move(worker).value();
+  if (!config.checkpoint.empty()) d->worker_->enable_checkpoints(config.checkpoint, config.checkpoint_every);
 
   try {
     d->ipc_ = zmq::socket_t(d->context_, zmq::socket_type::router);
@@ -229,8 +251,13 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
   if (!added) return refuse(added.status().message());
   TrainerSession* s = *added;
 
-  bool initialized = false;
   if (!layout_) {
+    if (resume_ && resume_->layout != a.layout.fingerprint()) {
+      sessions_.remove(route);
+      return refuse(fmt::format("the checkpoint {} holds another model (layout {:016x}, this trainer's "
+                                "{:016x}); attach that model or move the checkpoint away",
+                                config_.checkpoint, resume_->layout, a.layout.fingerprint()));
+    }
     layout_ = a.layout;
     uint64_t numel = proto::padded_numel(*layout_);
     auto arena = Arena::create(
@@ -245,23 +272,38 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
     worker_->set_model(numel, layout_->fingerprint());
     spdlog::info("model: {} tensors, {} parameters; arena {} ({} bytes)", layout_->tensors.size(),
                  layout_->total_numel(), arena_->name(), arena_->size_bytes());
-  } else {
-    // A trainer joining a node that already trains starts from the node's model:
-    // a blocked trainer's replica is stable; otherwise the last round's average.
-    TrainerSession* source = nullptr;
-    for (auto* o : sessions_.all())
-      if (o != s && (!source || o->waiting)) source = o;
-    auto dst = arena_->slot(s->slot);
-    if (source) {
-      auto src = arena_->slot(source->slot);
-      std::copy(src.begin(), src.end(), dst.begin());
-      initialized = true;
-    } else if (round_ > 0 && !round_running_ && !round_model_.empty()) {
-      if (round_model_.data() != dst.data()) std::copy(round_model_.begin(), round_model_.end(), dst.begin());
-      initialized = true;
-    }
+    // The trainer hears back once the peers have said whether they hold a fresher model.
+    joining_ = true;
+    pending_attach_.push_back(route);
+    worker_->submit_join(resume_ ? resume_->round : 0, resume_ ? std::optional(resume_->state) : std::nullopt);
+    return;
   }
+  if (joining_) {
+    pending_attach_.push_back(route);
+    return;
+  }
+  // A trainer joining a node that already trains starts from the node's model:
+  // a blocked trainer's replica is stable; otherwise the last round's average.
+  bool initialized = false;
+  TrainerSession* source = nullptr;
+  for (auto* o : sessions_.all())
+    if (o != s && (!source || o->waiting)) source = o;
+  auto dst = arena_->slot(s->slot);
+  if (source) {
+    auto src = arena_->slot(source->slot);
+    std::copy(src.begin(), src.end(), dst.begin());
+    initialized = true;
+  } else if (round_ > 0 && !round_running_ && !round_model_.empty()) {
+    if (round_model_.data() != dst.data()) std::copy(round_model_.begin(), round_model_.end(), dst.begin());
+    initialized = true;
+  } else if (!last_good_.empty()) {
+    std::copy(last_good_.begin(), last_good_.end(), dst.begin());  // the node's last model
+    initialized = true;
+  }
+  send_attach_ok(s, initialized);
+}
 
+void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   ipc::AttachOk ok;
   ok.node = config_.node_id;
   ok.nodes = config_.nodes();
@@ -275,9 +317,47 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
   ok.post_local = config_.strategy.post_local;
   ok.step = step_;
   ok.initialized = initialized;
-  spdlog::info("trainer '{}' (pid {}, rank {}) attached in slot {}", a.trainer, a.pid, a.local_rank,
-               s->slot);
-  reply(route, ok);
+  spdlog::info("trainer '{}' (pid {}, rank {}) attached in slot {}{}", s->name, s->pid, s->local_rank,
+               s->slot, initialized ? fmt::format(", from the node's model at step {}", step_) : "");
+  reply(s->route, ok);
+}
+
+void Daemon::finish_join() {
+  auto result = worker_->take_join();
+  if (!result) return;
+  joining_ = false;
+  const std::vector<float>* model = nullptr;
+  if (!result->status) {
+    spdlog::error("join: {}; the trainers start from their own model", result->status.message());
+  }
+  if (result->state) {
+    model = &result->state->model;
+    round_ = result->state->round;
+    step_ = result->state->step;
+  } else if (resume_) {
+    model = &resume_->model;
+    round_ = resume_->round;
+    step_ = resume_->step;
+  }
+  if (model && model->size() != arena_->numel()) {
+    spdlog::error("join: the model offered has {} elements, this node's {}: not taken", model->size(),
+                  arena_->numel());
+    model = nullptr;
+    round_ = step_ = 0;
+  }
+  if (model && config_.strategy.name != "allreduce") last_good_ = *model;
+  for (const auto& route : pending_attach_) {
+    TrainerSession* s = sessions_.find(route);
+    if (!s) continue;  // exited while the node was joining
+    if (model && config_.strategy.name != "allreduce") {
+      auto dst = arena_->slot(s->slot);
+      std::copy(model->begin(), model->end(), dst.begin());
+    }
+    send_attach_ok(s, model != nullptr && config_.strategy.name != "allreduce");
+  }
+  pending_attach_.clear();
+  resume_.reset();
+  maybe_start_round();
 }
 
 void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
@@ -373,7 +453,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
 }
 
 void Daemon::maybe_start_round() {
-  if (round_running_ || !sessions_.all_waiting()) return;
+  if (round_running_ || joining_ || !sessions_.all_waiting()) return;
   auto waiting = sessions_.all();
   if (async() && staged_ready_) {
     // The trainers are at a step boundary, blocked until we reply: the last round's
@@ -412,13 +492,13 @@ void Daemon::maybe_start_round() {
   round_running_ = true;
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
   if (!async()) {
-    worker_->submit(round_model_, round_);
+    worker_->submit(round_model_, round_, step_);
     return;
   }
   async_model_.assign(round_model_.begin(), round_model_.end());
   staged_.assign(round_model_.begin(), round_model_.end());
   round_model_ = async_model_;
-  worker_->submit(round_model_, round_);
+  worker_->submit(round_model_, round_, step_);
   ipc::SyncOk ok;
   ok.round = round_;
   ok.step = step_;
@@ -438,22 +518,23 @@ void Daemon::stage_async_change() {
 }
 
 void Daemon::handle_round_done() {
+  if (joining_) return finish_join();
   auto result = worker_->take_result();
   if (!result) return;
   round_running_ = false;
-  ++round_;
+  round_ = result->round + 1;
   if (async()) {
     // Its trainers were answered when it started; they see the change at their next sync.
-    if (result->is_ok()) {
+    if (result->status.is_ok()) {
       stage_async_change();
       last_good_.assign(async_model_.begin(), async_model_.end());
     } else {
-      spdlog::error("round {} failed: {}", round_ - 1, result->message());
+      spdlog::error("round {} failed: {}", round_ - 1, result->status.message());
     }
     maybe_start_round();
     return;
   }
-  if (result->is_ok()) {
+  if (result->status.is_ok()) {
     // What the NaN/Inf guard falls back to; gradients have no such model.
     if (config_.strategy.name != "allreduce") last_good_.assign(round_model_.begin(), round_model_.end());
     ipc::SyncOk ok;
@@ -469,11 +550,11 @@ void Daemon::handle_round_done() {
       reply(route, ok);
     }
   } else {
-    spdlog::error("round {} failed: {}", round_ - 1, result->message());
+    spdlog::error("round {} failed: {}", round_ - 1, result->status.message());
     for (const auto& route : participants_) {
       if (TrainerSession* s = sessions_.find(route)) {
         s->waiting = false;
-        reply(route, ipc::Error{fmt::format("synchronization failed: {}", result->message())});
+        reply(route, ipc::Error{fmt::format("synchronization failed: {}", result->status.message())});
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "daemon/arena.h"
+#include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "daemon/metrics_server.h"
 #include "daemon/metrics_text.h"
@@ -45,6 +46,8 @@ class Daemon {
   void handle_trainer_exit(int pidfd);
   void reply(const std::string& route, const proto::ipc::Message& m);
   void on_attach(const std::string& route, const proto::ipc::Attach& a);
+  void send_attach_ok(TrainerSession* s, bool initialized);
+  void finish_join();
   void on_sync(const std::string& route, const proto::ipc::Sync& s);
   void on_detach(const std::string& route);
   void on_stats(const std::string& route);
@@ -68,6 +71,11 @@ class Daemon {
   uint64_t round_ = 0;             // rounds completed
   uint64_t step_ = 0;              // the node's step at the last round
   bool round_running_ = false;
+  // Start-up: the first attach waits while the worker asks the peers for a fresher
+  // state than ours (a restarted node) and the checkpoint, if any, is restored.
+  bool joining_ = false;
+  std::vector<std::string> pending_attach_;  // routes answered when the join is done
+  std::optional<Checkpoint> resume_;         // read at start from config.checkpoint
   std::vector<std::string> participants_;  // routes waiting on the running round
   // async-gossip: trainers do not wait for their round. It runs on a copy of the node's
   // model; the change it made (staged_) is added to the replicas at the next sync point.

@@ -51,6 +51,12 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
   w->round_timeout_ = std::chrono::milliseconds(
       static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
+  w->node_ = config.node_id;
+  w->strategy_name_ = config.strategy.name;
+  w->chunk_elems_ = config.strategy.chunk_bytes / sizeof(float);
+  w->join_options_.offer_wait =
+      std::chrono::milliseconds(static_cast<int64_t>(config.strategy.join_wait_s * 1000.0));
+  w->join_options_.chunk_elems = w->chunk_elems_;
   w->done_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (w->done_fd_ < 0) return Status::io_error(fmt::format("eventfd: {}", std::strerror(errno)));
 
@@ -138,7 +144,10 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   auto topology = peers::make_topology(config.topology_spec(), config.nodes(), config.seed);
   if (!topology) return topology.status();
   topology_ = std::move(topology).value();
-  exchange_ = std::make_unique<sgd::NeighborExchange>(*transport_, codec, pool_.get());
+  sgd::ExchangeLimits limits;
+  limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
+  limits.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
+  exchange_ = std::make_unique<sgd::NeighborExchange>(*transport_, codec, pool_.get(), limits);
   sgd::GossipOptions options;
   options.chunk_elems = sc.chunk_bytes / sizeof(float);
   options.compression = {codec, nullptr, pool_.get()};
@@ -181,6 +190,7 @@ SyncWorker::~SyncWorker() {
   stop_ = true;
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  write_checkpoint_now();  // the state after the last completed round
   if (transport_) {
     proto::Header bye;
     bye.kind = proto::Kind::kBye;
@@ -195,13 +205,27 @@ SyncWorker::~SyncWorker() {
   if (done_fd_ >= 0) ::close(done_fd_);
 }
 
-void SyncWorker::submit(std::span<float> model, uint64_t round) {
+void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t step) {
   {
     std::lock_guard lock(mu_);
-    job_ = Job{model, round};
+    job_ = Job{model, round, step};
     result_.reset();
   }
   cv_.notify_all();
+}
+
+void SyncWorker::submit_join(uint64_t min_round, std::optional<sgd::StrategyState> resume) {
+  {
+    std::lock_guard lock(mu_);
+    join_ = JoinJob{min_round, std::move(resume)};
+    joined_.reset();
+  }
+  cv_.notify_all();
+}
+
+void SyncWorker::enable_checkpoints(std::string path, uint64_t every) {
+  checkpoint_path_ = std::move(path);
+  checkpoint_every_ = every;
 }
 
 void SyncWorker::set_model(size_t numel, uint64_t layout_fingerprint) {
@@ -210,7 +234,7 @@ void SyncWorker::set_model(size_t numel, uint64_t layout_fingerprint) {
   layout_ = layout_fingerprint;
 }
 
-std::optional<Status> SyncWorker::take_result() {
+std::optional<SyncWorker::RoundResult> SyncWorker::take_result() {
   uint64_t v;
   (void)!::read(done_fd_, &v, sizeof v);
   std::lock_guard lock(mu_);
@@ -219,14 +243,98 @@ std::optional<Status> SyncWorker::take_result() {
   return r;
 }
 
+std::optional<SyncWorker::JoinResult> SyncWorker::take_join() {
+  uint64_t v;
+  (void)!::read(done_fd_, &v, sizeof v);
+  std::lock_guard lock(mu_);
+  auto r = std::move(joined_);
+  joined_.reset();
+  return r;
+}
+
+void SyncWorker::signal_done() {
+  uint64_t one = 1;
+  (void)!::write(done_fd_, &one, sizeof one);
+}
+
+void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume) {
+  JoinResult r;
+  size_t numel = 0;
+  uint64_t layout = 0;
+  {
+    std::lock_guard lock(mu_);
+    numel = numel_;
+    layout = layout_;
+  }
+  if (exchange_ && join_options_.offer_wait.count() > 0) {
+    sgd::JoinOptions o = join_options_;
+    o.min_round = min_round;
+    o.deadline = std::chrono::steady_clock::now() + round_timeout_;
+    o.cancel = &stop_;
+    auto fetched = exchange_->state().fetch(numel, layout, o, [&](peers::Incoming& in) {
+      exchange_->absorb_while_joining(in);
+    });
+    if (!fetched) {
+      r.status = fetched.status();
+    } else if (*fetched) {
+      exchange_->assume_running(exchange_->state().running_peers());
+      r.state = std::move(**fetched);
+      next_round_ = r.state->round;
+      spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
+                   r.state->round, r.state->step);
+    } else {
+      exchange_->assume_running(exchange_->state().running_peers());
+    }
+  }
+  if (r.status && !r.state && resume) r.status = strategy_->load_state(*resume);
+  {
+    std::lock_guard lock(mu_);
+    joined_ = std::move(r);
+  }
+  signal_done();
+}
+
+void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
+  if (exchange_) {
+    // What a joiner gets. A copy per round, only for the gossip family.
+    (void)exchange_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
+  }
+  if (checkpoint_path_.empty()) return;
+  if (!last_) last_.emplace();
+  last_->node = node_;
+  last_->strategy = strategy_name_;
+  last_->layout = layout_;
+  last_->round = ran + 1;
+  last_->step = step;
+  last_->model.assign(model.begin(), model.end());
+  last_->state = strategy_->save_state();
+  last_written_ = false;
+  if (checkpoint_every_ != 0 && (ran + 1) % checkpoint_every_ == 0) write_checkpoint_now();
+}
+
+void SyncWorker::write_checkpoint_now() {
+  if (checkpoint_path_.empty() || !last_ || last_written_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (Status st = write_checkpoint(checkpoint_path_, *last_); !st) {
+    spdlog::error("checkpoint not written: {}", st.message());
+    return;
+  }
+  last_written_ = true;
+  spdlog::info("checkpoint {}: round {}, step {}, {} parameters ({:.0f} ms)", checkpoint_path_,
+               last_->round, last_->step, last_->model.size(),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
 void SyncWorker::run() {
   pthread_setname_np(pthread_self(), "gossipd-sync");
   while (true) {
     Job job;
+    std::optional<JoinJob> join;
     size_t numel = 0;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_ || job_.has_value(); });
+      cv_.wait_for(lock, std::chrono::milliseconds(20),
+                   [&] { return stop_ || job_.has_value() || join_.has_value(); });
       if (stop_) return;
       numel = numel_;
       strategy_->set_layout_fingerprint(layout_);
@@ -234,22 +342,32 @@ void SyncWorker::run() {
         job = *job_;
         job_.reset();
       }
+      join = std::move(join_);
+      join_.reset();
     }
-    if (job.model.empty()) {
-      if (numel > 0) strategy_->progress(next_round_, numel, std::chrono::milliseconds(0));
+    if (join) {
+      run_join(join->min_round, std::move(join->resume));
       continue;
     }
-    next_round_ = job.round + 1;
+    if (job.model.empty()) {
+      // The gossip family answers joins and sends heartbeats before it has a model too.
+      if (numel > 0 || exchange_) strategy_->progress(next_round_, numel, std::chrono::milliseconds(0));
+      continue;
+    }
+    const uint64_t round = strategy_->round_to_run(std::max(job.round, next_round_));
+    if (round != job.round)
+      spdlog::info("round {}: the neighbors have moved on, catching up to round {}", job.round, round);
+    next_round_ = round + 1;
     sgd::RoundOptions opts;
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;
-    Status st = strategy_->synchronize(job.model, job.round, opts);
+    Status st = strategy_->synchronize(job.model, round, opts);
+    if (st) after_round(job.model, round, job.step);
     {
       std::lock_guard lock(mu_);
-      result_ = std::move(st);
+      result_ = RoundResult{std::move(st), round};
     }
-    uint64_t one = 1;
-    (void)!::write(done_fd_, &one, sizeof one);
+    signal_done();
   }
 }
 

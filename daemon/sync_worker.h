@@ -15,12 +15,14 @@
 
 #include "compression/codec_spec.h"
 #include "compression/thread_pool.h"
+#include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "peers/topology.h"
 #include "peers/ring_channel.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
 #include "sgd/neighbor_exchange.h"
+#include "sgd/state_transfer.h"
 #include "sgd/strategy.h"
 
 namespace gossip::daemon {
@@ -32,15 +34,35 @@ class SyncWorker {
   static Result<std::unique_ptr<SyncWorker>> start(const DaemonConfig& config);
   ~SyncWorker();  // cancels a running round, says bye to the peers, joins
 
-  // Readable (poll) once a submitted round has finished; take_result() clears it.
+  // Readable (poll) once a submitted job (round or join) has finished; take_result()
+  // or take_join() clears it.
   int done_fd() const { return done_fd_; }
-  // Starts round `round` on `model` (in place), after set_model(). The caller must
-  // not touch model until take_result() returns a value.
-  void submit(std::span<float> model, uint64_t round);
-  std::optional<Status> take_result();
+  // Starts a round after `round` completed ones, at the trainers' `step`, on `model`
+  // (in place), after set_model(). The caller must not touch model until
+  // take_result() returns a value.
+  void submit(std::span<float> model, uint64_t round, uint64_t step);
+  struct RoundResult {
+    Status status;
+    uint64_t round = 0;  // the round it ran: later than submitted when the node caught up
+  };
+  std::optional<RoundResult> take_result();
   // Once the node's model is known the worker validates and buffers what peers send
   // between rounds too.
   void set_model(size_t numel, uint64_t layout_fingerprint);
+
+  // Start-up, after set_model(): with a gossip strategy, asks the peers for a state
+  // fresher than round `min_round` (sgd/state_transfer.h). Without one, the strategy
+  // takes `resume` (a checkpoint's state), if any.
+  void submit_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
+  struct JoinResult {
+    Status status;  // of fetching, or of restoring `resume`
+    std::optional<sgd::NodeState> state;
+  };
+  std::optional<JoinResult> take_join();
+
+  // Writes the node's model and strategy state after every `every` completed rounds
+  // (0: only when the worker stops) to `path` (daemon/checkpoint.h).
+  void enable_checkpoints(std::string path, uint64_t every);
 
   const peers::TrafficCounters& traffic() const { return transport_->traffic(); }
   const std::vector<peers::Peer>& peers() const { return transport_->peers(); }
@@ -50,6 +72,10 @@ class SyncWorker {
   Status make_strategy(const DaemonConfig& config);
   Status make_all_reduce(const DaemonConfig& config, const compression::Codec* codec);
   void run();
+  void run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
+  void after_round(std::span<const float> model, uint64_t ran, uint64_t step);
+  void write_checkpoint_now();
+  void signal_done();
 
   std::unique_ptr<peers::ZmqTransport> transport_;
   compression::CodecSpec codec_;  // outlives the two below, which point at it
@@ -70,12 +96,28 @@ class SyncWorker {
   struct Job {
     std::span<float> model;
     uint64_t round = 0;
+    uint64_t step = 0;
   };
-  std::optional<Job> job_;        // guarded by mu_
-  size_t numel_ = 0;              // guarded by mu_
-  uint64_t layout_ = 0;           // guarded by mu_
-  uint64_t next_round_ = 0;       // worker thread only
-  std::optional<Status> result_;  // guarded by mu_
+  struct JoinJob {
+    uint64_t min_round = 0;
+    std::optional<sgd::StrategyState> resume;
+  };
+  std::optional<Job> job_;              // guarded by mu_
+  std::optional<JoinJob> join_;         // guarded by mu_
+  size_t numel_ = 0;                    // guarded by mu_
+  uint64_t layout_ = 0;                 // guarded by mu_
+  uint64_t next_round_ = 0;             // worker thread only
+  std::optional<RoundResult> result_;   // guarded by mu_
+  std::optional<JoinResult> joined_;    // guarded by mu_
+  uint32_t node_ = 0;
+  std::string strategy_name_;
+  sgd::JoinOptions join_options_;
+  uint64_t chunk_elems_ = 1 << 20;
+  // Checkpoints: the state after the last completed round (worker thread only).
+  std::string checkpoint_path_;
+  uint64_t checkpoint_every_ = 0;
+  std::optional<Checkpoint> last_;
+  bool last_written_ = true;
   std::thread thread_;
 };
 

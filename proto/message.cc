@@ -1,6 +1,7 @@
 #include "proto/message.h"
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -22,6 +23,16 @@ const char* kind_name(Kind k) {
       return "ring-address";
     case Kind::kNcclId:
       return "nccl-id";
+    case Kind::kHeartbeat:
+      return "heartbeat";
+    case Kind::kJoin:
+      return "join";
+    case Kind::kStateOffer:
+      return "state-offer";
+    case Kind::kStateRequest:
+      return "state-request";
+    case Kind::kStateChunk:
+      return "state-chunk";
   }
   return "?";
 }
@@ -54,6 +65,17 @@ constexpr std::array<std::string_view, 11> kKeys = {"v",      "kind",  "from",  
                                                     "seq",    "tensor", "offset", "codec",
                                                     "numel",  "bytes", "layout"};
 
+// A msgpack float64, whatever its value. pack_double sends integral doubles as
+// integers: -0.0 would arrive as +0, and 2^64 (a weight decode_header accepts) is
+// converted to uint64_t out of range, undefined behaviour (both found by
+// fuzz/wire_header_fuzzer.cc).
+void pack_float64(msgpack::sbuffer& buf, double d) {
+  const auto bits = std::bit_cast<uint64_t>(d);
+  char out[9] = {static_cast<char>(0xcb)};
+  for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  buf.write(out, sizeof out);
+}
+
 }  // namespace
 
 std::string encode_header(const Header& h) {
@@ -72,7 +94,7 @@ std::string encode_header(const Header& h) {
   pk.pack("numel"), pk.pack(h.numel);
   pk.pack("bytes"), pk.pack(h.bytes);
   pk.pack("layout"), pk.pack(h.layout);
-  if (weighted) pk.pack("weight"), pk.pack_double(h.weight);
+  if (weighted) pk.pack("weight"), pack_float64(buf, h.weight);
   return std::string(buf.data(), buf.size());
 }
 
@@ -147,7 +169,8 @@ Result<Header> decode_header(const void* data, size_t size) {
   h.bytes = val[9];
   h.layout = val[10];
   if (weight) {
-    if (h.kind != Kind::kModelChunk) return Status::protocol("only model-chunk messages carry a weight");
+    if (h.kind != Kind::kModelChunk && h.kind != Kind::kStateChunk)
+      return Status::protocol("only model-chunk and state-chunk messages carry a weight");
     h.weight = *weight;
   }
 
@@ -157,6 +180,10 @@ Result<Header> decode_header(const void* data, size_t size) {
     case Kind::kHello:
     case Kind::kBye:
     case Kind::kRingAddress:
+    case Kind::kHeartbeat:
+    case Kind::kJoin:
+    case Kind::kStateOffer:
+    case Kind::kStateRequest:
       if (h.numel != 0 || h.bytes != 0)
         return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
                                             kind_name(h.kind), h.numel, h.bytes));
@@ -168,8 +195,11 @@ Result<Header> decode_header(const void* data, size_t size) {
         return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes and numel=0, says numel={} bytes={}",
                                             kNcclIdBytes, h.numel, h.bytes));
       break;
+    case Kind::kStateChunk:
+      if (h.codec != CodecId::kNone) return Status::protocol("state-chunk must be raw fp32");
+      [[fallthrough]];
     case Kind::kModelChunk:
-      if (h.numel == 0) return Status::protocol("model-chunk with numel=0");
+      if (h.numel == 0) return Status::protocol(fmt::format("{} with numel=0", kind_name(h.kind)));
       // Divide rather than multiply: numel * 4 wraps for numel >= 2^62.
       if (h.codec == CodecId::kNone && (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel))
         return Status::protocol(fmt::format(

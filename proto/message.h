@@ -23,8 +23,14 @@ enum class Kind : uint8_t {
   kRingAddress = 4,  // to the left ring neighbor: the sender's ring transport listens on port `offset`;
                      // `seq`: a token the neighbor must present when it connects (0: none)
   kNcclId = 5,       // from the lowest id to every node: the ncclUniqueId (kNcclIdBytes) of the communicator for `round`
+  // Churn (sgd/state_transfer.h). None of them makes the receiver wait for the sender in rounds.
+  kHeartbeat = 6,     // the sender is alive; `round`: its next round
+  kJoin = 7,          // the sender starts without state and asks who has one
+  kStateOffer = 8,    // answer to join: the sender's next `round` and its step (`offset`); 0, 0: no state
+  kStateRequest = 9,  // send me the state you offered for `round`
+  kStateChunk = 10,   // raw fp32 slice [offset, offset+numel) of the sender's model before `round`
 };
-inline constexpr uint8_t kMaxKind = 5;
+inline constexpr uint8_t kMaxKind = 10;
 inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 const char* kind_name(Kind k);
 

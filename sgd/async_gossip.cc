@@ -14,7 +14,8 @@ AsyncGossip::AsyncGossip(NeighborExchange& exchange, const peers::Topology& topo
       step_(staleness == 0 ? 1.0f
                            : static_cast<float>(0.9 * std::sin(std::numbers::pi /
                                                                (2.0 * (2.0 * staleness + 1.0))))),
-      sent_(staleness + 1) {}
+      sent_(staleness + 1),
+      sent_round_(staleness + 1, UINT64_MAX) {}
 
 Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
                                 const RoundOptions& options) {
@@ -26,6 +27,7 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
   // subtract our part with: with a codec, Q(x_i).
   std::vector<float>& sent = sent_[round % sent_.size()];
   sent.assign(model.begin(), model.end());
+  sent_round_[round % sent_.size()] = round;
   GOSSIP_RETURN_IF_ERROR(
       outgoing_.encode(sent, self, round, options_.chunk_elems, options_.compression));
   exchange_.send(outgoing_, topology_.out_neighbors(self, round));
@@ -33,7 +35,10 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
 
   const uint64_t due = round - lag_;
   const peers::MixingWeights row = topology_.mixing_row(self, due);
-  const std::vector<float>& own = sent_[due % sent_.size()];
+  // A node that skipped ahead (catch_up_round) never ran round `due`: its current
+  // model stands in for what it would have sent.
+  const std::vector<float>& own =
+      sent_round_[due % sent_.size()] == due ? sent_[due % sent_.size()] : sent;
   std::vector<uint32_t> sources;
   for (const auto& in : row.peers) sources.push_back(in.node);
   mix_.assign(n, 0.0f);

@@ -35,6 +35,7 @@ class AsyncGossip final : public GossipStrategy {
  private:
   float step_;  // η
   std::vector<std::vector<float>> sent_;  // sent_[t % (s+1)]: this node's model of round t
+  std::vector<uint64_t> sent_round_;      // the round each slot of sent_ holds (after a catch-up, not every one)
   std::vector<float> public_;             // Q(x_i) when compressing
   std::vector<float> mix_;
 };

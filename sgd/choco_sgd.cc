@@ -32,6 +32,22 @@ double default_choco_gamma(const compression::Codec* codec) {
   return 0.5;
 }
 
+StrategyState ChocoSgd::save_state() const {
+  if (public_self_.empty()) return {};
+  return {{{"choco.public_self", public_self_}, {"choco.mixed", mixed_}}, {}};
+}
+
+Status ChocoSgd::load_state(const StrategyState& state) {
+  if (state.empty()) return Status::ok();  // saved before its first round
+  auto pub = state.tensor("choco.public_self", 0);
+  if (!pub) return pub.status();
+  auto mixed = state.tensor("choco.mixed", (*pub)->size());
+  if (!mixed) return mixed.status();
+  public_self_ = **pub;
+  mixed_ = **mixed;
+  return Status::ok();
+}
+
 Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
   const uint32_t self = this->self();
   const peers::MixingWeights row = topology_.mixing_row(self, round);

@@ -30,6 +30,8 @@ class ChocoSgd final : public GossipStrategy {
       : GossipStrategy(exchange, topology, options), gamma_(gamma) {}
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
+  StrategyState save_state() const override;
+  Status load_state(const StrategyState& state) override;
 
  private:
   double gamma_;

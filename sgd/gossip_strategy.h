@@ -5,6 +5,7 @@
 // delay, async gossip's staleness) says so, so that messages of rounds still to be
 // consumed are buffered between rounds rather than dropped as late.
 
+#include <algorithm>
 #include <chrono>
 
 #include "peers/topology.h"
@@ -26,6 +27,10 @@ class GossipStrategy : public Strategy {
  public:
   void progress(uint64_t next_round, size_t /*numel*/, std::chrono::milliseconds wait) override {
     exchange_.progress(next_round >= lag_ ? next_round - lag_ : 0, wait);
+  }
+  uint64_t round_to_run(uint64_t proposed) const override {
+    const uint64_t behind = exchange_.catch_up_round();  // of the round received, `lag_` before
+    return behind == 0 ? proposed : std::max(proposed, behind + lag_);
   }
   void set_layout_fingerprint(uint64_t fingerprint) override {
     exchange_.set_layout_fingerprint(fingerprint);

@@ -18,6 +18,38 @@ LocalSgd::LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compressio
       error_feedback_(error_feedback),
       pool_(pool) {}
 
+StrategyState LocalSgd::save_state() const {
+  StrategyState s;
+  if (previous_.empty()) return s;  // before the first round
+  s.tensors["local_sgd.previous"] = previous_;
+  s.tensors["local_sgd.momentum"] = momentum_;
+  if (residual_) {
+    const auto r = residual_->residual();
+    s.tensors["local_sgd.residual"] = std::vector<float>(r.begin(), r.end());
+  }
+  return s;
+}
+
+Status LocalSgd::load_state(const StrategyState& state) {
+  if (state.empty()) return Status::ok();
+  auto previous = state.tensor("local_sgd.previous", 0);
+  if (!previous) return previous.status();
+  const size_t n = (*previous)->size();
+  auto momentum = state.tensor("local_sgd.momentum", n);
+  if (!momentum) return momentum.status();
+  if (state.tensors.count("local_sgd.residual")) {
+    auto r = state.tensor("local_sgd.residual", n);
+    if (!r) return r.status();
+    if (!error_feedback_ || !codec_)
+      return Status::invalid("the checkpoint has an error-feedback residual but this node runs without error feedback");
+    residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, n);
+    residual_->restore(**r);
+  }
+  previous_ = **previous;
+  momentum_ = **momentum;
+  return Status::ok();
+}
+
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& round_options) {
   CollectiveOptions options;

@@ -44,6 +44,8 @@ class LocalSgd final : public Strategy {
   void set_layout_fingerprint(uint64_t fingerprint) override {
     all_reduce_.set_layout_fingerprint(fingerprint);
   }
+  StrategyState save_state() const override;
+  Status load_state(const StrategyState& state) override;
 
  private:
   bool compressed() const { return codec_ && codec_->id() != proto::CodecId::kNone; }

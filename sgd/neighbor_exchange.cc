@@ -33,7 +33,27 @@ NeighborExchange::NeighborExchange(peers::ZmqTransport& transport, const compres
       pool_(pool),
       limits_(limits),
       absent_(transport.peers().size(), false),
-      ever_delivered_(transport.peers().size(), false) {}
+      ever_delivered_(transport.peers().size(), false),
+      newest_(transport.peers().size(), 0),
+      state_(transport) {}
+
+void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
+  for (uint32_t p : peers)
+    if (size_t pi = peer_index(p); pi < ever_delivered_.size()) ever_delivered_[pi] = true;
+}
+
+void NeighborExchange::beat(uint64_t next_round) {
+  const auto now = Clock::now();
+  if (now - last_beat_ < limits_.heartbeat) return;
+  last_beat_ = now;
+  proto::Header h;
+  h.kind = proto::Kind::kHeartbeat;
+  h.from = transport_.self();
+  h.round = next_round;
+  h.layout = layout_;
+  // A full queue to a dead peer is expected; its silence is what we detect.
+  for (const auto& p : transport_.peers()) (void)transport_.send(p.id, h);
+}
 
 size_t NeighborExchange::peer_index(uint32_t peer) const {
   const auto& ps = transport_.peers();
@@ -88,12 +108,16 @@ Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live
     }
     return Status::ok();
   }
+  // Heard, but not a sign that the peer takes part in rounds again.
+  if (h.kind == proto::Kind::kHeartbeat) return Status::ok();
+  if (state_.serve(in, ever_delivered_[pi] || absent_[pi])) return Status::ok();
   mark_present(pi);
   if (h.kind == proto::Kind::kHello) return Status::ok();
   if (h.kind != proto::Kind::kModelChunk) {  // a peer configured for another strategy
     transport_.note_dropped(in.peer, fmt::format("a {} message, which gossip does not use", proto::kind_name(h.kind)));
     return Status::ok();
   }
+  newest_[pi] = std::max(newest_[pi], h.round + 1);
   if (h.round < next_round && !(live && h.round == live->round)) {
     // A round we are done with: we stopped waiting for this peer. Expected after
     // an absence, so not counted as an error.
@@ -171,8 +195,21 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
   return Status::ok();
 }
 
+void NeighborExchange::absorb_while_joining(peers::Incoming& in) {
+  const size_t pi = peer_index(in.peer);
+  if (pi == transport_.peers().size()) return;
+  if (in.header.kind == proto::Kind::kModelChunk) {
+    newest_[pi] = std::max(newest_[pi], in.header.round + 1);
+    // Early rounds of a cluster that starts: kept for when this node runs them. Later
+    // ones belong to a cluster this node will take the state of, and skip past.
+    if (in.header.round >= limits_.max_rounds_ahead) return;
+  }
+  (void)dispatch(in, 0, nullptr);
+}
+
 void NeighborExchange::progress(uint64_t next_round, std::chrono::milliseconds wait) {
   if (transport_.peers().empty()) return;
+  beat(next_round);
   // Bounded, so that a flood of messages cannot keep the worker from its next job.
   for (int i = 0; i < 64; ++i) {
     auto in = transport_.recv(i == 0 ? wait : std::chrono::milliseconds(0));
@@ -210,18 +247,33 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   auto describe = [&](size_t s, const char* why) {
     return fmt::format("peer {} ({} of {} elements, {})", sources[s], live.received[s], numel, why);
   };
+  std::vector<bool> moved_on(sources.size(), false);
   while (true) {
     auto now = Clock::now();
+    beat(round + 1);
     bool waiting = false;
     for (size_t s = 0; s < sources.size(); ++s) {
       if (live.received[s] >= numel || live.left[s]) continue;
       size_t pi = peer_index(sources[s]);
       // An absent peer that has started sending this round is waited for like any other.
       if (absent_[pi] && live.received[s] == 0) continue;
+      // Messages from a peer arrive in order: one that sent a later round and none of
+      // this one will not send it.
+      if (live.received[s] == 0 && newest_[pi] > round + 1) {
+        moved_on[s] = true;
+        continue;
+      }
       auto limit = ever_delivered_[pi] ? std::min(patience, options.deadline) : options.deadline;
       if (now >= limit) {
         mark_absent(pi, fmt::format("missed round {} ({} of {} elements)", round,
                                     live.received[s], numel));
+        continue;
+      }
+      const uint64_t silent = transport_.traffic().silent_ms(sources[s]);
+      if (silent != proto::ipc::kNeverHeard &&
+          silent > static_cast<uint64_t>(limits_.dead_after.count())) {
+        mark_absent(pi, fmt::format("silent for {:.1f} s in round {} (no heartbeat): presumed dead",
+                                    silent / 1000.0, round));
         continue;
       }
       waiting = true;
@@ -232,12 +284,28 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
     if (in) GOSSIP_RETURN_IF_ERROR(dispatch(*in, round + 1, &live).with_context(fmt::format("round {}", round)));
   }
 
+  // Every source has moved on: this node is behind (it restarted, or was dropped as
+  // a straggler) and should run the oldest of their rounds next.
+  // Absent sources that sent nothing do not count either way.
+  catch_up_round_ = 0;
+  uint64_t next = UINT64_MAX;
+  bool behind = true;
+  for (size_t s = 0; s < sources.size() && behind; ++s) {
+    if (moved_on[s])
+      next = std::min(next, newest_[peer_index(sources[s])] - 1);
+    else if (live.received[s] > 0 || !absent_[peer_index(sources[s])])
+      behind = false;
+  }
+  if (behind && next != UINT64_MAX) catch_up_round_ = next;
   Delivery d;
   d.complete.resize(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
     d.complete[s] = live.received[s] >= numel;
     if (d.complete[s]) continue;
-    const char* why = live.left[s] ? "shut down" : absent_[peer_index(sources[s])] ? "absent" : "?";
+    const char* why = live.left[s]                         ? "shut down"
+                      : moved_on[s]                        ? "ahead of this node"
+                      : absent_[peer_index(sources[s])]    ? "absent"
+                                                           : "?";
     d.missing += (d.missing.empty() ? "" : ", ") + describe(s, why);
   }
   return d;

@@ -11,6 +11,14 @@
 // it, and strategies send it a hello instead of their model, until something arrives
 // from it again. Two nodes that gave up on each other thus find each other again
 // through the hellos, and a dead node costs its neighbors one timeout, not one per round.
+//
+// Liveness: every node sends heartbeats while it waits, so a neighbor that dies is
+// dropped from the round within `dead_after` even when it had delivered before. A
+// neighbor that sent a later round but not this one has moved on without us (it
+// took us for absent): it is not waited for, and when every source of a round has
+// moved on, this node is behind and catches up to their round (catch_up_round()).
+// Dropping a neighbor gives its mixing weight to the node's own model, so the
+// weights of the nodes that remain still sum to one on both sides of every edge.
 
 #include <chrono>
 #include <cstdint>
@@ -24,6 +32,7 @@
 #include "peers/zmq_transport.h"
 #include "proto/status.h"
 #include "sgd/outgoing_model.h"
+#include "sgd/state_transfer.h"
 #include "sgd/strategy.h"
 
 namespace gossip::sgd {
@@ -31,6 +40,8 @@ namespace gossip::sgd {
 struct ExchangeLimits {
   uint64_t max_rounds_ahead = 64;            // a message further ahead is dropped
   uint64_t max_buffered_bytes = 1ull << 30;  // payload held for later rounds
+  std::chrono::milliseconds heartbeat{1000};    // sent to every peer this often while waiting
+  std::chrono::milliseconds dead_after{5000};   // a neighbor silent this long is dropped from the round
 };
 
 class NeighborExchange {
@@ -42,6 +53,15 @@ class NeighborExchange {
   void set_layout_fingerprint(uint64_t fingerprint) { layout_ = fingerprint; }
   uint64_t layout_fingerprint() const { return layout_; }
   peers::ZmqTransport& transport() { return transport_; }
+  StateTransfer& state() { return state_; }
+  // After a join: these peers run rounds, so they are waited for with patience (not
+  // until the deadline, as nodes that may still be starting are).
+  void assume_running(std::span<const uint32_t> peers);
+  // The round this node's neighbors have moved on to, when the last round found
+  // every source ahead of it; 0 otherwise.
+  uint64_t catch_up_round() const { return catch_up_round_; }
+  // Sends a heartbeat to every peer when the last one is `heartbeat` old.
+  void beat(uint64_t next_round);
 
   bool absent(uint32_t peer) const;
   // Queues `model` to each of `to`, and a hello (we are alive: wait for us again)
@@ -66,6 +86,10 @@ class NeighborExchange {
                            std::chrono::steady_clock::time_point patience,
                            const RoundOptions& options, const ChunkFn& on_chunk);
 
+  // While no round can run yet (a join): keeps what says who is alive and which
+  // rounds the peers are in, and buffers the chunks of a cluster's first rounds.
+  void absorb_while_joining(peers::Incoming& in);
+
   // Between rounds: takes what peers already sent (for `next_round` and later) into
   // the buffer, waiting at most `wait`.
   void progress(uint64_t next_round, std::chrono::milliseconds wait);
@@ -87,6 +111,10 @@ class NeighborExchange {
   uint64_t layout_ = 0;
   std::vector<bool> absent_;         // per transport peer
   std::vector<bool> ever_delivered_;  // per transport peer
+  std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of
+  uint64_t catch_up_round_ = 0;
+  std::chrono::steady_clock::time_point last_beat_{};
+  StateTransfer state_;
   std::map<uint64_t, std::vector<peers::Incoming>> ahead_;  // by round
   uint64_t ahead_bytes_ = 0;
   std::vector<float> scratch_;

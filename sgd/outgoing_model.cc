@@ -45,7 +45,7 @@ Status OutgoingModel::send(peers::ZmqTransport& transport, uint32_t peer, uint64
   for (size_t seq = 0; seq < chunks.size(); ++seq) {
     const Chunk& c = chunks[seq];
     proto::Header h;
-    h.kind = proto::Kind::kModelChunk;
+    h.kind = kind;
     h.from = transport.self();
     h.round = round;
     h.seq = seq;

@@ -23,6 +23,7 @@ struct OutgoingModel {
     std::shared_ptr<const std::vector<std::byte>> payload;
   };
   uint64_t round = 0;
+  proto::Kind kind = proto::Kind::kModelChunk;  // state-chunk for a joiner (sgd/state_transfer.h)
   proto::CodecId codec = proto::CodecId::kNone;
   std::vector<Chunk> chunks;
 

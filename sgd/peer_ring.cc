@@ -71,8 +71,14 @@ void PeerRing::absorb(const peers::Incoming& in) {
       if (in.peer == order_.right_id()) right_port_.reset();
       if (in.peer == order_.right_id() || in.peer == order_.left_id()) channel_.reset();
       return;
+    case proto::Kind::kHeartbeat:
+      return;
     case proto::Kind::kModelChunk:
     case proto::Kind::kNcclId:
+    case proto::Kind::kJoin:
+    case proto::Kind::kStateOffer:
+    case proto::Kind::kStateRequest:
+    case proto::Kind::kStateChunk:
       control_.note_dropped(in.peer, fmt::format("a {} message, but this node averages over the ring",
                                                  proto::kind_name(h.kind)));
       return;

@@ -1,10 +1,21 @@
 #include "sgd/push_sum.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
 
 #include <spdlog/spdlog.h>
 
 namespace gossip::sgd {
+
+Status PushSum::load_state(const StrategyState& state) {
+  auto w = state.scalar("push_sum.weight");
+  if (!w) return w.status();
+  if (!(*w > 0.0) || !std::isfinite(*w)) return Status::invalid(fmt::format("push-sum weight {} is not positive", *w));
+  weight_ = *w;
+  return Status::ok();
+}
 
 Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
   const uint32_t self = this->self();

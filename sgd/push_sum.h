@@ -28,6 +28,8 @@ class PushSum final : public GossipStrategy {
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
 
   double weight() const { return weight_; }
+  StrategyState save_state() const override { return {{}, {{"push_sum.weight", weight_}}}; }
+  Status load_state(const StrategyState& state) override;
 
  private:
   double weight_ = 1.0;

@@ -7,11 +7,26 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "proto/status.h"
 
 namespace gossip::sgd {
+
+// What a strategy carries from round to round besides the model, by name, for
+// checkpoints: CHOCO's public copies, push-sum's weight, error-feedback residuals,
+// the outer optimizer's momentum.
+struct StrategyState {
+  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, double> scalars;
+  bool empty() const { return tensors.empty() && scalars.empty(); }
+  // The tensor `name` of `numel` elements, or an error that names what is wrong.
+  Result<const std::vector<float>*> tensor(const std::string& name, size_t numel) const;
+  Result<double> scalar(const std::string& name) const;
+};
 
 struct RoundOptions {
   std::chrono::steady_clock::time_point deadline;  // the round fails after it
@@ -25,9 +40,18 @@ class Strategy {
   // with the same rounds in order, on models of the same layout.
   virtual Status synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& options) = 0;
+  // The round to run next when the owner has completed rounds up to `proposed`: a
+  // node whose neighbors have moved on (it restarted, or fell behind) skips to theirs.
+  virtual uint64_t round_to_run(uint64_t proposed) const { return proposed; }
   // Between rounds: receives and buffers what peers already sent for `next_round`
   // (of `numel` elements), waiting at most `wait`.
   virtual void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) = 0;
+  // Between rounds only. load_state() takes what save_state() gave (of this strategy
+  // and model size) and refuses anything else with the reason.
+  virtual StrategyState save_state() const { return {}; }
+  virtual Status load_state(const StrategyState& state) {
+    return state.empty() ? Status::ok() : Status::invalid("this strategy keeps no state between rounds");
+  }
   // The layout fingerprint carried in every message; peers with another are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
 };

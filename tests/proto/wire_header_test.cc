@@ -247,7 +247,7 @@ TEST(WireHeader, WrongVersion) {
 }
 
 TEST(WireHeader, UnknownKind) {
-  for (uint64_t k : {0ull, 6ull, 255ull, 1ull << 40}) {
+  for (uint64_t k : {0ull, 11ull, 255ull, 1ull << 40}) {
     EXPECT_REFUSED(decode(pack_map(with(fields_of(chunk()), u("kind", k)))),
                    "unknown message kind " + std::to_string(k));
   }
@@ -324,7 +324,7 @@ TEST(WireHeader, BadWeightsAreRefused) {
   hello.kind = Kind::kHello;
   Fields f = fields_of(hello);
   f.push_back(f64("weight", 0.5));
-  EXPECT_REFUSED(decode(pack_map(f)), "only model-chunk messages carry a weight");
+  EXPECT_REFUSED(decode(pack_map(f)), "only model-chunk and state-chunk messages carry a weight");
 }
 
 TEST(WireHeader, NonStringKey) {
@@ -492,7 +492,7 @@ void check_consistent(const std::string& bytes) {
   ASSERT_TRUE(again.is_ok()) << again.status().message();
   expect_same(*d, *again);
   EXPECT_TRUE(validate_payload(*d, d->bytes ? 1 : 0, d->bytes).is_ok());
-  if (d->kind == Kind::kModelChunk) {
+  if (d->kind == Kind::kModelChunk || d->kind == Kind::kStateChunk) {
     EXPECT_GT(d->numel, 0u);
     EXPECT_EQ(d->bytes, d->numel * 4);
     EXPECT_LE(d->bytes, kMaxPayloadBytes);

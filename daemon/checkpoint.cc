@@ -1,0 +1,170 @@
+#include "daemon/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+#include <msgpack.hpp>
+
+namespace gossip::daemon {
+namespace {
+
+constexpr char kMagic[8] = {'G', 'S', 'P', 'C', 'K', 'P', 'T', '1'};
+constexpr uint64_t kMaxHeaderBytes = 64u << 20;
+constexpr uint64_t kMaxFloats = uint64_t{1} << 34;
+
+uint32_t crc_of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
+  for (size_t off = 0; off < bytes.size();) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - off, 1u << 30));
+    crc = crc32(crc, p + off, n);
+    off += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void append_floats(std::string& out, const std::vector<float>& v) {
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+Status write_all(int fd, const std::string& bytes, const std::string& path) {
+  for (size_t off = 0; off < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::io_error(fmt::format("writing {}: {}", path, std::strerror(errno)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status write_checkpoint(const std::string& path, const Checkpoint& c) {
+  msgpack::sbuffer header;
+  msgpack::packer<msgpack::sbuffer> pk(header);
+  pk.pack_map(8);
+  pk.pack("node"), pk.pack(c.node);
+  pk.pack("strategy"), pk.pack(c.strategy);
+  pk.pack("layout"), pk.pack(c.layout);
+  pk.pack("round"), pk.pack(c.round);
+  pk.pack("step"), pk.pack(c.step);
+  pk.pack("numel"), pk.pack(static_cast<uint64_t>(c.model.size()));
+  pk.pack("tensors");
+  pk.pack_array(static_cast<uint32_t>(c.state.tensors.size()));
+  for (const auto& [name, v] : c.state.tensors) {
+    pk.pack_array(2);
+    pk.pack(name);
+    pk.pack(static_cast<uint64_t>(v.size()));
+  }
+  pk.pack("scalars");
+  pk.pack_map(static_cast<uint32_t>(c.state.scalars.size()));
+  for (const auto& [name, v] : c.state.scalars) pk.pack(name), pk.pack_double(v);
+
+  std::string bytes(kMagic, sizeof kMagic);
+  const uint64_t hlen = header.size();
+  bytes.append(reinterpret_cast<const char*>(&hlen), sizeof hlen);
+  bytes.append(header.data(), header.size());
+  append_floats(bytes, c.model);
+  for (const auto& [name, v] : c.state.tensors) append_floats(bytes, v);
+  const uint32_t crc = crc_of(bytes);
+  bytes.append(reinterpret_cast<const char*>(&crc), sizeof crc);
+
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::io_error(fmt::format("creating {}: {}", tmp, std::strerror(errno)));
+  Status st = write_all(fd, bytes, tmp);
+  if (st && ::fsync(fd) != 0) st = Status::io_error(fmt::format("fsync {}: {}", tmp, std::strerror(errno)));
+  ::close(fd);
+  if (st && ::rename(tmp.c_str(), path.c_str()) != 0)
+    st = Status::io_error(fmt::format("renaming {} to {}: {}", tmp, path, std::strerror(errno)));
+  if (!st) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  // The rename itself must reach the disk for the new file to survive a power cut.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::ok();
+}
+
+Result<Checkpoint> read_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!std::filesystem::exists(path)) return Status::not_found(fmt::format("no checkpoint at {}", path));
+    return Status::io_error(fmt::format("cannot read checkpoint {}", path));
+  }
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string& why) { return Status::invalid(fmt::format("checkpoint {}: {}", path, why)); };
+  constexpr size_t kFixed = sizeof kMagic + sizeof(uint64_t) + sizeof(uint32_t);
+  if (bytes.size() < kFixed) return bad(fmt::format("truncated ({} bytes)", bytes.size()));
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return bad("not a gossipd checkpoint (bad magic)");
+  uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + bytes.size() - sizeof crc, sizeof crc);
+  const std::string body = bytes.substr(0, bytes.size() - sizeof crc);
+  if (crc_of(body) != crc) return bad("CRC mismatch (the file is damaged or truncated)");
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data() + sizeof kMagic, sizeof hlen);
+  if (hlen > kMaxHeaderBytes || hlen > body.size() - sizeof kMagic - sizeof hlen)
+    return bad(fmt::format("header length {} does not fit the file", hlen));
+  const char* hdr = body.data() + sizeof kMagic + sizeof hlen;
+
+  Checkpoint c;
+  std::vector<std::pair<std::string, uint64_t>> tensors;
+  uint64_t numel = 0;
+  try {
+    msgpack::object_handle oh = msgpack::unpack(hdr, hlen);
+    const auto m = oh.get().as<std::map<std::string, msgpack::object>>();
+    auto field = [&](const char* key) -> const msgpack::object& {
+      auto it = m.find(key);
+      if (it == m.end()) throw std::runtime_error(fmt::format("header has no '{}'", key));
+      return it->second;
+    };
+    c.node = field("node").as<uint32_t>();
+    c.strategy = field("strategy").as<std::string>();
+    c.layout = field("layout").as<uint64_t>();
+    c.round = field("round").as<uint64_t>();
+    c.step = field("step").as<uint64_t>();
+    numel = field("numel").as<uint64_t>();
+    tensors = field("tensors").as<std::vector<std::pair<std::string, uint64_t>>>();
+    c.state.scalars = field("scalars").as<std::map<std::string, double>>();
+  } catch (const std::exception& e) {
+    return bad(fmt::format("malformed header: {}", e.what()));
+  }
+  uint64_t floats = numel;
+  for (const auto& [name, n] : tensors) {
+    if (n > kMaxFloats || floats > kMaxFloats) return bad(fmt::format("tensor '{}' is too large", name));
+    floats += n;
+  }
+  const uint64_t data_bytes = body.size() - sizeof kMagic - sizeof hlen - hlen;
+  if (floats > kMaxFloats || floats * sizeof(float) != data_bytes)
+    return bad(fmt::format("the header describes {} values but {} bytes follow it", floats, data_bytes));
+  const char* p = hdr + hlen;
+  auto take = [&](uint64_t n) {
+    std::vector<float> v(n);
+    std::memcpy(v.data(), p, n * sizeof(float));
+    p += n * sizeof(float);
+    return v;
+  };
+  c.model = take(numel);
+  for (const auto& [name, n] : tensors) c.state.tensors[name] = take(n);
+  for (const auto& [name, v] : c.state.scalars)
+    if (!std::isfinite(v)) return bad(fmt::format("value '{}' is not finite", name));
+  return c;
+}
+
+}  // namespace gossip::daemon

@@ -1,0 +1,35 @@
+#pragma once
+// A node's checkpoint: its model and its strategy's state after a completed round,
+// so that a node (or a whole cluster) stopped on purpose resumes where it was.
+//
+// File: "GSPCKPT1", a little-endian u64 header length, a msgpack header {node,
+// strategy, layout, round, step, numel, tensors: [[name, numel]..], scalars: {name:
+// f64}}, the model and then each state tensor as raw fp32, and a CRC-32 (zlib) of
+// everything before it. Written to a temporary file, synced and renamed over the old
+// one, so a crash at any moment leaves the old checkpoint or the new one.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/status.h"
+#include "sgd/strategy.h"
+
+namespace gossip::daemon {
+
+struct Checkpoint {
+  uint32_t node = 0;
+  std::string strategy;
+  uint64_t layout = 0;  // fingerprint of the model's layout
+  uint64_t round = 0;   // the next round to run
+  uint64_t step = 0;    // the trainers' step at that round
+  std::vector<float> model;
+  sgd::StrategyState state;
+};
+
+Status write_checkpoint(const std::string& path, const Checkpoint& c);
+// Errors name the file and what is wrong with it (truncated, bad CRC, sizes).
+// A missing file is Status::not_found.
+Result<Checkpoint> read_checkpoint(const std::string& path);
+
+}  // namespace gossip::daemon

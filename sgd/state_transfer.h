@@ -1,0 +1,91 @@
+#pragma once
+// Rejoining after a crash: a node that starts without state asks its peers for
+// theirs and resumes from the freshest one, instead of dragging its neighbors back
+// to its initial model and round. Every node answers such requests from the state
+// it held after its last completed round.
+//
+//   joiner                         each peer
+//   join            ──────────►
+//                   ◄──────────    state-offer {round, step}   (0, 0: no state yet)
+//   state-request   ──────────►    (to the freshest offer only)
+//                   ◄──────────    state-offer, then state-chunks (raw fp32)
+//
+// Owned by the sync worker's thread, like the transport it sends on.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "peers/zmq_transport.h"
+#include "proto/status.h"
+#include "sgd/outgoing_model.h"
+
+namespace gossip::sgd {
+
+struct NodeState {
+  uint32_t from = 0;    // the peer it came from
+  uint64_t round = 0;   // the next round to run
+  uint64_t step = 0;    // the trainers' step when it was taken
+  double weight = 1.0;  // push-sum weight of the model
+  std::vector<float> model;
+};
+
+struct JoinOptions {
+  // How long to wait for offers once asked (every peer answering ends it sooner).
+  std::chrono::milliseconds offer_wait{2000};
+  uint64_t chunk_elems = 1 << 20;
+  uint64_t min_round = 0;  // offers of this round or older are not taken (a fresher checkpoint)
+  std::chrono::steady_clock::time_point deadline;  // the whole join gives up then
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+class StateTransfer {
+ public:
+  explicit StateTransfer(peers::ZmqTransport& transport) : transport_(transport) {}
+
+  // After every completed round: the state this node offers to joiners.
+  Status publish(std::span<const float> model, uint64_t next_round, uint64_t step, double weight,
+                 uint64_t layout, uint64_t chunk_elems);
+  bool has_state() const { return next_round_ > 0; }
+
+  // Answers join and state-request messages; false for any other kind. The state is
+  // offered only to a peer that `took_part` (this node mixed with it or gave up on
+  // it): one that is merely slow to start must begin from the common initial model.
+  bool serve(const peers::Incoming& in, bool took_part = false);
+
+  // The joiner's side, for a model of `numel` elements and layout `layout`: the
+  // freshest state a peer offers, or nullopt when none has one (a cluster that
+  // starts). A peer that fails mid-transfer is replaced by the next offer. Messages
+  // of other kinds that arrive meanwhile go to `other`.
+  Result<std::optional<NodeState>> fetch(size_t numel, uint64_t layout, const JoinOptions& options,
+                                         const std::function<void(peers::Incoming&)>& other);
+
+  // Peers whose offer said they run rounds (filled by fetch).
+  const std::vector<uint32_t>& running_peers() const { return running_; }
+
+ private:
+  struct Offer {
+    uint32_t peer = 0;
+    uint64_t round = 0;
+    uint64_t step = 0;
+    uint64_t layout = 0;
+  };
+  void send_offer(uint32_t peer, bool with_state);
+  Result<NodeState> download(const Offer& offer, size_t numel, uint64_t layout,
+                             const JoinOptions& options,
+                             const std::function<void(peers::Incoming&)>& other);
+
+  peers::ZmqTransport& transport_;
+  OutgoingModel snapshot_;  // raw fp32 chunks, shared with ZeroMQ while they are sent
+  uint64_t next_round_ = 0;
+  uint64_t step_ = 0;
+  double weight_ = 1.0;
+  uint64_t layout_ = 0;
+  std::vector<uint32_t> running_;
+};
+
+}  // namespace gossip::sgd
