@@ -1,0 +1,128 @@
+// The checkpoint file: what is written is read back bit for bit, and every kind of
+// damage is refused with a reason that names the file.
+
+#include "daemon/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <gmock/gmock.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace gossip::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CheckpointFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("gossip-ckpt-unit-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "node.ckpt").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static Checkpoint sample() {
+    Checkpoint c;
+    c.node = 3;
+    c.strategy = "choco";
+    c.layout = 0x1234abcd5678ef00ull;
+    c.round = 41;
+    c.step = 164;
+    for (int i = 0; i < 1000; ++i) c.model.push_back(0.001f * static_cast<float>(i) - 0.3f);
+    c.state.tensors["choco.public_self"] = std::vector<float>(1000, 0.5f);
+    c.state.tensors["choco.mixed"] = std::vector<float>(1000, -1.25f);
+    c.state.scalars["push_sum.weight"] = 0.375;
+    return c;
+  }
+  std::string bytes() const {
+    std::ifstream f(path_, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  }
+  void overwrite(const std::string& b) const {
+    std::ofstream f(path_, std::ios::binary | std::ios::trunc);
+    f << b;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(CheckpointFile, RoundTripsEveryField) {
+  const Checkpoint c = sample();
+  ASSERT_TRUE(write_checkpoint(path_, c));
+  auto r = read_checkpoint(path_);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->node, c.node);
+  EXPECT_EQ(r->strategy, c.strategy);
+  EXPECT_EQ(r->layout, c.layout);
+  EXPECT_EQ(r->round, c.round);
+  EXPECT_EQ(r->step, c.step);
+  EXPECT_EQ(r->model, c.model);
+  EXPECT_EQ(r->state.tensors, c.state.tensors);
+  EXPECT_EQ(r->state.scalars, c.state.scalars);
+  // Owner-only, and no temporary file left beside it.
+  EXPECT_EQ(std::filesystem::status(path_).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), std::filesystem::directory_iterator()), 1);
+}
+
+TEST_F(CheckpointFile, ReplacesTheOldOneWhole) {
+  Checkpoint c = sample();
+  ASSERT_TRUE(write_checkpoint(path_, c));
+  c.round = 42;
+  c.model.resize(10);
+  c.state = {};
+  ASSERT_TRUE(write_checkpoint(path_, c));
+  auto r = read_checkpoint(path_);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->round, 42u);
+  EXPECT_EQ(r->model.size(), 10u);
+  EXPECT_TRUE(r->state.empty());
+}
+
+TEST_F(CheckpointFile, MissingFileIsNotFound) {
+  auto r = read_checkpoint(path_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
+}
+
+TEST_F(CheckpointFile, EveryFlippedByteIsCaught) {
+  ASSERT_TRUE(write_checkpoint(path_, sample()));
+  const std::string good = bytes();
+  // Every byte of the header and the first floats, then a stride through the rest.
+  for (size_t i = 0; i < good.size(); i += (i < 512 ? 1 : 97)) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x20);
+    overwrite(bad);
+    auto r = read_checkpoint(path_);
+    ASSERT_FALSE(r) << "byte " << i << " flipped went unnoticed";
+    EXPECT_THAT(r.status().message(), HasSubstr(path_));
+  }
+}
+
+TEST_F(CheckpointFile, TruncationIsCaughtAtAnyLength) {
+  ASSERT_TRUE(write_checkpoint(path_, sample()));
+  const std::string good = bytes();
+  for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{16}, size_t{40}, good.size() / 2, good.size() - 1}) {
+    overwrite(good.substr(0, n));
+    auto r = read_checkpoint(path_);
+    ASSERT_FALSE(r) << "truncated to " << n << " bytes";
+    EXPECT_EQ(r.status().code(), Status::Code::kInvalid);
+  }
+}
+
+TEST_F(CheckpointFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
+  const std::string path = (dir_ / "no-such-dir" / "node.ckpt").string();
+  Status st = write_checkpoint(path, sample());
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), Status::Code::kIoError);
+  EXPECT_THAT(st.message(), HasSubstr("no-such-dir"));
+}
+
+}  // namespace
+}  // namespace gossip::daemon

@@ -1,0 +1,216 @@
+// Churn, with real daemons on loopback: a neighbor killed with SIGKILL is dropped
+// within the heartbeat bound (not the much longer patience), the survivors keep
+// their mean, and a restarted node resumes from a live neighbor's model and round.
+// Checkpoints: a cluster stopped with SIGTERM resumes where it was.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/checkpoint.h"
+#include "harness.h"
+#include "test_client.h"
+
+namespace gossip::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kNumel = 1000;
+
+struct Node {
+  std::unique_ptr<Client> client;
+  Model model;
+  std::vector<float> values() const { return {model.tensors[0].begin(), model.tensors[0].end()}; }
+};
+
+std::unique_ptr<Node> attach(const Cluster& c, int node) {
+  auto n = std::make_unique<Node>();
+  n->client = connect_to(c, node);
+  if (!n->client) return nullptr;
+  auto m = n->client->attach({{"x", kNumel}});
+  if (!m) {
+    ADD_FAILURE() << "node " << node << ": " << m.status().message();
+    return nullptr;
+  }
+  n->model = *m;
+  return n;
+}
+
+// Every node in `nodes` syncs `rounds` times, concurrently; returns the longest round
+// (seconds). A failed sync is a test failure.
+double sync_rounds(std::vector<Node*> nodes, int rounds) {
+  std::vector<double> longest(nodes.size(), 0.0);
+  std::vector<std::string> errors(nodes.size());
+  {
+    std::vector<std::jthread> threads;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      threads.emplace_back([&, i] {
+        for (int r = 0; r < rounds; ++r) {
+          const auto t0 = Clock::now();
+          auto s = nodes[i]->client->step();  // gossip syncs at every step
+          if (!s) {
+            errors[i] = s.status().message();
+            return;
+          }
+          longest[i] = std::max(longest[i], std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+      });
+    }
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) EXPECT_EQ(errors[i], "") << "trainer " << i;
+  return *std::max_element(longest.begin(), longest.end());
+}
+
+double mean_of(const std::vector<Node*>& nodes) {
+  double sum = 0;
+  for (const Node* n : nodes)
+    for (float v : n->model.tensors[0]) sum += v;
+  return sum / static_cast<double>(nodes.size() * kNumel);
+}
+
+bool log_has(const Cluster& c, int node, const std::string& text) {
+  return c.log(node).find(text) != std::string::npos;
+}
+
+TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
+  // Patience (30 s) far above the heartbeat bound (1 s): a round that ends within a few
+  // seconds of the kill shows the heartbeats found the death, not the patience.
+  Cluster cluster(4, {"--strategy", "gossip", "--topology", "ring", "--heartbeat", "0.2",
+                      "--dead-after", "1", "--patience", "30", "--join-wait", "1"});
+  cluster.start_all();
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(attach(cluster, i));
+    ASSERT_NE(nodes.back(), nullptr);
+    EXPECT_FALSE(nodes.back()->model.initialized) << "a cluster that starts has no model to offer";
+    std::fill(nodes[i]->model.tensors[0].begin(), nodes[i]->model.tensors[0].end(), static_cast<float>(i));
+  }
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 3);
+  EXPECT_NEAR(mean_of(all), 1.5, 1e-4) << "gossip keeps the mean";
+
+  cluster.daemon(3).signal(SIGKILL);
+  ASSERT_NE(cluster.daemon(3).wait(std::chrono::seconds(5)), -1);
+  nodes[3].reset();
+  std::vector<Node*> live = {nodes[0].get(), nodes[1].get(), nodes[2].get()};
+  const double detection = sync_rounds(live, 2);
+  EXPECT_LT(detection, 5.0) << "the round that lost node 3 took " << detection << " s";
+  EXPECT_TRUE(log_has(cluster, 0, "presumed dead") || log_has(cluster, 2, "presumed dead"))
+      << cluster.log(0) << cluster.log(2);
+  // Node 3's weight went to each survivor's own model, on both ends of every edge:
+  // from here on the survivors' mean does not move.
+  const double mean_after = mean_of(live);
+  const double slowest = sync_rounds(live, 8);
+  EXPECT_LT(slowest, 1.0) << "rounds without the dead node must not wait for it";
+  EXPECT_NEAR(mean_of(live), mean_after, 1e-4);
+
+  cluster.start(3);
+  auto back = attach(cluster, 3);
+  ASSERT_NE(back, nullptr);
+  EXPECT_TRUE(back->model.initialized) << "the restarted node starts from a live model\n" << cluster.log(3);
+  EXPECT_GE(back->model.start_step, 13u) << "and at the cluster's step, not at 0";
+  // Of its ring neighbors (0 and 2, in the same round) the lowest id is taken: exactly
+  // node 0's model, not the 3.0 it started with.
+  EXPECT_EQ(back->values(), nodes[0]->values());
+  EXPECT_TRUE(log_has(cluster, 3, "joined: took the model of peer 0")) << cluster.log(3);
+  EXPECT_TRUE(log_has(cluster, 0, "peer 3 rejoins")) << cluster.log(0);
+
+  nodes[3] = std::move(back);
+  all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  const double rejoined = sync_rounds(all, 20);
+  EXPECT_LT(rejoined, 10.0);
+  // It mixes with its neighbors again: all four agree closely.
+  double spread = 0;
+  for (Node* n : all)
+    spread = std::max(spread, static_cast<double>(std::abs(n->model.tensors[0][0] - nodes[1]->model.tensors[0][0])));
+  EXPECT_LT(spread, 0.05) << "node 3 takes part in the rounds again\n" << cluster.log(3);
+}
+
+TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gossip-ckpt-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path p;
+    ~Cleanup() { std::filesystem::remove_all(p); }
+  } cleanup{dir};
+  Cluster cluster(2, {"--strategy", "push-sum", "--checkpoint-every", "4", "--join-wait", "0.5"});
+  for (int i = 0; i < 2; ++i)
+    cluster.set_node_flags(i, {"--checkpoint", (dir / ("node-" + std::to_string(i) + ".ckpt")).string()});
+  cluster.start_all();
+  std::vector<std::vector<float>> before;
+  {
+    auto a = attach(cluster, 0), b = attach(cluster, 1);
+    ASSERT_TRUE(a && b);
+    std::fill(a->model.tensors[0].begin(), a->model.tensors[0].end(), 1.0f);
+    std::fill(b->model.tensors[0].begin(), b->model.tensors[0].end(), 5.0f);
+    sync_rounds({a.get(), b.get()}, 6);
+    before = {a->values(), b->values()};
+    EXPECT_TRUE(log_has(cluster, 0, "round 4, step")) << "a checkpoint every 4 rounds\n" << cluster.log(0);
+    for (int i = 0; i < 2; ++i) cluster.daemon(i).signal(SIGTERM);
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(cluster.daemon(i).wait(std::chrono::seconds(10)), 0) << cluster.log(i);
+  }
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(log_has(cluster, i, "round 6, step 6")) << "and one at SIGTERM\n" << cluster.log(i);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().extension(), ".ckpt") << "only the checkpoints are left: " << e.path();
+
+  cluster.start_all();
+  auto a = attach(cluster, 0), b = attach(cluster, 1);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->model.initialized);
+  EXPECT_EQ(a->model.start_step, 6u);
+  EXPECT_EQ(a->values(), before[0]);
+  EXPECT_EQ(b->values(), before[1]);
+  EXPECT_TRUE(log_has(cluster, 0, "resuming at round 6, step 6")) << cluster.log(0);
+  // Push-sum's weights came back too: the next rounds keep the mean (3.0) exactly.
+  sync_rounds({a.get(), b.get()}, 3);
+  EXPECT_NEAR(mean_of({a.get(), b.get()}), 3.0, 1e-5);
+  auto status = a->client->status();
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->round, 9u) << "rounds continue from the checkpoint's";
+}
+
+TEST(Churn, DamagedOrForeignCheckpointStopsTheDaemonWithTheReason) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gossip-ckpt-bad-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path p;
+    ~Cleanup() { std::filesystem::remove_all(p); }
+  } cleanup{dir};
+  const auto path = (dir / "node.ckpt").string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "GSPCKPT1 this is not a checkpoint";
+  }
+  const int port = free_ports(1)[0];
+  ChildProcess p({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
+                  "--run-dir", (dir / "run").string(), "--checkpoint", path},
+                 dir / "gossipd.log");
+  EXPECT_EQ(p.wait(std::chrono::seconds(10)), 1);
+  EXPECT_NE(p.log().find("CRC mismatch"), std::string::npos) << p.log();
+  EXPECT_NE(p.log().find(path), std::string::npos) << p.log();
+
+  daemon::Checkpoint foreign;
+  foreign.node = 5;
+  foreign.strategy = "gossip";
+  foreign.model.assign(kNumel, 1.0f);
+  ASSERT_TRUE(daemon::write_checkpoint(path, foreign));
+  ChildProcess q({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
+                  "--run-dir", (dir / "run").string(), "--checkpoint", path},
+                 dir / "gossipd-2.log");
+  EXPECT_EQ(q.wait(std::chrono::seconds(10)), 1);
+  EXPECT_NE(q.log().find("belongs to node 5, not to node 0"), std::string::npos) << q.log();
+}
+
+}  // namespace
+}  // namespace gossip::testing
