@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Trains Fashion-MNIST on N gossiping nodes while killing and restarting nodes.
+
+Runs the cluster twice with the same seed: undisturbed, then with churn. During the
+churn run, every --kill-every seconds a random node's daemon and trainer get SIGKILL;
+--down seconds later both are started again with the same arguments, and the node
+takes the model and step of a live neighbor (gossipd's join). Kills stop when the
+undisturbed run's wall time times --churn-fraction has passed, so that restarted
+trainers have steps left to train.
+
+Both runs end with every node's saved model; their average is scored on the test
+set by gossip-train --evaluate. The script prints one JSON line:
+
+    {"undisturbed": {...}, "churn": {...}, "kills": K, "accuracy_gap": points}
+
+and exits 1 if a process hangs (every wait is bounded) or a trainer fails.
+"unlogged" lists the kills no neighbor's log noticed and the restarts without a join.
+
+    experiments/churn.py --build build --out /tmp/churn
+"""
+
+import argparse
+import array
+import json
+import pathlib
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def log(msg):
+    print(f"[churn {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Cluster:
+    def __init__(self, opts, out):
+        self.o = opts
+        self.out = out
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ports = free_ports(opts.nodes)
+        self.daemons = [None] * opts.nodes
+        self.trainers = [None] * opts.nodes
+        self.events = []
+
+    def endpoint(self, i):
+        return f"tcp://127.0.0.1:{self.ports[i]}"
+
+    def socket_path(self, i):
+        return self.out / f"gossipd-{i}.sock"
+
+    def daemon_argv(self, i):
+        o = self.o
+        argv = [str(o.bin / "gossipd"), "--id", str(i), "--listen", self.endpoint(i),
+                "--run-dir", str(self.out), "--strategy", o.strategy, "--seed", str(o.seed),
+                "--heartbeat", str(o.heartbeat), "--dead-after", str(o.dead_after),
+                "--patience", str(o.patience)]
+        if o.topology:
+            argv += ["--topology", o.topology]
+        for j in range(o.nodes):
+            if j != i:
+                argv += ["--peer", f"{j}={self.endpoint(j)}"]
+        return argv
+
+    def trainer_argv(self, i):
+        o = self.o
+        return [str(o.bin / "gossip-train"), "--endpoint", f"ipc://{self.socket_path(i)}",
+                "--node", str(i), "--nodes", str(o.nodes), "--steps", str(o.steps),
+                "--seed", str(o.seed), "--batch", str(o.batch), "--lr", str(o.lr),
+                "--eval-every", "0", "--save-model", str(self.out / f"node-{i}.model"),
+                "--result", str(self.out / f"node-{i}.json"), "--timeout-s", str(o.timeout)]
+
+    def _spawn(self, argv, logname):
+        f = open(self.out / logname, "ab")
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_node(self, i):
+        self.daemons[i] = self._spawn(self.daemon_argv(i), f"gossipd-{i}.log")
+        end = time.monotonic() + 15
+        while not self.socket_path(i).exists():
+            if self.daemons[i].poll() is not None:
+                raise RuntimeError(f"gossipd {i} exited with {self.daemons[i].returncode}")
+            if time.monotonic() > end:
+                raise RuntimeError(f"gossipd {i} did not create its socket within 15 s")
+            time.sleep(0.02)
+        self.trainers[i] = self._spawn(self.trainer_argv(i), f"trainer-{i}.log")
+
+    def kill_node(self, i):
+        for p in (self.trainers[i], self.daemons[i]):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait(timeout=10)
+        # A killed daemon leaves its socket file; the next one removes it, but the
+        # wait in start_node must not mistake it for the new daemon's.
+        self.socket_path(i).unlink(missing_ok=True)
+
+    def stop(self):
+        for group in (self.trainers, self.daemons):
+            for p in group:
+                if p and p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in group:
+                if p:
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+
+    def run(self, churn_until=None):
+        rng = random.Random(self.o.seed * 7919 + 1)
+        t0 = time.monotonic()
+        for i in range(self.o.nodes):
+            self.start_node(i)
+        next_kill = t0 + self.o.kill_every
+        down = None  # (node, restart time)
+        deadline = t0 + self.o.timeout
+        try:
+            while True:
+                now = time.monotonic()
+                if now > deadline:
+                    raise RuntimeError(f"the run did not finish within {self.o.timeout} s")
+                if down and now >= down[1]:
+                    i = down[0]
+                    self.events.append({"t": round(now - t0, 2), "event": "restart", "node": i})
+                    log(f"restart node {i}")
+                    self.start_node(i)
+                    down = None
+                    next_kill = now + self.o.kill_every
+                if (churn_until is not None and down is None and now >= next_kill
+                        and now - t0 < churn_until):
+                    alive = [i for i in range(self.o.nodes)
+                             if self.trainers[i] and self.trainers[i].poll() is None]
+                    if alive:
+                        i = rng.choice(alive)
+                        self.events.append({"t": round(now - t0, 2), "event": "kill", "node": i})
+                        log(f"kill node {i} (daemon and trainer, SIGKILL)")
+                        self.kill_node(i)
+                        down = (i, now + self.o.down)
+                for i, p in enumerate(self.trainers):
+                    if p and p.poll() not in (None, 0) and not (down and down[0] == i):
+                        raise RuntimeError(f"trainer {i} failed with {p.returncode}; see "
+                                           f"{self.out / f'trainer-{i}.log'}")
+                if down is None and all(p and p.poll() == 0 for p in self.trainers):
+                    break
+                time.sleep(0.05)
+        finally:
+            wall = time.monotonic() - t0
+            self.stop()
+        return wall
+
+
+def unlogged_events(opts, cluster):
+    """The kills and restarts that the daemons' logs do not name: a kill must be noticed
+    by a neighbor (presumed dead, or missed rounds), a restart must end in a join."""
+    logs = [(cluster.out / f"gossipd-{i}.log").read_text(errors="replace") for i in range(opts.nodes)]
+    missing = []
+    for e in cluster.events:
+        i = e["node"]
+        if e["event"] == "kill":
+            noticed = any(f"peer {i} silent" in logs[j] or f"peer {i} missed round" in logs[j]
+                          for j in range(opts.nodes) if j != i)
+            if not noticed:
+                missing.append(e)
+    for i in range(opts.nodes):
+        restarts = sum(1 for e in cluster.events if e["event"] == "restart" and e["node"] == i)
+        if logs[i].count("joined: took the model of peer") < restarts:
+            missing.append({"event": "restart without a join in the log", "node": i})
+    return missing
+
+
+def read_model(path):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    return a
+
+
+def evaluate_average(opts, out):
+    models = [read_model(out / f"node-{i}.model") for i in range(opts.nodes)]
+    n = len(models[0])
+    avg = array.array("f", [0.0] * n)
+    for m in models:
+        if len(m) != n:
+            raise RuntimeError("the nodes saved models of different sizes")
+        for k in range(n):
+            avg[k] += m[k]
+    for k in range(n):
+        avg[k] /= len(models)
+    path = out / "average.model"
+    with open(path, "wb") as f:
+        avg.tofile(f)
+    result = out / "average.json"
+    subprocess.run([str(opts.bin / "gossip-train"), "--evaluate", str(path), "--result", str(result)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    with open(result) as f:
+        r = json.loads(f.readline())
+    nodes = []
+    for i in range(opts.nodes):
+        with open(out / f"node-{i}.json") as f:
+            nodes.append(json.loads(f.readline()))
+    return r, nodes
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=str(ROOT / "build"), help="build directory with bin/gossipd")
+    p.add_argument("--out", default="/tmp/gossip-churn", help="run directories and logs go here")
+    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--strategy", default="gossip")
+    p.add_argument("--topology", default="ring")
+    p.add_argument("--kill-every", type=float, default=3.0, help="seconds between a restart and the next kill")
+    p.add_argument("--down", type=float, default=3.0, help="seconds a killed node stays down")
+    p.add_argument("--churn-fraction", type=float, default=0.6,
+                   help="kill only during this fraction of the undisturbed run's wall time")
+    p.add_argument("--heartbeat", type=float, default=0.3)
+    p.add_argument("--dead-after", type=float, default=1.5)
+    p.add_argument("--patience", type=float, default=5.0)
+    p.add_argument("--timeout", type=float, default=300.0, help="bound on each run, seconds")
+    opts = p.parse_args(argv)
+    opts.bin = pathlib.Path(opts.build) / "bin"
+    out = pathlib.Path(opts.out)
+
+    report = {}
+    try:
+        log(f"undisturbed run: {opts.nodes} nodes, {opts.strategy} on {opts.topology}, {opts.steps} steps")
+        base = Cluster(opts, out / "undisturbed")
+        wall = base.run()
+        acc, nodes = evaluate_average(opts, base.out)
+        report["undisturbed"] = {"wall_s": round(wall, 2), "average_accuracy": acc["accuracy_average"],
+                                 "node_steps": [n["steps"] for n in nodes]}
+        log(f"undisturbed: {wall:.1f} s, average model {100 * acc['accuracy_average']:.2f}%")
+
+        churned = Cluster(opts, out / "churn")
+        wall = churned.run(churn_until=opts.churn_fraction * wall)
+        acc, nodes = evaluate_average(opts, churned.out)
+        kills = sum(1 for e in churned.events if e["event"] == "kill")
+        report["churn"] = {"wall_s": round(wall, 2), "average_accuracy": acc["accuracy_average"],
+                           "node_steps": [n["steps"] for n in nodes], "events": churned.events}
+        report["kills"] = kills
+        report["unlogged"] = unlogged_events(opts, churned)
+        report["accuracy_gap"] = round(100 * (report["undisturbed"]["average_accuracy"] - acc["accuracy_average"]), 2)
+        log(f"churn: {kills} kills, {wall:.1f} s, average model {100 * acc['accuracy_average']:.2f}%")
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        log(f"failed: {e}")
+        print(json.dumps({"error": str(e), **report}))
+        return 1
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

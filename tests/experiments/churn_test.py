@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Issue 8's churn test, end to end through experiments/churn.py: 8 nodes gossip on a
+ring training Fashion-MNIST; a random node (daemon and trainer) is killed with SIGKILL
+every few seconds and restarted. Training must finish on every node, the average
+model must be within 1 point of an undisturbed run with the same seed, and the
+daemons' logs must name every death and every rejoin.
+
+    /usr/bin/python3 tests/experiments/churn_test.py --build build
+"""
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+
+
+class Churn(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="churn-")
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "experiments" / "churn.py"), "--build", str(BUILD), "--out",
+             cls.tmp.name, "--timeout", "240"],
+            capture_output=True, text=True, timeout=600)
+        cls.log = done.stderr
+        if done.returncode != 0:
+            raise AssertionError(f"churn.py exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}")
+        cls.report = json.loads(done.stdout.strip().splitlines()[-1])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_nodes_were_killed_and_every_trainer_finished(self):
+        self.assertGreaterEqual(self.report["kills"], 3, self.log)
+        self.assertEqual(self.report["churn"]["node_steps"], [1000] * 8)
+        restarted = {e["node"] for e in self.report["churn"]["events"] if e["event"] == "restart"}
+        self.assertEqual(len([e for e in self.report["churn"]["events"] if e["event"] == "restart"]),
+                         self.report["kills"])
+        self.assertTrue(restarted)
+
+    def test_average_model_is_within_one_point_of_the_undisturbed_run(self):
+        self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
+        self.assertLessEqual(self.report["accuracy_gap"], 1.0, self.report)
+
+    def test_logs_name_every_death_and_rejoin(self):
+        self.assertEqual(self.report["unlogged"], [], self.log)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=str(BUILD))
+    args, rest = p.parse_known_args()
+    BUILD = pathlib.Path(args.build)
+    unittest.main(argv=[sys.argv[0]] + rest)
