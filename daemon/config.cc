@@ -183,9 +183,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 30>& fields() {
+const std::array<Field, 31>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 30> kFields = {{
+  static const std::array<Field, 31> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -308,6 +308,12 @@ const std::array<Field, 30>& fields() {
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.patience_s; },
                   [](C& c, double v) { c.strategy.patience_s = v; }}},
+      {"strategy.trim", "--trim", "B",
+       "gossip: robust mixing for untrusted peers, the coordinate-wise mean of the node's and "
+       "its neighbors' models without the B largest and B smallest values; 0: off",
+       IntegerSpec{{0, 64, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.trim; },
+                   [](C& c, uint64_t v) { c.strategy.trim = v; }}},
       {"strategy.heartbeat", "--heartbeat", "SECONDS",
        "gossip: send a heartbeat to every peer this often while waiting",
        NumberSpec{{0, false, std::nullopt},
@@ -644,6 +650,21 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                                                st.message()));
     auto topology = peers::make_topology(c.topology_spec(), c.nodes(), c.seed);
     if (!topology) return key_error(o, "strategy.topology", topology.status().message());
+    if (c.strategy.trim > 0) {
+      if (c.strategy.name != "gossip")
+        return key_error(o, "strategy.trim", fmt::format("trimmed-mean mixing is for strategy gossip, not {}",
+                                                         c.strategy.name));
+      // Every round must leave at least one value per coordinate after trimming.
+      for (uint64_t r = 0; r < ((*topology)->time_varying() ? 64u : 1u); ++r) {
+        const size_t values = (*topology)->mixing_row(c.node_id, r).peers.size() + 1;
+        if (values <= 2 * c.strategy.trim)
+          return key_error(o, "strategy.trim",
+                           fmt::format("trimming {} from each end needs more than {} values per coordinate, "
+                                       "but on {} node {} mixes {} in round {} (itself and its neighbors)",
+                                       c.strategy.trim, 2 * c.strategy.trim, c.topology_spec(), c.node_id,
+                                       values, r));
+      }
+    }
     if (c.strategy.name == "choco" && (*topology)->time_varying())
       return key_error(o, "strategy.topology",
                        fmt::format("choco keeps public copies of fixed neighbors and needs a "

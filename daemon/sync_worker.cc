@@ -161,7 +161,8 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     if (codec->biased())
       spdlog::warn("gossip with the biased codec {} only approaches consensus; choco converges",
                    codec->spec());
-    strategy_ = std::make_unique<sgd::Dpsgd>(*exchange_, *topology_, options);
+    if (sc.trim > 0) detail = fmt::format(", trimmed mean without the {} largest and smallest", sc.trim);
+    strategy_ = std::make_unique<sgd::Dpsgd>(*exchange_, *topology_, options, sc.trim);
   } else if (sc.name == "choco") {
     double gamma = sc.gamma > 0 ? sc.gamma : sgd::default_choco_gamma(codec);
     detail = fmt::format(", gamma {}", gamma);

@@ -7,6 +7,13 @@
 //
 // With a codec, neighbors receive Q(x_i): naive compressed gossip, the baseline
 // CHOCO-SGD improves on (for biased codecs it stalls at a distance from consensus).
+//
+// With trim B > 0 (untrusted peers) the node takes instead, coordinate by coordinate,
+// the mean of its own and its neighbors' values without the B largest and the B
+// smallest (trimmed mean, Yin et al. 2018; in decentralized form Yang & Bajwa 2019):
+// up to B neighbors sending anything at all cannot move a coordinate outside the
+// range of the honest values. It is not a weighted average, so the mean over nodes
+// is no longer preserved exactly.
 
 #include <vector>
 
@@ -16,14 +23,20 @@ namespace gossip::sgd {
 
 class Dpsgd final : public GossipStrategy {
  public:
-  Dpsgd(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options)
-      : GossipStrategy(exchange, topology, options) {}
+  Dpsgd(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
+        uint64_t trim = 0)
+      : GossipStrategy(exchange, topology, options), trim_(trim) {}
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
 
  private:
+  Status trimmed_mean(std::span<float> model, uint64_t round, std::span<const uint32_t> sources,
+                      std::chrono::steady_clock::time_point start, const RoundOptions& options);
+
   std::vector<float> public_;  // Q(x_i) when compressing
   std::vector<float> mix_;     // sum_j W_ij (x_j - x_i) as it arrives
+  uint64_t trim_;
+  std::vector<std::vector<float>> received_;  // trimmed mean: each neighbor's model
 };
 
 }  // namespace gossip::sgd

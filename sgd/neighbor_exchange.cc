@@ -1,6 +1,7 @@
 #include "sgd/neighbor_exchange.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@ struct NeighborExchange::Live {
   std::vector<uint64_t> received;  // elements per source
   std::vector<uint64_t> next_seq;  // expected chunk sequence per source
   std::vector<bool> left;          // said bye during the round
+  std::vector<bool> refused;       // sent NaN or Inf: the rest of its round is ignored
   const ChunkFn* on_chunk = nullptr;
 
   size_t source_of(uint32_t peer) const {
@@ -171,6 +173,7 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
   live.next_seq[s]++;
   live.received[s] += h.numel;
   ever_delivered_[peer_index(in.peer)] = true;
+  if (live.refused[s]) return Status::ok();
 
   const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
   std::span<const float> values;
@@ -190,6 +193,16 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
     scratch_.resize(h.numel);
     std::memcpy(scratch_.data(), bytes, h.numel * sizeof(float));
     values = scratch_;
+  }
+  // A node's own guard (daemon/nonfinite.h) keeps NaN/Inf from leaving it; this one
+  // keeps a peer without that guard from poisoning this node.
+  for (size_t e = 0; e < values.size(); ++e) {
+    if (!std::isfinite(values[e])) {
+      live.refused[s] = true;
+      transport_.note_dropped(in.peer, fmt::format("round {}: element {} is {}; the rest of this peer's round "
+                                                   "is ignored", h.round, h.offset + e, values[e]));
+      return Status::ok();
+    }
   }
   (*live.on_chunk)(s, h, values);
   return Status::ok();
@@ -228,6 +241,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   live.received.assign(sources.size(), 0);
   live.next_seq.assign(sources.size(), 0);
   live.left.assign(sources.size(), false);
+  live.refused.assign(sources.size(), false);
   live.on_chunk = &on_chunk;
 
   // What arrived early, then everything older than this round goes.
@@ -253,7 +267,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
     beat(round + 1);
     bool waiting = false;
     for (size_t s = 0; s < sources.size(); ++s) {
-      if (live.received[s] >= numel || live.left[s]) continue;
+      if (live.received[s] >= numel || live.left[s] || live.refused[s]) continue;
       size_t pi = peer_index(sources[s]);
       // An absent peer that has started sending this round is waited for like any other.
       if (absent_[pi] && live.received[s] == 0) continue;
@@ -300,9 +314,10 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   Delivery d;
   d.complete.resize(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
-    d.complete[s] = live.received[s] >= numel;
+    d.complete[s] = live.received[s] >= numel && !live.refused[s];
     if (d.complete[s]) continue;
     const char* why = live.left[s]                         ? "shut down"
+                      : live.refused[s]                    ? "sent NaN/Inf"
                       : moved_on[s]                        ? "ahead of this node"
                       : absent_[peer_index(sources[s])]    ? "absent"
                                                            : "?";

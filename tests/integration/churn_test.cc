@@ -19,6 +19,7 @@
 
 #include "daemon/checkpoint.h"
 #include "harness.h"
+#include "node_rounds.h"
 #include "test_client.h"
 
 namespace gossip::testing {
@@ -26,50 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kNumel = 1000;
-
-struct Node {
-  std::unique_ptr<Client> client;
-  Model model;
-  std::vector<float> values() const { return {model.tensors[0].begin(), model.tensors[0].end()}; }
-};
-
-std::unique_ptr<Node> attach(const Cluster& c, int node) {
-  auto n = std::make_unique<Node>();
-  n->client = connect_to(c, node);
-  if (!n->client) return nullptr;
-  auto m = n->client->attach({{"x", kNumel}});
-  if (!m) {
-    ADD_FAILURE() << "node " << node << ": " << m.status().message();
-    return nullptr;
-  }
-  n->model = *m;
-  return n;
-}
-
-// Every node in `nodes` syncs `rounds` times, concurrently; returns the longest round
-// (seconds). A failed sync is a test failure.
-double sync_rounds(std::vector<Node*> nodes, int rounds) {
-  std::vector<double> longest(nodes.size(), 0.0);
-  std::vector<std::string> errors(nodes.size());
-  {
-    std::vector<std::jthread> threads;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      threads.emplace_back([&, i] {
-        for (int r = 0; r < rounds; ++r) {
-          const auto t0 = Clock::now();
-          auto s = nodes[i]->client->step();  // gossip syncs at every step
-          if (!s) {
-            errors[i] = s.status().message();
-            return;
-          }
-          longest[i] = std::max(longest[i], std::chrono::duration<double>(Clock::now() - t0).count());
-        }
-      });
-    }
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) EXPECT_EQ(errors[i], "") << "trainer " << i;
-  return *std::max_element(longest.begin(), longest.end());
-}
 
 double mean_of(const std::vector<Node*>& nodes) {
   double sum = 0;
@@ -90,7 +47,7 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   cluster.start_all();
   std::vector<std::unique_ptr<Node>> nodes;
   for (int i = 0; i < 4; ++i) {
-    nodes.push_back(attach(cluster, i));
+    nodes.push_back(attach(cluster, i, kNumel));
     ASSERT_NE(nodes.back(), nullptr);
     EXPECT_FALSE(nodes.back()->model.initialized) << "a cluster that starts has no model to offer";
     std::fill(nodes[i]->model.tensors[0].begin(), nodes[i]->model.tensors[0].end(), static_cast<float>(i));
@@ -115,7 +72,7 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   EXPECT_NEAR(mean_of(live), mean_after, 1e-4);
 
   cluster.start(3);
-  auto back = attach(cluster, 3);
+  auto back = attach(cluster, 3, kNumel);
   ASSERT_NE(back, nullptr);
   EXPECT_TRUE(back->model.initialized) << "the restarted node starts from a live model\n" << cluster.log(3);
   EXPECT_GE(back->model.start_step, 13u) << "and at the cluster's step, not at 0";
@@ -149,7 +106,7 @@ TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
   cluster.start_all();
   std::vector<std::vector<float>> before;
   {
-    auto a = attach(cluster, 0), b = attach(cluster, 1);
+    auto a = attach(cluster, 0, kNumel), b = attach(cluster, 1, kNumel);
     ASSERT_TRUE(a && b);
     std::fill(a->model.tensors[0].begin(), a->model.tensors[0].end(), 1.0f);
     std::fill(b->model.tensors[0].begin(), b->model.tensors[0].end(), 5.0f);
@@ -165,7 +122,7 @@ TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
     EXPECT_EQ(e.path().extension(), ".ckpt") << "only the checkpoints are left: " << e.path();
 
   cluster.start_all();
-  auto a = attach(cluster, 0), b = attach(cluster, 1);
+  auto a = attach(cluster, 0, kNumel), b = attach(cluster, 1, kNumel);
   ASSERT_TRUE(a && b);
   EXPECT_TRUE(a->model.initialized);
   EXPECT_EQ(a->model.start_step, 6u);

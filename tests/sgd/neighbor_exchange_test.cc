@@ -1,0 +1,154 @@
+// The receiving half of gossip over two real ZeroMQ transports on loopback: chunks
+// with NaN/Inf are refused and counted, heartbeats keep a silent-but-alive peer from
+// being taken for dead, and a peer that sent a later round is not waited for.
+
+#include "sgd/neighbor_exchange.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <netinet/in.h>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace gossip::sgd {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kLayout = 0x1234;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Pair {
+  std::unique_ptr<peers::ZmqTransport> a, b;  // node 0 and node 1
+  Pair() {
+    const std::string ea = "tcp://127.0.0.1:" + std::to_string(free_port());
+    const std::string eb = "tcp://127.0.0.1:" + std::to_string(free_port());
+    a = peers::ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
+    b = peers::ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
+  }
+};
+
+RoundOptions within(std::chrono::milliseconds d) {
+  RoundOptions o;
+  o.deadline = Clock::now() + d;
+  return o;
+}
+
+Status send_model(peers::ZmqTransport& t, uint32_t to, uint64_t round, std::vector<float> x) {
+  OutgoingModel m;
+  GOSSIP_RETURN_IF_ERROR(m.encode(x, t.self(), round, 1 << 20, {}));
+  return m.send(t, to, kLayout);
+}
+
+TEST(NeighborExchange, ChunkWithNaNOrInfIsRefusedAndCounted) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    Pair p;
+    NeighborExchange ex(*p.b, nullptr, nullptr);
+    ex.set_layout_fingerprint(kLayout);
+    std::vector<float> x(100, 1.0f);
+    x[37] = bad;
+    ASSERT_TRUE(send_model(*p.a, 1, 0, x));
+    const uint32_t sources[] = {0};
+    size_t chunks = 0;
+    auto d = ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
+                        [&](size_t, const proto::Header&, std::span<const float>) { ++chunks; });
+    ASSERT_TRUE(d) << d.status().message();
+    EXPECT_EQ(chunks, 0u) << "no value of the poisoned chunk reaches the strategy";
+    EXPECT_FALSE(d->complete[0]);
+    EXPECT_NE(d->missing.find("sent NaN/Inf"), std::string::npos) << d->missing;
+    EXPECT_EQ(p.b->traffic().peer_totals(0).dropped, 1u);
+  }
+}
+
+TEST(NeighborExchange, FiniteChunkIsDelivered) {
+  Pair p;
+  NeighborExchange ex(*p.b, nullptr, nullptr);
+  ex.set_layout_fingerprint(kLayout);
+  std::vector<float> x(100, 2.5f);
+  ASSERT_TRUE(send_model(*p.a, 1, 0, x));
+  const uint32_t sources[] = {0};
+  std::vector<float> got(100, 0.0f);
+  auto d = ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
+                      [&](size_t, const proto::Header& h, std::span<const float> v) {
+                        std::copy(v.begin(), v.end(), got.begin() + static_cast<ptrdiff_t>(h.offset));
+                      });
+  ASSERT_TRUE(d) << d.status().message();
+  EXPECT_TRUE(d->complete[0]);
+  EXPECT_EQ(got, x);
+}
+
+TEST(NeighborExchange, SilentPeerIsPresumedDeadAfterDeadAfterButAHeartbeatingOneIsNot) {
+  Pair p;
+  ExchangeLimits limits;
+  limits.heartbeat = 100ms;
+  limits.dead_after = 600ms;
+  NeighborExchange a(*p.a, nullptr, nullptr, limits), b(*p.b, nullptr, nullptr, limits);
+  a.set_layout_fingerprint(kLayout);
+  b.set_layout_fingerprint(kLayout);
+  const uint32_t from_a[] = {0};
+  // Node 0 is alive and beats, but sends round 0 only after 1.5 s: node 1 waits for it.
+  std::jthread sender([&] {
+    const auto until = Clock::now() + 1500ms;
+    while (Clock::now() < until) {
+      a.progress(0, 50ms);
+    }
+    (void)send_model(*p.a, 1, 0, std::vector<float>(10, 1.0f));
+  });
+  auto d = b.receive(0, from_a, 10, Clock::now() + 10s, within(10s), [](auto...) {});
+  ASSERT_TRUE(d) << d.status().message();
+  EXPECT_TRUE(d->complete[0]) << "a peer that beats is waited for: " << d->missing;
+  sender.join();
+
+  // Now node 0 goes quiet (no heartbeats, no round): dropped after dead_after, not
+  // at the 10 s patience.
+  const auto t0 = Clock::now();
+  d = b.receive(1, from_a, 10, Clock::now() + 10s, within(20s), [](auto...) {});
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(d) << d.status().message();
+  EXPECT_FALSE(d->complete[0]);
+  EXPECT_LT(waited, 3.0);
+  EXPECT_GT(waited, 0.3);
+  EXPECT_TRUE(b.absent(0));
+}
+
+TEST(NeighborExchange, PeerThatSentALaterRoundIsNotWaitedForAndTheNodeCatchesUp) {
+  Pair p;
+  NeighborExchange ex(*p.b, nullptr, nullptr);
+  ex.set_layout_fingerprint(kLayout);
+  ASSERT_TRUE(send_model(*p.a, 1, 7, std::vector<float>(10, 1.0f)));  // node 0 is at round 7
+  std::this_thread::sleep_for(200ms);
+  ex.progress(3, 100ms);
+  const uint32_t sources[] = {0};
+  const auto t0 = Clock::now();
+  auto d = ex.receive(3, sources, 10, Clock::now() + 10s, within(20s), [](auto...) {});
+  ASSERT_TRUE(d) << d.status().message();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+  EXPECT_NE(d->missing.find("ahead of this node"), std::string::npos) << d->missing;
+  EXPECT_EQ(ex.catch_up_round(), 7u);
+  // Round 7 then finds node 0's buffered chunk.
+  d = ex.receive(7, sources, 10, Clock::now() + 10s, within(20s), [](auto...) {});
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->complete[0]);
+  EXPECT_EQ(ex.catch_up_round(), 0u);
+}
+
+}  // namespace
+}  // namespace gossip::sgd
