@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <cmath>
 #include <msgpack.hpp>
 #include <random>
 #include <string>
@@ -301,6 +301,20 @@ TEST(WireHeader, WeightRoundTripsExactly) {
     auto d = decode(encode_header(h));
     ASSERT_TRUE(d.is_ok()) << d.status().message();
     expect_same(h, *d);
+  }
+}
+
+// Found by fuzz/wire_header_fuzzer: msgpack packs whole-number doubles as integers,
+// which lost the sign of -0.0 and was undefined behaviour for 2^64.
+TEST(WireHeader, WeightsTravelAsFloat64Exactly) {
+  for (double w : {-0.0, 0.0, 2.0, 18446744073709551616.0, 0.375, 1e300}) {
+    Header h = chunk();
+    h.weight = w;
+    auto d = decode(encode_header(h));
+    ASSERT_TRUE(d.is_ok()) << w << ": " << d.status().message();
+    EXPECT_EQ(std::signbit(d->weight), std::signbit(w)) << w;
+    EXPECT_EQ(d->weight, w);
+    EXPECT_EQ(encode_header(*d), encode_header(h)) << "re-encodes to the same bytes";
   }
 }
 
