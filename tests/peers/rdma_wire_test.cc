@@ -192,7 +192,7 @@ TEST(RdmaWire, MessagesSurviveRandomlyDelayedCompletionsAndCredits) {
       const FragmentHeader h{.tag = next_send, .bytes = m.size(), .offset = send_offset};
       std::byte* at = remote.data() + send.slot_of(n) * kSlotBytes;
       std::memcpy(at, &h, sizeof h);
-      std::memcpy(at + 32, m.data() + send_offset, payload);
+      if (payload > 0) std::memcpy(at + 32, m.data() + send_offset, payload);  // an empty message has no data()
       in_flight.push_back({static_cast<uint32_t>(n), 32 + payload});
       ++unwritten;
       send_offset += payload;
