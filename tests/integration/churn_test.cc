@@ -35,6 +35,16 @@ double mean_of(const std::vector<Node*>& nodes) {
   return sum / static_cast<double>(nodes.size() * kNumel);
 }
 
+// A directory of the test's own, removed on every way out.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& prefix)
+      : path(std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+};
+
 bool log_has(const Cluster& c, int node, const std::string& text) {
   return c.log(node).find(text) != std::string::npos;
 }
@@ -94,12 +104,8 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
 }
 
 TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
-  const auto dir = std::filesystem::temp_directory_path() / ("gossip-ckpt-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  struct Cleanup {
-    std::filesystem::path p;
-    ~Cleanup() { std::filesystem::remove_all(p); }
-  } cleanup{dir};
+  const ScratchDir scratch("gossip-ckpt-");
+  const auto& dir = scratch.path;
   Cluster cluster(2, {"--strategy", "push-sum", "--checkpoint-every", "4", "--join-wait", "0.5"});
   for (int i = 0; i < 2; ++i)
     cluster.set_node_flags(i, {"--checkpoint", (dir / ("node-" + std::to_string(i) + ".ckpt")).string()});
@@ -138,12 +144,8 @@ TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
 }
 
 TEST(Churn, DamagedOrForeignCheckpointStopsTheDaemonWithTheReason) {
-  const auto dir = std::filesystem::temp_directory_path() / ("gossip-ckpt-bad-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  struct Cleanup {
-    std::filesystem::path p;
-    ~Cleanup() { std::filesystem::remove_all(p); }
-  } cleanup{dir};
+  const ScratchDir scratch("gossip-ckpt-bad-");
+  const auto& dir = scratch.path;
   const auto path = (dir / "node.ckpt").string();
   {
     std::ofstream f(path, std::ios::binary);
