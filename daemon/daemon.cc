@@ -345,15 +345,14 @@ void Daemon::finish_join() {
     model = nullptr;
     round_ = step_ = 0;
   }
-  if (model && config_.strategy.name != "allreduce") last_good_ = *model;
+  // Synchronous SGD's arena holds gradients: the trainers keep their own parameters.
+  const bool hand_over = model != nullptr && config_.strategy.name != "allreduce";
+  if (hand_over) last_good_ = *model;
   for (const auto& route : pending_attach_) {
     TrainerSession* s = sessions_.find(route);
     if (!s) continue;  // exited while the node was joining
-    if (model && config_.strategy.name != "allreduce") {
-      auto dst = arena_->slot(s->slot);
-      std::copy(model->begin(), model->end(), dst.begin());
-    }
-    send_attach_ok(s, model != nullptr && config_.strategy.name != "allreduce");
+    if (hand_over) std::copy(model->begin(), model->end(), arena_->slot(s->slot).begin());
+    send_attach_ok(s, hand_over);
   }
   pending_attach_.clear();
   resume_.reset();

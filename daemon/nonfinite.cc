@@ -3,21 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
+#include "proto/finite.h"
+
 namespace gossip::daemon {
-namespace {
-
-// Exponent bits all set: NaN or +-Inf. An integer OR over the bits vectorizes,
-// where a floating-point reduction would not (its order is fixed without fast-math).
-bool any_nonfinite(std::span<const float> x) {
-  uint32_t bad = 0;
-  for (float v : x) bad |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
-  return bad != 0;
-}
-
-}  // namespace
 
 bool parse_nonfinite_policy(std::string_view text, NonFinitePolicy* out) {
   if (text == "refuse") *out = NonFinitePolicy::kRefuse;
@@ -28,7 +18,7 @@ bool parse_nonfinite_policy(std::string_view text, NonFinitePolicy* out) {
 
 NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_good, NonFinitePolicy policy) {
   NonFiniteReport r;
-  if (!any_nonfinite(x)) return r;
+  if (!proto::any_nonfinite(x)) return r;
   const bool have_good = last_good.size() == x.size();
   for (size_t i = 0; i < x.size(); ++i) {
     if (std::isfinite(x[i])) continue;

@@ -298,7 +298,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
   if (exchange_) {
     // What a joiner gets. A copy per round, only for the gossip family.
-    (void)exchange_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
+    exchange_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
   }
   if (checkpoint_path_.empty()) return;
   if (!last_) last_.emplace();

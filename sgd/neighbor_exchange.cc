@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "proto/finite.h"
+
 namespace gossip::sgd {
 
 using Clock = std::chrono::steady_clock;
@@ -196,13 +198,13 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
   }
   // A node's own guard (daemon/nonfinite.h) keeps NaN/Inf from leaving it; this one
   // keeps a peer without that guard from poisoning this node.
-  for (size_t e = 0; e < values.size(); ++e) {
-    if (!std::isfinite(values[e])) {
-      live.refused[s] = true;
-      transport_.note_dropped(in.peer, fmt::format("round {}: element {} is {}; the rest of this peer's round "
-                                                   "is ignored", h.round, h.offset + e, values[e]));
-      return Status::ok();
-    }
+  if (proto::any_nonfinite(values)) {
+    size_t e = 0;
+    while (std::isfinite(values[e])) ++e;
+    live.refused[s] = true;
+    transport_.note_dropped(in.peer, fmt::format("round {}: element {} is {}; the rest of this peer's round "
+                                                 "is ignored", h.round, h.offset + e, values[e]));
+    return Status::ok();
   }
   (*live.on_chunk)(s, h, values);
   return Status::ok();

@@ -19,8 +19,8 @@ constexpr auto kTransferSilence = std::chrono::seconds(10);
 
 }  // namespace
 
-Status StateTransfer::publish(std::span<const float> model, uint64_t next_round, uint64_t step,
-                              double weight, uint64_t layout, uint64_t chunk_elems) {
+void StateTransfer::publish(std::span<const float> model, uint64_t next_round, uint64_t step,
+                            double weight, uint64_t layout, uint64_t chunk_elems) {
   // Fresh buffers each time: ZeroMQ may still hold the last ones for a joiner.
   snapshot_.round = next_round;
   snapshot_.kind = proto::Kind::kStateChunk;
@@ -37,7 +37,6 @@ Status StateTransfer::publish(std::span<const float> model, uint64_t next_round,
   step_ = step;
   weight_ = weight;
   layout_ = layout;
-  return Status::ok();
 }
 
 void StateTransfer::send_offer(uint32_t peer, bool with_state) {

@@ -48,8 +48,8 @@ class StateTransfer {
   explicit StateTransfer(peers::ZmqTransport& transport) : transport_(transport) {}
 
   // After every completed round: the state this node offers to joiners.
-  Status publish(std::span<const float> model, uint64_t next_round, uint64_t step, double weight,
-                 uint64_t layout, uint64_t chunk_elems);
+  void publish(std::span<const float> model, uint64_t next_round, uint64_t step, double weight,
+               uint64_t layout, uint64_t chunk_elems);
   bool has_state() const { return next_round_ > 0; }
 
   // Answers join and state-request messages; false for any other kind. The state is
