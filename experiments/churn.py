@@ -124,12 +124,13 @@ class Cluster:
                         p.kill()
                         p.wait()
 
-    def run(self, churn_until=None):
+    def run(self, kills=0, kill_every=0.0):
         rng = random.Random(self.o.seed * 7919 + 1)
         t0 = time.monotonic()
         for i in range(self.o.nodes):
             self.start_node(i)
-        next_kill = t0 + self.o.kill_every
+        next_kill = t0 + kill_every
+        killed = 0
         down = None  # (node, restart time)
         deadline = t0 + self.o.timeout
         try:
@@ -143,9 +144,8 @@ class Cluster:
                     log(f"restart node {i}")
                     self.start_node(i)
                     down = None
-                    next_kill = now + self.o.kill_every
-                if (churn_until is not None and down is None and now >= next_kill
-                        and now - t0 < churn_until):
+                    next_kill = now + kill_every
+                if killed < kills and down is None and now >= next_kill:
                     alive = [i for i in range(self.o.nodes)
                              if self.trainers[i] and self.trainers[i].poll() is None]
                     if alive:
@@ -153,6 +153,7 @@ class Cluster:
                         self.events.append({"t": round(now - t0, 2), "event": "kill", "node": i})
                         log(f"kill node {i} (daemon and trainer, SIGKILL)")
                         self.kill_node(i)
+                        killed += 1
                         down = (i, now + self.o.down)
                 for i, p in enumerate(self.trainers):
                     if p and p.poll() not in (None, 0) and not (down and down[0] == i):
@@ -230,7 +231,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--strategy", default="gossip")
     p.add_argument("--topology", default="ring")
-    p.add_argument("--kill-every", type=float, default=3.0, help="seconds between a restart and the next kill")
+    p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
+    p.add_argument("--kill-every", type=float, default=3.0,
+                   help="at most this many seconds between a restart and the next kill")
     p.add_argument("--down", type=float, default=3.0, help="seconds a killed node stays down")
     p.add_argument("--churn-fraction", type=float, default=0.6,
                    help="kill only during this fraction of the undisturbed run's wall time")
@@ -252,8 +255,13 @@ def main(argv=None):
                                  "node_steps": [n["steps"] for n in nodes]}
         log(f"undisturbed: {wall:.1f} s, average model {100 * acc['accuracy_average']:.2f}%")
 
+        # Each kill costs a gap and a down time; the gap shrinks (to 0.5 s at least) so
+        # that all of them fit in the churn window of a short run.
+        window = opts.churn_fraction * wall
+        gap = min(opts.kill_every, max(0.5, window / max(opts.kills, 1) - opts.down))
+        log(f"churn run: {opts.kills} kills, {gap:.1f} s after each restart, down {opts.down} s")
         churned = Cluster(opts, out / "churn")
-        wall = churned.run(churn_until=opts.churn_fraction * wall)
+        wall = churned.run(kills=opts.kills, kill_every=gap)
         acc, nodes = evaluate_average(opts, churned.out)
         kills = sum(1 for e in churned.events if e["event"] == "kill")
         report["churn"] = {"wall_s": round(wall, 2), "average_accuracy": acc["accuracy_average"],
