@@ -48,6 +48,7 @@ constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "pus
 constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
+constexpr std::string_view kOnOff[] = {"off", "on"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 // ---------------------------------------------------------------------------------------
@@ -183,9 +184,9 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
-const std::array<Field, 31>& fields() {
+const std::array<Field, 32>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 31> kFields = {{
+  static const std::array<Field, 32> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -330,6 +331,13 @@ const std::array<Field, 31>& fields() {
        NumberSpec{{0, true, std::nullopt},
                   [](const C& c) { return c.strategy.join_wait_s; },
                   [](C& c, double v) { c.strategy.join_wait_s = v; }}},
+      {"strategy.elastic", "--elastic", "off|on",
+       "ring all-reduce (local-sgd, allreduce over tcp or rdma): when a peer dies mid-round, "
+       "fail the round (off) or re-form the ring over the nodes that answer within "
+       "--dead-after and run the round there (on)",
+       TextSpec{kOnOff, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.elastic; },
+                [](C& c, std::string v) { c.strategy.elastic = std::move(v); }}},
       {"node.checkpoint", "--checkpoint", "FILE",
        "write the node's model and strategy state here (atomically) and resume from it at start",
        TextSpec{{},
@@ -636,6 +644,11 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                      fmt::format("the ring all-reduce takes at most {} nodes, this cluster has {} (use "
                                  "transport allgather, or a gossip strategy)",
                                  sgd::RingSchedule::kMaxRanks, c.nodes()));
+  if (c.strategy.elastic_ring() && !over_ring)
+    return key_error(o, "strategy.elastic",
+                     fmt::format("an elastic ring is for the ring all-reduce (strategy local-sgd or allreduce, "
+                                 "transport tcp, rdma or auto), not strategy {} with transport {}",
+                                 c.strategy.name, c.strategy.transport));
   if (c.strategy.name == "allreduce" && (c.strategy.period != 1 || c.strategy.post_local != 0))
     return key_error(o, "strategy.period",
                      fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "

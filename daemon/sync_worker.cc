@@ -110,9 +110,11 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   }
   sgd::PeerRingOptions po;
   po.chunk_bytes = std::min<uint64_t>(sc.chunk_bytes, 1 << 20);
+  po.elastic = sc.elastic_ring();
+  po.reform_wait = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
   auto peer_ring = std::make_unique<sgd::PeerRing>(*transport_, *ring_, po);
-  spdlog::info("averaging: ring all-reduce over {} (port {}), rank {} of {}", ring_->name(), ring_->port(),
-               peer_ring->order().rank, peer_ring->order().ids.size());
+  spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}", po.elastic ? "elastic " : "",
+               ring_->name(), ring_->port(), peer_ring->order().rank, peer_ring->order().ids.size());
   all_reduce_ = std::move(peer_ring);
   return Status::ok();
 }

@@ -33,6 +33,8 @@ const char* kind_name(Kind k) {
       return "state-request";
     case Kind::kStateChunk:
       return "state-chunk";
+    case Kind::kRingProbe:
+      return "ring-probe";
   }
   return "?";
 }
@@ -184,6 +186,7 @@ Result<Header> decode_header(const void* data, size_t size) {
     case Kind::kJoin:
     case Kind::kStateOffer:
     case Kind::kStateRequest:
+    case Kind::kRingProbe:
       if (h.numel != 0 || h.bytes != 0)
         return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
                                             kind_name(h.kind), h.numel, h.bytes));

@@ -28,9 +28,12 @@ enum class Kind : uint8_t {
   kJoin = 7,          // the sender starts without state and asks who has one
   kStateOffer = 8,    // answer to join: the sender's next `round` and its step (`offset`); 0, 0: no state
   kStateRequest = 9,  // send me the state you offered for `round`
-  kStateChunk = 10,   // raw fp32 slice [offset, offset+numel) of the sender's model before `round`
+  kStateChunk = 10,   // raw fp32 slice [offset, offset+numel) of the sender's model before `round`;
+                      // in an elastic ring, of the all-reduce result of `round`
+  kRingProbe = 11,    // elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
+                      // epoch `offset` (view `seq`); `round`: its next round
 };
-inline constexpr uint8_t kMaxKind = 10;
+inline constexpr uint8_t kMaxKind = 11;
 inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 const char* kind_name(Kind k);
 

@@ -1,42 +1,68 @@
 #include "sgd/peer_ring.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 namespace gossip::sgd {
 namespace {
 using Clock = std::chrono::steady_clock;
+
+std::vector<uint32_t> peer_ids(const peers::ZmqTransport& control) {
+  std::vector<uint32_t> ids;
+  for (const auto& p : control.peers()) ids.push_back(p.id);
+  return ids;
+}
+
+// What a peer's death or departure does to a round: the ring breaks. A peer with
+// another model or a cancelled round is not cured by re-forming.
+bool breaks_the_ring(const Status& st) {
+  switch (st.code()) {
+    case Status::Code::kTimeout:
+    case Status::Code::kClosed:
+    case Status::Code::kIoError:
+    case Status::Code::kProtocol:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::chrono::milliseconds until(Clock::time_point t) {
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()));
+}
 }  // namespace
 
 PeerRing::PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport,
                    const PeerRingOptions& options)
-    : control_(control), transport_(transport), options_(options) {
+    : control_(control),
+      transport_(transport),
+      options_(options),
+      membership_(control.self(), peer_ids(control)) {
   std::random_device entropy;
   token_ = (uint64_t{entropy()} << 32) | entropy();
-  std::vector<uint32_t> ids;
-  for (const auto& p : control.peers()) ids.push_back(p.id);
-  order_ = ring_order(control.self(), ids);
-  if (order_.ids.size() > 1) {
-    for (const auto& p : control.peers())
-      if (p.id == order_.right_id()) right_host_ = peers::endpoint_host(p.endpoint);
-    announce();
-  }
+  for (const auto& p : control.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
+  result_.kind = proto::Kind::kStateChunk;
+  announce();
 }
 
 PeerRing::~PeerRing() { channel_.reset(); }
 
 void PeerRing::announce() {
-  if (order_.ids.size() < 2) return;
+  if (order().ids.size() < 2) return;
   proto::Header h;
   h.kind = proto::Kind::kRingAddress;
   h.from = control_.self();
   h.offset = transport_.port();
   h.seq = token_;
   h.layout = layout_;
-  (void)control_.send(order_.left_id(), h);  // queued until the neighbor is up
+  h.round = membership_.view_id();
+  (void)control_.send(order().left_id(), h);  // queued until the neighbor is up
 }
 
 void PeerRing::set_layout_fingerprint(uint64_t fingerprint) {
@@ -46,31 +72,68 @@ void PeerRing::set_layout_fingerprint(uint64_t fingerprint) {
   announce();
 }
 
+const PeerRing::Address* PeerRing::right_address() const {
+  auto it = addresses_.find(order().right_id());
+  if (it == addresses_.end() || it->second.view != membership_.view_id()) return nullptr;
+  return &it->second;
+}
+
 void PeerRing::absorb(const peers::Incoming& in) {
   const proto::Header& h = in.header;
   switch (h.kind) {
-    case proto::Kind::kRingAddress:
-      if (in.peer != order_.right_id()) {
-        control_.note_dropped(in.peer, "ring-address from a node that is not our right neighbor");
-        return;
-      }
-      if (right_port_ != h.offset) {
+    case proto::Kind::kRingAddress: {
+      // Kept whoever sends it: after a re-forming, it may be our right neighbor.
+      Address a{static_cast<uint16_t>(h.offset), h.seq, h.layout, h.round};
+      auto it = addresses_.find(in.peer);
+      const bool moved = it == addresses_.end() || it->second.port != a.port;
+      addresses_[in.peer] = a;
+      if (in.peer == order().right_id() && a.view == membership_.view_id() && moved) {
         spdlog::info("peer {} is up, its ring listens on port {}", in.peer, h.offset);
         channel_.reset();
       }
-      right_port_ = static_cast<uint16_t>(h.offset);
-      right_layout_ = h.layout;
-      right_token_ = h.seq;
       return;
+    }
     case proto::Kind::kHello:
       spdlog::info("peer {} is up", in.peer);
       // The left neighbor (re)started: it needs our port again.
-      if (in.peer == order_.left_id()) announce();
+      if (in.peer == order().left_id()) announce();
+      if (options_.elastic && !membership_.member(in.peer))
+        spdlog::warn("peer {} is up again, but the elastic ring left it out (epoch {}): it trains "
+                     "alone, since a ring does not take a node back",
+                     in.peer, membership_.epoch());
       return;
     case proto::Kind::kBye:
-      if (in.peer == order_.right_id()) right_port_.reset();
-      if (in.peer == order_.right_id() || in.peer == order_.left_id()) channel_.reset();
+      if (in.peer == order().right_id()) addresses_.erase(in.peer);
+      if (in.peer == order().right_id() || in.peer == order().left_id()) channel_.reset();
+      // A member that leaves in order is left out at once rather than at the next round.
+      if (options_.elastic && membership_.member(in.peer) && membership_.start(Clock::now(), options_.reform_wait)) {
+        spdlog::warn("peer {} said bye: re-forming the ring without it", in.peer);
+        send_probes();
+      }
       return;
+    case proto::Kind::kRingProbe:
+      if (!options_.elastic) {
+        control_.note_dropped(in.peer, "a ring-probe, but this node's ring is not elastic (--elastic)");
+        return;
+      }
+      if (membership_.on_probe(in.peer, h.offset, h.round, Clock::now(), options_.reform_wait) ==
+          RingMembership::Probe::kStarted) {
+        spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
+        channel_.reset();
+        send_probes();
+      }
+      return;
+    case proto::Kind::kStateChunk:
+      // A result this node lost to a break, from a member that completed its round.
+      if (fetch_ && h.round == fetch_->round && (!fetch_->from || *fetch_->from == in.peer) &&
+          h.offset == fetch_->got && h.numel <= fetch_->numel - fetch_->got &&
+          in.payload.size() == h.numel * sizeof(float)) {
+        if (fetched_.size() != fetch_->numel) fetched_.assign(fetch_->numel, 0.0f);
+        fetch_->from = in.peer;
+        std::memcpy(fetched_.data() + h.offset, in.payload.data(), in.payload.size());
+        fetch_->got += h.numel;
+      }
+      return;  // late or duplicate copies are harmless
     case proto::Kind::kHeartbeat:
       return;
     case proto::Kind::kModelChunk:
@@ -78,61 +141,75 @@ void PeerRing::absorb(const peers::Incoming& in) {
     case proto::Kind::kJoin:
     case proto::Kind::kStateOffer:
     case proto::Kind::kStateRequest:
-    case proto::Kind::kStateChunk:
       control_.note_dropped(in.peer, fmt::format("a {} message, but this node averages over the ring",
                                                  proto::kind_name(h.kind)));
       return;
   }
 }
 
-void PeerRing::progress(uint64_t, size_t, std::chrono::milliseconds wait) {
+void PeerRing::drain(std::chrono::milliseconds wait) {
   for (auto in = control_.recv(wait); in; in = control_.recv(std::chrono::milliseconds(0))) absorb(*in);
 }
 
+void PeerRing::progress(uint64_t next_round, size_t, std::chrono::milliseconds wait) {
+  next_round_ = next_round;
+  drain(wait);
+  // Between rounds a re-forming ends here; in a round, all_reduce_mean ends it.
+  if (membership_.ready(Clock::now())) apply_view();
+}
+
 Status PeerRing::connect(const CollectiveOptions& options) {
-  progress(0, 0, std::chrono::milliseconds(0));  // the freshest address
-  while (!right_port_) {
+  drain(std::chrono::milliseconds(0));  // the freshest address
+  // After a re-forming, every member announces its address as it decides, within a
+  // wait of ours: one that has not by two waits did not take part, and its absence
+  // breaks the ring. Before any (epoch 0), a peer may simply start later.
+  const auto address_deadline = options_.elastic && membership_.epoch() > 0
+                                    ? std::min(options.deadline, view_since_ + 2 * options_.reform_wait)
+                                    : options.deadline;
+  while (!right_address()) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed))
       return Status::closed("ring: cancelled");
-    const auto now = Clock::now();
-    if (now >= options.deadline)
+    if (membership_.reforming()) return Status::closed("ring: re-forming (a member's probe arrived)");
+    if (Clock::now() >= address_deadline)
       return Status::timeout(fmt::format(
-          "ring: peer {} (right) has not told its ring address (is it up, with the same strategy and transport?)",
-          order_.right_id()));
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now);
-    if (auto in = control_.recv(std::min(left, std::chrono::milliseconds(50)))) absorb(*in);
+          "ring: peer {} (right) has not told its ring address{} (is it up, with the same strategy and transport?)",
+          order().right_id(),
+          membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch()) : ""));
+    if (auto in = control_.recv(std::min(until(address_deadline), std::chrono::milliseconds(50)))) absorb(*in);
   }
-  if (right_layout_ != 0 && layout_ != 0 && right_layout_ != layout_)
+  const Address right = *right_address();
+  auto mismatch = [&](uint64_t theirs) {
     return Status::mismatch(fmt::format("ring: peer {} has another model layout (fingerprint {:#x}, ours {:#x})",
-                                        order_.right_id(), right_layout_, layout_));
+                                        order().right_id(), theirs, layout_));
+  };
+  if (right.layout != 0 && layout_ != 0 && right.layout != layout_) return mismatch(right.layout);
+  const uint64_t view = membership_.view_id();
   const peers::RingEnds ends{.self = control_.self(),
-                             .left = order_.left_id(),
-                             .right = order_.right_id(),
-                             .right_host = right_host_,
-                             .right_port = *right_port_,
-                             .session = layout_ ^ token_,
-                             .right_session = right_token_ != 0 ? layout_ ^ right_token_ : 0};
+                             .left = order().left_id(),
+                             .right = order().right_id(),
+                             .right_host = hosts_[order().right_id()],
+                             .right_port = right.port,
+                             .session = layout_ ^ token_ ^ view,
+                             .right_session = right.token != 0 ? layout_ ^ right.token ^ view : 0};
   auto channel = transport_.connect(ends, {options.deadline, options.cancel});
   if (!channel.is_ok()) {
     // A neighbor with another model says so in its ring-address, which may have
     // arrived while we waited: that is the better explanation.
-    progress(0, 0, std::chrono::milliseconds(0));
-    if (right_layout_ != 0 && layout_ != 0 && right_layout_ != layout_)
-      return Status::mismatch(fmt::format("ring: peer {} has another model layout (fingerprint {:#x}, ours {:#x})",
-                                          order_.right_id(), right_layout_, layout_));
+    drain(std::chrono::milliseconds(0));
+    if (const Address* a = right_address(); a && a->layout != 0 && layout_ != 0 && a->layout != layout_)
+      return mismatch(a->layout);
     return channel.status();
   }
   channel_ = std::move(channel).value();
   return Status::ok();
 }
 
-Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
-                                 const CollectiveOptions& options) {
-  if (order_.ids.size() == 1 || data.empty()) return Status::ok();
+Status PeerRing::attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
+  if (order().ids.size() == 1 || data.empty()) return Status::ok();
   if (!channel_) GOSSIP_RETURN_IF_ERROR(connect(options));
   RingOptions ro;
-  ro.size = static_cast<uint32_t>(order_.ids.size());
-  ro.rank = order_.rank;
+  ro.size = static_cast<uint32_t>(order().ids.size());
+  ro.rank = order().rank;
   ro.round = round;
   ro.chunk_elems = std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float));
   ro.depth = options_.depth;
@@ -140,10 +217,125 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
   ro.compression = options.compression;
   Status st = ring_.mean(*channel_, data, ro);
   if (!st.is_ok()) {
-    spdlog::warn("round {}: {}; the ring reconnects for the next round", round, st.message());
-    channel_.reset();
+    spdlog::warn("round {}: {}; the ring reconnects for the next {}", round, st.message(),
+                 options_.elastic ? "try" : "round");
+    channel_.reset();  // which fails the neighbors' rounds at once, rather than at their deadline
   }
   return st;
+}
+
+Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
+  next_round_ = round;
+  if (!options_.elastic) return attempt(data, round, options);
+  fetch_ = Fetch{round, data.size(), std::nullopt, 0};
+  struct Clear {
+    std::optional<Fetch>& f;
+    ~Clear() { f.reset(); }
+  } clear{fetch_};
+  for (;;) {
+    if (membership_.reforming()) {
+      bool took = false;
+      GOSSIP_RETURN_IF_ERROR(finish_reform(data, round, options, &took));
+      if (took) {
+        keep_result(data, round);
+        return Status::ok();
+      }
+    }
+    Status st = attempt(data, round, options);
+    if (st.is_ok()) {
+      keep_result(data, round);
+      return st;
+    }
+    const bool cancelled = options.cancel && options.cancel->load(std::memory_order_relaxed);
+    if (cancelled || !breaks_the_ring(st) || Clock::now() >= options.deadline) return st;
+    if (membership_.start(Clock::now(), options_.reform_wait)) {
+      spdlog::warn("round {}: {}; re-forming the ring (epoch {}, {} members) over the nodes that answer within {} ms",
+                   round, st.message(), membership_.epoch(), order().ids.size(), options_.reform_wait.count());
+      send_probes();
+    }
+  }
+}
+
+void PeerRing::send_probes() {
+  proto::Header h;
+  h.kind = proto::Kind::kRingProbe;
+  h.from = control_.self();
+  h.round = next_round_;
+  h.offset = membership_.epoch();
+  h.seq = membership_.view_id();
+  h.layout = layout_;
+  for (uint32_t id : order().ids)
+    if (id != control_.self()) (void)control_.send(id, h);
+}
+
+std::map<uint32_t, uint64_t> PeerRing::apply_view() {
+  RingMembership::Change change = membership_.decide();
+  view_since_ = Clock::now();
+  channel_.reset();
+  if (change.lost.empty())
+    spdlog::info("ring re-formed at epoch {} with all {} members", membership_.epoch(), order().ids.size());
+  else
+    spdlog::warn("ring re-formed at epoch {} over {} node{} [{}]: left out {} (no answer within {} ms)",
+                 membership_.epoch(), order().ids.size(), order().ids.size() == 1 ? "" : "s",
+                 fmt::join(order().ids, ", "),
+                 fmt::join(change.lost, ", "), options_.reform_wait.count());
+  announce();
+  // Members still in the round this node completed last get its result from the
+  // lowest-id member that completed it, so that exactly one sends.
+  if (!has_result_ || next_round_ != result_.round + 1) return change.next_rounds;
+  uint32_t sender = control_.self();
+  for (const auto& [id, next] : change.next_rounds)
+    if (next == result_.round + 1) sender = std::min(sender, id);
+  if (sender != control_.self()) return change.next_rounds;
+  for (const auto& [id, next] : change.next_rounds) {
+    if (next != result_.round) continue;
+    spdlog::info("round {}: peer {} lost it to the break; sending it this node's result", result_.round, id);
+    if (Status st = result_.send(control_, id, layout_); !st)
+      spdlog::warn("round {}: result to peer {}: {}", result_.round, id, st.message());
+  }
+  return change.next_rounds;
+}
+
+Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options,
+                               bool* took) {
+  auto cancelled = [&] { return options.cancel && options.cancel->load(std::memory_order_relaxed); };
+  while (!membership_.ready(Clock::now())) {
+    if (cancelled()) return Status::closed("ring: cancelled");
+    if (Clock::now() >= options.deadline)
+      return Status::timeout(fmt::format("round {}: the ring was still re-forming at the round's deadline", round));
+    if (auto in = control_.recv(std::chrono::milliseconds(20))) absorb(*in);
+  }
+  const auto next_rounds = apply_view();
+  const bool completed_elsewhere =
+      std::any_of(next_rounds.begin(), next_rounds.end(), [&](const auto& e) { return e.second == round + 1; });
+  if (completed_elsewhere) {
+    const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
+    while (fetch_->got < data.size() && Clock::now() < give_up && !cancelled())
+      if (auto in = control_.recv(std::min(until(give_up), std::chrono::milliseconds(20)))) absorb(*in);
+    if (fetch_->got == data.size()) {
+      std::copy(fetched_.begin(), fetched_.end(), data.begin());
+      std::vector<float>().swap(fetched_);  // a model's worth, needed again only after another break
+      spdlog::info("round {}: took the result of peer {}, which completed the round before the ring broke",
+                   round, *fetch_->from);
+      *took = true;
+    } else {
+      spdlog::warn("round {}: a member completed it before the break, but its result did not arrive within {} ms; "
+                   "running the round again",
+                   round, options_.reform_wait.count());
+      fetch_->from.reset();
+      fetch_->got = 0;
+    }
+  }
+  return cancelled() ? Status::closed("ring: cancelled") : Status::ok();
+}
+
+void PeerRing::keep_result(std::span<float> data, uint64_t round) {
+  // Fresh buffers each time (encode without a codec copies): ZeroMQ may still hold
+  // the last ones for a member behind.
+  (void)result_.encode(data, control_.self(), round, std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float)),
+                       Compression{});
+  has_result_ = true;
+  next_round_ = round + 1;
 }
 
 }  // namespace gossip::sgd

@@ -5,9 +5,18 @@
 // ring-address message, repeated whenever that neighbor says hello again, e.g.
 // after a restart). A failed operation drops the ring's connections; the next one
 // connects again.
+//
+// Elastic (options.elastic): a round that a peer breaks (it died, or closed its
+// connections) is not failed. The node re-forms the ring with the members that
+// answer (sgd/ring_membership.h) and runs the round again over them. A member can
+// complete a round just before the break while others do not: each node keeps the
+// result of its last round, and one that completed it sends it to the members that
+// did not, who take it instead of running the round again. So every member leaves a
+// round with the same result and the replicas stay together.
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,7 +24,9 @@
 #include "peers/ring_channel.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
+#include "sgd/outgoing_model.h"
 #include "sgd/ring_all_reduce.h"
+#include "sgd/ring_membership.h"
 #include "sgd/ring_schedule.h"
 
 namespace gossip::sgd {
@@ -23,6 +34,10 @@ namespace gossip::sgd {
 struct PeerRingOptions {
   uint64_t chunk_bytes = 1 << 20;  // pipeline chunk
   uint32_t depth = 4;              // receives posted ahead
+  bool elastic = false;            // re-form over the live nodes instead of failing the round
+  // How long a re-forming node listens for the members' probes: those it does not
+  // hear from by then are left out.
+  std::chrono::milliseconds reform_wait{3000};
 };
 
 class PeerRing final : public AllReduce {
@@ -37,29 +52,64 @@ class PeerRing final : public AllReduce {
   void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
   void set_layout_fingerprint(uint64_t fingerprint) override;
 
-  const RingOrder& order() const { return order_; }
+  const RingOrder& order() const { return membership_.order(); }
 
  private:
+  // A peer's last ring-address: where its ring listens, for which view.
+  struct Address {
+    uint16_t port = 0;
+    uint64_t token = 0;
+    uint64_t layout = 0;
+    uint64_t view = 0;
+  };
   void announce();  // tells the left neighbor our ring port
   void absorb(const peers::Incoming& in);
+  void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`
   Status connect(const CollectiveOptions& options);
+  const Address* right_address() const;  // the right neighbor's, for the current view
+  Status attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options);
+
+  // Elastic.
+  void send_probes();
+  // Decides the re-forming, reconnects, and sends this node's last result to members
+  // that lost that round; returns the next round of every member heard.
+  std::map<uint32_t, uint64_t> apply_view();
+  // Waits for the re-forming to be decided; then, when a member completed `round`,
+  // takes its result into data and sets *took.
+  Status finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options, bool* took);
+  void keep_result(std::span<float> data, uint64_t round);
 
   peers::ZmqTransport& control_;
   peers::RingTransport& transport_;
   PeerRingOptions options_;
-  RingOrder order_;
-  std::string right_host_;
-  std::optional<uint16_t> right_port_;  // from the right neighbor's ring-address
-  uint64_t right_layout_ = 0;           // the layout it announced with it
+  RingMembership membership_;
+  std::map<uint32_t, std::string> hosts_;
+  std::map<uint32_t, Address> addresses_;
   // A random token we hand our left neighbor in our ring-address and require in its
   // ring hello, and the one our right neighbor handed us. The ring's links are plain
   // TCP or verbs; with CURVE on the control channel, only an authenticated neighbor
   // learns the token, so nobody else can take its place in the ring.
   uint64_t token_ = 0;
-  uint64_t right_token_ = 0;
   uint64_t layout_ = 0;
   std::unique_ptr<peers::RingChannel> channel_;
   RingAllReduce ring_;
+
+  uint64_t next_round_ = 0;  // what a probe tells
+  std::chrono::steady_clock::time_point view_since_;  // when the last re-forming was decided
+  // The result of the last completed round (elastic only), for members that lost it.
+  OutgoingModel result_;
+  bool has_result_ = false;
+  std::map<uint32_t, uint64_t> behind_;  // members heard in the last re-forming -> next round
+  // A result this node may receive, set for the whole of an elastic round: a member
+  // can send it as soon as it heard our probe, before we finish re-forming.
+  struct Fetch {
+    uint64_t round = 0;
+    size_t numel = 0;
+    std::optional<uint32_t> from;  // the first sender; copies of others are ignored
+    uint64_t got = 0;
+  };
+  std::optional<Fetch> fetch_;
+  std::vector<float> fetched_;  // its values, allocated when the first chunk arrives
 };
 
 }  // namespace gossip::sgd

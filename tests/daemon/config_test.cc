@@ -606,6 +606,24 @@ TEST(ValidateConfig, GossipNeedsNodeIdsZeroToNMinusOne) {
   EXPECT_TRUE(validate_config(c).is_ok());
 }
 
+TEST(ValidateConfig, AnElasticRingIsForTheRingAllReduceOnly) {
+  auto c = valid_config();
+  c.strategy.name = "local-sgd";
+  c.strategy.transport = "tcp";
+  c.strategy.elastic = "on";
+  EXPECT_TRUE(validate_config(c).is_ok());
+  c.strategy.transport = "allgather";
+  EXPECT_TRUE(fails_with(validate_config(c), {"key 'strategy.elastic'", "transport allgather"}));
+  c.strategy.transport = "nccl";
+  EXPECT_TRUE(fails_with(validate_config(c), {"key 'strategy.elastic'", "transport nccl"}));
+  auto g = gossip_config("gossip", "ring", 4);
+  g.strategy.elastic = "on";
+  EXPECT_TRUE(fails_with(validate_config(g), {"key 'strategy.elastic'", "not strategy gossip"}));
+  EXPECT_TRUE(fails_with(from_args({"--id", "0", "--listen", "tcp://127.0.0.1:7000", "--run-dir", "/tmp",
+                                    "--elastic", "yes"}),
+                         {"flag '--elastic'", "off, on", "yes"}));
+}
+
 TEST(ValidateConfig, RefusesEachBadField) {
   {
     auto c = valid_config();

@@ -2,13 +2,18 @@
 // every node's replica equals a mean computed here independently, for 2, 3, 4 and 8
 // nodes and a model of 1000003 elements (64 MiB on 2 nodes), and a node killed in
 // the middle of a round fails the round on every other node within twice the
-// timeout, leaving the daemons up.
+// timeout, leaving the daemons up. With --elastic on, the others re-form the ring
+// without it instead, and their trainers go on averaging.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <optional>
+#include <span>
 #include <thread>
 
 #include "gossip/client.h"
@@ -104,6 +109,86 @@ TEST(RingProcesses, ANodeKilledMidRoundFailsTheOthersWithinTwiceTheTimeout) {
     EXPECT_LT(waited[i], 2 * kTimeout) << "node " << i << ": " << results[i].message();
     EXPECT_TRUE(cluster.daemon(i).running()) << cluster.log(i);
     EXPECT_TRUE(clients[i]->traffic().is_ok()) << "the daemon still serves its trainer";
+  }
+}
+
+// The mean over `nodes` of value(node + shift, k).
+double mean_of(const std::vector<int>& nodes, int shift, size_t k) {
+  double sum = 0;
+  for (int i : nodes) sum += value(i + shift, k);
+  return sum / static_cast<double>(nodes.size());
+}
+
+TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
+  constexpr int kNodes = 4;
+  constexpr size_t kNumel = 2u << 20;  // 8 MiB: the round is under way when the node dies
+  Cluster cluster(kNodes, {"--period", "1", "--transport", "tcp", "--round-timeout", "30", "--elastic", "on",
+                           "--dead-after", "1"});
+  cluster.start_all();
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::span<float>> w;
+  for (int i = 0; i < kNodes; ++i) {
+    clients.push_back(connect_to(cluster, i, i == 2 ? 6s : 30s));
+    ASSERT_TRUE(clients.back());
+    auto m = clients.back()->attach({{"w", kNumel}});
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    w.push_back(m->tensors[0]);
+  }
+  // Every node steps with values of its own (shifted per round), all at once; node
+  // 2's daemon is killed `kill_after` into the round when asked.
+  // Returns the longest step of a survivor, in seconds.
+  auto round = [&](const std::vector<int>& nodes, int shift, std::optional<std::chrono::milliseconds> kill_after) {
+    std::vector<std::string> errors(kNodes);
+    std::vector<double> took(kNodes, 0.0);
+    {
+      std::vector<std::jthread> threads;
+      for (int i : nodes)
+        threads.emplace_back([&, i] {
+          for (size_t k = 0; k < kNumel; ++k) w[i][k] = value(i + shift, k);
+          const auto t0 = std::chrono::steady_clock::now();
+          auto r = clients[i]->step();
+          took[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (!r && i != 2) errors[i] = r.status().message();
+        });
+      if (kill_after) {
+        std::this_thread::sleep_for(*kill_after);
+        cluster.daemon(2).signal(SIGKILL);
+      }
+    }
+    for (int i : nodes) {
+      if (i == 2) continue;
+      EXPECT_EQ(errors[i], "") << "node " << i << " shift " << shift << "\n" << cluster.log(i);
+    }
+    return std::max({took[0], took[1], took[3]});
+  };
+  round({0, 1, 2, 3}, 0, std::nullopt);
+  for (size_t k = 0; k < kNumel; k += 4099) ASSERT_NEAR(w[0][k], mean_of({0, 1, 2, 3}, 0, k), 1e-5);
+
+  const double broken = round({0, 1, 2, 3}, 10, 30ms);
+  ASSERT_FALSE(HasFailure());
+  // The round ends on every survivor with the same values: the mean of the four
+  // (some completed it before the kill and sent it to the others) or of the three.
+  const std::vector<int> alive{0, 1, 3};
+  for (int i : {1, 3})
+    for (size_t k = 0; k < kNumel; ++k) ASSERT_EQ(w[i][k], w[0][k]) << "node " << i << " element " << k;
+  const bool of_four = std::fabs(w[0][0] - mean_of({0, 1, 2, 3}, 10, 0)) < 1e-5;
+  for (size_t k = 0; k < kNumel; k += 4099)
+    ASSERT_NEAR(w[0][k], of_four ? mean_of({0, 1, 2, 3}, 10, k) : mean_of(alive, 10, k), 1e-5) << k;
+  std::printf("round broken by the kill: %.2f s, ends with the mean of %s\n", broken,
+              of_four ? "all four (completed before the kill)" : "the three survivors");
+  // The killed daemon's connections close at once: the survivors re-form within
+  // --dead-after (1 s) and run the round again, well inside --round-timeout (30 s).
+  EXPECT_LT(broken, 10.0);
+
+  for (int shift : {20, 30, 40}) {
+    round(alive, shift, std::nullopt);
+    for (int i : {1, 3})
+      for (size_t k = 0; k < kNumel; k += 1031) ASSERT_EQ(w[i][k], w[0][k]) << "node " << i << " element " << k;
+    for (size_t k = 0; k < kNumel; k += 4099) ASSERT_NEAR(w[0][k], mean_of(alive, shift, k), 1e-5) << k;
+  }
+  for (int i : alive) {
+    EXPECT_NE(cluster.log(i).find("left out 2"), std::string::npos) << cluster.log(i);
+    EXPECT_TRUE(cluster.daemon(i).running());
   }
 }
 

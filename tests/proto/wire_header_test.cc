@@ -247,7 +247,7 @@ TEST(WireHeader, WrongVersion) {
 }
 
 TEST(WireHeader, UnknownKind) {
-  for (uint64_t k : {0ull, 11ull, 255ull, 1ull << 40}) {
+  for (uint64_t k : {0ull, 12ull, 255ull, 1ull << 40}) {
     EXPECT_REFUSED(decode(pack_map(with(fields_of(chunk()), u("kind", k)))),
                    "unknown message kind " + std::to_string(k));
   }
@@ -417,6 +417,19 @@ TEST(WireHeader, RingAddressCarriesAPortAndNothingElse) {
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 0)))), "ring-address with port 0");
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 65536)))), "port 65536");
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))), "ring-address carries no payload");
+}
+
+TEST(WireHeader, RingProbeRoundTripsAndCarriesNoPayload) {
+  Header h;
+  h.kind = Kind::kRingProbe;
+  h.from = 3;
+  h.round = 17;            // next round
+  h.offset = 2;            // epoch
+  h.seq = 0xfeedbeefull;   // view
+  auto d = decode(encode_header(h));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  expect_same(h, *d);
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("numel", 1)))), "ring-probe carries no payload");
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {

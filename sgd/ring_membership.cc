@@ -1,0 +1,75 @@
+#include "sgd/ring_membership.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace gossip::sgd {
+
+RingMembership::RingMembership(uint32_t self, const std::vector<uint32_t>& peers) : self_(self) {
+  std::vector<uint32_t> ids = peers;
+  ids.push_back(self);
+  set_view(std::move(ids), 0);
+}
+
+void RingMembership::set_view(std::vector<uint32_t> ids, uint64_t epoch) {
+  std::vector<uint32_t> others;
+  for (uint32_t id : ids)
+    if (id != self_) others.push_back(id);
+  order_ = ring_order(self_, others);
+  epoch_ = epoch;
+  // FNV-1a over the epoch and the sorted ids: equal on every node with the same view.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(epoch);
+  for (uint32_t id : order_.ids) mix(id);
+  view_id_ = h;
+}
+
+bool RingMembership::member(uint32_t id) const {
+  return std::binary_search(order_.ids.begin(), order_.ids.end(), id);
+}
+
+bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
+  if (reform_) return false;
+  reform_ = Reform{now + wait, epoch_, {}};
+  return true;
+}
+
+RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
+                                               Clock::time_point now, std::chrono::milliseconds wait) {
+  if (peer == self_ || !member(peer) || epoch < epoch_) return Probe::kIgnored;
+  const bool started = start(now, wait);
+  reform_->heard[peer] = next_round;
+  reform_->highest_epoch = std::max(reform_->highest_epoch, epoch);
+  return started ? Probe::kStarted : Probe::kHeard;
+}
+
+bool RingMembership::ready(Clock::time_point now) const {
+  if (!reform_) return false;
+  return now >= reform_->until || reform_->heard.size() + 1 == order_.ids.size();
+}
+
+RingMembership::Change RingMembership::decide() {
+  assert(reform_);
+  Change change;
+  change.next_rounds = reform_->heard;
+  std::vector<uint32_t> ids{self_};
+  for (uint32_t id : order_.ids) {
+    if (id == self_) continue;
+    if (reform_->heard.count(id))
+      ids.push_back(id);
+    else
+      change.lost.push_back(id);
+  }
+  const uint64_t epoch = reform_->highest_epoch + 1;
+  reform_.reset();
+  set_view(std::move(ids), epoch);
+  return change;
+}
+
+}  // namespace gossip::sgd

@@ -1,0 +1,76 @@
+#pragma once
+// Who is in an elastic ring (sgd/peer_ring.h): the view of the members, and the
+// re-forming that replaces it when a peer breaks a round. Pure logic over the
+// probes heard and the clock, so that the agreement rule is tested without sockets.
+//
+// A member whose round fails (or that hears a probe of its view) starts re-forming:
+// it probes every member of its view and listens for `wait`. It then takes as its
+// new view itself and every member it heard, and the epoch after the highest one it
+// heard. A live member's ring round fails within moments of the first (each failure
+// closes the ring's connections, which fails the neighbors' rounds), and a member
+// between rounds answers a probe at once, so the live members hear each other and
+// agree; a member that stays silent for the whole wait is left out.
+//
+// A peer that is not in the view, or whose probe is of an older epoch (a restarted
+// node starts at epoch 0), is not heard: a stale replica is never taken back in.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "sgd/ring_schedule.h"
+
+namespace gossip::sgd {
+
+class RingMembership {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `peers`: the configured peers, without self.
+  RingMembership(uint32_t self, const std::vector<uint32_t>& peers);
+
+  const RingOrder& order() const { return order_; }
+  const std::vector<uint32_t>& members() const { return order_.ids; }
+  bool member(uint32_t id) const;
+  uint64_t epoch() const { return epoch_; }
+  // Names the view (epoch and members); ring addresses and ring sessions carry it,
+  // so that nodes holding different views refuse each other instead of mixing.
+  uint64_t view_id() const { return view_id_; }
+
+  bool reforming() const { return reform_.has_value(); }
+  // Starts re-forming, listening until now + wait. True when it started now (the
+  // caller then probes every member); false when already re-forming.
+  bool start(Clock::time_point now, std::chrono::milliseconds wait);
+  // A probe of `peer`, whose next round is `next_round`. kStarted: it started
+  // re-forming here (the caller probes too); kIgnored: not a member, or a stale epoch.
+  enum class Probe { kIgnored, kHeard, kStarted };
+  Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
+                 std::chrono::milliseconds wait);
+  // Every other member heard, or the wait over.
+  bool ready(Clock::time_point now) const;
+
+  struct Change {
+    std::vector<uint32_t> lost;                  // members left out
+    std::map<uint32_t, uint64_t> next_rounds;    // of every member heard
+  };
+  // Ends re-forming: the new view is self and the members heard (asserts reforming()).
+  Change decide();
+
+ private:
+  void set_view(std::vector<uint32_t> ids, uint64_t epoch);
+
+  uint32_t self_;
+  RingOrder order_;
+  uint64_t epoch_ = 0;
+  uint64_t view_id_ = 0;
+  struct Reform {
+    Clock::time_point until;
+    uint64_t highest_epoch = 0;
+    std::map<uint32_t, uint64_t> heard;  // member -> its next round
+  };
+  std::optional<Reform> reform_;
+};
+
+}  // namespace gossip::sgd

@@ -1,0 +1,230 @@
+// The elastic ring's agreement (RingMembership, pure logic) and its recovery of a
+// round that some members completed before the break (PeerRing over real ZeroMQ
+// and TCP sockets on loopback, with two scripted peers speaking the wire).
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "peers/ring_channel.h"
+#include "peers/zmq_transport.h"
+#include "sgd/peer_ring.h"
+#include "sgd/ring_membership.h"
+
+namespace gossip::sgd {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using Probe = RingMembership::Probe;
+
+TEST(RingMembership, AllMembersHeardEndsTheWaitAndKeepsTheView) {
+  RingMembership m(0, {1, 2, 3});
+  const uint64_t before = m.view_id();
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(m.start(t0, 3s));
+  EXPECT_FALSE(m.start(t0, 3s)) << "already re-forming";
+  EXPECT_EQ(m.on_probe(1, 0, 7, t0, 3s), Probe::kHeard);
+  EXPECT_EQ(m.on_probe(2, 0, 7, t0, 3s), Probe::kHeard);
+  EXPECT_FALSE(m.ready(t0 + 1s)) << "member 3 is still to answer";
+  EXPECT_EQ(m.on_probe(3, 0, 8, t0, 3s), Probe::kHeard);
+  EXPECT_TRUE(m.ready(t0));
+  auto change = m.decide();
+  EXPECT_TRUE(change.lost.empty());
+  EXPECT_EQ(change.next_rounds.at(3), 8u);
+  EXPECT_EQ(m.members(), (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(m.epoch(), 1u);
+  EXPECT_NE(m.view_id(), before) << "a new epoch is a new view, so stale ring addresses are not taken";
+  EXPECT_FALSE(m.reforming());
+}
+
+TEST(RingMembership, ASilentMemberIsLeftOutWhenTheWaitEnds) {
+  RingMembership m(2, {0, 1, 3});
+  const auto t0 = Clock::now();
+  EXPECT_EQ(m.on_probe(1, 0, 4, t0, 2s), Probe::kStarted) << "a member's probe starts re-forming here";
+  EXPECT_EQ(m.on_probe(3, 0, 4, t0, 2s), Probe::kHeard);
+  EXPECT_FALSE(m.ready(t0 + 1999ms));
+  EXPECT_TRUE(m.ready(t0 + 2s));
+  auto change = m.decide();
+  EXPECT_EQ(change.lost, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(m.members(), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(m.order().left_id(), 1u);
+  EXPECT_EQ(m.order().right_id(), 3u);
+}
+
+TEST(RingMembership, StrangersAndStaleEpochsAreNotHeard) {
+  RingMembership m(0, {1, 2});
+  const auto t0 = Clock::now();
+  m.start(t0, 1s);
+  m.on_probe(1, 0, 1, t0, 1s);
+  m.decide();  // node 2 left out, epoch 1
+  ASSERT_EQ(m.members(), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(m.on_probe(2, 5, 1, t0, 1s), Probe::kIgnored) << "not a member any more";
+  EXPECT_EQ(m.on_probe(1, 0, 1, t0, 1s), Probe::kIgnored) << "epoch 0 is over (a restarted node starts there)";
+  EXPECT_EQ(m.on_probe(7, 1, 1, t0, 1s), Probe::kIgnored) << "never configured";
+  EXPECT_FALSE(m.reforming());
+  EXPECT_EQ(m.on_probe(1, 3, 1, t0, 1s), Probe::kStarted) << "a newer epoch of a member counts";
+  m.decide();
+  EXPECT_EQ(m.epoch(), 4u) << "after the highest epoch heard";
+}
+
+TEST(RingMembership, MembersThatHearEachOtherAgreeOnTheView) {
+  // Nodes 0, 1, 3 alive, node 2 dead: whoever starts, each hears the other two.
+  std::vector<RingMembership> nodes;
+  for (uint32_t self : {0u, 1u, 3u}) {
+    std::vector<uint32_t> peers;
+    for (uint32_t id = 0; id < 4; ++id)
+      if (id != self) peers.push_back(id);
+    nodes.emplace_back(self, peers);
+  }
+  const auto t0 = Clock::now();
+  nodes[1].start(t0, 1s);
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < 3; ++j)
+      if (i != j) nodes[j].on_probe(nodes[i].order().ids[nodes[i].order().rank], 0, 9, t0 + 10ms, 1s);
+  for (auto& n : nodes) {
+    ASSERT_TRUE(n.ready(t0 + 1010ms));
+    EXPECT_EQ(n.decide().lost, (std::vector<uint32_t>{2}));
+  }
+  EXPECT_EQ(nodes[0].view_id(), nodes[1].view_id());
+  EXPECT_EQ(nodes[0].view_id(), nodes[2].view_id());
+}
+
+// Node 0 runs a real elastic PeerRing; nodes 1 and 2 are scripted on raw transports.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+constexpr uint64_t kLayout = 0xe1a5;
+
+struct Trio {
+  std::unique_ptr<peers::ZmqTransport> t[3];
+  Trio() {
+    std::string e[3];
+    for (auto& x : e) x = "tcp://127.0.0.1:" + std::to_string(free_port());
+    for (uint32_t i = 0; i < 3; ++i) {
+      std::vector<peers::Peer> others;
+      for (uint32_t j = 0; j < 3; ++j)
+        if (j != i) others.push_back({j, e[j], ""});
+      t[i] = peers::ZmqTransport::create(i, e[i], others).value();
+    }
+  }
+  void probe(uint32_t from, uint64_t epoch, uint64_t next_round) {
+    proto::Header h;
+    h.kind = proto::Kind::kRingProbe;
+    h.from = from;
+    h.offset = epoch;
+    h.round = next_round;
+    h.layout = kLayout;
+    ASSERT_TRUE(t[from]->send(0, h));
+  }
+  // The next message of `kind` that node `at` receives from node 0, within 10 s.
+  std::optional<peers::Incoming> await(uint32_t at, proto::Kind kind) {
+    const auto end = Clock::now() + 10s;
+    while (Clock::now() < end)
+      if (auto in = t[at]->recv(50ms); in && in->header.kind == kind) return in;
+    return std::nullopt;
+  }
+};
+
+TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
+  Trio trio;
+  peers::RingTransportOptions ro;
+  auto fabric = peers::make_ring_transport("tcp", ro).value();
+  PeerRingOptions po;
+  po.elastic = true;
+  po.reform_wait = 2s;
+  po.chunk_bytes = 64;  // several chunks: they must arrive in order and all
+  PeerRing ring(*trio.t[0], *fabric, po);
+  ring.set_layout_fingerprint(kLayout);
+
+  // Node 0 is in round 3 and cannot connect: its right neighbor, node 1, completed
+  // round 3 before the ring broke and says so in its probe; node 2 did not.
+  std::vector<float> x(100, 1.0f);
+  Status st;
+  std::jthread round([&] {
+    CollectiveOptions o;
+    o.deadline = Clock::now() + 20s;
+    st = ring.all_reduce_mean(x, 3, o);
+  });
+  trio.probe(1, 0, 4);
+  trio.probe(2, 0, 3);
+  auto answer = trio.await(1, proto::Kind::kRingProbe);
+  ASSERT_TRUE(answer) << "node 0 re-forms and probes the members";
+  EXPECT_EQ(answer->header.round, 3u) << "its next round";
+  EXPECT_EQ(answer->header.offset, 0u) << "the epoch it leaves";
+  std::vector<float> result(100);
+  for (size_t k = 0; k < result.size(); ++k) result[k] = 0.5f * static_cast<float>(k);
+  OutgoingModel m;
+  m.kind = proto::Kind::kStateChunk;
+  ASSERT_TRUE(m.encode(result, 1, 3, 16, {}));
+  ASSERT_TRUE(m.send(*trio.t[1], 0, kLayout));
+  round.join();
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(x, result) << "the round's result, not a second round over other inputs";
+  EXPECT_EQ(ring.order().ids, (std::vector<uint32_t>{0, 1, 2}));
+
+  // Now node 2 re-forms again, still behind at round 3, and node 1 is at round 4:
+  // node 0, the lowest id that completed round 3, sends node 2 its result.
+  trio.probe(2, 1, 3);
+  trio.probe(1, 1, 4);
+  std::vector<float> got(100, -1.0f);
+  uint64_t received = 0;
+  const auto end = Clock::now() + 10s;
+  while (received < got.size() && Clock::now() < end) {
+    ring.progress(4, x.size(), 20ms);  // node 0 between rounds
+    while (auto in = trio.t[2]->recv(0ms)) {
+      if (in->header.kind != proto::Kind::kStateChunk) continue;
+      EXPECT_EQ(in->header.round, 3u);
+      std::memcpy(got.data() + in->header.offset, in->payload.data(), in->payload.size());
+      received += in->header.numel;
+    }
+  }
+  EXPECT_EQ(got, result);
+  while (auto in = trio.t[1]->recv(0ms))
+    EXPECT_NE(in->header.kind, proto::Kind::kStateChunk) << "node 1 completed the round: it gets no copy";
+}
+
+TEST(ElasticPeerRing, AMemberThatNeverAnnouncesItsRingIsLeftOutWithinTheRound) {
+  Trio trio;
+  peers::RingTransportOptions ro;
+  auto fabric = peers::make_ring_transport("tcp", ro).value();
+  PeerRingOptions po;
+  po.elastic = true;
+  po.reform_wait = 500ms;
+  PeerRing ring(*trio.t[0], *fabric, po);
+  ring.set_layout_fingerprint(kLayout);
+  // Node 1 probes (so it is heard and kept) but then neither announces its ring nor
+  // answers again; node 2 is silent throughout.
+  std::vector<float> x{1, 2, 3};
+  trio.probe(1, 5, 0);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20 && ring.order().ids.size() == 3; ++i) ring.progress(0, x.size(), 50ms);
+  ASSERT_EQ(ring.order().ids, (std::vector<uint32_t>{0, 1})) << "node 1 was heard, node 2 was not";
+  CollectiveOptions o;
+  o.deadline = Clock::now() + 20s;
+  Status st = ring.all_reduce_mean(x, 0, o);
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(ring.order().ids, (std::vector<uint32_t>{0})) << "node 1 never announced its ring for epoch 6";
+  EXPECT_EQ(x, (std::vector<float>{1, 2, 3})) << "a ring of one holds its own model";
+  EXPECT_LT(took, 5.0) << "two re-formings of 0.5 s and a 1 s wait for an address, not the round's 20 s";
+}
+
+}  // namespace
+}  // namespace gossip::sgd
