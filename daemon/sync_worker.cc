@@ -274,6 +274,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     o.min_round = min_round;
     o.deadline = std::chrono::steady_clock::now() + round_timeout_;
     o.cancel = &stop_;
+    o.tick = [this] { exchange_->beat(next_round_); };
     auto fetched = exchange_->state().fetch(numel, layout, o, [&](peers::Incoming& in) {
       exchange_->absorb_while_joining(in);
     });

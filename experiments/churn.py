@@ -8,8 +8,12 @@ takes the model and step of a live neighbor (gossipd's join). Kills stop when th
 undisturbed run's wall time times --churn-fraction has passed, so that restarted
 trainers have steps left to train.
 
-Both runs end with every node's saved model; their average is scored on the test
-set by gossip-train --evaluate. The script prints one JSON line:
+With --no-restart a killed node stays down (an elastic ring, --strategy local-sgd
+--elastic on, goes on over the others: a ring does not take a node back), and the
+nodes that finished are the ones averaged.
+
+Both runs end with every (finishing) node's saved model; their average is scored on
+the test set by gossip-train --evaluate. The script prints one JSON line:
 
     {"undisturbed": {...}, "churn": {...}, "kills": K, "accuracy_gap": points}
 
@@ -24,6 +28,7 @@ import array
 import json
 import pathlib
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -59,6 +64,7 @@ class Cluster:
         self.daemons = [None] * opts.nodes
         self.trainers = [None] * opts.nodes
         self.events = []
+        self.dead = set()  # killed and not restarted (--no-restart)
 
     def endpoint(self, i):
         return f"tcp://127.0.0.1:{self.ports[i]}"
@@ -72,7 +78,10 @@ class Cluster:
                 "--run-dir", str(self.out), "--strategy", o.strategy, "--seed", str(o.seed),
                 "--heartbeat", str(o.heartbeat), "--dead-after", str(o.dead_after),
                 "--patience", str(o.patience)]
-        if o.topology:
+        if o.strategy in ("local-sgd", "allreduce"):
+            argv += ["--transport", o.transport, "--period", str(o.period), "--elastic", o.elastic,
+                     "--round-timeout", "10"]
+        elif o.topology:
             argv += ["--topology", o.topology]
         for j in range(o.nodes):
             if j != i:
@@ -138,6 +147,9 @@ class Cluster:
                 now = time.monotonic()
                 if now > deadline:
                     raise RuntimeError(f"the run did not finish within {self.o.timeout} s")
+                if down and not self.o.restart:
+                    down = None  # it stays down
+                    next_kill = now + kill_every
                 if down and now >= down[1]:
                     i = down[0]
                     self.events.append({"t": round(now - t0, 2), "event": "restart", "node": i})
@@ -154,18 +166,31 @@ class Cluster:
                         log(f"kill node {i} (daemon and trainer, SIGKILL)")
                         self.kill_node(i)
                         killed += 1
+                        if not self.o.restart:
+                            self.dead.add(i)
                         down = (i, now + self.o.down)
                 for i, p in enumerate(self.trainers):
+                    if i in self.dead:
+                        continue
                     if p and p.poll() not in (None, 0) and not (down and down[0] == i):
                         raise RuntimeError(f"trainer {i} failed with {p.returncode}; see "
                                            f"{self.out / f'trainer-{i}.log'}")
-                if down is None and all(p and p.poll() == 0 for p in self.trainers):
+                if down is None and all(p and p.poll() == 0 for i, p in enumerate(self.trainers)
+                                        if i not in self.dead):
                     break
                 time.sleep(0.05)
         finally:
             wall = time.monotonic() - t0
             self.stop()
         return wall
+
+
+def ring_left_out(log_text):
+    """The nodes an elastic ring's re-formings left out, by this daemon's log."""
+    out = set()
+    for m in re.finditer(r"ring re-formed at epoch \d+ over .*: left out ([0-9, ]+)", log_text):
+        out.update(int(x) for x in m.group(1).split(",") if x.strip())
+    return out
 
 
 def unlogged_events(opts, cluster):
@@ -177,7 +202,7 @@ def unlogged_events(opts, cluster):
         i = e["node"]
         if e["event"] == "kill":
             noticed = any(f"peer {i} silent" in logs[j] or f"peer {i} missed round" in logs[j]
-                          for j in range(opts.nodes) if j != i)
+                          or i in ring_left_out(logs[j]) for j in range(opts.nodes) if j != i)
             if not noticed:
                 missing.append(e)
     for i in range(opts.nodes):
@@ -194,8 +219,9 @@ def read_model(path):
     return a
 
 
-def evaluate_average(opts, out):
-    models = [read_model(out / f"node-{i}.model") for i in range(opts.nodes)]
+def evaluate_average(opts, out, skip=()):
+    finished = [i for i in range(opts.nodes) if i not in skip]
+    models = [read_model(out / f"node-{i}.model") for i in finished]
     n = len(models[0])
     avg = array.array("f", [0.0] * n)
     for m in models:
@@ -214,7 +240,7 @@ def evaluate_average(opts, out):
     with open(result) as f:
         r = json.loads(f.readline())
     nodes = []
-    for i in range(opts.nodes):
+    for i in finished:
         with open(out / f"node-{i}.json") as f:
             nodes.append(json.loads(f.readline()))
     return r, nodes
@@ -230,7 +256,12 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--strategy", default="gossip")
-    p.add_argument("--topology", default="ring")
+    p.add_argument("--topology", default="ring", help="gossip strategies")
+    p.add_argument("--period", type=int, default=4, help="local-sgd: steps between averages")
+    p.add_argument("--transport", default="tcp", help="local-sgd, allreduce: the ring's transport")
+    p.add_argument("--elastic", default="on", choices=["on", "off"], help="local-sgd, allreduce")
+    p.add_argument("--no-restart", dest="restart", action="store_false",
+                   help="killed nodes stay down (for an elastic ring, which takes no node back)")
     p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
     p.add_argument("--kill-every", type=float, default=3.0,
                    help="at most this many seconds between a restart and the next kill")
@@ -258,14 +289,17 @@ def main(argv=None):
         # Each kill costs a gap and a down time; the gap shrinks (to 0.5 s at least) so
         # that all of them fit in the churn window of a short run.
         window = opts.churn_fraction * wall
-        gap = min(opts.kill_every, max(0.5, window / max(opts.kills, 1) - opts.down))
-        log(f"churn run: {opts.kills} kills, {gap:.1f} s after each restart, down {opts.down} s")
+        down = opts.down if opts.restart else 0.0
+        gap = min(opts.kill_every, max(0.5, window / max(opts.kills, 1) - down))
+        log(f"churn run: {opts.kills} kills, {gap:.1f} s apart" +
+            (f" after each restart, down {opts.down} s" if opts.restart else ", no restarts"))
         churned = Cluster(opts, out / "churn")
         wall = churned.run(kills=opts.kills, kill_every=gap)
-        acc, nodes = evaluate_average(opts, churned.out)
+        acc, nodes = evaluate_average(opts, churned.out, skip=churned.dead)
         kills = sum(1 for e in churned.events if e["event"] == "kill")
         report["churn"] = {"wall_s": round(wall, 2), "average_accuracy": acc["accuracy_average"],
-                           "node_steps": [n["steps"] for n in nodes], "events": churned.events}
+                           "node_steps": [n["steps"] for n in nodes], "events": churned.events,
+                           "finished": [i for i in range(opts.nodes) if i not in churned.dead]}
         report["kills"] = kills
         report["unlogged"] = unlogged_events(opts, churned)
         report["accuracy_gap"] = round(100 * (report["undisturbed"]["average_accuracy"] - acc["accuracy_average"]), 2)

@@ -241,7 +241,12 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const Co
         return Status::ok();
       }
     }
-    Status st = attempt(data, round, options);
+    // A peer that dies without closing its connections (or before it connected) is
+    // noticed only when the wait runs out: each try gets half of the time left, so
+    // that the round can still re-form and run again.
+    CollectiveOptions once = options;
+    once.deadline = Clock::now() + (options.deadline - Clock::now()) / 2;
+    Status st = attempt(data, round, once);
     if (st.is_ok()) {
       keep_result(data, round);
       return st;

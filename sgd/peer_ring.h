@@ -12,7 +12,9 @@
 // complete a round just before the break while others do not: each node keeps the
 // result of its last round, and one that completed it sends it to the members that
 // did not, who take it instead of running the round again. So every member leaves a
-// round with the same result and the replicas stay together.
+// round with the same result and the replicas stay together. A peer that vanishes
+// without closing its connections is noticed when a try's wait runs out: each try
+// gets half of the round's time left.
 
 #include <chrono>
 #include <cstdint>

@@ -91,6 +91,7 @@ Result<std::optional<NodeState>> StateTransfer::fetch(
   const auto offers_end = std::min(options.deadline, Clock::now() + options.offer_wait);
   while (answered.size() < peers.size() && Clock::now() < offers_end) {
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
+    if (options.tick) options.tick();
     auto in = transport_.recv(std::chrono::milliseconds(20));
     if (!in) continue;
     const auto& h = in->header;
@@ -155,6 +156,7 @@ Result<NodeState> StateTransfer::download(const Offer& offer, size_t numel, uint
       return Status::timeout(fmt::format("silent for {} s after {} of {} elements",
                                          std::chrono::duration_cast<std::chrono::seconds>(kTransferSilence).count(),
                                          received, numel));
+    if (options.tick) options.tick();
     auto in = transport_.recv(std::chrono::milliseconds(20));
     if (!in) continue;
     const auto& h = in->header;

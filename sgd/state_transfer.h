@@ -41,6 +41,9 @@ struct JoinOptions {
   uint64_t min_round = 0;  // offers of this round or older are not taken (a fresher checkpoint)
   std::chrono::steady_clock::time_point deadline;  // the whole join gives up then
   const std::atomic<bool>* cancel = nullptr;
+  // Called between receives: the joiner's heartbeats, so that peers already in their
+  // rounds do not take a node that is still joining for dead.
+  std::function<void()> tick;
 };
 
 class StateTransfer {

@@ -3,7 +3,9 @@
 ring training Fashion-MNIST; a random node (daemon and trainer) is killed with SIGKILL
 every few seconds and restarted. Training must finish on every node, the average
 model must be within 1 point of an undisturbed run with the same seed, and the
-daemons' logs must name every death and every rejoin.
+daemons' logs must name every death and every rejoin. Then the same with local SGD
+over an elastic TCP ring (--elastic on): two nodes are killed for good, and the ring
+re-forms over the six others, whose trainers finish.
 
     /usr/bin/python3 tests/experiments/churn_test.py --build build
 """
@@ -53,6 +55,39 @@ class Churn(unittest.TestCase):
 
     def test_logs_name_every_death_and_rejoin(self):
         self.assertEqual(self.report["unlogged"], [], self.log)
+
+
+class ElasticRingChurn(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="churn-ring-")
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "experiments" / "churn.py"), "--build", str(BUILD), "--out",
+             cls.tmp.name, "--timeout", "240", "--strategy", "local-sgd", "--transport", "tcp",
+             "--elastic", "on", "--period", "4", "--kills", "2", "--no-restart"],
+            capture_output=True, text=True, timeout=600)
+        cls.log = done.stderr
+        if done.returncode != 0:
+            raise AssertionError(f"churn.py exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}")
+        cls.report = json.loads(done.stdout.strip().splitlines()[-1])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_the_survivors_finish_and_every_death_is_logged(self):
+        self.assertEqual(self.report["kills"], 2, self.report)
+        self.assertEqual(len(self.report["churn"]["finished"]), 6, self.report)
+        self.assertEqual(self.report["churn"]["node_steps"], [1000] * 6, self.report)
+        self.assertEqual(self.report["unlogged"], [], self.log)
+
+    def test_the_survivors_average_stays_close_to_the_undisturbed_run(self):
+        # The survivors lose the two dead nodes' data shards as well, hence 2 points
+        # rather than the 1 of the restarting gossip run.
+        self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
+        self.assertLessEqual(self.report["accuracy_gap"], 2.0, self.report)
+        # A stall until the round timeout (10 s) per kill would show here.
+        self.assertLess(self.report["churn"]["wall_s"], self.report["undisturbed"]["wall_s"] + 15, self.report)
 
 
 if __name__ == "__main__":
