@@ -112,7 +112,11 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   po.chunk_bytes = std::min<uint64_t>(sc.chunk_bytes, 1 << 20);
   po.elastic = sc.elastic_ring();
   po.reform_wait = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
+  // Only local SGD hands the daemon the model a restarted node can resume from;
+  // synchronous SGD's trainers keep theirs.
+  po.admit_joiners = sc.name == "local-sgd";
   auto peer_ring = std::make_unique<sgd::PeerRing>(*transport_, *ring_, po);
+  peer_ring_ = peer_ring.get();
   spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}", po.elastic ? "elastic " : "",
                ring_->name(), ring_->port(), peer_ring->order().rank, peer_ring->order().ids.size());
   all_reduce_ = std::move(peer_ring);
@@ -269,25 +273,46 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     numel = numel_;
     layout = layout_;
   }
-  if (exchange_ && join_options_.offer_wait.count() > 0) {
+  const bool ring_joins = peer_ring_ && peer_ring_->admits_joiners();
+  if ((exchange_ || ring_joins) && join_options_.offer_wait.count() > 0) {
     sgd::JoinOptions o = join_options_;
     o.min_round = min_round;
     o.deadline = std::chrono::steady_clock::now() + round_timeout_;
     o.cancel = &stop_;
-    o.tick = [this] { exchange_->beat(next_round_); };
-    auto fetched = exchange_->state().fetch(numel, layout, o, [&](peers::Incoming& in) {
-      exchange_->absorb_while_joining(in);
+    if (exchange_) o.tick = [this] { exchange_->beat(next_round_); };
+    sgd::StateTransfer& transfer = exchange_ ? exchange_->state() : peer_ring_->state();
+    auto fetched = transfer.fetch(numel, layout, o, [&](peers::Incoming& in) {
+      if (exchange_)
+        exchange_->absorb_while_joining(in);
+      else
+        peer_ring_->absorb_while_joining(in);
     });
+    if (fetched && *fetched && ring_joins) {
+      // Back into the ring, where the members now wait for this node; they went on
+      // while it fetched, so the state it resumes from is the one they hold now.
+      auto members_next = peer_ring_->rejoin((*fetched)->round, o.deadline, &stop_);
+      if (members_next && *members_next > (*fetched)->round) {
+        o.min_round = (*fetched)->round;
+        o.only = peer_ring_->order().ids;  // the ring it is in now, not a node left out
+        if (auto fresher = transfer.fetch(numel, layout, o, [&](peers::Incoming& in) {
+              peer_ring_->absorb_while_joining(in);
+            });
+            fresher && *fresher)
+          fetched = std::move(fresher);
+      } else if (!members_next) {
+        spdlog::warn("{}", members_next.status().message());
+      }
+    }
     if (!fetched) {
       r.status = fetched.status();
     } else if (*fetched) {
-      exchange_->assume_running(exchange_->state().running_peers());
+      if (exchange_) exchange_->assume_running(transfer.running_peers());
       r.state = std::move(**fetched);
       next_round_ = r.state->round;
       spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
                    r.state->round, r.state->step);
-    } else {
-      exchange_->assume_running(exchange_->state().running_peers());
+    } else if (exchange_) {
+      exchange_->assume_running(transfer.running_peers());
     }
   }
   if (r.status && !r.state && resume) r.status = strategy_->load_state(*resume);
@@ -300,8 +325,11 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
   if (exchange_) {
-    // What a joiner gets. A copy per round, only for the gossip family.
+    // What a joiner gets: a copy per round, for the gossip family and an elastic
+    // local-SGD ring only.
     exchange_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
+  } else if (peer_ring_ && peer_ring_->admits_joiners()) {
+    peer_ring_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
   }
   if (checkpoint_path_.empty()) return;
   if (!last_) last_.emplace();

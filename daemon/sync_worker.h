@@ -22,6 +22,7 @@
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
 #include "sgd/neighbor_exchange.h"
+#include "sgd/peer_ring.h"
 #include "sgd/state_transfer.h"
 #include "sgd/strategy.h"
 
@@ -50,7 +51,8 @@ class SyncWorker {
   // between rounds too.
   void set_model(size_t numel, uint64_t layout_fingerprint);
 
-  // Start-up, after set_model(): with a gossip strategy, asks the peers for a state
+  // Start-up, after set_model(): with a gossip strategy (or local SGD on an elastic
+  // ring), asks the peers for a state
   // fresher than round `min_round` (sgd/state_transfer.h). Without one, the strategy
   // takes `resume` (a checkpoint's state), if any.
   void submit_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
@@ -84,6 +86,7 @@ class SyncWorker {
   // over a topology (the gossip family). Declared before the strategy, which uses them.
   std::unique_ptr<peers::RingTransport> ring_;  // the ring's fabric (tcp, rdma), if any
   std::unique_ptr<sgd::AllReduce> all_reduce_;
+  sgd::PeerRing* peer_ring_ = nullptr;  // all_reduce_, when it is the daemon's ring
   std::unique_ptr<peers::Topology> topology_;
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;

@@ -138,7 +138,9 @@ class Cluster:
         t0 = time.monotonic()
         for i in range(self.o.nodes):
             self.start_node(i)
-        next_kill = t0 + kill_every
+        # The first kill once training runs (a node killed while the cluster starts
+        # has no state to rejoin with), the others `kill_every` after each restart.
+        next_kill = t0 + max(kill_every, self.o.first_kill)
         killed = 0
         down = None  # (node, restart time)
         deadline = t0 + self.o.timeout
@@ -265,6 +267,7 @@ def main(argv=None):
     p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
     p.add_argument("--kill-every", type=float, default=3.0,
                    help="at most this many seconds between a restart and the next kill")
+    p.add_argument("--first-kill", type=float, default=3.0, help="seconds into the run of the first kill")
     p.add_argument("--down", type=float, default=3.0, help="seconds a killed node stays down")
     p.add_argument("--churn-fraction", type=float, default=0.6,
                    help="kill only during this fraction of the undisturbed run's wall time")

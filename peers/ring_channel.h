@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,6 +31,13 @@ namespace gossip::peers {
 struct WaitOptions {
   std::chrono::steady_clock::time_point deadline;
   const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the wait
+  // Polled with `cancel`, on the waiting thread: true abandons the wait too. The
+  // elastic ring answers its control channel from here while a ring operation waits
+  // (sgd/peer_ring.h).
+  std::function<bool()> interrupt = nullptr;
+  bool cancelled() const {
+    return (cancel && cancel->load(std::memory_order_relaxed)) || (interrupt && interrupt());
+  }
 };
 
 class RingChannel {

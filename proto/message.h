@@ -31,7 +31,8 @@ enum class Kind : uint8_t {
   kStateChunk = 10,   // raw fp32 slice [offset, offset+numel) of the sender's model before `round`;
                       // in an elastic ring, of the all-reduce result of `round`
   kRingProbe = 11,    // elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
-                      // epoch `offset` (view `seq`); `round`: its next round
+                      // epoch `offset` (view `seq`); `round`: its next round; `tensor` 1: it restarted
+                      // and asks back in
 };
 inline constexpr uint8_t kMaxKind = 11;
 inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES

@@ -56,6 +56,9 @@ class AllReduce {
   // `next_round` (of `numel` elements), waiting at most `wait`. Keeps traffic
   // accounting and error detection live while no round runs.
   virtual void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) = 0;
+  // The round to run when the owner proposes `proposed`: later after this node took
+  // a later round's result from the others (an elastic ring it came back into).
+  virtual uint64_t round_to_run(uint64_t proposed) const { return proposed; }
   // Sets the layout fingerprint carried in every message; peers with another one are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
 };

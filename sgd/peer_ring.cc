@@ -43,7 +43,8 @@ PeerRing::PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport
     : control_(control),
       transport_(transport),
       options_(options),
-      membership_(control.self(), peer_ids(control)) {
+      membership_(control.self(), peer_ids(control), options.elastic && options.admit_joiners),
+      state_(control) {
   std::random_device entropy;
   token_ = (uint64_t{entropy()} << 32) | entropy();
   for (const auto& p : control.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
@@ -89,7 +90,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
       addresses_[in.peer] = a;
       if (in.peer == order().right_id() && a.view == membership_.view_id() && moved) {
         spdlog::info("peer {} is up, its ring listens on port {}", in.peer, h.offset);
-        channel_.reset();
+        drop_channel();
       }
       return;
     }
@@ -97,14 +98,19 @@ void PeerRing::absorb(const peers::Incoming& in) {
       spdlog::info("peer {} is up", in.peer);
       // The left neighbor (re)started: it needs our port again.
       if (in.peer == order().left_id()) announce();
-      if (options_.elastic && !membership_.member(in.peer))
-        spdlog::warn("peer {} is up again, but the elastic ring left it out (epoch {}): it trains "
-                     "alone, since a ring does not take a node back",
-                     in.peer, membership_.epoch());
+      if (options_.elastic && !membership_.member(in.peer)) {
+        if (admits_joiners())
+          spdlog::info("peer {} is up again, outside the ring (epoch {}): it is taken back when it asks", in.peer,
+                       membership_.epoch());
+        else
+          spdlog::warn("peer {} is up again, but the elastic ring left it out (epoch {}): it trains alone, "
+                       "since only local SGD's ring takes a node back",
+                       in.peer, membership_.epoch());
+      }
       return;
     case proto::Kind::kBye:
       if (in.peer == order().right_id()) addresses_.erase(in.peer);
-      if (in.peer == order().right_id() || in.peer == order().left_id()) channel_.reset();
+      if (in.peer == order().right_id() || in.peer == order().left_id()) drop_channel();
       // A member that leaves in order is left out at once rather than at the next round.
       if (options_.elastic && membership_.member(in.peer) && membership_.start(Clock::now(), options_.reform_wait)) {
         spdlog::warn("peer {} said bye: re-forming the ring without it", in.peer);
@@ -116,35 +122,79 @@ void PeerRing::absorb(const peers::Incoming& in) {
         control_.note_dropped(in.peer, "a ring-probe, but this node's ring is not elastic (--elastic)");
         return;
       }
-      if (membership_.on_probe(in.peer, h.offset, h.round, Clock::now(), options_.reform_wait) ==
-          RingMembership::Probe::kStarted) {
-        spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
-        channel_.reset();
+      // Before its first round a node has nothing to re-form, and a probe may be one
+      // that ZeroMQ queued for this node's previous process and delivers to this one.
+      if (!started_) return;
+    {
+      const bool joining = h.tensor == 1;
+      const bool joiner = membership_.joiner(in.peer, h.offset, joining);
+      const auto effect =
+          membership_.on_probe(in.peer, h.offset, h.round, Clock::now(), options_.reform_wait, joining);
+      if (effect == RingMembership::Probe::kIgnored) return;
+      if (effect == RingMembership::Probe::kStarted) {
+        if (joiner)
+          spdlog::info("peer {} restarted and asks back into the ring (its next round {}): re-forming", in.peer,
+                       h.round);
+        else
+          spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
+        drop_channel();
         send_probes();
       }
+      if (joiner) send_probe(in.peer);  // outside our view: it would not hear us otherwise
       return;
+    }
     case proto::Kind::kStateChunk:
-      // A result this node lost to a break, from a member that completed its round.
-      if (fetch_ && h.round == fetch_->round && (!fetch_->from || *fetch_->from == in.peer) &&
+      // A result this node lost to a break (or missed while it was down), from a
+      // member that completed the round.
+      if (fetch_ && h.round >= fetch_->round && (!fetch_->from || (*fetch_->from == in.peer && h.round == fetch_->of_round)) &&
           h.offset == fetch_->got && h.numel <= fetch_->numel - fetch_->got &&
           in.payload.size() == h.numel * sizeof(float)) {
         if (fetched_.size() != fetch_->numel) fetched_.assign(fetch_->numel, 0.0f);
         fetch_->from = in.peer;
+        fetch_->of_round = h.round;
         std::memcpy(fetched_.data() + h.offset, in.payload.data(), in.payload.size());
         fetch_->got += h.numel;
       }
       return;  // late or duplicate copies are harmless
     case proto::Kind::kHeartbeat:
       return;
+    case proto::Kind::kStateOffer:
+      if (admits_joiners()) return;  // a late answer to this node's join
+      [[fallthrough]];
+    case proto::Kind::kJoin:
+    case proto::Kind::kStateRequest:
+      if (admits_joiners()) {
+        // Offered to anyone: before the first round nobody has a state, and a node
+        // that asks after it is a restarted one.
+        // A node the others left out (alone in its ring) trains on its own: its
+        // state is not the cluster's.
+        (void)state_.serve(in, order().ids.size() > 1);
+        return;
+      }
+      [[fallthrough]];
     case proto::Kind::kModelChunk:
     case proto::Kind::kNcclId:
-    case proto::Kind::kJoin:
-    case proto::Kind::kStateOffer:
-    case proto::Kind::kStateRequest:
       control_.note_dropped(in.peer, fmt::format("a {} message, but this node averages over the ring",
                                                  proto::kind_name(h.kind)));
       return;
   }
+}
+
+void PeerRing::drop_channel() {
+  if (busy_)
+    stale_ = true;  // the operation in flight uses it: dropped when it returns
+  else
+    channel_.reset();
+}
+
+bool PeerRing::interrupted() {
+  // Polled by the ring's waits: cheap enough per wake-up, but the control channel
+  // need not be read more often than this.
+  const auto now = Clock::now();
+  if (now - last_poll_ < std::chrono::milliseconds(10)) return membership_.reforming();
+  last_poll_ = now;
+  drain(std::chrono::milliseconds(0));
+  return membership_.reforming();
 }
 
 void PeerRing::drain(std::chrono::milliseconds wait) {
@@ -191,7 +241,15 @@ Status PeerRing::connect(const CollectiveOptions& options) {
                              .right_port = right.port,
                              .session = layout_ ^ token_ ^ view,
                              .right_session = right.token != 0 ? layout_ ^ right.token ^ view : 0};
-  auto channel = transport_.connect(ends, {options.deadline, options.cancel});
+  peers::WaitOptions wait{options.deadline, options.cancel, {}};
+  // Elastic: a member blocked here (its neighbor died before connecting) still
+  // answers probes, and a re-forming abandons the connect.
+  if (options_.elastic) wait.interrupt = [this] { return interrupted(); };
+  busy_ = true;
+  auto channel = transport_.connect(ends, wait);
+  busy_ = false;
+  if (std::exchange(stale_, false) && channel.is_ok())
+    return Status::closed("ring: the right neighbor moved while connecting");
   if (!channel.is_ok()) {
     // A neighbor with another model says so in its ring-address, which may have
     // arrived while we waited: that is the better explanation.
@@ -213,9 +271,13 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
   ro.round = round;
   ro.chunk_elems = std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float));
   ro.depth = options_.depth;
-  ro.wait = {options.deadline, options.cancel};
+  ro.wait = {options.deadline, options.cancel, {}};
+  if (options_.elastic) ro.wait.interrupt = [this] { return interrupted(); };
   ro.compression = options.compression;
+  busy_ = true;
   Status st = ring_.mean(*channel_, data, ro);
+  busy_ = false;
+  if (std::exchange(stale_, false) && st.is_ok()) channel_.reset();  // reconnects next time
   if (!st.is_ok()) {
     spdlog::warn("round {}: {}; the ring reconnects for the next {}", round, st.message(),
                  options_.elastic ? "try" : "round");
@@ -227,7 +289,8 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
 Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
   next_round_ = round;
   if (!options_.elastic) return attempt(data, round, options);
-  fetch_ = Fetch{round, data.size(), std::nullopt, 0};
+  started_ = true;
+  fetch_ = Fetch{round, data.size(), std::nullopt, 0, 0};
   struct Clear {
     std::optional<Fetch>& f;
     ~Clear() { f.reset(); }
@@ -261,40 +324,64 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const Co
   }
 }
 
-void PeerRing::send_probes() {
+Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline, const std::atomic<bool>* cancel) {
+  started_ = true;
+  next_round_ = next_round;
+  membership_.start_rejoin(Clock::now(), options_.reform_wait);
+  send_probes();
+  spdlog::info("asking back into the ring before round {}", next_round);
+  while (!membership_.ready(Clock::now())) {
+    if (cancel && cancel->load()) return Status::closed("rejoin cancelled");
+    if (Clock::now() >= deadline) return Status::timeout("rejoin: the ring was still re-forming at the deadline");
+    if (auto in = control_.recv(std::chrono::milliseconds(20))) absorb(*in);
+  }
+  uint64_t members_next = next_round;
+  for (const auto& [id, next] : apply_view()) members_next = std::max(members_next, next);
+  return members_next;
+}
+
+void PeerRing::send_probe(uint32_t to) {
   proto::Header h;
   h.kind = proto::Kind::kRingProbe;
   h.from = control_.self();
   h.round = next_round_;
   h.offset = membership_.epoch();
   h.seq = membership_.view_id();
+  h.tensor = membership_.rejoining() ? 1 : 0;
   h.layout = layout_;
+  (void)control_.send(to, h);
+}
+
+void PeerRing::send_probes() {
   for (uint32_t id : order().ids)
-    if (id != control_.self()) (void)control_.send(id, h);
+    if (id != control_.self()) send_probe(id);
 }
 
 std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   RingMembership::Change change = membership_.decide();
   view_since_ = Clock::now();
   channel_.reset();
-  if (change.lost.empty())
+  if (change.lost.empty() && change.joined.empty())
     spdlog::info("ring re-formed at epoch {} with all {} members", membership_.epoch(), order().ids.size());
   else
-    spdlog::warn("ring re-formed at epoch {} over {} node{} [{}]: left out {} (no answer within {} ms)",
-                 membership_.epoch(), order().ids.size(), order().ids.size() == 1 ? "" : "s",
-                 fmt::join(order().ids, ", "),
-                 fmt::join(change.lost, ", "), options_.reform_wait.count());
+    spdlog::warn("ring re-formed at epoch {} over {} node{} [{}]{}{}", membership_.epoch(), order().ids.size(),
+                 order().ids.size() == 1 ? "" : "s", fmt::join(order().ids, ", "),
+                 change.lost.empty() ? std::string()
+                                     : fmt::format(": left out {} (no answer within {} ms)",
+                                                   fmt::join(change.lost, ", "), options_.reform_wait.count()),
+                 change.joined.empty() ? std::string() : fmt::format("; took back {}", fmt::join(change.joined, ", ")));
   announce();
-  // Members still in the round this node completed last get its result from the
-  // lowest-id member that completed it, so that exactly one sends.
-  if (!has_result_ || next_round_ != result_.round + 1) return change.next_rounds;
-  uint32_t sender = control_.self();
+  // Members behind the freshest round (they lost it to the break, or were down) get
+  // its result from the lowest-id member that completed it, so that exactly one sends.
+  uint64_t freshest = next_round_;
+  for (const auto& [id, next] : change.next_rounds) freshest = std::max(freshest, next);
+  if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest) return change.next_rounds;
   for (const auto& [id, next] : change.next_rounds)
-    if (next == result_.round + 1) sender = std::min(sender, id);
-  if (sender != control_.self()) return change.next_rounds;
+    if (next == freshest && id < control_.self()) return change.next_rounds;
   for (const auto& [id, next] : change.next_rounds) {
-    if (next != result_.round) continue;
-    spdlog::info("round {}: peer {} lost it to the break; sending it this node's result", result_.round, id);
+    if (next >= freshest) continue;
+    spdlog::info("round {}: peer {} is behind (next round {}); sending it this node's result", result_.round, id,
+                 next);
     if (Status st = result_.send(control_, id, layout_); !st)
       spdlog::warn("round {}: result to peer {}: {}", result_.round, id, st.message());
   }
@@ -312,7 +399,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const Coll
   }
   const auto next_rounds = apply_view();
   const bool completed_elsewhere =
-      std::any_of(next_rounds.begin(), next_rounds.end(), [&](const auto& e) { return e.second == round + 1; });
+      std::any_of(next_rounds.begin(), next_rounds.end(), [&](const auto& e) { return e.second > round; });
   if (completed_elsewhere) {
     const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
     while (fetch_->got < data.size() && Clock::now() < give_up && !cancelled())
@@ -320,8 +407,14 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const Coll
     if (fetch_->got == data.size()) {
       std::copy(fetched_.begin(), fetched_.end(), data.begin());
       std::vector<float>().swap(fetched_);  // a model's worth, needed again only after another break
-      spdlog::info("round {}: took the result of peer {}, which completed the round before the ring broke",
-                   round, *fetch_->from);
+      if (fetch_->of_round == round) {
+        spdlog::info("round {}: took the result of peer {}, which completed the round before the ring broke",
+                     round, *fetch_->from);
+      } else {
+        spdlog::info("round {}: took the result of round {} from peer {}: the ring is ahead, catching up", round,
+                     fetch_->of_round, *fetch_->from);
+        jump_to_ = fetch_->of_round + 1;
+      }
       *took = true;
     } else {
       spdlog::warn("round {}: a member completed it before the break, but its result did not arrive within {} ms; "
@@ -329,6 +422,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const Coll
                    round, options_.reform_wait.count());
       fetch_->from.reset();
       fetch_->got = 0;
+      fetch_->of_round = 0;
     }
   }
   return cancelled() ? Status::closed("ring: cancelled") : Status::ok();

@@ -29,6 +29,7 @@
 #include "sgd/outgoing_model.h"
 #include "sgd/ring_all_reduce.h"
 #include "sgd/ring_membership.h"
+#include "sgd/state_transfer.h"
 #include "sgd/ring_schedule.h"
 
 namespace gossip::sgd {
@@ -40,6 +41,9 @@ struct PeerRingOptions {
   // How long a re-forming node listens for the members' probes: those it does not
   // hear from by then are left out.
   std::chrono::milliseconds reform_wait{3000};
+  // Elastic, where the daemon holds the model (local SGD): a restarted node takes a
+  // member's state at its first attach (state()) and is then taken back into the ring.
+  bool admit_joiners = false;
 };
 
 class PeerRing final : public AllReduce {
@@ -55,6 +59,19 @@ class PeerRing final : public AllReduce {
   void set_layout_fingerprint(uint64_t fingerprint) override;
 
   const RingOrder& order() const { return membership_.order(); }
+  uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
+
+  // Rejoining (options.admit_joiners): the state this node offers to a restarted
+  // peer, published by the owner after every round, and fetched by a restarted node.
+  bool admits_joiners() const { return options_.elastic && options_.admit_joiners; }
+  StateTransfer& state() { return state_; }
+  // After a restarted node fetched a state for `next_round`: asks back into the ring
+  // and returns the members' next round (later when they went on meanwhile: the
+  // caller then fetches again, a state they hold while they wait for this node).
+  Result<uint64_t> rejoin(uint64_t next_round, std::chrono::steady_clock::time_point deadline,
+                          const std::atomic<bool>* cancel);
+  // What arrives while a restarted node fetches its state.
+  void absorb_while_joining(const peers::Incoming& in) { absorb(in); }
 
  private:
   // A peer's last ring-address: where its ring listens, for which view.
@@ -67,12 +84,15 @@ class PeerRing final : public AllReduce {
   void announce();  // tells the left neighbor our ring port
   void absorb(const peers::Incoming& in);
   void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`
+  void drop_channel();  // now, or when the operation in flight returns
+  bool interrupted();   // elastic: reads the control channel during a ring wait; true once re-forming
   Status connect(const CollectiveOptions& options);
   const Address* right_address() const;  // the right neighbor's, for the current view
   Status attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options);
 
   // Elastic.
   void send_probes();
+  void send_probe(uint32_t to);
   // Decides the re-forming, reconnects, and sends this node's last result to members
   // that lost that round; returns the next round of every member heard.
   std::map<uint32_t, uint64_t> apply_view();
@@ -97,6 +117,10 @@ class PeerRing final : public AllReduce {
   RingAllReduce ring_;
 
   uint64_t next_round_ = 0;  // what a probe tells
+  bool started_ = false;     // the first round began (probes before it are not answered)
+  bool busy_ = false;        // a ring operation (connect or all-reduce) is in flight
+  bool stale_ = false;       // the channel was dropped meanwhile
+  std::chrono::steady_clock::time_point last_poll_;
   std::chrono::steady_clock::time_point view_since_;  // when the last re-forming was decided
   // The result of the last completed round (elastic only), for members that lost it.
   OutgoingModel result_;
@@ -105,13 +129,16 @@ class PeerRing final : public AllReduce {
   // A result this node may receive, set for the whole of an elastic round: a member
   // can send it as soon as it heard our probe, before we finish re-forming.
   struct Fetch {
-    uint64_t round = 0;
+    uint64_t round = 0;  // the round this node runs; a later result is taken too (it caught up)
     size_t numel = 0;
     std::optional<uint32_t> from;  // the first sender; copies of others are ignored
+    uint64_t of_round = 0;         // the round of the result being received
     uint64_t got = 0;
   };
   std::optional<Fetch> fetch_;
   std::vector<float> fetched_;  // its values, allocated when the first chunk arrives
+  uint64_t jump_to_ = 0;        // the next round after taking a later round's result
+  StateTransfer state_;
 };
 
 }  // namespace gossip::sgd

@@ -5,7 +5,9 @@
 
 namespace gossip::sgd {
 
-RingMembership::RingMembership(uint32_t self, const std::vector<uint32_t>& peers) : self_(self) {
+RingMembership::RingMembership(uint32_t self, const std::vector<uint32_t>& peers, bool admit_joiners)
+    : self_(self), configured_(peers), admit_joiners_(admit_joiners) {
+  std::sort(configured_.begin(), configured_.end());
   std::vector<uint32_t> ids = peers;
   ids.push_back(self);
   set_view(std::move(ids), 0);
@@ -41,17 +43,33 @@ bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait
 }
 
 RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
-                                               Clock::time_point now, std::chrono::milliseconds wait) {
-  if (peer == self_ || !member(peer) || epoch < epoch_) return Probe::kIgnored;
+                                               Clock::time_point now, std::chrono::milliseconds wait,
+                                               bool joining) {
+  if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining)) || (member(peer) && epoch < epoch_))
+    return Probe::kIgnored;
+  if (rejoining_ && joining) return Probe::kIgnored;
   const bool started = start(now, wait);
   reform_->heard[peer] = next_round;
   reform_->highest_epoch = std::max(reform_->highest_epoch, epoch);
   return started ? Probe::kStarted : Probe::kHeard;
 }
 
+void RingMembership::start_rejoin(Clock::time_point now, std::chrono::milliseconds wait) {
+  start(now, wait);
+  rejoining_ = true;
+}
+
+bool RingMembership::joiner(uint32_t peer, uint64_t epoch, bool joining) const {
+  return admit_joiners_ && joining && epoch == 0 && !member(peer) &&
+         std::binary_search(configured_.begin(), configured_.end(), peer);
+}
+
 bool RingMembership::ready(Clock::time_point now) const {
   if (!reform_) return false;
-  return now >= reform_->until || reform_->heard.size() + 1 == order_.ids.size();
+  // Joiners among the heard do not count towards "every member".
+  size_t members_heard = 0;
+  for (const auto& [id, next] : reform_->heard) members_heard += member(id) ? 1 : 0;
+  return now >= reform_->until || members_heard + 1 == order_.ids.size();
 }
 
 RingMembership::Change RingMembership::decide() {
@@ -59,15 +77,14 @@ RingMembership::Change RingMembership::decide() {
   Change change;
   change.next_rounds = reform_->heard;
   std::vector<uint32_t> ids{self_};
-  for (uint32_t id : order_.ids) {
-    if (id == self_) continue;
-    if (reform_->heard.count(id))
-      ids.push_back(id);
-    else
-      change.lost.push_back(id);
-  }
+  for (const auto& [id, next] : reform_->heard) ids.push_back(id);  // members and joiners
+  for (uint32_t id : order_.ids)
+    if (id != self_ && !reform_->heard.count(id)) change.lost.push_back(id);
+  for (const auto& [id, next] : reform_->heard)
+    if (!member(id)) change.joined.push_back(id);
   const uint64_t epoch = reform_->highest_epoch + 1;
   reform_.reset();
+  rejoining_ = false;
   set_view(std::move(ids), epoch);
   return change;
 }

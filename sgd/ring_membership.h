@@ -11,8 +11,11 @@
 // between rounds answers a probe at once, so the live members hear each other and
 // agree; a member that stays silent for the whole wait is left out.
 //
-// A peer that is not in the view, or whose probe is of an older epoch (a restarted
-// node starts at epoch 0), is not heard: a stale replica is never taken back in.
+// A peer whose probe is of an older epoch is not heard, nor is one that is not in
+// the view, with one exception when joiners are admitted: a configured peer that
+// probes at epoch 0 is a restarted process asking back in. It is heard like a member
+// (and must be sent our probe, since it is not in our view); it has taken a live
+// member's state first (sgd/state_transfer.h), so it brings no stale replica.
 
 #include <chrono>
 #include <cstdint>
@@ -29,7 +32,7 @@ class RingMembership {
   using Clock = std::chrono::steady_clock;
 
   // `peers`: the configured peers, without self.
-  RingMembership(uint32_t self, const std::vector<uint32_t>& peers);
+  RingMembership(uint32_t self, const std::vector<uint32_t>& peers, bool admit_joiners = false);
 
   const RingOrder& order() const { return order_; }
   const std::vector<uint32_t>& members() const { return order_.ids; }
@@ -46,13 +49,22 @@ class RingMembership {
   // A probe of `peer`, whose next round is `next_round`. kStarted: it started
   // re-forming here (the caller probes too); kIgnored: not a member, or a stale epoch.
   enum class Probe { kIgnored, kHeard, kStarted };
+  // A configured peer outside the view that asks back in (admitted joiners only).
+  bool joiner(uint32_t peer, uint64_t epoch, bool joining = true) const;
+  // `joining`: the probe of a restarted node asking back in. A node that asks back in
+  // itself (rejoining()) hears only the members, not other restarted nodes: the
+  // members take all of them in, and the next re-forming agrees again.
   Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
-                 std::chrono::milliseconds wait);
+                 std::chrono::milliseconds wait, bool joining = false);
+  // Starts re-forming as a restarted node asking back in (until decide()).
+  void start_rejoin(Clock::time_point now, std::chrono::milliseconds wait);
+  bool rejoining() const { return rejoining_; }
   // Every other member heard, or the wait over.
   bool ready(Clock::time_point now) const;
 
   struct Change {
     std::vector<uint32_t> lost;                  // members left out
+    std::vector<uint32_t> joined;                // joiners taken in
     std::map<uint32_t, uint64_t> next_rounds;    // of every member heard
   };
   // Ends re-forming: the new view is self and the members heard (asserts reforming()).
@@ -62,6 +74,8 @@ class RingMembership {
   void set_view(std::vector<uint32_t> ids, uint64_t epoch);
 
   uint32_t self_;
+  std::vector<uint32_t> configured_;  // sorted, without self
+  bool admit_joiners_;
   RingOrder order_;
   uint64_t epoch_ = 0;
   uint64_t view_id_ = 0;
@@ -71,6 +85,7 @@ class RingMembership {
     std::map<uint32_t, uint64_t> heard;  // member -> its next round
   };
   std::optional<Reform> reform_;
+  bool rejoining_ = false;
 };
 
 }  // namespace gossip::sgd

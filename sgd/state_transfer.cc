@@ -103,6 +103,8 @@ Result<std::optional<NodeState>> StateTransfer::fetch(
     if (h.round == 0) continue;
     running_.push_back(in->peer);
     if (h.round <= options.min_round) continue;
+    if (!options.only.empty() && std::find(options.only.begin(), options.only.end(), in->peer) == options.only.end())
+      continue;
     if (layout != 0 && h.layout != 0 && h.layout != layout) {
       spdlog::warn("peer {} offers the state of another model (layout {:016x}, ours {:016x}): not taken",
                    in->peer, h.layout, layout);

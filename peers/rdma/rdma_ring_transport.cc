@@ -290,7 +290,7 @@ class RdmaRingChannel final : public RingChannel {
       const bool moved = progress();
       if (!failure_.is_ok()) return failure_;
       if (done()) return Status::ok();
-      if (wait.cancel && wait.cancel->load(std::memory_order_relaxed)) {
+      if (wait.cancelled()) {
         fail(Status::closed(what() + ": cancelled"));
         return failure_;
       }
@@ -719,7 +719,7 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
     }
     while (auto ev = next_event(events_.get())) on_listener_event(*ev);
     if (right_done && left) break;
-    if (wait.cancel && wait.cancel->load(std::memory_order_relaxed)) {
+    if (wait.cancelled()) {
       failure = Status::closed("ring: connecting cancelled");
       break;
     }

@@ -100,7 +100,7 @@ class TcpRingChannel final : public RingChannel {
       GOSSIP_RETURN_IF_ERROR(check(flush_sends()));
       GOSSIP_RETURN_IF_ERROR(check(fill_recvs()));
       if (done()) return Status::ok();
-      if (wait.cancel && wait.cancel->load(std::memory_order_relaxed))
+      if (wait.cancelled())
         return fail(Status::closed(what() + ": cancelled"));
       const auto now = Clock::now();
       if (now >= wait.deadline) return fail(Status::timeout(what()));

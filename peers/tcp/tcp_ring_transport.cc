@@ -171,7 +171,7 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   accept_left();
   Status failure;
   while (!(right_done && left_done)) {
-    if (wait.cancel && wait.cancel->load(std::memory_order_relaxed)) {
+    if (wait.cancelled()) {
       failure = Status::closed("ring: connecting cancelled");
       break;
     }

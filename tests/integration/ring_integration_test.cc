@@ -192,5 +192,57 @@ TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
   }
 }
 
+TEST(RingProcesses, AnElasticLocalSgdRingTakesARestartedNodeBackWithTheClustersModel) {
+  constexpr int kNodes = 3;
+  constexpr size_t kNumel = 1u << 16;
+  Cluster cluster(kNodes, {"--period", "1", "--transport", "tcp", "--round-timeout", "30", "--elastic", "on",
+                           "--dead-after", "1", "--join-wait", "1"});
+  cluster.start_all();
+  std::vector<std::unique_ptr<Client>> clients(kNodes);
+  std::vector<Model> models(kNodes);
+  auto attach = [&](int i) {
+    clients[i] = connect_to(cluster, i, 30s);
+    ASSERT_TRUE(clients[i]);
+    auto m = clients[i]->attach({{"w", kNumel}});
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    models[i] = *m;
+  };
+  for (int i = 0; i < kNodes; ++i) attach(i);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_FALSE(models[0].initialized) << "a cluster that starts has no model to offer";
+  auto round = [&](const std::vector<int>& nodes, int shift) {
+    std::vector<std::string> errors(kNodes);
+    {
+      std::vector<std::jthread> threads;
+      for (int i : nodes)
+        threads.emplace_back([&, i] {
+          auto w = models[i].tensors[0];
+          for (size_t k = 0; k < kNumel; ++k) w[k] = value(i + shift, k);
+          if (auto r = clients[i]->step(); !r) errors[i] = r.status().message();
+        });
+    }
+    for (int i : nodes) ASSERT_EQ(errors[i], "") << "node " << i << " shift " << shift << "\n" << cluster.log(i);
+    for (int i : nodes) {
+      auto w = models[i].tensors[0];
+      for (size_t k = 0; k < kNumel; k += 257) ASSERT_NEAR(w[k], mean_of(nodes, shift, k), 1e-5) << i << " " << k;
+      for (size_t k = 0; k < kNumel; ++k) ASSERT_EQ(w[k], models[nodes[0]].tensors[0][k]) << i << " " << k;
+    }
+  };
+  round({0, 1, 2}, 0);
+  clients[2].reset();
+  cluster.daemon(2).signal(SIGKILL);
+  for (int shift : {10, 20}) round({0, 1}, shift);  // the first re-forms without node 2
+  ASSERT_FALSE(HasFailure());
+
+  cluster.start(2);
+  attach(2);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_TRUE(models[2].initialized) << "it resumes from a member's model\n" << cluster.log(2);
+  EXPECT_EQ(models[2].start_step, 3u) << "at the cluster's step";
+  for (size_t k = 0; k < kNumel; k += 257) ASSERT_EQ(models[2].tensors[0][k], models[0].tensors[0][k]) << k;
+  for (int shift : {30, 40}) round({0, 1, 2}, shift);  // the first takes node 2 back
+  for (int i : {0, 1}) EXPECT_NE(cluster.log(i).find("took back 2"), std::string::npos) << cluster.log(i);
+}
+
 }  // namespace
 }  // namespace gossip::testing
