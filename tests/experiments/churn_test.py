@@ -22,13 +22,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
 
 
-class Churn(unittest.TestCase):
+class ChurnRun(unittest.TestCase):
+    """Runs experiments/churn.py once for the class with ARGS; self.report is its JSON."""
+    ARGS = []
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="churn-")
         done = subprocess.run(
             [sys.executable, str(ROOT / "experiments" / "churn.py"), "--build", str(BUILD), "--out",
-             cls.tmp.name, "--timeout", "240"],
+             cls.tmp.name, "--timeout", "240", *cls.ARGS],
             capture_output=True, text=True, timeout=600)
         cls.log = done.stderr
         if done.returncode != 0:
@@ -39,6 +42,8 @@ class Churn(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+
+class Churn(ChurnRun):
     def test_nodes_were_killed_and_every_trainer_finished(self):
         # The report names the run's walls and events, the log the kills' times: a
         # failure on CI, where only a tail of the output is kept, must say which.
@@ -57,23 +62,9 @@ class Churn(unittest.TestCase):
         self.assertEqual(self.report["unlogged"], [], self.log)
 
 
-class ElasticRingChurn(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="churn-ring-")
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "experiments" / "churn.py"), "--build", str(BUILD), "--out",
-             cls.tmp.name, "--timeout", "240", "--strategy", "local-sgd", "--transport", "tcp",
-             "--elastic", "on", "--period", "4", "--kills", "2", "--no-restart"],
-            capture_output=True, text=True, timeout=600)
-        cls.log = done.stderr
-        if done.returncode != 0:
-            raise AssertionError(f"churn.py exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}")
-        cls.report = json.loads(done.stdout.strip().splitlines()[-1])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+class ElasticRingChurn(ChurnRun):
+    ARGS = ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4", "--kills", "2",
+            "--no-restart"]
 
     def test_the_survivors_finish_and_every_death_is_logged(self):
         self.assertEqual(self.report["kills"], 2, self.report)
