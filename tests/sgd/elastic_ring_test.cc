@@ -3,9 +3,6 @@
 // and TCP sockets on loopback, with two scripted peers speaking the wire).
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -17,6 +14,7 @@
 #include "peers/zmq_transport.h"
 #include "sgd/peer_ring.h"
 #include "sgd/ring_membership.h"
+#include "tests/sgd/loopback_port.h"
 
 namespace gossip::sgd {
 namespace {
@@ -130,18 +128,6 @@ TEST(RingMembership, MembersThatHearEachOtherAgreeOnTheView) {
 }
 
 // Node 0 runs a real elastic PeerRing; nodes 1 and 2 are scripted on raw transports.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 constexpr uint64_t kLayout = 0xe1a5;
 
 struct Trio {
@@ -174,16 +160,25 @@ struct Trio {
   }
 };
 
-TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
+// Node 0's elastic ring over the trio's transport 0 and a TCP fabric of its own.
+struct ElasticNode {
   Trio trio;
-  peers::RingTransportOptions ro;
-  auto fabric = peers::make_ring_transport("tcp", ro).value();
-  PeerRingOptions po;
-  po.elastic = true;
-  po.reform_wait = 2s;
-  po.chunk_bytes = 64;  // several chunks: they must arrive in order and all
-  PeerRing ring(*trio.t[0], *fabric, po);
-  ring.set_layout_fingerprint(kLayout);
+  std::unique_ptr<peers::RingTransport> fabric = peers::make_ring_transport("tcp", {}).value();
+  std::unique_ptr<PeerRing> ring;
+  ElasticNode(std::chrono::milliseconds reform_wait, uint64_t chunk_bytes = 1 << 20) {
+    PeerRingOptions po;
+    po.elastic = true;
+    po.reform_wait = reform_wait;
+    po.chunk_bytes = chunk_bytes;
+    ring = std::make_unique<PeerRing>(*trio.t[0], *fabric, po);
+    ring->set_layout_fingerprint(kLayout);
+  }
+};
+
+TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
+  ElasticNode node(2s, 64);  // several chunks: they must arrive in order and all
+  Trio& trio = node.trio;
+  PeerRing& ring = *node.ring;
 
   // Node 0 is in round 3 and cannot connect: its right neighbor, node 1, completed
   // round 3 before the ring broke and says so in its probe; node 2 did not.
@@ -194,6 +189,7 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
     o.deadline = Clock::now() + 20s;
     st = ring.all_reduce_mean(x, 3, o);
   });
+  std::this_thread::sleep_for(200ms);  // probes before a node's first round are not answered
   trio.probe(1, 0, 4);
   trio.probe(2, 0, 3);
   auto answer = trio.await(1, proto::Kind::kRingProbe);
@@ -233,14 +229,9 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
 }
 
 TEST(ElasticPeerRing, AMemberThatNeverAnnouncesItsRingIsLeftOutWithinTheRound) {
-  Trio trio;
-  peers::RingTransportOptions ro;
-  auto fabric = peers::make_ring_transport("tcp", ro).value();
-  PeerRingOptions po;
-  po.elastic = true;
-  po.reform_wait = 500ms;
-  PeerRing ring(*trio.t[0], *fabric, po);
-  ring.set_layout_fingerprint(kLayout);
+  ElasticNode node(500ms);
+  Trio& trio = node.trio;
+  PeerRing& ring = *node.ring;
   // Node 1 probes once the round runs (so it is heard and kept) but then neither
   // announces its ring nor answers again; node 2 is silent throughout.
   std::vector<float> x{1, 2, 3};
