@@ -35,6 +35,8 @@ const char* kind_name(Kind k) {
       return "state-chunk";
     case Kind::kRingProbe:
       return "ring-probe";
+    case Kind::kCopyRequest:
+      return "copy-request";
   }
   return "?";
 }
@@ -187,6 +189,7 @@ Result<Header> decode_header(const void* data, size_t size) {
     case Kind::kStateOffer:
     case Kind::kStateRequest:
     case Kind::kRingProbe:
+    case Kind::kCopyRequest:
       if (h.numel != 0 || h.bytes != 0)
         return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
                                             kind_name(h.kind), h.numel, h.bytes));

@@ -33,8 +33,13 @@ enum class Kind : uint8_t {
   kRingProbe = 11,    // elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
                       // epoch `offset` (view `seq`); `round`: its next round; `tensor` 1: it restarted
                       // and asks back in
+  kCopyRequest = 12,  // CHOCO (sgd/choco_sgd.h): the receiver's public copy at the sender is stale; send
+                      // the copy itself (a model-chunk with tensor kPublicCopyTensor) from your next round on
 };
-inline constexpr uint8_t kMaxKind = 11;
+inline constexpr uint8_t kMaxKind = 12;
+// model-chunk `tensor` values: 0 is the flat model (or, for CHOCO, a correction to
+// the sender's public copy); kPublicCopyTensor is CHOCO's public copy itself, raw.
+inline constexpr uint32_t kPublicCopyTensor = 1;
 inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 const char* kind_name(Kind k);
 

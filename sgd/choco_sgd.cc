@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -33,31 +34,105 @@ double default_choco_gamma(const compression::Codec* codec) {
 }
 
 StrategyState ChocoSgd::save_state() const {
+  // The neighbors' copies are not kept: a node that resumes resynchronizes them.
   if (public_self_.empty()) return {};
-  return {{{"choco.public_self", public_self_}, {"choco.mixed", mixed_}}, {}};
+  return {{{"choco.public_self", public_self_}}, {}};
 }
 
 Status ChocoSgd::load_state(const StrategyState& state) {
   if (state.empty()) return Status::ok();  // saved before its first round
   auto pub = state.tensor("choco.public_self", 0);
   if (!pub) return pub.status();
-  auto mixed = state.tensor("choco.mixed", (*pub)->size());
-  if (!mixed) return mixed.status();
   public_self_ = **pub;
-  mixed_ = **mixed;
+  started_ = false;
   return Status::ok();
+}
+
+void ChocoSgd::start(std::span<const float> model, uint64_t round, const peers::MixingWeights& row,
+                     std::span<const uint32_t> out) {
+  const size_t n = model.size();
+  copies_.assign(row.peers.size(), {});
+  for (size_t s = 0; s < row.peers.size(); ++s) {
+    copies_[s].node = row.peers[s].node;
+    copies_[s].x.assign(n, 0.0f);
+  }
+  if (!started_ && round == 0 && public_self_.empty()) {
+    // A cluster that starts: x̂^0 = 0 on every node, as in the paper, so every copy
+    // agrees without a word.
+    public_self_.assign(n, 0.0f);
+    for (auto& c : copies_) c.in_sync = true;
+  } else {
+    // Joined, resumed or caught up: the neighbors' copies of x̂_i and ours of theirs
+    // do not agree any more. Starting x̂_i at the model makes the first correction 0.
+    if (public_self_.size() != n) public_self_.assign(model.begin(), model.end());
+    owe_copy_.assign(out.begin(), out.end());
+    std::string who;
+    for (auto& c : copies_) {
+      // Asked before this round's message goes out, so that the neighbor's next
+      // round already brings its copy.
+      exchange_.request_copy(c.node, round);
+      c.asked = round;
+      who += (who.empty() ? "" : ", ") + std::to_string(c.node);
+    }
+    spdlog::info("round {}: resynchronizing CHOCO's public copies with peers {} ({})", round, who,
+                 started_ ? "rounds were skipped" : "this node starts mid-run");
+  }
+  started_ = true;
+}
+
+void ChocoSgd::send(uint64_t round, std::span<const uint32_t> out) {
+  std::vector<uint32_t> asked = exchange_.take_copy_requests();
+  asked.insert(asked.end(), owe_copy_.begin(), owe_copy_.end());
+  owe_copy_.clear();
+  std::vector<uint32_t> copy_to, delta_to;
+  for (uint32_t peer : out)
+    (std::find(asked.begin(), asked.end(), peer) != asked.end() ? copy_to : delta_to).push_back(peer);
+  exchange_.send(outgoing_, delta_to);
+  if (copy_to.empty()) return;
+  public_out_.tensor = proto::kPublicCopyTensor;
+  // Raw: the copy must arrive exactly as this node holds it.
+  if (auto st = public_out_.encode(public_self_, self(), round, options_.chunk_elems, Compression{}); !st) {
+    spdlog::warn("round {}: {}", round, st.message());  // they ask again
+    return;
+  }
+  exchange_.send(public_out_, copy_to);
+}
+
+void ChocoSgd::settle(uint64_t round, const std::vector<bool>& complete) {
+  const size_t n = public_self_.size();
+  for (size_t s = 0; s < copies_.size(); ++s) {
+    Copy& c = copies_[s];
+    if (complete[s] && c.filled == n) {
+      if (!c.in_sync)
+        spdlog::info("round {}: CHOCO's public copy of peer {} is resynchronized", round, c.node);
+      c.in_sync = true;
+      c.asked.reset();
+    } else if (!complete[s] && c.in_sync) {
+      c.in_sync = false;
+      spdlog::warn("round {}: peer {}'s correction is missing, so this node's copy of it is stale: "
+                   "asking for the copy itself",
+                   round, c.node);
+    }
+    // A request can cross the neighbor's next round; one to a dead node is lost, so
+    // ask again once it is heard from.
+    if (!c.in_sync && (!c.asked || (c.heard && round >= *c.asked + 2))) {
+      exchange_.request_copy(c.node, round + 1);
+      c.asked = round;
+    }
+  }
 }
 
 Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
   const uint32_t self = this->self();
   const peers::MixingWeights row = topology_.mixing_row(self, round);
   const auto out = topology_.out_neighbors(self, round);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start_time = std::chrono::steady_clock::now();
   const size_t n = model.size();
-  if (public_self_.size() != n) {
-    public_self_.assign(n, 0.0f);  // x̂^0 = 0 on every node, as in the paper
-    mixed_.assign(n, 0.0f);
-  }
+  bool same_neighbors = copies_.size() == row.peers.size() && public_self_.size() == n;
+  for (size_t s = 0; same_neighbors && s < copies_.size(); ++s)
+    same_neighbors = copies_[s].node == row.peers[s].node && copies_[s].x.size() == n;
+  if (!started_ || round != last_round_ + 1 || !same_neighbors) start(model, round, row, out);
+  last_round_ = round;
 
   q_.resize(n);
   for (size_t e = 0; e < n; ++e) q_[e] = model[e] - public_self_[e];
@@ -65,28 +140,39 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
   Compression c = options_.compression;
   c.error_feedback = nullptr;
   GOSSIP_RETURN_IF_ERROR(outgoing_.encode(q_, self, round, options_.chunk_elems, c));
-  exchange_.send(outgoing_, out);
+  for (size_t e = 0; e < n; ++e) public_self_[e] += q_[e];
+  send(round, out);
 
-  const float w_self = static_cast<float>(row.self);
-  for (size_t e = 0; e < n; ++e) {
-    public_self_[e] += q_[e];
-    mixed_[e] += w_self * q_[e];
-  }
   std::vector<uint32_t> sources;
-  for (const auto& in : row.peers) sources.push_back(in.node);
+  for (auto& copy : copies_) {
+    sources.push_back(copy.node);
+    copy.filled = 0;
+    copy.heard = false;
+  }
   auto delivery = exchange_.receive(
-      round, sources, n, start + options_.patience, options,
-      [&](size_t s, const proto::Header& h, std::span<const float> q) {
-        const float w = static_cast<float>(row.peers[s].weight);
-        float* acc = mixed_.data() + h.offset;
-        for (size_t e = 0; e < q.size(); ++e) acc[e] += w * q[e];
+      round, sources, n, start_time + options_.patience, options,
+      [&](size_t s, const proto::Header& h, std::span<const float> v) {
+        Copy& copy = copies_[s];
+        copy.heard = true;
+        float* x = copy.x.data() + h.offset;
+        if (h.tensor == proto::kPublicCopyTensor) {
+          std::copy(v.begin(), v.end(), x);
+          copy.filled += v.size();
+        } else if (copy.in_sync) {
+          for (size_t e = 0; e < v.size(); ++e) x[e] += v[e];
+        }
       });
   if (!delivery) return delivery.status();
-  if (!delivery->missing.empty())
-    spdlog::warn("round {}: CHOCO round without {}; their public copies are now stale here", round,
-                 delivery->missing);
+  settle(round, delivery->complete);
+  if (!delivery->missing.empty()) spdlog::warn("round {}: CHOCO round without {}", round, delivery->missing);
+
   const float gamma = static_cast<float>(gamma_);
-  for (size_t e = 0; e < n; ++e) model[e] += gamma * (mixed_[e] - public_self_[e]);
+  for (size_t s = 0; s < copies_.size(); ++s) {
+    if (!copies_[s].in_sync) continue;  // its weight stays with this node's model
+    const float w = gamma * static_cast<float>(row.peers[s].weight);
+    const float* xj = copies_[s].x.data();
+    for (size_t e = 0; e < n; ++e) model[e] += w * (xj[e] - public_self_[e]);
+  }
   return Status::ok();
 }
 

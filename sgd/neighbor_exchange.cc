@@ -37,8 +37,10 @@ NeighborExchange::NeighborExchange(peers::ZmqTransport& transport, const compres
       pool_(pool),
       limits_(limits),
       absent_(transport.peers().size(), false),
+      left_(transport.peers().size(), false),
       ever_delivered_(transport.peers().size(), false),
       newest_(transport.peers().size(), 0),
+      copy_requested_(transport.peers().size(), false),
       state_(transport) {}
 
 void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
@@ -59,6 +61,27 @@ void NeighborExchange::beat(uint64_t next_round) {
   for (const auto& p : transport_.peers()) (void)transport_.send(p.id, h);
 }
 
+void NeighborExchange::request_copy(uint32_t peer, uint64_t next_round) {
+  proto::Header h;
+  h.kind = proto::Kind::kCopyRequest;
+  h.from = transport_.self();
+  h.round = next_round;
+  h.layout = layout_;
+  // Lost with a dead peer's queue: the strategy asks again once the peer is heard.
+  (void)transport_.send(peer, h);
+}
+
+std::vector<uint32_t> NeighborExchange::take_copy_requests() {
+  std::vector<uint32_t> out;
+  const auto& ps = transport_.peers();
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (copy_requested_[i]) {
+      out.push_back(ps[i].id);
+      copy_requested_[i] = false;
+    }
+  return out;
+}
+
 size_t NeighborExchange::peer_index(uint32_t peer) const {
   const auto& ps = transport_.peers();
   for (size_t i = 0; i < ps.size(); ++i)
@@ -71,10 +94,17 @@ bool NeighborExchange::absent(uint32_t peer) const {
   return pi < absent_.size() && absent_[pi];
 }
 
+bool NeighborExchange::presumed_gone(size_t pi) const {
+  if (left_[pi]) return true;
+  const uint64_t silent = transport_.traffic().silent_ms(transport_.peers()[pi].id);
+  return silent == proto::ipc::kNeverHeard || silent > static_cast<uint64_t>(limits_.dead_after.count());
+}
+
 void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t> to,
                             double weight) {
   for (uint32_t peer : to) {
-    if (absent(peer)) {
+    const size_t pi = peer_index(peer);
+    if (pi < absent_.size() && absent_[pi] && presumed_gone(pi)) {
       proto::Header hello;
       hello.kind = proto::Kind::kHello;
       hello.from = transport_.self();
@@ -95,6 +125,7 @@ void NeighborExchange::mark_absent(size_t pi, const std::string& why) {
 }
 
 void NeighborExchange::mark_present(size_t pi) {
+  left_[pi] = false;
   if (!absent_[pi]) return;
   absent_[pi] = false;
   spdlog::info("peer {} is back", transport_.peers()[pi].id);
@@ -106,6 +137,7 @@ Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live
   if (pi == transport_.peers().size()) return Status::ok();  // the transport knows only peers
   if (h.kind == proto::Kind::kBye) {
     mark_absent(pi, "shut down");
+    left_[pi] = true;
     if (live) {
       size_t s = live->source_of(in.peer);
       if (s < live->sources.size() && live->received[s] < live->numel) live->left[s] = true;
@@ -117,6 +149,10 @@ Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live
   if (state_.serve(in, ever_delivered_[pi] || absent_[pi])) return Status::ok();
   mark_present(pi);
   if (h.kind == proto::Kind::kHello) return Status::ok();
+  if (h.kind == proto::Kind::kCopyRequest && public_copies_) {
+    copy_requested_[pi] = true;
+    return Status::ok();
+  }
   if (h.kind != proto::Kind::kModelChunk) {  // a peer configured for another strategy
     transport_.note_dropped(in.peer, fmt::format("a {} message, which gossip does not use", proto::kind_name(h.kind)));
     return Status::ok();
@@ -161,6 +197,10 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
         "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
         "every node must attach the same tensors",
         in.peer, h.layout, layout_));
+  if (h.tensor != 0 && !(public_copies_ && h.tensor == proto::kPublicCopyTensor && h.codec == proto::CodecId::kNone))
+    return bad(fmt::format("peer {} sent a chunk of tensor {} ({}), which this node does not take; "
+                           "do all nodes run the same strategy?",
+                           in.peer, h.tensor, proto::codec_name(h.codec)));
   if (h.offset + h.numel > live.numel)
     return bad(fmt::format("peer {} sent elements [{}, {}) but the model has {} elements", in.peer,
                            h.offset, h.offset + h.numel, live.numel));

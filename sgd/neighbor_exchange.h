@@ -8,9 +8,13 @@
 // neighbor we stopped waiting for) is dropped.
 //
 // A neighbor that misses an exchange is marked absent: later rounds do not wait for
-// it, and strategies send it a hello instead of their model, until something arrives
-// from it again. Two nodes that gave up on each other thus find each other again
-// through the hellos, and a dead node costs its neighbors one timeout, not one per round.
+// it until something arrives from it again, so a dead node costs its neighbors one
+// timeout, not one per round. While an absent neighbor is alive (its heartbeats are
+// fresh) it still gets our model: a straggler then sees that its neighbors moved on
+// and catches up, and it keeps sending, so they wait for it again. Sending a hello
+// instead would make each side take the other for absent, and two live nodes would
+// run rounds on their own for good. Only a neighbor that left or is presumed dead
+// gets a hello instead of the model: we are alive, wait for us again.
 //
 // Liveness: every node sends heartbeats while it waits, so a neighbor that dies is
 // dropped from the round within `dead_after` even when it had delivered before. A
@@ -63,9 +67,19 @@ class NeighborExchange {
   // Sends a heartbeat to every peer when the last one is `heartbeat` old.
   void beat(uint64_t next_round);
 
+  // CHOCO's resynchronization (sgd/choco_sgd.h). Until this is called, a public copy
+  // (tensor kPublicCopyTensor) or a copy-request from a peer is refused as another
+  // strategy's message.
+  void accept_public_copies() { public_copies_ = true; }
+  // Asks `peer` for its public copy itself: ours went stale.
+  void request_copy(uint32_t peer, uint64_t next_round);
+  // The peers that asked for this node's public copy since the last call.
+  std::vector<uint32_t> take_copy_requests();
+
   bool absent(uint32_t peer) const;
   // Queues `model` to each of `to`, and a hello (we are alive: wait for us again)
-  // to those that are absent. A failed send is logged: that peer will miss us.
+  // to those that left or are presumed dead. A failed send is logged: that peer will
+  // miss us.
   void send(const OutgoingModel& model, std::span<const uint32_t> to, double weight = 1.0);
 
   // values are the decoded elements [h.offset, h.offset + h.numel) of source
@@ -103,6 +117,7 @@ class NeighborExchange {
   size_t peer_index(uint32_t peer) const;
   void mark_absent(size_t pi, const std::string& why);
   void mark_present(size_t pi);
+  bool presumed_gone(size_t pi) const;  // left, never heard, or silent for dead_after
 
   peers::ZmqTransport& transport_;
   const compression::Codec* codec_;
@@ -110,8 +125,11 @@ class NeighborExchange {
   ExchangeLimits limits_;
   uint64_t layout_ = 0;
   std::vector<bool> absent_;         // per transport peer
+  std::vector<bool> left_;           // per transport peer: said bye, and nothing since
   std::vector<bool> ever_delivered_;  // per transport peer
   std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of
+  std::vector<bool> copy_requested_;  // per transport peer
+  bool public_copies_ = false;
   uint64_t catch_up_round_ = 0;
   std::chrono::steady_clock::time_point last_beat_{};
   StateTransfer state_;

@@ -49,6 +49,7 @@ Status OutgoingModel::send(peers::ZmqTransport& transport, uint32_t peer, uint64
     h.from = transport.self();
     h.round = round;
     h.seq = seq;
+    h.tensor = tensor;
     h.offset = c.offset;
     h.numel = c.numel;
     h.codec = codec;

@@ -25,6 +25,7 @@ struct OutgoingModel {
   uint64_t round = 0;
   proto::Kind kind = proto::Kind::kModelChunk;  // state-chunk for a joiner (sgd/state_transfer.h)
   proto::CodecId codec = proto::CodecId::kNone;
+  uint32_t tensor = 0;  // proto::kPublicCopyTensor for CHOCO's public copy
   std::vector<Chunk> chunks;
 
   // Encodes x for `round` as node `self` in chunks of `chunk_elems` elements. With

@@ -174,6 +174,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
       [[fallthrough]];
     case proto::Kind::kModelChunk:
     case proto::Kind::kNcclId:
+    case proto::Kind::kCopyRequest:
       control_.note_dropped(in.peer, fmt::format("a {} message, but this node averages over the ring",
                                                  proto::kind_name(h.kind)));
       return;

@@ -247,7 +247,7 @@ TEST(WireHeader, WrongVersion) {
 }
 
 TEST(WireHeader, UnknownKind) {
-  for (uint64_t k : {0ull, 12ull, 255ull, 1ull << 40}) {
+  for (uint64_t k : {uint64_t{0}, uint64_t{kMaxKind} + 1, uint64_t{255}, uint64_t{1} << 40}) {
     EXPECT_REFUSED(decode(pack_map(with(fields_of(chunk()), u("kind", k)))),
                    "unknown message kind " + std::to_string(k));
   }
@@ -430,6 +430,19 @@ TEST(WireHeader, RingProbeRoundTripsAndCarriesNoPayload) {
   ASSERT_TRUE(d.is_ok()) << d.status().message();
   expect_same(h, *d);
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("numel", 1)))), "ring-probe carries no payload");
+}
+
+TEST(WireHeader, CopyRequestRoundTripsAndCarriesNoPayload) {
+  Header h;
+  h.kind = Kind::kCopyRequest;
+  h.from = 4;
+  h.round = 9;  // the sender's next round
+  h.layout = 0xabcdull;
+  auto d = decode(encode_header(h));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  expect_same(h, *d);
+  EXPECT_STREQ(kind_name(Kind::kCopyRequest), "copy-request");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))), "copy-request carries no payload");
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {
