@@ -103,6 +103,52 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   EXPECT_LT(spread, 0.05) << "node 3 takes part in the rounds again\n" << cluster.log(3);
 }
 
+// CHOCO keeps public copies of each neighbor that must agree on both sides of every
+// edge. A node killed and restarted starts a new public copy, and its neighbors'
+// copies of it are stale: they are resynchronized (the raw copy itself, once), after
+// which CHOCO's mixing keeps the mean again, exactly, whatever the codec. A stale
+// copy would shift the mean (or, left out, make the node a follower).
+TEST(Churn, ChocoResynchronizesPublicCopiesWithARestartedNode) {
+  Cluster cluster(4, {"--strategy", "choco", "--codec", "int8", "--topology", "ring", "--heartbeat", "0.2",
+                      "--dead-after", "1", "--patience", "30", "--join-wait", "1"});
+  cluster.start_all();
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(attach(cluster, i, kNumel));
+    ASSERT_NE(nodes.back(), nullptr);
+    auto& x = nodes[i]->model.tensors[0];
+    for (size_t e = 0; e < kNumel; ++e) x[e] = static_cast<float>(i) + std::sin(0.01f * static_cast<float>(e * (i + 1)));
+  }
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 5);
+
+  cluster.daemon(3).signal(SIGKILL);
+  ASSERT_NE(cluster.daemon(3).wait(std::chrono::seconds(5)), -1);
+  nodes[3].reset();
+  sync_rounds({nodes[0].get(), nodes[1].get(), nodes[2].get()}, 4);
+  cluster.start(3);
+  nodes[3] = attach(cluster, 3, kNumel);
+  ASSERT_NE(nodes[3], nullptr);
+  ASSERT_TRUE(nodes[3]->model.initialized) << cluster.log(3);
+  all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 10);
+  EXPECT_TRUE(log_has(cluster, 3, "resynchronizing CHOCO's public copies with peers")) << cluster.log(3);
+  for (int neighbor : {0, 2})
+    EXPECT_TRUE(log_has(cluster, neighbor, "CHOCO's public copy of peer 3 is resynchronized")) << cluster.log(neighbor);
+
+  // Node 3 learns something (+4 everywhere): with every copy in step, the ring mixes it
+  // in at a quarter, and all four agree on the new mean.
+  const double mean = mean_of(all);
+  for (float& v : nodes[3]->model.tensors[0]) v += 4.0f;
+  sync_rounds(all, 30);
+  EXPECT_NEAR(mean_of(all), mean + 1.0, 1e-3) << "CHOCO's mixing keeps the mean once the copies agree";
+  double spread = 0;
+  for (Node* n : all)
+    for (size_t e = 0; e < kNumel; e += 97)
+      spread = std::max(spread, static_cast<double>(std::abs(n->model.tensors[0][e] - nodes[1]->model.tensors[0][e])));
+  EXPECT_LT(spread, 0.05) << "and they reach consensus";
+}
+
 TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
   const ScratchDir scratch("gossip-ckpt-");
   const auto& dir = scratch.path;
