@@ -94,6 +94,15 @@ bool NeighborExchange::absent(uint32_t peer) const {
   return pi < absent_.size() && absent_[pi];
 }
 
+void NeighborExchange::greet(uint32_t peer) {
+  proto::Header hello;
+  hello.kind = proto::Kind::kHello;
+  hello.from = transport_.self();
+  hello.layout = layout_;
+  // A full queue to a dead peer is expected: it is why the peer is absent.
+  (void)transport_.send(peer, hello);
+}
+
 bool NeighborExchange::presumed_gone(size_t pi) const {
   if (left_[pi]) return true;
   const uint64_t silent = transport_.traffic().silent_ms(transport_.peers()[pi].id);
@@ -105,12 +114,7 @@ void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t
   for (uint32_t peer : to) {
     const size_t pi = peer_index(peer);
     if (pi < absent_.size() && absent_[pi] && presumed_gone(pi)) {
-      proto::Header hello;
-      hello.kind = proto::Kind::kHello;
-      hello.from = transport_.self();
-      hello.layout = layout_;
-      // A full queue to a dead peer is expected: it is why the peer is absent.
-      (void)transport_.send(peer, hello);
+      greet(peer);
     } else if (auto st = model.send(transport_, peer, layout_, weight); !st) {
       spdlog::warn("round {}: {}", model.round, st.message());
     }

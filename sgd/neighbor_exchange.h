@@ -81,6 +81,9 @@ class NeighborExchange {
   // to those that left or are presumed dead. A failed send is logged: that peer will
   // miss us.
   void send(const OutgoingModel& model, std::span<const uint32_t> to, double weight = 1.0);
+  // A hello: we are alive, wait for us again. For a strategy that sends an absent
+  // peer nothing else (push-sum gives it no share of its mass).
+  void greet(uint32_t peer);
 
   // values are the decoded elements [h.offset, h.offset + h.numel) of source
   // `source` (an index into the sources passed to receive()).

@@ -23,10 +23,15 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
   const auto start = std::chrono::steady_clock::now();
 
   // Push to the out-neighbors that are up; an absent one gets no share, so no mass
-  // is sent into the void.
+  // is sent into the void, but a hello, so that two nodes that took each other for
+  // absent find each other again.
   std::vector<uint32_t> targets;
-  for (uint32_t p : topology_.out_neighbors(self, round))
-    if (!exchange_.absent(p)) targets.push_back(p);
+  for (uint32_t p : topology_.out_neighbors(self, round)) {
+    if (!exchange_.absent(p))
+      targets.push_back(p);
+    else
+      exchange_.greet(p);
+  }
   const double keep = 1.0 / static_cast<double>(targets.size() + 1);
   numerator_.resize(n);
   share_.resize(n);

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Issue 8's churn test, end to end through experiments/churn.py: 8 nodes gossip on a
 ring training Fashion-MNIST; a random node (daemon and trainer) is killed with SIGKILL
-every few seconds and restarted. Training must finish on every node, the average
-model must be within 1 point of an undisturbed run with the same seed, and the
+every few seconds and restarted, twice. Training must finish on every node, the
+average model must be within 1 point of an undisturbed run with the same seed (on the
+mean of the two churn runs), and the
 daemons' logs must name every death and every rejoin. Then the same with local SGD
 over an elastic TCP ring (--elastic on): two nodes are killed for good, and the ring
 re-forms over the six others, whose trainers finish.
@@ -44,15 +45,19 @@ class ChurnRun(unittest.TestCase):
 
 
 class Churn(ChurnRun):
+    # Two churn runs: one run's accuracy varies with the timing of the kills (about 0.6
+    # points, standard deviation, over 12 runs here), so the bound is on their mean.
+    ARGS = ["--repeats", "2"]
+
     def test_nodes_were_killed_and_every_trainer_finished(self):
         # The report names the run's walls and events, the log the kills' times: a
         # failure on CI, where only a tail of the output is kept, must say which.
-        self.assertGreaterEqual(self.report["kills"], 3, f"{self.report}\n{self.log[-2000:]}")
-        self.assertEqual(self.report["churn"]["node_steps"], [1000] * 8, self.report)
-        restarted = {e["node"] for e in self.report["churn"]["events"] if e["event"] == "restart"}
-        self.assertEqual(len([e for e in self.report["churn"]["events"] if e["event"] == "restart"]),
-                         self.report["kills"])
-        self.assertTrue(restarted)
+        self.assertEqual(len(self.report["churn_runs"]), 2, self.report)
+        for run in self.report["churn_runs"]:
+            self.assertGreaterEqual(run["kills"], 3, f"{self.report}\n{self.log[-2000:]}")
+            self.assertEqual(run["node_steps"], [1000] * 8, self.report)
+            restarts = [e for e in run["events"] if e["event"] == "restart"]
+            self.assertEqual(len(restarts), run["kills"], self.report)
 
     def test_average_model_is_within_one_point_of_the_undisturbed_run(self):
         self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
@@ -68,6 +73,7 @@ class ElasticRingChurn(ChurnRun):
 
     def test_the_survivors_finish_and_every_death_is_logged(self):
         self.assertEqual(self.report["kills"], 2, self.report)
+        self.assertEqual(len(self.report["churn_runs"]), 1, self.report)
         self.assertEqual(len(self.report["churn"]["finished"]), 6, self.report)
         self.assertEqual(self.report["churn"]["node_steps"], [1000] * 6, self.report)
         self.assertEqual(self.report["unlogged"], [], self.log)
