@@ -281,7 +281,7 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=300.0, help="bound on each run, seconds")
     p.add_argument("--repeats", type=int, default=1,
                    help="churn runs (same schedule); the gap is their mean accuracy's, since one "
-                        "run's accuracy varies by about 0.6 points with the timing of the kills")
+                        "run's accuracy varies by about 0.5 points with the timing of the kills")
     opts = p.parse_args(argv)
     opts.bin = pathlib.Path(opts.build) / "bin"
     out = pathlib.Path(opts.out)
