@@ -49,26 +49,45 @@ bool log_has(const Cluster& c, int node, const std::string& text) {
   return c.log(node).find(text) != std::string::npos;
 }
 
-TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
-  // Patience (30 s) far above the heartbeat bound (1 s): a round that ends within a few
-  // seconds of the kill shows the heartbeats found the death, not the patience.
-  Cluster cluster(4, {"--strategy", "gossip", "--topology", "ring", "--heartbeat", "0.2",
-                      "--dead-after", "1", "--patience", "30", "--join-wait", "1"});
-  cluster.start_all();
+// A 4-node ring of `strategy` whose deaths are found by heartbeat (1 s), far below the
+// patience (30 s): a round that ends within a few seconds of a kill shows it.
+std::vector<std::string> ring_flags(std::vector<std::string> strategy) {
+  for (const char* f : {"--topology", "ring", "--heartbeat", "0.2", "--dead-after", "1", "--patience", "30",
+                        "--join-wait", "1"})
+    strategy.emplace_back(f);
+  return strategy;
+}
+
+// A trainer on each of the cluster's first n nodes, element e of node i set to fill(i, e).
+std::vector<std::unique_ptr<Node>> attach_all(const Cluster& c, int n, const std::function<float(int, size_t)>& fill) {
   std::vector<std::unique_ptr<Node>> nodes;
-  for (int i = 0; i < 4; ++i) {
-    nodes.push_back(attach(cluster, i, kNumel));
-    ASSERT_NE(nodes.back(), nullptr);
-    EXPECT_FALSE(nodes.back()->model.initialized) << "a cluster that starts has no model to offer";
-    std::fill(nodes[i]->model.tensors[0].begin(), nodes[i]->model.tensors[0].end(), static_cast<float>(i));
+  for (int i = 0; i < n; ++i) {
+    nodes.push_back(attach(c, i, kNumel));
+    if (!nodes.back()) return {};
+    auto& x = nodes.back()->model.tensors[0];
+    for (size_t e = 0; e < kNumel; ++e) x[e] = fill(i, e);
   }
+  return nodes;
+}
+
+// SIGKILL of node i's daemon; its trainer goes with it.
+void kill_node(Cluster& c, std::vector<std::unique_ptr<Node>>& nodes, int i) {
+  c.daemon(i).signal(SIGKILL);
+  ASSERT_NE(c.daemon(i).wait(std::chrono::seconds(5)), -1);
+  nodes[i].reset();
+}
+
+TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
+  Cluster cluster(4, ring_flags({"--strategy", "gossip"}));
+  cluster.start_all();
+  auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 4u);
+  for (const auto& n : nodes) EXPECT_FALSE(n->model.initialized) << "a cluster that starts has no model to offer";
   std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
   sync_rounds(all, 3);
   EXPECT_NEAR(mean_of(all), 1.5, 1e-4) << "gossip keeps the mean";
 
-  cluster.daemon(3).signal(SIGKILL);
-  ASSERT_NE(cluster.daemon(3).wait(std::chrono::seconds(5)), -1);
-  nodes[3].reset();
+  kill_node(cluster, nodes, 3);
   std::vector<Node*> live = {nodes[0].get(), nodes[1].get(), nodes[2].get()};
   const double detection = sync_rounds(live, 2);
   EXPECT_LT(detection, 5.0) << "the round that lost node 3 took " << detection << " s";
@@ -109,22 +128,16 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
 // which CHOCO's mixing keeps the mean again, exactly, whatever the codec. A stale
 // copy would shift the mean (or, left out, make the node a follower).
 TEST(Churn, ChocoResynchronizesPublicCopiesWithARestartedNode) {
-  Cluster cluster(4, {"--strategy", "choco", "--codec", "int8", "--topology", "ring", "--heartbeat", "0.2",
-                      "--dead-after", "1", "--patience", "30", "--join-wait", "1"});
+  Cluster cluster(4, ring_flags({"--strategy", "choco", "--codec", "int8"}));
   cluster.start_all();
-  std::vector<std::unique_ptr<Node>> nodes;
-  for (int i = 0; i < 4; ++i) {
-    nodes.push_back(attach(cluster, i, kNumel));
-    ASSERT_NE(nodes.back(), nullptr);
-    auto& x = nodes[i]->model.tensors[0];
-    for (size_t e = 0; e < kNumel; ++e) x[e] = static_cast<float>(i) + std::sin(0.01f * static_cast<float>(e * (i + 1)));
-  }
+  auto nodes = attach_all(cluster, 4, [](int i, size_t e) {
+    return static_cast<float>(i) + std::sin(0.01f * static_cast<float>(e * (i + 1)));
+  });
+  ASSERT_EQ(nodes.size(), 4u);
   std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
   sync_rounds(all, 5);
 
-  cluster.daemon(3).signal(SIGKILL);
-  ASSERT_NE(cluster.daemon(3).wait(std::chrono::seconds(5)), -1);
-  nodes[3].reset();
+  kill_node(cluster, nodes, 3);
   sync_rounds({nodes[0].get(), nodes[1].get(), nodes[2].get()}, 4);
   cluster.start(3);
   nodes[3] = attach(cluster, 3, kNumel);
