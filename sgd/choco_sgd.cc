@@ -75,9 +75,10 @@ void ChocoSgd::start(std::span<const float> model, uint64_t round, const peers::
       who += (who.empty() ? "" : ", ") + std::to_string(c.node);
     }
     spdlog::info("round {}: resynchronizing CHOCO's public copies with peers {} ({})", round, who,
-                 started_ ? "rounds were skipped" : "this node starts mid-run");
+                 failed_ ? "the last round failed" : started_ ? "rounds were skipped" : "this node starts mid-run");
   }
   started_ = true;
+  failed_ = false;
 }
 
 void ChocoSgd::send(uint64_t round, std::span<const uint32_t> out) {
@@ -162,7 +163,12 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
           for (size_t e = 0; e < v.size(); ++e) x[e] += v[e];
         }
       });
-  if (!delivery) return delivery.status();
+  if (!delivery) {
+    // Some copies took part of this round's corrections: resynchronize them all.
+    started_ = false;
+    failed_ = true;
+    return delivery.status();
+  }
   settle(round, delivery->complete);
   if (!delivery->missing.empty()) spdlog::warn("round {}: CHOCO round without {}", round, delivery->missing);
 

@@ -15,8 +15,8 @@
 // and the neighbor sends its x̂ itself, raw, in its next round (a model-chunk with
 // tensor kPublicCopyTensor). Until then the stale copy is left out of the mixing, its
 // weight staying with the node's own model, as D-PSGD does with a missing neighbor.
-// A node that starts at a round other than 0, or skips rounds, resynchronizes with
-// every neighbor both ways.
+// A node that starts at a round other than 0, skips rounds or failed a round
+// resynchronizes with every neighbor both ways.
 //
 // The copies are tied to fixed neighbors, so CHOCO runs on static topologies only.
 
@@ -64,6 +64,7 @@ class ChocoSgd final : public GossipStrategy {
 
   double gamma_;
   bool started_ = false;
+  bool failed_ = false;  // the last round returned an error
   uint64_t last_round_ = 0;
   std::vector<float> public_self_;  // x̂_i
   std::vector<Copy> copies_;        // in the mixing row's order
