@@ -281,12 +281,13 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     o.cancel = &stop_;
     if (exchange_) o.tick = [this] { exchange_->beat(next_round_); };
     sgd::StateTransfer& transfer = exchange_ ? exchange_->state() : peer_ring_->state();
-    auto fetched = transfer.fetch(numel, layout, o, [&](peers::Incoming& in) {
+    auto absorb = [&](peers::Incoming& in) {
       if (exchange_)
         exchange_->absorb_while_joining(in);
       else
         peer_ring_->absorb_while_joining(in);
-    });
+    };
+    auto fetched = transfer.fetch(numel, layout, o, absorb);
     if (fetched && *fetched && ring_joins) {
       // Back into the ring, where the members now wait for this node; they went on
       // while it fetched, so the state it resumes from is the one they hold now.
@@ -294,10 +295,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
       if (members_next && *members_next > (*fetched)->round) {
         o.min_round = (*fetched)->round;
         o.only = peer_ring_->order().ids;  // the ring it is in now, not a node left out
-        if (auto fresher = transfer.fetch(numel, layout, o, [&](peers::Incoming& in) {
-              peer_ring_->absorb_while_joining(in);
-            });
-            fresher && *fresher)
+        if (auto fresher = transfer.fetch(numel, layout, o, absorb); fresher && *fresher)
           fetched = std::move(fresher);
       } else if (!members_next) {
         spdlog::warn("{}", members_next.status().message());
