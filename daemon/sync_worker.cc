@@ -307,6 +307,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
       if (exchange_) exchange_->assume_running(transfer.running_peers());
       r.state = std::move(**fetched);
       next_round_ = r.state->round;
+      strategy_->took_model(r.state->model);
       spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
                    r.state->round, r.state->step);
     } else if (exchange_) {

@@ -50,6 +50,13 @@ Status LocalSgd::load_state(const StrategyState& state) {
   return Status::ok();
 }
 
+void LocalSgd::took_model(std::span<const float> model) {
+  residual_.reset();  // this node's own error, of the model it no longer has
+  if (plain() && !compressed()) return;  // rounds average the models themselves
+  previous_.assign(model.begin(), model.end());
+  momentum_.assign(model.size(), 0.0f);
+}
+
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& round_options) {
   CollectiveOptions options;

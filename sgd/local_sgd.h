@@ -45,6 +45,11 @@ class LocalSgd final : public Strategy {
   void set_layout_fingerprint(uint64_t fingerprint) override {
     all_reduce_.set_layout_fingerprint(fingerprint);
   }
+  // The members' x_prev is the model they published: rounds after this one average
+  // the change since it, as theirs do. The outer momentum starts again from zero
+  // (the state transfer carries the model only), a difference that decays by the
+  // momentum factor every round.
+  void took_model(std::span<const float> model) override;
   StrategyState save_state() const override;
   Status load_state(const StrategyState& state) override;
 

@@ -32,6 +32,8 @@ bool breaks_the_ring(const Status& st) {
   }
 }
 
+constexpr int kMaxProtocolErrors = 3;
+
 std::chrono::milliseconds until(Clock::time_point t) {
   return std::max(std::chrono::milliseconds(0),
                   std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()));
@@ -296,6 +298,9 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const Co
     std::optional<Fetch>& f;
     ~Clear() { f.reset(); }
   } clear{fetch_};
+  // A peer that dies mid-frame breaks one try with a protocol error; the same error
+  // try after try, over re-formed rings, is data that does not fit (another codec).
+  int protocol_errors = 0;
   for (;;) {
     if (membership_.reforming()) {
       bool took = false;
@@ -317,6 +322,10 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const Co
     }
     const bool cancelled = options.cancel && options.cancel->load(std::memory_order_relaxed);
     if (cancelled || !breaks_the_ring(st) || Clock::now() >= options.deadline) return st;
+    if (st.code() == Status::Code::kProtocol && ++protocol_errors >= kMaxProtocolErrors)
+      return Status::protocol(fmt::format("{} ({} tries in a row, over re-formed rings: do all nodes run the same "
+                                          "strategy, codec and model?)",
+                                          st.message(), protocol_errors));
     if (membership_.start(Clock::now(), options_.reform_wait)) {
       spdlog::warn("round {}: {}; re-forming the ring (epoch {}, {} members) over the nodes that answer within {} ms",
                    round, st.message(), membership_.epoch(), order().ids.size(), options_.reform_wait.count());

@@ -54,6 +54,9 @@ class Strategy {
   }
   // The layout fingerprint carried in every message; peers with another are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
+  // Between rounds: the node took `model` from a peer (it joined mid-run, or was
+  // left out and came back), so that its next round starts where the peer's does.
+  virtual void took_model(std::span<const float> model) { (void)model; }
 };
 
 }  // namespace gossip::sgd
