@@ -264,6 +264,34 @@ void SyncWorker::signal_done() {
   (void)!::write(done_fd_, &one, sizeof one);
 }
 
+Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint64_t layout, uint64_t min_round) {
+  sgd::JoinOptions o = join_options_;
+  o.min_round = min_round;
+  o.deadline = std::chrono::steady_clock::now() + round_timeout_;
+  o.cancel = &stop_;
+  if (exchange_) o.tick = [this] { exchange_->beat(next_round_); };
+  sgd::StateTransfer& transfer = exchange_ ? exchange_->state() : peer_ring_->state();
+  auto absorb = [&](peers::Incoming& in) {
+    if (exchange_)
+      exchange_->absorb_while_joining(in);
+    else
+      peer_ring_->absorb_while_joining(in);
+  };
+  auto fetched = transfer.fetch(numel, layout, o, absorb);
+  if (!fetched || !*fetched || exchange_) return fetched;
+  // Back into the ring, where the members now wait for this node; they went on
+  // while it fetched, so the state it resumes from is the one they hold now.
+  auto members_next = peer_ring_->rejoin((*fetched)->round, o.deadline, &stop_);
+  if (members_next && *members_next > (*fetched)->round) {
+    o.min_round = (*fetched)->round;
+    o.only = peer_ring_->order().ids;  // the ring it is in now, not a node left out
+    if (auto fresher = transfer.fetch(numel, layout, o, absorb); fresher && *fresher) return fresher;
+  } else if (!members_next) {
+    spdlog::warn("{}", members_next.status().message());
+  }
+  return fetched;
+}
+
 void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume) {
   JoinResult r;
   size_t numel = 0;
@@ -275,43 +303,18 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
   }
   const bool ring_joins = peer_ring_ && peer_ring_->admits_joiners();
   if ((exchange_ || ring_joins) && join_options_.offer_wait.count() > 0) {
-    sgd::JoinOptions o = join_options_;
-    o.min_round = min_round;
-    o.deadline = std::chrono::steady_clock::now() + round_timeout_;
-    o.cancel = &stop_;
-    if (exchange_) o.tick = [this] { exchange_->beat(next_round_); };
-    sgd::StateTransfer& transfer = exchange_ ? exchange_->state() : peer_ring_->state();
-    auto absorb = [&](peers::Incoming& in) {
-      if (exchange_)
-        exchange_->absorb_while_joining(in);
-      else
-        peer_ring_->absorb_while_joining(in);
-    };
-    auto fetched = transfer.fetch(numel, layout, o, absorb);
-    if (fetched && *fetched && ring_joins) {
-      // Back into the ring, where the members now wait for this node; they went on
-      // while it fetched, so the state it resumes from is the one they hold now.
-      auto members_next = peer_ring_->rejoin((*fetched)->round, o.deadline, &stop_);
-      if (members_next && *members_next > (*fetched)->round) {
-        o.min_round = (*fetched)->round;
-        o.only = peer_ring_->order().ids;  // the ring it is in now, not a node left out
-        if (auto fresher = transfer.fetch(numel, layout, o, absorb); fresher && *fresher)
-          fetched = std::move(fresher);
-      } else if (!members_next) {
-        spdlog::warn("{}", members_next.status().message());
-      }
-    }
+    auto fetched = fetch_state(numel, layout, min_round);
     if (!fetched) {
       r.status = fetched.status();
     } else if (*fetched) {
-      if (exchange_) exchange_->assume_running(transfer.running_peers());
+      if (exchange_) exchange_->assume_running(exchange_->state().running_peers());
       r.state = std::move(**fetched);
       next_round_ = r.state->round;
       strategy_->took_model(r.state->model);
       spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
                    r.state->round, r.state->step);
     } else if (exchange_) {
-      exchange_->assume_running(transfer.running_peers());
+      exchange_->assume_running(exchange_->state().running_peers());
     }
   }
   if (r.status && !r.state && resume) r.status = strategy_->load_state(*resume);
@@ -320,6 +323,32 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     joined_ = std::move(r);
   }
   signal_done();
+}
+
+std::optional<uint64_t> SyncWorker::come_back(std::span<float> model) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_come_back_ || join_options_.offer_wait.count() == 0) return std::nullopt;
+  spdlog::warn("the elastic ring left this node out: fetching a member's model to ask back in");
+  auto fetched = fetch_state(model.size(), layout_, 0);
+  if (!fetched || !*fetched || peer_ring_->left_out()) {
+    // Nobody to come back to (the others are down too, or left out themselves):
+    // training alone, trying again later, less and less often.
+    come_back_backoff_ =
+        std::min(std::max(2 * come_back_backoff_, 2 * join_options_.offer_wait), std::chrono::milliseconds(60000));
+    next_come_back_ = std::chrono::steady_clock::now() + come_back_backoff_;
+    spdlog::warn("not back in the ring ({}): training alone, trying again in {:.1f} s",
+                 !fetched ? fetched.status().message()
+                          : *fetched ? "the members did not take it back" : "no member offered its model",
+                 come_back_backoff_.count() / 1000.0);
+    if (!fetched || !*fetched) return std::nullopt;
+  } else {
+    come_back_backoff_ = std::chrono::milliseconds(0);
+  }
+  const sgd::NodeState& state = **fetched;
+  std::copy(state.model.begin(), state.model.end(), model.begin());
+  strategy_->took_model(model);
+  spdlog::info("back in the ring: took the model of peer {} before round {}", state.from, state.round);
+  return state.round - 1;  // the round whose result this model is
 }
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
@@ -393,10 +422,17 @@ void SyncWorker::run() {
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;
     Status st = strategy_->synchronize(job.model, round, opts);
-    if (st) after_round(job.model, round, job.step);
+    uint64_t ran = round;
+    if (st && peer_ring_ && peer_ring_->left_out()) {
+      if (auto back = come_back(job.model)) {
+        ran = *back;
+        next_round_ = ran + 1;
+      }
+    }
+    if (st) after_round(job.model, ran, job.step);
     {
       std::lock_guard lock(mu_);
-      result_ = RoundResult{std::move(st), round};
+      result_ = RoundResult{std::move(st), ran};
     }
     signal_done();
   }

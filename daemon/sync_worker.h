@@ -75,6 +75,14 @@ class SyncWorker {
   Status make_all_reduce(const DaemonConfig& config, const compression::Codec* codec);
   void run();
   void run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
+  // A peer's state fresher than `min_round` (nullopt: none offered); on an elastic
+  // local-SGD ring, then asks back into the ring, and takes the members' state again
+  // if they went on meanwhile.
+  Result<std::optional<sgd::NodeState>> fetch_state(size_t numel, uint64_t layout, uint64_t min_round);
+  // After a round that left this node alone in an elastic local-SGD ring: takes a
+  // member's model into `model` and asks back in. Returns the round that model is
+  // the result of; nullopt when nobody offered one (it tries again later).
+  std::optional<uint64_t> come_back(std::span<float> model);
   void after_round(std::span<const float> model, uint64_t ran, uint64_t step);
   void write_checkpoint_now();
   void signal_done();
@@ -121,6 +129,9 @@ class SyncWorker {
   uint64_t checkpoint_every_ = 0;
   std::optional<Checkpoint> last_;
   bool last_written_ = true;
+  // Coming back into an elastic ring after being left out (worker thread only).
+  std::chrono::steady_clock::time_point next_come_back_{};
+  std::chrono::milliseconds come_back_backoff_{0};
   std::thread thread_;
 };
 

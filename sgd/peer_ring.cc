@@ -135,8 +135,8 @@ void PeerRing::absorb(const peers::Incoming& in) {
       if (effect == RingMembership::Probe::kIgnored) return;
       if (effect == RingMembership::Probe::kStarted) {
         if (joiner)
-          spdlog::info("peer {} restarted and asks back into the ring (its next round {}): re-forming", in.peer,
-                       h.round);
+          spdlog::info("peer {} asks back into the ring (restarted, or left out; its next round {}): re-forming",
+                       in.peer, h.round);
         else
           spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
         drop_channel();
@@ -337,6 +337,7 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const Co
 Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline, const std::atomic<bool>* cancel) {
   started_ = true;
   next_round_ = next_round;
+  has_result_ = false;  // a left-out node's last result is its own, not the ring's
   membership_.start_rejoin(Clock::now(), options_.reform_wait);
   send_probes();
   spdlog::info("asking back into the ring before round {}", next_round);

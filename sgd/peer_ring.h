@@ -61,15 +61,19 @@ class PeerRing final : public AllReduce {
   const RingOrder& order() const { return membership_.order(); }
   uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
 
-  // Rejoining (options.admit_joiners): the state this node offers to a restarted
-  // peer, published by the owner after every round, and fetched by a restarted node.
+  // Rejoining (options.admit_joiners): the state this node offers to a restarted (or
+  // left out) peer, published by the owner after every round, and fetched by such a node.
   bool admits_joiners() const { return options_.elastic && options_.admit_joiners; }
   StateTransfer& state() { return state_; }
-  // After a restarted node fetched a state for `next_round`: asks back into the ring
+  // After a restarted or left-out node fetched a state for `next_round`: asks back into the ring
   // and returns the members' next round (later when they went on meanwhile: the
   // caller then fetches again, a state they hold while they wait for this node).
   Result<uint64_t> rejoin(uint64_t next_round, std::chrono::steady_clock::time_point deadline,
                           const std::atomic<bool>* cancel);
+  // After its first round: the others left this node out (its sync thread stalled
+  // past --dead-after, say) and it runs rounds alone. Like a restarted node, it can
+  // fetch a member's state and rejoin() (admitted joiners only).
+  bool left_out() const { return admits_joiners() && started_ && membership_.alone(); }
   // What arrives while a restarted node fetches its state.
   void absorb_while_joining(const peers::Incoming& in) { absorb(in); }
 

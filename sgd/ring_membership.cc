@@ -55,6 +55,10 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
 }
 
 void RingMembership::start_rejoin(Clock::time_point now, std::chrono::milliseconds wait) {
+  std::vector<uint32_t> all = configured_;
+  all.push_back(self_);
+  set_view(std::move(all), 0);
+  reform_.reset();
   start(now, wait);
   rejoining_ = true;
 }

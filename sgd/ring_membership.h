@@ -13,7 +13,8 @@
 //
 // A peer whose probe is of an older epoch is not heard, nor is one that is not in
 // the view, with one exception when joiners are admitted: a configured peer that
-// probes at epoch 0 is a restarted process asking back in. It is heard like a member
+// probes at epoch 0, marked as a join, asks back in (a restarted process, or a live
+// node the others left out, which starts over at epoch 0). It is heard like a member
 // (and must be sent our probe, since it is not in our view); it has taken a live
 // member's state first (sgd/state_transfer.h), so it brings no stale replica.
 
@@ -56,8 +57,12 @@ class RingMembership {
   // members take all of them in, and the next re-forming agrees again.
   Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
                  std::chrono::milliseconds wait, bool joining = false);
-  // Starts re-forming as a restarted node asking back in (until decide()).
+  // Starts re-forming as a node asking back in (until decide()): a restarted one, or
+  // one the others left out. Its view becomes the configured peers at epoch 0, as a
+  // restarted process's is, so that it hears every member whatever its epoch.
   void start_rejoin(Clock::time_point now, std::chrono::milliseconds wait);
+  // Alone in its view although peers are configured: the others left it out.
+  bool alone() const { return order_.ids.size() == 1 && !configured_.empty(); }
   bool rejoining() const { return rejoining_; }
   // Every other member heard, or the wait over.
   bool ready(Clock::time_point now) const;

@@ -242,77 +242,105 @@ TEST(RingProcesses, AnElasticRingWithMismatchedCodecsFailsTheRoundWithTheReason)
   }
 }
 
-// A restarted node takes a member's model and is taken back into the ring; every
-// replica then holds the same model, near the mean of the trainers' (exactly the
-// mean without compression and outer optimizer). With a codec or an outer
-// optimizer, local SGD's rounds average the change since the previous round: the
-// restarted node must take the model it fetched as its previous one, or its first
-// round averages something else than the members'.
-struct Restart {
-  const char* name;
-  std::vector<std::string> flags;
-  // Of a replica from the mean of the trainers' models, relative to their largest
-  // magnitude (shift + 3, see value()), or 1e-5 if more.
-  float tolerance;
-};
+// Three daemons in an elastic local-SGD ring, a trainer on each, stepping in rounds
+// on the values value(node + shift) and checking what every replica then holds.
+class ElasticLocalSgd {
+ public:
+  static constexpr int kNodes = 3;
+  static constexpr size_t kNumel = 1u << 16;
 
-class ElasticRestart : public ::testing::TestWithParam<Restart> {};
+  explicit ElasticLocalSgd(const std::vector<std::string>& more, float tolerance = 0.0f)
+      : cluster_(kNodes, flags(more)), tolerance_(tolerance), clients_(kNodes), models_(kNodes) {
+    cluster_.start_all();
+  }
+  Cluster& cluster() { return cluster_; }
+  Model& model(int i) { return models_[i]; }
+  std::span<float> w(int i) { return models_[i].tensors[0]; }
+  void detach(int i) { clients_[i].reset(); }
 
-TEST_P(ElasticRestart, TheRingTakesARestartedNodeBackWithTheClustersModel) {
-  constexpr int kNodes = 3;
-  constexpr size_t kNumel = 1u << 16;
-  std::vector<std::string> flags{"--period", "1", "--transport", "tcp", "--round-timeout", "30", "--elastic", "on",
-                                 "--dead-after", "1", "--join-wait", "1"};
-  flags.insert(flags.end(), GetParam().flags.begin(), GetParam().flags.end());
-  Cluster cluster(kNodes, flags);
-  cluster.start_all();
-  std::vector<std::unique_ptr<Client>> clients(kNodes);
-  std::vector<Model> models(kNodes);
-  auto attach = [&](int i) {
-    clients[i] = connect_to(cluster, i, 30s);
-    ASSERT_TRUE(clients[i]);
-    auto m = clients[i]->attach({{"w", kNumel}});
+  void attach(int i) {
+    clients_[i] = connect_to(cluster_, i, 30s);
+    ASSERT_TRUE(clients_[i]);
+    auto m = clients_[i]->attach({{"w", kNumel}});
     ASSERT_TRUE(m.is_ok()) << m.status().message();
-    models[i] = *m;
-  };
-  for (int i = 0; i < kNodes; ++i) attach(i);
-  ASSERT_FALSE(HasFailure());
-  EXPECT_FALSE(models[0].initialized) << "a cluster that starts has no model to offer";
-  auto round = [&](const std::vector<int>& nodes, int shift) {
+    models_[i] = *m;
+  }
+
+  // Every trainer of `nodes` steps at once; then each holds the same model, near
+  // the mean of theirs (relative tolerance, of their largest magnitude shift + 3).
+  void round(const std::vector<int>& nodes, int shift) {
     std::vector<std::string> errors(kNodes);
     {
       std::vector<std::jthread> threads;
       for (int i : nodes)
         threads.emplace_back([&, i] {
-          auto w = models[i].tensors[0];
-          for (size_t k = 0; k < kNumel; ++k) w[k] = value(i + shift, k);
-          if (auto r = clients[i]->step(); !r) errors[i] = r.status().message();
+          for (size_t k = 0; k < kNumel; ++k) w(i)[k] = value(i + shift, k);
+          if (auto r = clients_[i]->step(); !r) errors[i] = r.status().message();
         });
     }
-    for (int i : nodes) ASSERT_EQ(errors[i], "") << "node " << i << " shift " << shift << "\n" << cluster.log(i);
-    const double tolerance = std::max(1e-5, double{GetParam().tolerance} * (shift + kNodes));
+    for (int i : nodes) ASSERT_EQ(errors[i], "") << "node " << i << " shift " << shift << "\n" << cluster_.log(i);
+    const double tolerance = std::max(1e-5, double{tolerance_} * (shift + kNodes));
     for (int i : nodes) {
-      auto w = models[i].tensors[0];
       for (size_t k = 0; k < kNumel; k += 257)
-        ASSERT_NEAR(w[k], mean_of(nodes, shift, k), tolerance) << "node " << i << " element " << k << " shift "
-                                                               << shift << "\n" << cluster.log(i);
-      for (size_t k = 0; k < kNumel; ++k) ASSERT_EQ(w[k], models[nodes[0]].tensors[0][k]) << i << " " << k;
+        ASSERT_NEAR(w(i)[k], mean_of(nodes, shift, k), tolerance)
+            << "node " << i << " element " << k << " shift " << shift << "\n" << cluster_.log(i);
+      for (size_t k = 0; k < kNumel; ++k) ASSERT_EQ(w(i)[k], w(nodes[0])[k]) << "node " << i << " element " << k;
     }
-  };
-  round({0, 1, 2}, 0);
-  clients[2].reset();
-  cluster.daemon(2).signal(SIGKILL);
-  for (int shift : {10, 20}) round({0, 1}, shift);  // the first re-forms without node 2
+  }
+
+  // One trainer steps alone; returns its step's error ("" if none).
+  std::string step(int i, int shift) {
+    for (size_t k = 0; k < kNumel; ++k) w(i)[k] = value(i + shift, k);
+    auto r = clients_[i]->step();
+    return r ? "" : r.status().message();
+  }
+
+ private:
+  static std::vector<std::string> flags(const std::vector<std::string>& more) {
+    std::vector<std::string> f{"--period", "1", "--transport", "tcp", "--round-timeout", "30", "--elastic", "on",
+                               "--dead-after", "1", "--join-wait", "1"};
+    f.insert(f.end(), more.begin(), more.end());
+    return f;
+  }
+
+  Cluster cluster_;
+  float tolerance_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<Model> models_;
+};
+
+// A restarted node takes a member's model and is taken back into the ring; every
+// replica then holds the same model, near the mean of the trainers' (exactly the
+// mean without compression). With a codec, local SGD's rounds average the change
+// since the previous round: the restarted node must take the model it fetched as
+// its previous one, or its first round averages something else than the members'.
+struct Restart {
+  const char* name;
+  std::vector<std::string> flags;
+  float tolerance;  // see ElasticLocalSgd::round
+};
+
+class ElasticRestart : public ::testing::TestWithParam<Restart> {};
+
+TEST_P(ElasticRestart, TheRingTakesARestartedNodeBackWithTheClustersModel) {
+  ElasticLocalSgd ring(GetParam().flags, GetParam().tolerance);
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_FALSE(ring.model(0).initialized) << "a cluster that starts has no model to offer";
+  ring.round({0, 1, 2}, 0);
+  ring.detach(2);
+  ring.cluster().daemon(2).signal(SIGKILL);
+  for (int shift : {10, 20}) ring.round({0, 1}, shift);  // the first re-forms without node 2
   ASSERT_FALSE(HasFailure());
 
-  cluster.start(2);
-  attach(2);
+  ring.cluster().start(2);
+  ring.attach(2);
   ASSERT_FALSE(HasFailure());
-  EXPECT_TRUE(models[2].initialized) << "it resumes from a member's model\n" << cluster.log(2);
-  EXPECT_EQ(models[2].start_step, 3u) << "at the cluster's step";
-  for (size_t k = 0; k < kNumel; k += 257) ASSERT_EQ(models[2].tensors[0][k], models[0].tensors[0][k]) << k;
-  for (int shift : {30, 40, 50}) round({0, 1, 2}, shift);  // the first takes node 2 back
-  for (int i : {0, 1}) EXPECT_NE(cluster.log(i).find("took back 2"), std::string::npos) << cluster.log(i);
+  EXPECT_TRUE(ring.model(2).initialized) << "it resumes from a member's model\n" << ring.cluster().log(2);
+  EXPECT_EQ(ring.model(2).start_step, 3u) << "at the cluster's step";
+  for (size_t k = 0; k < ElasticLocalSgd::kNumel; k += 257) ASSERT_EQ(ring.w(2)[k], ring.w(0)[k]) << k;
+  for (int shift : {30, 40, 50}) ring.round({0, 1, 2}, shift);  // the first takes node 2 back
+  for (int i : {0, 1}) EXPECT_NE(ring.cluster().log(i).find("took back 2"), std::string::npos) << ring.cluster().log(i);
 }
 
 // int8's error is about a 255th of the range of the change between rounds.
@@ -320,6 +348,33 @@ INSTANTIATE_TEST_SUITE_P(LocalSgd, ElasticRestart,
                          ::testing::Values(Restart{"Plain", {}, 0.0f},
                                            Restart{"Int8", {"--codec", "int8"}, 0.02f}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A live node whose daemon stalls (SIGSTOP) longer than a round's try is left out,
+// and then runs rounds alone. It asks back in as a restarted node does: it takes a
+// member's model, the members take it back, and the next round averages all three.
+TEST(RingProcesses, AnElasticLocalSgdRingTakesBackALiveNodeItLeftOut) {
+  ElasticLocalSgd ring({"--round-timeout", "6"});
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  ring.round({0, 1, 2}, 0);
+  ring.cluster().daemon(2).signal(SIGSTOP);
+  ring.round({0, 1}, 10);  // node 2 does not answer within the try (3 s) and the re-forming (1 s)
+  ring.cluster().daemon(2).signal(SIGCONT);
+  ASSERT_FALSE(HasFailure());
+  for (int i : {0, 1}) ASSERT_NE(ring.cluster().log(i).find("left out 2"), std::string::npos) << ring.cluster().log(i);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(ring.step(2, 20), "") << ring.cluster().log(2);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("the left-out node's step, back into the ring: %.2f s\n", took);
+  for (size_t k = 0; k < ElasticLocalSgd::kNumel; ++k)
+    ASSERT_EQ(ring.w(2)[k], ring.w(0)[k]) << "node 2 holds the members' model, element " << k << "\n"
+                                          << ring.cluster().log(2);
+  EXPECT_NE(ring.cluster().log(2).find("back in the ring: took the model of peer"), std::string::npos)
+      << ring.cluster().log(2);
+  for (int shift : {30, 40}) ring.round({0, 1, 2}, shift);
+  for (int i : {0, 1}) EXPECT_NE(ring.cluster().log(i).find("took back 2"), std::string::npos) << ring.cluster().log(i);
+}
 
 }  // namespace
 }  // namespace gossip::testing

@@ -103,6 +103,29 @@ TEST(RingMembership, ARestartedNodeAsksBackInAndIsTakenBackOnlyWhereJoinersAreAd
   back.decide();
   EXPECT_EQ(back.members(), (std::vector<uint32_t>{0, 1, 2}));
   EXPECT_EQ(back.epoch(), 2u) << "the members' next epoch";
+
+  // A live node the others left out is alone in a view of its own, at an epoch that
+  // may be past theirs; asking back in, it starts over as a restarted node does.
+  RingMembership out(2, {0, 1}, true);
+  out.start(t0, 1s);
+  for (int i = 0; i < 3; ++i) {
+    out.decide();  // heard nobody
+    out.start(t0, 1s);
+  }
+  out.decide();
+  ASSERT_TRUE(out.alone());
+  EXPECT_EQ(out.epoch(), 4u);
+  EXPECT_EQ(out.on_probe(0, 1, 6, t0, 1s), Probe::kIgnored) << "alone, it hears no member";
+  out.start_rejoin(t0, 1s);
+  EXPECT_FALSE(out.alone());
+  EXPECT_EQ(out.epoch(), 0u);
+  EXPECT_EQ(out.on_probe(0, 1, 6, t0, 1s), Probe::kHeard);
+  EXPECT_EQ(out.on_probe(1, 1, 6, t0, 1s), Probe::kHeard);
+  ASSERT_TRUE(out.ready(t0));
+  out.decide();
+  EXPECT_EQ(out.members(), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(out.epoch(), 2u) << "the members' next epoch, as they decide it";
+  EXPECT_FALSE(RingMembership(0, {}, true).alone()) << "a cluster of one is not left out";
 }
 
 TEST(RingMembership, MembersThatHearEachOtherAgreeOnTheView) {
