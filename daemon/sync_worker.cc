@@ -326,28 +326,32 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
 }
 
 std::optional<uint64_t> SyncWorker::come_back(std::span<float> model) {
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_come_back_ || join_options_.offer_wait.count() == 0) return std::nullopt;
+  if (std::chrono::steady_clock::now() < next_come_back_ || join_options_.offer_wait.count() == 0)
+    return std::nullopt;
   spdlog::warn("the elastic ring left this node out: fetching a member's model to ask back in");
-  auto fetched = fetch_state(model.size(), layout_, 0);
-  if (!fetched || !*fetched || peer_ring_->left_out()) {
-    // Nobody to come back to (the others are down too, or left out themselves):
-    // training alone, trying again later, less and less often.
+  // Nobody to come back to (the others are down too, or left out themselves) means
+  // training alone, and trying again later, less and less often.
+  auto back_off = [&](const std::string& why) {
     come_back_backoff_ =
         std::min(std::max(2 * come_back_backoff_, 2 * join_options_.offer_wait), std::chrono::milliseconds(60000));
     next_come_back_ = std::chrono::steady_clock::now() + come_back_backoff_;
-    spdlog::warn("not back in the ring ({}): training alone, trying again in {:.1f} s",
-                 !fetched ? fetched.status().message()
-                          : *fetched ? "the members did not take it back" : "no member offered its model",
-                 come_back_backoff_.count() / 1000.0);
-    if (!fetched || !*fetched) return std::nullopt;
-  } else {
-    come_back_backoff_ = std::chrono::milliseconds(0);
+    spdlog::warn("{}: training alone, trying again in {:.1f} s", why, come_back_backoff_.count() / 1000.0);
+  };
+  auto fetched = fetch_state(model.size(), layout_, 0);
+  if (!fetched || !*fetched) {
+    back_off(!fetched ? fetched.status().message() : "no member offered its model");
+    return std::nullopt;
   }
   const sgd::NodeState& state = **fetched;
   std::copy(state.model.begin(), state.model.end(), model.begin());
   strategy_->took_model(model);
-  spdlog::info("back in the ring: took the model of peer {} before round {}", state.from, state.round);
+  if (peer_ring_->left_out()) {
+    back_off(fmt::format("took the model of peer {} before round {}, but the members did not take this node back",
+                         state.from, state.round));
+  } else {
+    come_back_backoff_ = std::chrono::milliseconds(0);
+    spdlog::info("back in the ring: took the model of peer {} before round {}", state.from, state.round);
+  }
   return state.round - 1;  // the round whose result this model is
 }
 

@@ -349,6 +349,33 @@ INSTANTIATE_TEST_SUITE_P(LocalSgd, ElasticRestart,
                                            Restart{"Int8", {"--codec", "int8"}, 0.02f}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The last node standing is alone too, with nobody to come back to: it asks once,
+// hears no offer within --join-wait, and then trains alone, asking again only after
+// 2x --join-wait (doubling), so that its trainer's steps do not each wait for offers.
+TEST(RingProcesses, TheLastNodeOfAnElasticRingTrainsAloneAndAsksBackInOnlyNowAndThen) {
+  ElasticLocalSgd ring({"--round-timeout", "6"});
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  ring.round({0, 1, 2}, 0);
+  for (int i : {1, 2}) {
+    ring.detach(i);
+    ring.cluster().daemon(i).signal(SIGKILL);
+  }
+  ring.round({0}, 10);  // re-forms alone, then asks for a model: nobody answers
+  ASSERT_FALSE(HasFailure());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int shift : {20, 30, 40, 50, 60}) ring.round({0}, shift);  // its own model back, every time
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = ring.cluster().log(0);
+  size_t asked = 0;
+  const std::string ask = "fetching a member's model to ask back in";
+  for (size_t at = log.find(ask); at != std::string::npos; at = log.find(ask, at + 1)) ++asked;
+  EXPECT_LE(asked, 1 + static_cast<size_t>(took / 2.0)) << "asked " << asked << " times in 6 steps (" << took
+                                                         << " s after the first)\n" << log;
+  EXPECT_NE(log.find("no member offered its model: training alone, trying again in 2.0 s"), std::string::npos) << log;
+  EXPECT_EQ(log.find("back in the ring"), std::string::npos) << log;
+}
+
 // A live node whose daemon stalls (SIGSTOP) longer than a round's try is left out,
 // and then runs rounds alone. It asks back in as a restarted node does: it takes a
 // member's model, the members take it back, and the next round averages all three.
