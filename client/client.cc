@@ -77,6 +77,9 @@ struct Client::Impl {
     if (!ok) return Status::protocol(fmt::format("expected sync_ok, got {}", ipc::message_name(*r)));
     last_traffic = to_traffic(ok->traffic);
     round = ok->round;
+    // The node's step, which moves when an elastic ring takes the node back at the
+    // members' step; the trainer's schedule follows it.
+    steps = ok->step;
     return StepResult{steps, true, round, last_traffic};
   }
 };

@@ -522,6 +522,11 @@ void Daemon::handle_round_done() {
   if (!result) return;
   round_running_ = false;
   round_ = result->round + 1;
+  if (result->step && *result->step != step_) {
+    // Back in an elastic ring at the members' step: the trainers follow (SyncOk.step).
+    spdlog::info("the node's step moves from {} to {}, the members' step", step_, *result->step);
+    step_ = *result->step;
+  }
   if (async()) {
     // Its trainers were answered when it started; they see the change at their next sync.
     if (result->status.is_ok()) {

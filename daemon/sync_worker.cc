@@ -325,7 +325,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
   signal_done();
 }
 
-std::optional<uint64_t> SyncWorker::come_back(std::span<float> model) {
+std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> model) {
   if (std::chrono::steady_clock::now() < next_come_back_ || join_options_.offer_wait.count() == 0)
     return std::nullopt;
   spdlog::warn("the elastic ring left this node out: fetching a member's model to ask back in");
@@ -350,9 +350,14 @@ std::optional<uint64_t> SyncWorker::come_back(std::span<float> model) {
                          state.from, state.round));
   } else {
     come_back_backoff_ = std::chrono::milliseconds(0);
-    spdlog::info("back in the ring: took the model of peer {} before round {}", state.from, state.round);
+    spdlog::info("back in the ring: took the model of peer {} before round {} (step {})", state.from, state.round,
+                 state.step);
   }
-  return state.round - 1;  // the round whose result this model is
+  // The round whose result this model is, and the members' step at it: a node left
+  // out trains at its own pace (alone, faster; stopped, slower), and its trainers'
+  // steps must line up with the members' again, or its rounds would not be theirs
+  // and the run would end on different rounds.
+  return RoundResult{Status::ok(), state.round - 1, state.step};
 }
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
@@ -426,17 +431,17 @@ void SyncWorker::run() {
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;
     Status st = strategy_->synchronize(job.model, round, opts);
-    uint64_t ran = round;
-    if (st && peer_ring_ && peer_ring_->left_out()) {
+    RoundResult result{std::move(st), round, std::nullopt};
+    if (result.status && peer_ring_ && peer_ring_->left_out()) {
       if (auto back = come_back(job.model)) {
-        ran = *back;
-        next_round_ = ran + 1;
+        result = std::move(*back);
+        next_round_ = result.round + 1;
       }
     }
-    if (st) after_round(job.model, ran, job.step);
+    if (result.status) after_round(job.model, result.round, result.step.value_or(job.step));
     {
       std::lock_guard lock(mu_);
-      result_ = RoundResult{std::move(st), ran};
+      result_ = std::move(result);
     }
     signal_done();
   }

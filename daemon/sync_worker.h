@@ -45,6 +45,9 @@ class SyncWorker {
   struct RoundResult {
     Status status;
     uint64_t round = 0;  // the round it ran: later than submitted when the node caught up
+    // Set when the node came back into an elastic ring with a member's model: the
+    // step that model is at, where the node's trainers go on from.
+    std::optional<uint64_t> step;
   };
   std::optional<RoundResult> take_result();
   // Once the node's model is known the worker validates and buffers what peers send
@@ -82,7 +85,7 @@ class SyncWorker {
   // After a round that left this node alone in an elastic local-SGD ring: takes a
   // member's model into `model` and asks back in. Returns the round that model is
   // the result of; nullopt when nobody offered one (it tries again later).
-  std::optional<uint64_t> come_back(std::span<float> model);
+  std::optional<RoundResult> come_back(std::span<float> model);
   void after_round(std::span<const float> model, uint64_t ran, uint64_t step);
   void write_checkpoint_now();
   void signal_done();

@@ -9,8 +9,8 @@ undisturbed run's wall time times --churn-fraction has passed, so that restarted
 trainers have steps left to train.
 
 With --no-restart a killed node stays down (an elastic ring, --strategy local-sgd
---elastic on, goes on over the others: a ring does not take a node back), and the
-nodes that finished are the ones averaged.
+--elastic on, goes on over the others), and the nodes that finished are the ones
+averaged.
 
 Both runs end with every (finishing) node's saved model; their average is scored on
 the test set by gossip-train --evaluate. The script prints one JSON line:

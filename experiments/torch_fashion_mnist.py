@@ -140,12 +140,16 @@ def main(argv=None):
     gen = torch.Generator().manual_seed(o.seed * 1000 + o.node)
     t0 = time.monotonic()
     last = None
-    for step in range(1, o.steps + 1):
+    # The node's step, not a loop counter: a late or restarted trainer starts at the
+    # node's, and an elastic ring that takes the node back moves it to the members'.
+    step = attached.model.start_step if client else 0
+    while step < o.steps:
         idx = shard[torch.randint(len(shard), (o.batch,), generator=gen)]
         loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
         opt.zero_grad()
         loss.backward()
         last = opt.step()
+        step = last.step if client else step + 1
         if o.eval_every and step % o.eval_every == 0:
             sent = f", sent {last.payload_sent / 1e6:.1f} MB" if client else ""
             print(f"step {step} loss {loss.item():.4f} test accuracy {accuracy(model, test_x, test_y):.4f}{sent}",

@@ -179,6 +179,7 @@ int run(const RunOptions& o) {
   LossWindow window;
   TrafficCounts traffic;
   uint64_t step = start_step;
+  bool ended_with_members = false;  // taken back at the members' last step: nothing left to sync
   while (step < o.steps) {
     const auto step_start = std::chrono::steady_clock::now();
     const float lr = scheduled_lr(o.sgd.lr, o.lr_schedule, step, o.steps);
@@ -203,6 +204,15 @@ int run(const RunOptions& o) {
       auto stepped = client->step();
       if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));
       traffic = counts(stepped->traffic);
+      if (stepped->step != step) {
+        // An elastic ring took the node back with a member's model, at its step.
+        spdlog::info("step {}: the node goes on at step {}, the ring's", step, stepped->step);
+        step = stepped->step;
+        if (step >= o.steps) {
+          ended_with_members = true;
+          break;
+        }
+      }
     }
     if (o.eval_every != 0 && step % o.eval_every == 0) {
       const Evaluation eval = trainer->evaluate(*test);
@@ -228,7 +238,7 @@ int run(const RunOptions& o) {
   // synchronization, which every node holds (the average, for averaging strategies).
   const Evaluation local = trainer->evaluate(*test);
   Evaluation average = local;
-  if (client && exchange.empty()) {  // synchronous SGD: every node holds this model already
+  if (client && exchange.empty() && !ended_with_members) {  // synchronous SGD: every node holds this model already
     const bool syncs = client->next_step_syncs();
     auto stepped = client->step();
     if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));
