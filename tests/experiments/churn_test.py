@@ -6,7 +6,9 @@ average model must be within 1 point of an undisturbed run with the same seed (o
 mean of the two churn runs), and the
 daemons' logs must name every death and every rejoin. Then the same with local SGD
 over an elastic TCP ring (--elastic on): two nodes are killed for good, and the ring
-re-forms over the six others, whose trainers finish.
+re-forms over the six others, whose trainers finish; and with restarts, where each
+restarted node (and any live one a re-forming left out) must be taken back into the
+ring at the members' step, or the run ends on different rounds and hangs.
 
     /usr/bin/python3 tests/experiments/churn_test.py --build build
 """
@@ -86,6 +88,21 @@ class ElasticRingChurn(ChurnRun):
         self.assertLessEqual(self.report["accuracy_gap"], 2.0, self.report)
         # A stall until the round timeout (10 s) per kill would show here.
         self.assertLess(self.report["churn"]["wall_s"], self.report["undisturbed"]["wall_s"] + 15, self.report)
+
+
+class ElasticRingRestartChurn(ChurnRun):
+    ARGS = ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4"]
+
+    def test_restarted_nodes_rejoin_and_every_trainer_finishes(self):
+        self.assertGreaterEqual(self.report["kills"], 3, f"{self.report}\n{self.log[-2000:]}")
+        run = self.report["churn"]
+        self.assertEqual(run["node_steps"], [1000] * 8, self.report)
+        self.assertEqual(len([e for e in run["events"] if e["event"] == "restart"]), self.report["kills"], self.report)
+        self.assertEqual(self.report["unlogged"], [], self.log)
+
+    def test_average_model_is_within_one_point_of_the_undisturbed_run(self):
+        self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
+        self.assertLessEqual(self.report["accuracy_gap"], 1.0, self.report)
 
 
 if __name__ == "__main__":

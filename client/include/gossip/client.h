@@ -4,7 +4,13 @@
 //   auto client = gossip::Client::connect({.endpoint = "ipc:///tmp/run/gossipd-0.sock"});
 //   auto model = (*client)->attach({{"fc1.weight", 784 * 256}, {"fc1.bias", 256}, ...});
 //   // train in place on model->tensors[i] (they live in the daemon's shared memory)
-//   for (...) { sgd_update(model); auto r = (*client)->step(); }
+//   // the node's step, not a counter of the trainer's own: see StepResult::step
+//   for (uint64_t step = model->start_step; step < steps;) {
+//     sgd_update(model);
+//     auto r = (*client)->step();  // blocks at synchronization points
+//     if (!r) return r.status();
+//     step = r->step;
+//   }
 //
 // Parameters are never copied through the socket: the daemon reads and writes the
 // replica in the arena while the trainer is blocked at a synchronization point.

@@ -5,8 +5,9 @@ optimizer wrapper whose step() also steps the client.
     client = gossip.Client(endpoint)
     attached = gossip.torch.attach_module(client, model)     # CPU params now live in the arena
     opt = gossip.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), attached)
-    for step in range(steps):
-        loss = ...; opt.zero_grad(); loss.backward(); opt.step()   # local step + client.step()
+    step = attached.model.start_step    # the node's step: a restarted trainer goes on there
+    while step < steps:                   # and an elastic ring may move it (StepResult.step)
+        loss = ...; opt.zero_grad(); loss.backward(); step = opt.step().step   # + client.step()
     opt.finish()                                                     # the end-of-run synchronization
 
 CPU parameters are re-pointed at the arena, so nothing is copied. CUDA parameters
