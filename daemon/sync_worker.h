@@ -84,7 +84,8 @@ class SyncWorker {
   Result<std::optional<sgd::NodeState>> fetch_state(size_t numel, uint64_t layout, uint64_t min_round);
   // After a round that left this node alone in an elastic local-SGD ring: takes a
   // member's model into `model` and asks back in. Returns the round that model is
-  // the result of; nullopt when nobody offered one (it tries again later).
+  // the result of and the members' step at it; nullopt when nobody offered one (it
+  // tries again later).
   std::optional<RoundResult> come_back(std::span<float> model);
   void after_round(std::span<const float> model, uint64_t ran, uint64_t step);
   void write_checkpoint_now();

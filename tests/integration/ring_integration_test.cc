@@ -28,6 +28,13 @@ using namespace std::chrono_literals;
 
 float value(int node, size_t k) { return std::sin(0.001f * static_cast<float>(k) + node) * (node + 1); }
 
+// How many times a daemon's log says `what`.
+size_t times_logged(const std::string& log, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+  return n;
+}
+
 void expect_mean_on_every_node(int nodes, uint64_t numel) {
   Cluster cluster(nodes, {"--period", "1", "--transport", "tcp", "--round-timeout", "60"});
   cluster.start_all();
@@ -233,10 +240,7 @@ TEST(RingProcesses, AnElasticRingWithMismatchedCodecsFailsTheRoundWithTheReason)
   EXPECT_NE(errors[0], "") << "node 0's round cannot complete either\n" << cluster.log(0);
   EXPECT_LT(took, 15.0) << "within the round timeout (6 s) and the client's margin";
   for (int i = 0; i < 2; ++i) {
-    const std::string log = cluster.log(i);
-    size_t reforms = 0;
-    for (size_t at = log.find("ring re-formed"); at != std::string::npos; at = log.find("ring re-formed", at + 1))
-      ++reforms;
+    const size_t reforms = times_logged(cluster.log(i), "ring re-formed");
     EXPECT_LT(reforms, 100u) << "node " << i << " re-formed the ring " << reforms << " times in one round";
     EXPECT_TRUE(cluster.daemon(i).running());
   }
@@ -370,9 +374,7 @@ TEST(RingProcesses, TheLastNodeOfAnElasticRingTrainsAloneAndAsksBackInOnlyNowAnd
   for (int shift : {20, 30, 40, 50, 60}) ring.round({0}, shift);  // its own model back, every time
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string log = ring.cluster().log(0);
-  size_t asked = 0;
-  const std::string ask = "fetching a member's model to ask back in";
-  for (size_t at = log.find(ask); at != std::string::npos; at = log.find(ask, at + 1)) ++asked;
+  const size_t asked = times_logged(log, "fetching a member's model to ask back in");
   EXPECT_LE(asked, 1 + static_cast<size_t>(took / 2.0)) << "asked " << asked << " times in 6 steps (" << took
                                                          << " s after the first)\n" << log;
   EXPECT_NE(log.find("no member offered its model: training alone, trying again in 2.0 s"), std::string::npos) << log;
