@@ -448,6 +448,8 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   };
   for (const auto& p : worker_->peers()) peer(p.id, std::to_string(p.id));
   peer(peers::TrafficCounters::kUnknownPeer, "unknown");
+  for (uint8_t k = 1; k <= proto::kMaxKind; ++k)
+    s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)), traffic.unhandled(static_cast<proto::Kind>(k))});
   return s;
 }
 

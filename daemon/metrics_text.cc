@@ -61,6 +61,10 @@ std::string render_metrics(const MetricsSnapshot& s) {
            [](const T& t) { return t.msgs_recv; });
   per_peer(out, s, "gossipd_messages_dropped_total", "Invalid messages from the peer, dropped.",
            [](const T& t) { return t.dropped; });
+  header(out, "gossipd_messages_unhandled_total", "counter",
+         "Valid messages from peers of a kind that nothing on this node handles (another strategy or transport).");
+  for (const auto& [kind, n] : s.unhandled)
+    out += fmt::format("gossipd_messages_unhandled_total{{kind=\"{}\"}} {}\n", label(kind), n);
   header(out, "gossipd_peer_silent_seconds", "gauge", "Seconds since the peer's last message (absent: never heard).");
   for (const PeerMetrics& p : s.peers)
     if (p.silent_seconds) out += fmt::format("gossipd_peer_silent_seconds{{peer=\"{}\"}} {:.3f}\n", label(p.peer), *p.silent_seconds);

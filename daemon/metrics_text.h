@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/ipc.h"
@@ -28,6 +29,8 @@ struct MetricsSnapshot {
   uint64_t nonfinite_updates = 0;  // contributions with NaN/Inf, repaired (daemon/nonfinite.h)
   uint64_t nonfinite_values = 0;
   std::vector<PeerMetrics> peers;
+  // Valid peer messages of a kind nothing on the node handles, by kind name (peers/router.h).
+  std::vector<std::pair<std::string, uint64_t>> unhandled;
 };
 
 std::string render_metrics(const MetricsSnapshot& s);

@@ -43,6 +43,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote, to);
   if (!transport) return transport.status();
   w->transport_ = std::move(transport).value();
+  w->router_ = std::make_unique<peers::Router>(*w->transport_);
   auto codec = compression::make_codec(config.strategy.codec);
   if (!codec) return codec.status();
   w->codec_ = std::move(codec).value();
@@ -73,7 +74,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   const auto& sc = config.strategy;
   std::string name = sc.transport;
   if (name == "allgather") {
-    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*transport_, sc.chunk_bytes, codec, pool_.get());
+    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*router_, sc.chunk_bytes, codec, pool_.get());
     spdlog::info("averaging: all-gather over the ZeroMQ channel");
     return Status::ok();
   }
@@ -83,7 +84,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
     // trainers' device buffers are the next step). Refused here, at start, on a
     // node that could not take part.
     if (Status st = sgd::nccl_available(); !st) return Status::invalid("transport 'nccl': " + st.message());
-    all_reduce_ = std::make_unique<sgd::NcclPeerGroup>(*transport_, 0, size_t{256} << 20);
+    all_reduce_ = std::make_unique<sgd::NcclPeerGroup>(*router_, 0, size_t{256} << 20);
     spdlog::info("averaging: NCCL all-reduce, staged through GPU 0");
     return Status::ok();
 #else
@@ -115,7 +116,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   // Only local SGD hands the daemon the model a restarted node can resume from;
   // synchronous SGD's trainers keep theirs.
   po.admit_joiners = sc.name == "local-sgd";
-  auto peer_ring = std::make_unique<sgd::PeerRing>(*transport_, *ring_, po);
+  auto peer_ring = std::make_unique<sgd::PeerRing>(*router_, *ring_, po);
   peer_ring_ = peer_ring.get();
   spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}", po.elastic ? "elastic " : "",
                ring_->name(), ring_->port(), peer_ring->order().rank, peer_ring->order().ids.size());
@@ -153,7 +154,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   sgd::ExchangeLimits limits;
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
-  exchange_ = std::make_unique<sgd::NeighborExchange>(*transport_, codec, pool_.get(), limits);
+  exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   sgd::GossipOptions options;
   options.chunk_elems = sc.chunk_bytes / sizeof(float);
   options.compression = {codec, nullptr, pool_.get()};
@@ -208,6 +209,7 @@ SyncWorker::~SyncWorker() {
   exchange_.reset();
   all_reduce_.reset();
   ring_.reset();
+  router_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);
 }
@@ -270,14 +272,9 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   o.deadline = std::chrono::steady_clock::now() + round_timeout_;
   o.cancel = &stop_;
   if (exchange_) o.tick = [this] { exchange_->beat(next_round_); };
+  // What arrives meanwhile goes to its subscribers, as in a round.
   sgd::StateTransfer& transfer = exchange_ ? exchange_->state() : peer_ring_->state();
-  auto absorb = [&](peers::Incoming& in) {
-    if (exchange_)
-      exchange_->absorb_while_joining(in);
-    else
-      peer_ring_->absorb_while_joining(in);
-  };
-  auto fetched = transfer.fetch(numel, layout, o, absorb);
+  auto fetched = transfer.fetch(numel, layout, o);
   if (!fetched || !*fetched || exchange_) return fetched;
   // Back into the ring, where the members now wait for this node; they went on
   // while it fetched, so the state it resumes from is the one they hold now.
@@ -285,7 +282,7 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   if (members_next && *members_next > (*fetched)->round) {
     o.min_round = (*fetched)->round;
     o.only = peer_ring_->order().ids;  // the ring it is in now, not a node left out
-    if (auto fresher = transfer.fetch(numel, layout, o, absorb); fresher && *fresher) return fresher;
+    if (auto fresher = transfer.fetch(numel, layout, o); fresher && *fresher) return fresher;
   } else if (!members_next) {
     spdlog::warn("{}", members_next.status().message());
   }

@@ -19,6 +19,7 @@
 #include "daemon/config.h"
 #include "peers/topology.h"
 #include "peers/ring_channel.h"
+#include "peers/router.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
 #include "sgd/neighbor_exchange.h"
@@ -92,6 +93,8 @@ class SyncWorker {
   void signal_done();
 
   std::unique_ptr<peers::ZmqTransport> transport_;
+  // The one reader of transport_; the components below subscribe to it.
+  std::unique_ptr<peers::Router> router_;
   compression::CodecSpec codec_;  // outlives the two below, which point at it
   std::unique_ptr<compression::ThreadPool> pool_;  // idem
   // What the strategy runs on: an all-reduce (local SGD) or a neighbor exchange

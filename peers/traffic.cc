@@ -58,6 +58,14 @@ uint64_t TrafficCounters::silent_ms(uint32_t peer) const {
 
 void TrafficCounters::count_dropped(uint32_t peer) { find(peer)->dropped.fetch_add(1, kRelaxed); }
 
+void TrafficCounters::count_unhandled(proto::Kind kind) {
+  unhandled_[static_cast<size_t>(kind)].fetch_add(1, kRelaxed);
+}
+
+uint64_t TrafficCounters::unhandled(proto::Kind kind) const {
+  return unhandled_[static_cast<size_t>(kind)].load(kRelaxed);
+}
+
 proto::ipc::Traffic TrafficCounters::peer_totals(uint32_t peer) const {
   proto::ipc::Traffic t;
   add_to(t, *find(peer));

@@ -3,11 +3,13 @@
 // transport, read by anyone (metrics, trainer replies): relaxed atomics suffice
 // because each counter is independent and only ever grows.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "proto/ipc.h"
+#include "proto/message.h"
 
 namespace gossip::peers {
 
@@ -31,6 +33,9 @@ class TrafficCounters {
   void count_sent(uint32_t peer, uint64_t payload, uint64_t wire);
   void count_recv(uint32_t peer, uint64_t payload, uint64_t wire);
   void count_dropped(uint32_t peer);  // also used for unknown senders (peer = kUnknownPeer)
+  // A valid message of a kind that nothing on this node subscribed to (peers/router.h).
+  void count_unhandled(proto::Kind kind);
+  uint64_t unhandled(proto::Kind kind) const;
 
   proto::ipc::Traffic peer_totals(uint32_t peer) const;
   // Milliseconds since the peer's last message was counted; kNeverHeard if none was.
@@ -45,6 +50,7 @@ class TrafficCounters {
   const PeerCounters* find(uint32_t peer) const;
   std::vector<uint32_t> ids_;
   std::vector<PeerCounters> counters_;  // same order as ids_, plus one for unknown senders
+  std::array<std::atomic<uint64_t>, proto::kMaxKind + 1> unhandled_{};  // by kind
 };
 
 }  // namespace gossip::peers

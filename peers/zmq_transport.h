@@ -68,13 +68,16 @@ class ZmqTransport {
   Status send_shared(uint32_t peer, const proto::Header& header,
                      std::shared_ptr<const std::vector<std::byte>> buffer);
 
-  // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
-  // counted against their sender and logged; they never reach the caller.
-  std::optional<Incoming> recv(std::chrono::milliseconds timeout);
   // For protocol violations only the strategy can see (stale round, bad sequence).
   void note_dropped(uint32_t peer, const std::string& why);
 
  private:
+  // The router (peers/router.h) is the one reader of the socket.
+  friend class Router;
+  // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
+  // counted against their sender and logged; they never reach the caller.
+  std::optional<Incoming> recv(std::chrono::milliseconds timeout);
+
   struct Outbound {
     Peer peer;
     zmq::socket_t socket;

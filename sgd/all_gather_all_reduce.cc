@@ -13,13 +13,16 @@ namespace gossip::sgd {
 
 using Clock = std::chrono::steady_clock;
 
-AllGatherAllReduce::AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
+AllGatherAllReduce::AllGatherAllReduce(peers::Router& router, uint64_t chunk_bytes,
                                        const compression::Codec* codec,
                                        compression::ThreadPool* pool)
-    : transport_(transport),
+    : router_(router),
+      transport_(router.transport()),
       chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))),
       codec_(codec),
-      pool_(pool) {}
+      pool_(pool),
+      subscription_(router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kModelChunk},
+                                     [this](peers::Incoming& in) { absorb(in); })) {}
 
 Status AllGatherAllReduce::compress(std::span<float> data, uint64_t round, const Compression& c) {
   const uint64_t chunks = (data.size() + chunk_elems_ - 1) / chunk_elems_;
@@ -60,7 +63,9 @@ AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, si
   return s;
 }
 
-void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t numel) {
+void AllGatherAllReduce::absorb(peers::Incoming& in) {
+  const uint64_t current = current_;
+  const size_t numel = numel_;
   const auto& h = in.header;
   size_t pi = peer_index(in.peer);
   if (h.kind == proto::Kind::kHello) {
@@ -74,10 +79,6 @@ void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t nu
     return;
   }
   auto drop = [&](const std::string& why) { transport_.note_dropped(in.peer, why); };
-  if (h.kind != proto::Kind::kModelChunk) {  // a peer configured for another transport
-    drop(fmt::format("a {} message, which the all-gather does not use", proto::kind_name(h.kind)));
-    return;
-  }
   auto doom = [&](uint64_t round, Status st) {
     transport_.note_dropped(in.peer, st.message());
     RoundState& s = state_for(round, numel);
@@ -128,12 +129,9 @@ void AllGatherAllReduce::absorb(peers::Incoming& in, uint64_t current, size_t nu
 
 void AllGatherAllReduce::progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) {
   if (transport_.peers().empty()) return;
-  // Bounded, so that a flood of messages cannot keep the worker from its next job.
-  for (int i = 0; i < 64; ++i) {
-    auto in = transport_.recv(i == 0 ? wait : std::chrono::milliseconds(0));
-    if (!in) return;
-    absorb(*in, next_round, numel);
-  }
+  current_ = next_round;
+  numel_ = numel;
+  router_.poll(wait);
 }
 
 Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round,
@@ -180,6 +178,8 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
                            s.received[i], numel);
     return who;
   };
+  current_ = round;
+  numel_ = numel;
   RoundState& s = state_for(round, numel);
   while (true) {
     if (!s.failure.is_ok()) {
@@ -201,8 +201,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
       return Status::timeout(fmt::format("round {}: no complete model from {}", round, missing(s)));
     auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now),
                          std::chrono::milliseconds(100));
-    auto in = transport_.recv(wait);
-    if (in) absorb(*in, round, numel);
+    router_.poll(wait);
   }
 
   // Our chunks are still referenced by ZeroMQ until they reach the kernel; the

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "compression/codec.h"
-#include "peers/zmq_transport.h"
+#include "peers/router.h"
 #include "sgd/all_reduce.h"
 
 namespace gossip::sgd {
@@ -17,7 +17,8 @@ class AllGatherAllReduce final : public AllReduce {
  public:
   // `codec` (may be null) is the one this node can decode besides raw fp32; every
   // node of a cluster is configured with the same.
-  AllGatherAllReduce(peers::ZmqTransport& transport, uint64_t chunk_bytes,
+  // Subscribes to hello, bye and model-chunk on `router`.
+  AllGatherAllReduce(peers::Router& router, uint64_t chunk_bytes,
                      const compression::Codec* codec = nullptr,
                      compression::ThreadPool* pool = nullptr);
 
@@ -38,14 +39,16 @@ class AllGatherAllReduce final : public AllReduce {
     Status failure;                  // set when a peer's message dooms the round
   };
   RoundState& state_for(uint64_t round, size_t numel);
-  // Applies one message to the round states; errors that doom a round are stored
-  // in that round's state, so they surface when (or while) the round runs.
-  void absorb(peers::Incoming& in, uint64_t current, size_t numel);
+  // The router's handler: applies one message to the round states for round
+  // current_ of numel_ elements; errors that doom a round are stored in that round's
+  // state, so they surface when (or while) the round runs.
+  void absorb(peers::Incoming& in);
   size_t peer_index(uint32_t peer) const;
 
   // Encodes data in place chunk by chunk into encoded_ (data becomes what receivers decode).
   Status compress(std::span<float> data, uint64_t round, const Compression& c);
 
+  peers::Router& router_;
   peers::ZmqTransport& transport_;
   uint64_t chunk_elems_;
   const compression::Codec* codec_;
@@ -54,6 +57,9 @@ class AllGatherAllReduce final : public AllReduce {
   std::vector<float> scratch_;                   // a received chunk, decoded
   uint64_t layout_ = 0;
   std::array<RoundState, 2> states_;
+  uint64_t current_ = 0;  // the round in progress, or the next one
+  size_t numel_ = 0;
+  peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 
 }  // namespace gossip::sgd

@@ -22,6 +22,7 @@ struct NeighborExchange::Live {
   std::vector<bool> left;          // said bye during the round
   std::vector<bool> refused;       // sent NaN or Inf: the rest of its round is ignored
   const ChunkFn* on_chunk = nullptr;
+  Status failure;  // a source's message that is malformed for this model ends the round
 
   size_t source_of(uint32_t peer) const {
     for (size_t s = 0; s < sources.size(); ++s)
@@ -30,18 +31,29 @@ struct NeighborExchange::Live {
   }
 };
 
-NeighborExchange::NeighborExchange(peers::ZmqTransport& transport, const compression::Codec* codec,
+NeighborExchange::NeighborExchange(peers::Router& router, const compression::Codec* codec,
                                    compression::ThreadPool* pool, ExchangeLimits limits)
-    : transport_(transport),
+    : router_(router),
+      transport_(router.transport()),
       codec_(codec),
       pool_(pool),
       limits_(limits),
-      absent_(transport.peers().size(), false),
-      left_(transport.peers().size(), false),
-      ever_delivered_(transport.peers().size(), false),
-      newest_(transport.peers().size(), 0),
-      copy_requested_(transport.peers().size(), false),
-      state_(transport) {}
+      absent_(transport_.peers().size(), false),
+      left_(transport_.peers().size(), false),
+      ever_delivered_(transport_.peers().size(), false),
+      newest_(transport_.peers().size(), 0),
+      copy_requested_(transport_.peers().size(), false),
+      // The state is offered only to a peer that took part (this node mixed with it
+      // or gave up on it): one that is merely slow to start must begin from the
+      // common initial model.
+      state_(router,
+             [this](uint32_t peer) {
+               const size_t pi = peer_index(peer);
+               return pi < absent_.size() && (ever_delivered_[pi] || absent_[pi]);
+             }),
+      subscription_(router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kHeartbeat,
+                                      proto::Kind::kCopyRequest, proto::Kind::kModelChunk},
+                                     [this](peers::Incoming& in) { dispatch(in); })) {}
 
 void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
   for (uint32_t p : peers)
@@ -135,10 +147,19 @@ void NeighborExchange::mark_present(size_t pi) {
   spdlog::info("peer {} is back", transport_.peers()[pi].id);
 }
 
-Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live* live) {
+void NeighborExchange::dispatch(peers::Incoming& in) {
   const auto& h = in.header;
   size_t pi = peer_index(in.peer);
-  if (pi == transport_.peers().size()) return Status::ok();  // the transport knows only peers
+  if (pi == transport_.peers().size()) return;  // the transport knows only peers
+  const bool joining = state_.fetching();
+  if (joining && h.kind == proto::Kind::kModelChunk) {
+    newest_[pi] = std::max(newest_[pi], h.round + 1);
+    // Early rounds of a cluster that starts: kept for when this node runs them. Later
+    // ones belong to a cluster this node will take the state of, and skip past.
+    if (h.round >= limits_.max_rounds_ahead) return;
+  }
+  const uint64_t next_round = joining ? 0 : next_round_;
+  Live* live = joining ? nullptr : live_;
   if (h.kind == proto::Kind::kBye) {
     mark_absent(pi, "shut down");
     left_[pi] = true;
@@ -146,20 +167,19 @@ Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live
       size_t s = live->source_of(in.peer);
       if (s < live->sources.size() && live->received[s] < live->numel) live->left[s] = true;
     }
-    return Status::ok();
+    return;
   }
-  // Heard, but not a sign that the peer takes part in rounds again.
-  if (h.kind == proto::Kind::kHeartbeat) return Status::ok();
-  if (state_.serve(in, ever_delivered_[pi] || absent_[pi])) return Status::ok();
+  // Heard (the transport notes when), but not a sign that the peer takes part in
+  // rounds again.
+  if (h.kind == proto::Kind::kHeartbeat) return;
   mark_present(pi);
-  if (h.kind == proto::Kind::kHello) return Status::ok();
-  if (h.kind == proto::Kind::kCopyRequest && public_copies_) {
-    copy_requested_[pi] = true;
-    return Status::ok();
-  }
-  if (h.kind != proto::Kind::kModelChunk) {  // a peer configured for another strategy
-    transport_.note_dropped(in.peer, fmt::format("a {} message, which gossip does not use", proto::kind_name(h.kind)));
-    return Status::ok();
+  if (h.kind == proto::Kind::kHello) return;
+  if (h.kind == proto::Kind::kCopyRequest) {
+    if (public_copies_)
+      copy_requested_[pi] = true;
+    else  // a peer configured for another strategy
+      transport_.note_dropped(in.peer, "a copy-request, which only CHOCO uses");
+    return;
   }
   newest_[pi] = std::max(newest_[pi], h.round + 1);
   if (h.round < next_round && !(live && h.round == live->round)) {
@@ -167,18 +187,20 @@ Status NeighborExchange::dispatch(peers::Incoming& in, uint64_t next_round, Live
     // an absence, so not counted as an error.
     spdlog::debug("late chunk from peer {} for round {} (this node is at round {})", in.peer,
                   h.round, next_round);
-    return Status::ok();
+    return;
   }
-  if (live && h.round == live->round) return consume(in, *live);
+  if (live && h.round == live->round) {
+    if (live->failure) live->failure = consume(in, *live);
+    return;
+  }
   if (h.round - next_round >= limits_.max_rounds_ahead ||
       ahead_bytes_ + in.payload.size() > limits_.max_buffered_bytes) {
     transport_.note_dropped(in.peer, fmt::format("chunk for round {} is too far ahead of round {}",
                                                  h.round, next_round));
-    return Status::ok();
+    return;
   }
   ahead_bytes_ += in.payload.size();
   ahead_[h.round].push_back(std::move(in));
-  return Status::ok();
 }
 
 Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
@@ -254,27 +276,11 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
   return Status::ok();
 }
 
-void NeighborExchange::absorb_while_joining(peers::Incoming& in) {
-  const size_t pi = peer_index(in.peer);
-  if (pi == transport_.peers().size()) return;
-  if (in.header.kind == proto::Kind::kModelChunk) {
-    newest_[pi] = std::max(newest_[pi], in.header.round + 1);
-    // Early rounds of a cluster that starts: kept for when this node runs them. Later
-    // ones belong to a cluster this node will take the state of, and skip past.
-    if (in.header.round >= limits_.max_rounds_ahead) return;
-  }
-  (void)dispatch(in, 0, nullptr);
-}
-
 void NeighborExchange::progress(uint64_t next_round, std::chrono::milliseconds wait) {
   if (transport_.peers().empty()) return;
   beat(next_round);
-  // Bounded, so that a flood of messages cannot keep the worker from its next job.
-  for (int i = 0; i < 64; ++i) {
-    auto in = transport_.recv(i == 0 ? wait : std::chrono::milliseconds(0));
-    if (!in) return;
-    (void)dispatch(*in, next_round, nullptr);
-  }
+  next_round_ = next_round;
+  router_.poll(wait);
 }
 
 Result<NeighborExchange::Delivery> NeighborExchange::receive(
@@ -289,6 +295,12 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   live.left.assign(sources.size(), false);
   live.refused.assign(sources.size(), false);
   live.on_chunk = &on_chunk;
+  next_round_ = round + 1;
+  live_ = &live;
+  struct Unlive {
+    Live*& live;
+    ~Unlive() { live = nullptr; }
+  } unlive{live_};
 
   // What arrived early, then everything older than this round goes.
   if (auto it = ahead_.find(round); it != ahead_.end()) {
@@ -340,8 +352,8 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
     }
     if (!waiting) break;
     if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
-    auto in = transport_.recv(std::chrono::milliseconds(20));
-    if (in) GOSSIP_RETURN_IF_ERROR(dispatch(*in, round + 1, &live).with_context(fmt::format("round {}", round)));
+    router_.poll(std::chrono::milliseconds(20));
+    GOSSIP_RETURN_IF_ERROR(live.failure.with_context(fmt::format("round {}", round)));
   }
 
   // Every source has moved on: this node is behind (it restarted, or was dropped as

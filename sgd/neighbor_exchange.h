@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "compression/codec.h"
-#include "peers/zmq_transport.h"
+#include "peers/router.h"
 #include "proto/status.h"
 #include "sgd/outgoing_model.h"
 #include "sgd/state_transfer.h"
@@ -50,13 +50,16 @@ struct ExchangeLimits {
 
 class NeighborExchange {
  public:
-  // `codec` (may be null) is the one this node decodes besides raw fp32.
-  NeighborExchange(peers::ZmqTransport& transport, const compression::Codec* codec,
+  // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes
+  // to hello, bye, heartbeat, copy-request and model-chunk on `router` (its state
+  // transfer to the join kinds) for its lifetime.
+  NeighborExchange(peers::Router& router, const compression::Codec* codec,
                    compression::ThreadPool* pool, ExchangeLimits limits = {});
 
   void set_layout_fingerprint(uint64_t fingerprint) { layout_ = fingerprint; }
   uint64_t layout_fingerprint() const { return layout_; }
   peers::ZmqTransport& transport() { return transport_; }
+  peers::Router& router() { return router_; }
   StateTransfer& state() { return state_; }
   // After a join: these peers run rounds, so they are waited for with patience (not
   // until the deadline, as nodes that may still be starting are).
@@ -103,25 +106,26 @@ class NeighborExchange {
                            std::chrono::steady_clock::time_point patience,
                            const RoundOptions& options, const ChunkFn& on_chunk);
 
-  // While no round can run yet (a join): keeps what says who is alive and which
-  // rounds the peers are in, and buffers the chunks of a cluster's first rounds.
-  void absorb_while_joining(peers::Incoming& in);
-
   // Between rounds: takes what peers already sent (for `next_round` and later) into
   // the buffer, waiting at most `wait`.
   void progress(uint64_t next_round, std::chrono::milliseconds wait);
 
  private:
   struct Live;  // the round being received
-  // Files one message: into `live` when it belongs to its round, into the buffer
-  // when it is ahead of `next_round`, or away.
-  Status dispatch(peers::Incoming& in, uint64_t next_round, Live* live);
+  // The router's handler: files one message into live_ when it belongs to its round,
+  // into the buffer when it is ahead of next_round_, or away. A message that fails
+  // the live round is kept in live_'s failure. While a join fetches a state (no round
+  // can run yet), it keeps what says who is alive and which rounds the peers are in,
+  // and buffers the chunks of a cluster's first rounds.
+  void dispatch(peers::Incoming& in);
   Status consume(peers::Incoming& in, Live& live);
+  void wait(uint64_t next_round, std::chrono::milliseconds wait);  // polls the router
   size_t peer_index(uint32_t peer) const;
   void mark_absent(size_t pi, const std::string& why);
   void mark_present(size_t pi);
   bool presumed_gone(size_t pi) const;  // left, never heard, or silent for dead_after
 
+  peers::Router& router_;
   peers::ZmqTransport& transport_;
   const compression::Codec* codec_;
   compression::ThreadPool* pool_;
@@ -135,10 +139,13 @@ class NeighborExchange {
   bool public_copies_ = false;
   uint64_t catch_up_round_ = 0;
   std::chrono::steady_clock::time_point last_beat_{};
+  uint64_t next_round_ = 0;  // where dispatch() files what arrives
+  Live* live_ = nullptr;     // during receive()
   StateTransfer state_;
   std::map<uint64_t, std::vector<peers::Incoming>> ahead_;  // by round
   uint64_t ahead_bytes_ = 0;
   std::vector<float> scratch_;
+  peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 
 }  // namespace gossip::sgd

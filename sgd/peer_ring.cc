@@ -40,16 +40,23 @@ std::chrono::milliseconds until(Clock::time_point t) {
 }
 }  // namespace
 
-PeerRing::PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport,
-                   const PeerRingOptions& options)
-    : control_(control),
+PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport, const PeerRingOptions& options)
+    : router_(control),
+      control_(control.transport()),
       transport_(transport),
       options_(options),
-      membership_(control.self(), peer_ids(control), options.elastic && options.admit_joiners),
-      state_(control) {
+      membership_(control.self(), peer_ids(control_), options.elastic && options.admit_joiners),
+      subscription_(control.subscribe({proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
+                                       proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
+                                      [this](peers::Incoming& in) { absorb(in); })) {
+  // Offered to anyone: before the first round nobody has a state, and a node that
+  // asks after it is a restarted one. A node the others left out (alone in its ring)
+  // trains on its own: its state is not the cluster's.
+  if (admits_joiners())
+    state_ = std::make_unique<StateTransfer>(control, [this](uint32_t) { return order().ids.size() > 1; });
   std::random_device entropy;
   token_ = (uint64_t{entropy()} << 32) | entropy();
-  for (const auto& p : control.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
+  for (const auto& p : control_.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
   result_.kind = proto::Kind::kStateChunk;
   announce();
 }
@@ -158,27 +165,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
         fetch_->got += h.numel;
       }
       return;  // late or duplicate copies are harmless
-    case proto::Kind::kHeartbeat:
-      return;
-    case proto::Kind::kStateOffer:
-      if (admits_joiners()) return;  // a late answer to this node's join
-      [[fallthrough]];
-    case proto::Kind::kJoin:
-    case proto::Kind::kStateRequest:
-      if (admits_joiners()) {
-        // Offered to anyone: before the first round nobody has a state, and a node
-        // that asks after it is a restarted one.
-        // A node the others left out (alone in its ring) trains on its own: its
-        // state is not the cluster's.
-        (void)state_.serve(in, order().ids.size() > 1);
-        return;
-      }
-      [[fallthrough]];
-    case proto::Kind::kModelChunk:
-    case proto::Kind::kNcclId:
-    case proto::Kind::kCopyRequest:
-      control_.note_dropped(in.peer, fmt::format("a {} message, but this node averages over the ring",
-                                                 proto::kind_name(h.kind)));
+    default:  // heartbeats: the transport notes when a peer was heard
       return;
   }
 }
@@ -200,9 +187,7 @@ bool PeerRing::interrupted() {
   return membership_.reforming();
 }
 
-void PeerRing::drain(std::chrono::milliseconds wait) {
-  for (auto in = control_.recv(wait); in; in = control_.recv(std::chrono::milliseconds(0))) absorb(*in);
-}
+void PeerRing::drain(std::chrono::milliseconds wait) { router_.poll(wait); }
 
 void PeerRing::progress(uint64_t next_round, size_t, std::chrono::milliseconds wait) {
   next_round_ = next_round;
@@ -228,7 +213,7 @@ Status PeerRing::connect(const CollectiveOptions& options) {
           "ring: peer {} (right) has not told its ring address{} (is it up, with the same strategy and transport?)",
           order().right_id(),
           membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch()) : ""));
-    if (auto in = control_.recv(std::min(until(address_deadline), std::chrono::milliseconds(50)))) absorb(*in);
+    router_.poll(std::min(until(address_deadline), std::chrono::milliseconds(50)));
   }
   const Address right = *right_address();
   auto mismatch = [&](uint64_t theirs) {
@@ -344,7 +329,7 @@ Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadlin
   while (!membership_.ready(Clock::now())) {
     if (cancel && cancel->load()) return Status::closed("rejoin cancelled");
     if (Clock::now() >= deadline) return Status::timeout("rejoin: the ring was still re-forming at the deadline");
-    if (auto in = control_.recv(std::chrono::milliseconds(20))) absorb(*in);
+    router_.poll(std::chrono::milliseconds(20));
   }
   uint64_t members_next = next_round;
   for (const auto& [id, next] : apply_view()) members_next = std::max(members_next, next);
@@ -406,7 +391,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const Coll
     if (cancelled()) return Status::closed("ring: cancelled");
     if (Clock::now() >= options.deadline)
       return Status::timeout(fmt::format("round {}: the ring was still re-forming at the round's deadline", round));
-    if (auto in = control_.recv(std::chrono::milliseconds(20))) absorb(*in);
+    router_.poll(std::chrono::milliseconds(20));
   }
   const auto next_rounds = apply_view();
   const bool completed_elsewhere =
@@ -414,7 +399,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const Coll
   if (completed_elsewhere) {
     const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
     while (fetch_->got < data.size() && Clock::now() < give_up && !cancelled())
-      if (auto in = control_.recv(std::min(until(give_up), std::chrono::milliseconds(20)))) absorb(*in);
+      router_.poll(std::min(until(give_up), std::chrono::milliseconds(20)));
     if (fetch_->got == data.size()) {
       std::copy(fetched_.begin(), fetched_.end(), data.begin());
       std::vector<float>().swap(fetched_);  // a model's worth, needed again only after another break

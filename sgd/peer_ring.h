@@ -24,7 +24,7 @@
 #include <string>
 
 #include "peers/ring_channel.h"
-#include "peers/zmq_transport.h"
+#include "peers/router.h"
 #include "sgd/all_reduce.h"
 #include "sgd/outgoing_model.h"
 #include "sgd/ring_all_reduce.h"
@@ -48,9 +48,10 @@ struct PeerRingOptions {
 
 class PeerRing final : public AllReduce {
  public:
-  // `control` and `transport` must outlive this object.
-  PeerRing(peers::ZmqTransport& control, peers::RingTransport& transport,
-           const PeerRingOptions& options);
+  // `control` and `transport` must outlive this object. Subscribes to hello, bye,
+  // heartbeat, ring-address, ring-probe and state-chunk on `control` (and, where it
+  // admits joiners, its state transfer to the join kinds).
+  PeerRing(peers::Router& control, peers::RingTransport& transport, const PeerRingOptions& options);
   ~PeerRing() override;
 
   Status all_reduce_mean(std::span<float> data, uint64_t round,
@@ -64,7 +65,7 @@ class PeerRing final : public AllReduce {
   // Rejoining (options.admit_joiners): the state this node offers to a restarted (or
   // left out) peer, published by the owner after every round, and fetched by such a node.
   bool admits_joiners() const { return options_.elastic && options_.admit_joiners; }
-  StateTransfer& state() { return state_; }
+  StateTransfer& state() { return *state_; }  // admits_joiners() only
   // After a restarted or left-out node fetched a state for `next_round`: asks back into the ring
   // and returns the members' next round (later when they went on meanwhile: the
   // caller then fetches again, a state they hold while they wait for this node).
@@ -74,8 +75,6 @@ class PeerRing final : public AllReduce {
   // past --dead-after, say) and it runs rounds alone. Like a restarted node, it can
   // fetch a member's state and rejoin() (admitted joiners only).
   bool left_out() const { return admits_joiners() && started_ && membership_.alone(); }
-  // What arrives while a restarted node fetches its state.
-  void absorb_while_joining(const peers::Incoming& in) { absorb(in); }
 
  private:
   // A peer's last ring-address: where its ring listens, for which view.
@@ -86,7 +85,7 @@ class PeerRing final : public AllReduce {
     uint64_t view = 0;
   };
   void announce();  // tells the left neighbor our ring port
-  void absorb(const peers::Incoming& in);
+  void absorb(const peers::Incoming& in);  // the router's handler
   void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`
   void drop_channel();  // now, or when the operation in flight returns
   bool interrupted();   // elastic: reads the control channel during a ring wait; true once re-forming
@@ -105,6 +104,7 @@ class PeerRing final : public AllReduce {
   Status finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options, bool* took);
   void keep_result(std::span<float> data, uint64_t round);
 
+  peers::Router& router_;
   peers::ZmqTransport& control_;
   peers::RingTransport& transport_;
   PeerRingOptions options_;
@@ -142,7 +142,8 @@ class PeerRing final : public AllReduce {
   std::optional<Fetch> fetch_;
   std::vector<float> fetched_;  // its values, allocated when the first chunk arrives
   uint64_t jump_to_ = 0;        // the next round after taking a later round's result
-  StateTransfer state_;
+  std::unique_ptr<StateTransfer> state_;  // admits_joiners() only
+  peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 
 }  // namespace gossip::sgd

@@ -19,6 +19,14 @@ constexpr auto kTransferSilence = std::chrono::seconds(10);
 
 }  // namespace
 
+StateTransfer::StateTransfer(peers::Router& router, std::function<bool(uint32_t)> took_part)
+    : router_(router),
+      transport_(router.transport()),
+      took_part_(std::move(took_part)),
+      subscription_(router.subscribe({proto::Kind::kJoin, proto::Kind::kStateRequest, proto::Kind::kStateOffer,
+                                      proto::Kind::kStateChunk, proto::Kind::kBye},
+                                     [this](peers::Incoming& in) { on_message(in); })) {}
+
 void StateTransfer::publish(std::span<const float> model, uint64_t next_round, uint64_t step,
                             double weight, uint64_t layout, uint64_t chunk_elems) {
   // Fresh buffers each time: ZeroMQ may still hold the last ones for a joiner.
@@ -50,71 +58,117 @@ void StateTransfer::send_offer(uint32_t peer, bool with_state) {
   if (Status st = transport_.send(peer, h); !st) spdlog::warn("state offer to peer {}: {}", peer, st.message());
 }
 
-bool StateTransfer::serve(const peers::Incoming& in, bool took_part) {
+void StateTransfer::on_message(peers::Incoming& in) {
   switch (in.header.kind) {
-    case proto::Kind::kJoin:
+    case proto::Kind::kJoin: {
+      const bool took_part = took_part_(in.peer);
       spdlog::info("peer {} {}: offering {}", in.peer, took_part ? "rejoins" : "starts",
                    took_part && has_state() ? fmt::format("the model before round {}", next_round_)
                                             : std::string("nothing"));
       send_offer(in.peer, took_part);
-      return true;
+      return;
+    }
     case proto::Kind::kStateRequest:
       send_offer(in.peer, true);
-      if (!has_state()) return true;
+      if (!has_state()) return;
       spdlog::info("sending peer {} the model before round {} ({} chunks)", in.peer, next_round_,
                    snapshot_.chunks.size());
       if (Status st = snapshot_.send(transport_, in.peer, layout_, weight_); !st)
         spdlog::warn("state for peer {}: {}", in.peer, st.message());
-      return true;
+      return;
     case proto::Kind::kStateOffer:
+      // Outside a join: an answer that came after its join was over.
+      if (fetch_) on_offer(in);
+      return;
     case proto::Kind::kStateChunk:
-      return true;  // an answer that came after its join was over
+      if (fetch_ && fetch_->from == in.peer) on_chunk(in);
+      return;
+    case proto::Kind::kBye:
+      if (fetch_ && fetch_->from == in.peer && fetch_->failure)
+        fetch_->failure = Status::closed(
+            fmt::format("shut down after {} of {} elements", fetch_->received, fetch_->numel));
+      return;
     default:
-      return false;
+      return;
   }
 }
 
-Result<std::optional<NodeState>> StateTransfer::fetch(
-    size_t numel, uint64_t layout, const JoinOptions& options,
-    const std::function<void(peers::Incoming&)>& other) {
+void StateTransfer::on_offer(const peers::Incoming& in) {
+  Fetch& f = *fetch_;
+  const auto& h = in.header;
+  if (f.from) {  // downloading: the offer that the chunks of our request belong to
+    if (in.peer != *f.from || f.offered || !f.failure) return;
+    if (h.round == 0) {
+      f.failure = Status::not_found("it no longer has a state");
+      return;
+    }
+    f.offered = true;
+    f.state.round = h.round;
+    f.state.step = h.offset;
+    return;
+  }
+  const JoinOptions& options = *f.options;
+  f.answered.insert(in.peer);
+  if (h.round == 0) return;
+  running_.push_back(in.peer);
+  if (h.round <= options.min_round) return;
+  if (!options.only.empty() && std::find(options.only.begin(), options.only.end(), in.peer) == options.only.end())
+    return;
+  if (f.layout != 0 && h.layout != 0 && h.layout != f.layout) {
+    spdlog::warn("peer {} offers the state of another model (layout {:016x}, ours {:016x}): not taken", in.peer,
+                 h.layout, f.layout);
+    return;
+  }
+  f.offers.push_back({in.peer, h.round, h.offset, h.layout});
+}
+
+void StateTransfer::on_chunk(const peers::Incoming& in) {
+  Fetch& f = *fetch_;
+  const auto& h = in.header;
+  if (!f.failure || !f.offered || h.round != f.state.round) return;  // a transfer we did not ask for
+  if (f.layout != 0 && h.layout != f.layout) {
+    f.failure = Status::mismatch(fmt::format("its model has layout {:016x}, ours {:016x}", h.layout, f.layout));
+    return;
+  }
+  if (h.seq != f.next_seq || h.offset != f.received || h.numel > f.numel - f.received) {
+    f.failure = Status::protocol(fmt::format("chunk {} covers [{}, {}), expected chunk {} from {} of {}", h.seq,
+                                             h.offset, h.offset + h.numel, f.next_seq, f.received, f.numel));
+    return;
+  }
+  std::memcpy(f.state.model.data() + f.received, in.payload.data(), h.numel * sizeof(float));
+  f.received += h.numel;
+  ++f.next_seq;
+  f.state.weight = h.weight;
+}
+
+Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t layout, const JoinOptions& options) {
   running_.clear();
   const auto& peers = transport_.peers();
   if (peers.empty()) return std::optional<NodeState>();
+  fetch_.emplace();
+  struct End {
+    std::optional<Fetch>& f;
+    ~End() { f.reset(); }
+  } end{fetch_};
+  fetch_->numel = numel;
+  fetch_->layout = layout;
+  fetch_->options = &options;
   proto::Header join;
   join.kind = proto::Kind::kJoin;
   join.from = transport_.self();
   join.layout = layout;
   for (const auto& p : peers) (void)transport_.send(p.id, join);
 
-  std::vector<Offer> offers;
-  std::set<uint32_t> answered;
   const auto offers_end = std::min(options.deadline, Clock::now() + options.offer_wait);
-  while (answered.size() < peers.size() && Clock::now() < offers_end) {
+  while (fetch_->answered.size() < peers.size() && Clock::now() < offers_end) {
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (options.tick) options.tick();
-    auto in = transport_.recv(std::chrono::milliseconds(20));
-    if (!in) continue;
-    const auto& h = in->header;
-    if (h.kind != proto::Kind::kStateOffer) {
-      if (!serve(*in)) other(*in);
-      continue;
-    }
-    answered.insert(in->peer);
-    if (h.round == 0) continue;
-    running_.push_back(in->peer);
-    if (h.round <= options.min_round) continue;
-    if (!options.only.empty() && std::find(options.only.begin(), options.only.end(), in->peer) == options.only.end())
-      continue;
-    if (layout != 0 && h.layout != 0 && h.layout != layout) {
-      spdlog::warn("peer {} offers the state of another model (layout {:016x}, ours {:016x}): not taken",
-                   in->peer, h.layout, layout);
-      continue;
-    }
-    offers.push_back({in->peer, h.round, h.offset, h.layout});
+    router_.poll(std::chrono::milliseconds(20));
   }
+  std::vector<Offer> offers = std::move(fetch_->offers);
   if (offers.empty()) {
     spdlog::info("join: {} of {} peers answered, none with a state newer than round {}",
-                 answered.size(), peers.size(), options.min_round);
+                 fetch_->answered.size(), peers.size(), options.min_round);
     return std::optional<NodeState>();
   }
   // The freshest first; among equals the lowest id, so that joiners spread no load
@@ -124,7 +178,7 @@ Result<std::optional<NodeState>> StateTransfer::fetch(
   });
   std::string failures;
   for (const auto& o : offers) {
-    auto state = download(o, numel, layout, options, other);
+    auto state = download(o);
     if (state) return std::optional<NodeState>(std::move(state).value());
     spdlog::warn("join: the state of peer {} did not arrive: {}", o.peer, state.status().message());
     failures += fmt::format("{}peer {}: {}", failures.empty() ? "" : "; ", o.peer, state.status().message());
@@ -133,68 +187,42 @@ Result<std::optional<NodeState>> StateTransfer::fetch(
   return Status::timeout("join: no peer that offered its state delivered it (" + failures + ")");
 }
 
-Result<NodeState> StateTransfer::download(const Offer& offer, size_t numel, uint64_t layout,
-                                          const JoinOptions& options,
-                                          const std::function<void(peers::Incoming&)>& other) {
+Result<NodeState> StateTransfer::download(const Offer& offer) {
+  Fetch& f = *fetch_;
+  const JoinOptions& options = *f.options;
+  f.from = offer.peer;
+  f.offered = false;
+  f.received = 0;
+  f.next_seq = 0;
+  f.failure = Status::ok();
+  f.state = NodeState{};
+  f.state.from = offer.peer;
+  f.state.model.assign(f.numel, 0.0f);
   proto::Header req;
   req.kind = proto::Kind::kStateRequest;
   req.from = transport_.self();
-  req.layout = layout;
+  req.layout = f.layout;
   GOSSIP_RETURN_IF_ERROR(transport_.send(offer.peer, req));
 
-  NodeState state;
-  state.from = offer.peer;
-  state.model.assign(numel, 0.0f);
-  bool offered = false;  // the peer's answer starts with the offer its chunks belong to
-  uint64_t received = 0;
-  uint64_t next_seq = 0;
-  auto last_heard = Clock::now();
+  // Silence is counted from the request: the peer's every message (heartbeats too)
+  // says it is alive.
+  const auto asked = Clock::now();
   while (true) {
+    if (!f.failure) return f.failure;
+    if (f.offered && f.received == f.numel) return std::move(f.state);
     const auto now = Clock::now();
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (now >= options.deadline)
-      return Status::timeout(fmt::format("{} of {} elements by the deadline", received, numel));
-    if (now - last_heard > kTransferSilence)
+      return Status::timeout(fmt::format("{} of {} elements by the deadline", f.received, f.numel));
+    const auto silent = std::min<uint64_t>(
+        transport_.traffic().silent_ms(offer.peer),
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - asked).count());
+    if (silent > static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(kTransferSilence).count()))
       return Status::timeout(fmt::format("silent for {} s after {} of {} elements",
                                          std::chrono::duration_cast<std::chrono::seconds>(kTransferSilence).count(),
-                                         received, numel));
+                                         f.received, f.numel));
     if (options.tick) options.tick();
-    auto in = transport_.recv(std::chrono::milliseconds(20));
-    if (!in) continue;
-    const auto& h = in->header;
-    if (in->peer != offer.peer) {
-      if (h.kind == proto::Kind::kStateOffer || h.kind == proto::Kind::kStateChunk) continue;
-      if (!serve(*in)) other(*in);
-      continue;
-    }
-    last_heard = Clock::now();
-    switch (h.kind) {
-      case proto::Kind::kBye:
-        return Status::closed(fmt::format("shut down after {} of {} elements", received, numel));
-      case proto::Kind::kStateOffer:
-        if (offered) continue;
-        if (h.round == 0) return Status::not_found("it no longer has a state");
-        offered = true;
-        state.round = h.round;
-        state.step = h.offset;
-        continue;
-      case proto::Kind::kStateChunk: {
-        if (!offered || h.round != state.round) continue;  // a transfer we did not ask for
-        if (layout != 0 && h.layout != layout)
-          return Status::mismatch(fmt::format("its model has layout {:016x}, ours {:016x}", h.layout, layout));
-        if (h.seq != next_seq || h.offset != received || h.numel > numel - received)
-          return Status::protocol(fmt::format("chunk {} covers [{}, {}), expected chunk {} from {} of {}",
-                                              h.seq, h.offset, h.offset + h.numel, next_seq, received, numel));
-        std::memcpy(state.model.data() + received, in->payload.data(), h.numel * sizeof(float));
-        received += h.numel;
-        ++next_seq;
-        state.weight = h.weight;
-        if (received == numel) return state;
-        continue;
-      }
-      default:
-        if (!serve(*in)) other(*in);
-    }
+    router_.poll(std::chrono::milliseconds(20));
   }
 }
 

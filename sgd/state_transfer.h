@@ -10,17 +10,18 @@
 //   state-request   ──────────►    (to the freshest offer only)
 //                   ◄──────────    state-offer, then state-chunks (raw fp32)
 //
-// Owned by the sync worker's thread, like the transport it sends on.
+// Owned by the sync worker's thread, like the router it subscribes to.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
-#include "peers/zmq_transport.h"
+#include "peers/router.h"
 #include "proto/status.h"
 #include "sgd/outgoing_model.h"
 
@@ -49,24 +50,23 @@ struct JoinOptions {
 
 class StateTransfer {
  public:
-  explicit StateTransfer(peers::ZmqTransport& transport) : transport_(transport) {}
+  // Answers joins and state requests from `router` for its lifetime. The state is
+  // offered to a joiner only when took_part(joiner): a peer that is merely slow to
+  // start must begin from the common initial model, not from this node's.
+  StateTransfer(peers::Router& router, std::function<bool(uint32_t peer)> took_part);
 
   // After every completed round: the state this node offers to joiners.
   void publish(std::span<const float> model, uint64_t next_round, uint64_t step, double weight,
                uint64_t layout, uint64_t chunk_elems);
   bool has_state() const { return next_round_ > 0; }
 
-  // Answers join and state-request messages; false for any other kind. The state is
-  // offered only to a peer that `took_part` (this node mixed with it or gave up on
-  // it): one that is merely slow to start must begin from the common initial model.
-  bool serve(const peers::Incoming& in, bool took_part = false);
-
   // The joiner's side, for a model of `numel` elements and layout `layout`: the
   // freshest state a peer offers, or nullopt when none has one (a cluster that
   // starts). A peer that fails mid-transfer is replaced by the next offer. Messages
-  // of other kinds that arrive meanwhile go to `other`.
-  Result<std::optional<NodeState>> fetch(size_t numel, uint64_t layout, const JoinOptions& options,
-                                         const std::function<void(peers::Incoming&)>& other);
+  // of other kinds that arrive meanwhile go to their subscribers, which can ask
+  // fetching() to tell a join from a round.
+  Result<std::optional<NodeState>> fetch(size_t numel, uint64_t layout, const JoinOptions& options);
+  bool fetching() const { return fetch_.has_value(); }
 
   // Peers whose offer said they run rounds (filled by fetch).
   const std::vector<uint32_t>& running_peers() const { return running_; }
@@ -78,18 +78,37 @@ class StateTransfer {
     uint64_t step = 0;
     uint64_t layout = 0;
   };
+  // A join in progress: the offers heard, then the download of one.
+  struct Fetch {
+    size_t numel = 0;
+    uint64_t layout = 0;
+    const JoinOptions* options = nullptr;
+    std::vector<Offer> offers;
+    std::set<uint32_t> answered;
+    std::optional<uint32_t> from;  // the peer being downloaded from
+    bool offered = false;          // its answer starts with the offer its chunks belong to
+    uint64_t received = 0;
+    uint64_t next_seq = 0;
+    NodeState state;
+    Status failure;  // of the download
+  };
+  void on_message(peers::Incoming& in);  // the router's handler
+  void on_offer(const peers::Incoming& in);
+  void on_chunk(const peers::Incoming& in);
   void send_offer(uint32_t peer, bool with_state);
-  Result<NodeState> download(const Offer& offer, size_t numel, uint64_t layout,
-                             const JoinOptions& options,
-                             const std::function<void(peers::Incoming&)>& other);
+  Result<NodeState> download(const Offer& offer);
 
+  peers::Router& router_;
   peers::ZmqTransport& transport_;
+  std::function<bool(uint32_t)> took_part_;
   OutgoingModel snapshot_;  // raw fp32 chunks, shared with ZeroMQ while they are sent
   uint64_t next_round_ = 0;
   uint64_t step_ = 0;
   double weight_ = 1.0;
   uint64_t layout_ = 0;
   std::vector<uint32_t> running_;
+  std::optional<Fetch> fetch_;
+  peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 
 }  // namespace gossip::sgd

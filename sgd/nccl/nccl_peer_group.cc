@@ -10,11 +10,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-NcclPeerGroup::NcclPeerGroup(peers::ZmqTransport& control, int device, size_t staging_bytes)
-    : control_(control), device_(device), staging_bytes_(staging_bytes) {
+NcclPeerGroup::NcclPeerGroup(peers::Router& control, int device, size_t staging_bytes)
+    : router_(control),
+      control_(control.transport()),
+      device_(device),
+      staging_bytes_(staging_bytes),
+      subscription_(control.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kNcclId},
+                                      [this](peers::Incoming& in) { absorb(in); })) {
   std::vector<uint32_t> ids;
-  for (const auto& p : control.peers()) ids.push_back(p.id);
-  order_ = ring_order(control.self(), ids);
+  for (const auto& p : control_.peers()) ids.push_back(p.id);
+  order_ = ring_order(control_.self(), ids);
 }
 
 void NcclPeerGroup::set_layout_fingerprint(uint64_t fingerprint) {
@@ -27,8 +32,8 @@ void NcclPeerGroup::absorb(const peers::Incoming& in) {
   const proto::Header& h = in.header;
   if (h.kind == proto::Kind::kHello || h.kind == proto::Kind::kBye) return;
   if (h.kind != proto::Kind::kNcclId || in.peer != order_.ids[0] || in.payload.size() != proto::kNcclIdBytes) {
-    control_.note_dropped(in.peer, fmt::format("a {} message, which the nccl all-reduce does not use here",
-                                               proto::kind_name(h.kind)));
+    control_.note_dropped(in.peer, fmt::format("an nccl-id message from peer {}, which is not rank 0 here",
+                                               in.peer));
     return;
   }
   if (offer_ && offer_->generation >= h.round) return;  // an older id, overtaken
@@ -40,7 +45,7 @@ void NcclPeerGroup::absorb(const peers::Incoming& in) {
 }
 
 void NcclPeerGroup::progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) {
-  for (auto in = control_.recv(wait); in; in = control_.recv(std::chrono::milliseconds(0))) absorb(*in);
+  router_.poll(wait);
   if (comm_) comm_->progress(next_round, numel, std::chrono::milliseconds(0));
 }
 

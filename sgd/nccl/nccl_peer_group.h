@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 
-#include "peers/zmq_transport.h"
+#include "peers/router.h"
 #include "sgd/all_reduce.h"
 #include "sgd/nccl/nccl_all_reduce.h"
 #include "sgd/ring_schedule.h"
@@ -21,8 +21,8 @@ namespace gossip::sgd {
 
 class NcclPeerGroup final : public AllReduce {
  public:
-  // `control` must outlive this object.
-  NcclPeerGroup(peers::ZmqTransport& control, int device, size_t staging_bytes);
+  // `control` must outlive this object. Subscribes to hello, bye and nccl-id on it.
+  NcclPeerGroup(peers::Router& control, int device, size_t staging_bytes);
 
   Status all_reduce_mean(std::span<float> data, uint64_t round,
                          const CollectiveOptions& options) override;
@@ -30,9 +30,10 @@ class NcclPeerGroup final : public AllReduce {
   void set_layout_fingerprint(uint64_t fingerprint) override;
 
  private:
-  void absorb(const peers::Incoming& in);
+  void absorb(const peers::Incoming& in);  // the router's handler
   Status join(const CollectiveOptions& options);  // makes comm_ for the next generation
 
+  peers::Router& router_;
   peers::ZmqTransport& control_;
   int device_;
   size_t staging_bytes_;
@@ -46,6 +47,7 @@ class NcclPeerGroup final : public AllReduce {
   };
   std::optional<Offer> offer_;  // the newest id from rank 0
   std::unique_ptr<NcclAllReduce> comm_;
+  peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 
 }  // namespace gossip::sgd

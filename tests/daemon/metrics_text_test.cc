@@ -25,6 +25,7 @@ MetricsSnapshot sample() {
   t.msgs_recv = 4;
   t.dropped = 2;
   s.peers = {{"4", t, 0.25}, {"unknown", {}, std::nullopt}};
+  s.unhandled = {{"ring-probe", 7}, {"hello", 0}};
   return s;
 }
 
@@ -38,7 +39,10 @@ TEST(MetricsText, EveryFamilyIsTypedAndEveryPeerHasItsSamples) {
         "gossipd_payload_bytes_sent_total{peer=\"4\"} 1000\n", "gossipd_payload_bytes_received_total{peer=\"4\"} 900\n",
         "gossipd_messages_sent_total{peer=\"4\"} 5\n", "gossipd_messages_received_total{peer=\"4\"} 4\n",
         "gossipd_messages_dropped_total{peer=\"4\"} 2\n", "gossipd_messages_dropped_total{peer=\"unknown\"} 0\n",
-        "gossipd_peer_silent_seconds{peer=\"4\"} 0.250\n"})
+        "gossipd_peer_silent_seconds{peer=\"4\"} 0.250\n",
+        "# TYPE gossipd_messages_unhandled_total counter\n",
+        "gossipd_messages_unhandled_total{kind=\"ring-probe\"} 7\n",
+        "gossipd_messages_unhandled_total{kind=\"hello\"} 0\n"})
     EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << text;
   EXPECT_EQ(text.find("gossipd_peer_silent_seconds{peer=\"unknown\"}"), std::string::npos)
       << "a peer never heard has no silence to report";

@@ -120,6 +120,13 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   send(node1, {proto::encode_header(spoof), std::string(8, '\0')});  // claims to be node 0
   auto stranger = connect_as("node-9");
   send(stranger, {proto::encode_header(h), std::string(8, '\0')});  // not in the peer list
+  // Valid, but of a kind nothing here handles (no NCCL all-reduce runs): counted and
+  // logged once per kind by the router, not as invalid, and never lost in silence.
+  proto::Header nccl;
+  nccl.kind = proto::Kind::kNcclId;
+  nccl.from = 1;
+  nccl.bytes = proto::kNcclIdBytes;
+  for (int i = 0; i < 2; ++i) send(node1, {proto::encode_header(nccl), std::string(proto::kNcclIdBytes, '\0')});
 
   auto client = connect_to(cluster, 0);
   uint64_t dropped = 0;
@@ -136,6 +143,14 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   std::string log = cluster.log(0);
   EXPECT_NE(log.find("dropped message from peer 1"), std::string::npos) << log;
   EXPECT_NE(log.find("unknown sender 'node-9'"), std::string::npos) << log;
+  const std::string unhandled = "sent a nccl-id message, which nothing on this node handles";
+  for (auto end = std::chrono::steady_clock::now() + 10s;
+       log.find(unhandled) == std::string::npos && std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(50ms))
+    log = cluster.log(0);
+  const auto first = log.find(unhandled);
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find(unhandled, first + 1), std::string::npos) << "logged once per kind: " << log;
   EXPECT_TRUE(cluster.daemon(0).running());
 }
 

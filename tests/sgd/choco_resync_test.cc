@@ -29,6 +29,7 @@ constexpr size_t kNumel = 4096;
 
 struct ChocoNode {
   std::unique_ptr<peers::ZmqTransport> transport;
+  std::unique_ptr<peers::Router> router;
   std::unique_ptr<NeighborExchange> exchange;
   std::unique_ptr<ChocoSgd> choco;
   std::vector<float> x;
@@ -66,10 +67,11 @@ struct Ring3 {
         if (j != i) peers.push_back({j, ep[j], ""});
       ChocoNode& n = nodes[i];
       n.transport = peers::ZmqTransport::create(i, ep[i], peers).value();
+      n.router = std::make_unique<peers::Router>(*n.transport);
       ExchangeLimits limits;
       limits.heartbeat = 100ms;
       limits.dead_after = 5s;  // the stall is found by the patience, as for a slow node
-      n.exchange = std::make_unique<NeighborExchange>(*n.transport, nullptr, nullptr, limits);
+      n.exchange = std::make_unique<NeighborExchange>(*n.router, nullptr, nullptr, limits);
       n.exchange->set_layout_fingerprint(kLayout);
       GossipOptions o;
       o.patience = patience;
@@ -133,6 +135,7 @@ TEST(ChocoResync, APublicCopyIsRefusedWhereChocoDoesNotRunAndACopyRequestIsHande
   const std::string eb = "tcp://127.0.0.1:" + std::to_string(free_port());
   auto a = peers::ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
   auto b = peers::ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
+  peers::Router ra(*a), rb(*b);
   const uint32_t from_a[] = {0};
   auto send_copy = [&](uint64_t round) {
     OutgoingModel m;
@@ -144,21 +147,23 @@ TEST(ChocoResync, APublicCopyIsRefusedWhereChocoDoesNotRunAndACopyRequestIsHande
   RoundOptions o;
   o.deadline = Clock::now() + 5s;
 
-  NeighborExchange dpsgd(*b, nullptr, nullptr);
-  dpsgd.set_layout_fingerprint(kLayout);
-  send_copy(0);
-  auto d = dpsgd.receive(0, from_a, 64, Clock::now() + 3s, o, [](auto...) {});
-  ASSERT_FALSE(d);
-  EXPECT_NE(d.status().message().find("tensor 1"), std::string::npos) << d.status().message();
+  {
+    NeighborExchange dpsgd(rb, nullptr, nullptr);
+    dpsgd.set_layout_fingerprint(kLayout);
+    send_copy(0);
+    auto d = dpsgd.receive(0, from_a, 64, Clock::now() + 3s, o, [](auto...) {});
+    ASSERT_FALSE(d);
+    EXPECT_NE(d.status().message().find("tensor 1"), std::string::npos) << d.status().message();
+  }
 
-  NeighborExchange choco(*b, nullptr, nullptr);
+  NeighborExchange choco(rb, nullptr, nullptr);
   choco.set_layout_fingerprint(kLayout);
   choco.accept_public_copies();
-  NeighborExchange asker(*a, nullptr, nullptr);
+  NeighborExchange asker(ra, nullptr, nullptr);
   asker.request_copy(1, 1);
   send_copy(1);
   size_t got = 0;
-  d = choco.receive(1, from_a, 64, Clock::now() + 3s, o,
+  auto d = choco.receive(1, from_a, 64, Clock::now() + 3s, o,
                     [&](size_t, const proto::Header& h, std::span<const float> v) {
                       EXPECT_EQ(h.tensor, proto::kPublicCopyTensor);
                       got += v.size();

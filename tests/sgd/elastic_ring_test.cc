@@ -14,6 +14,7 @@
 #include "peers/zmq_transport.h"
 #include "sgd/peer_ring.h"
 #include "sgd/ring_membership.h"
+#include "tests/sgd/inbox.h"
 #include "tests/sgd/loopback_port.h"
 
 namespace gossip::sgd {
@@ -155,6 +156,8 @@ constexpr uint64_t kLayout = 0xe1a5;
 
 struct Trio {
   std::unique_ptr<peers::ZmqTransport> t[3];
+  std::unique_ptr<peers::Router> router0;  // node 0's, for its PeerRing
+  std::unique_ptr<Inbox> inbox[3];         // the scripted nodes' (1 and 2)
   Trio() {
     std::string e[3];
     for (auto& x : e) x = "tcp://127.0.0.1:" + std::to_string(free_port());
@@ -164,6 +167,8 @@ struct Trio {
         if (j != i) others.push_back({j, e[j], ""});
       t[i] = peers::ZmqTransport::create(i, e[i], others).value();
     }
+    router0 = std::make_unique<peers::Router>(*t[0]);
+    for (uint32_t i = 1; i < 3; ++i) inbox[i] = std::make_unique<Inbox>(*t[i]);
   }
   void probe(uint32_t from, uint64_t epoch, uint64_t next_round) {
     proto::Header h;
@@ -178,7 +183,7 @@ struct Trio {
   std::optional<peers::Incoming> await(uint32_t at, proto::Kind kind) {
     const auto end = Clock::now() + 10s;
     while (Clock::now() < end)
-      if (auto in = t[at]->recv(50ms); in && in->header.kind == kind) return in;
+      if (auto in = inbox[at]->next(50ms); in && in->header.kind == kind) return in;
     return std::nullopt;
   }
 };
@@ -193,7 +198,7 @@ struct ElasticNode {
     po.elastic = true;
     po.reform_wait = reform_wait;
     po.chunk_bytes = chunk_bytes;
-    ring = std::make_unique<PeerRing>(*trio.t[0], *fabric, po);
+    ring = std::make_unique<PeerRing>(*trio.router0, *fabric, po);
     ring->set_layout_fingerprint(kLayout);
   }
 };
@@ -239,7 +244,7 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   const auto end = Clock::now() + 10s;
   while (received < got.size() && Clock::now() < end) {
     ring.progress(4, x.size(), 20ms);  // node 0 between rounds
-    while (auto in = trio.t[2]->recv(0ms)) {
+    while (auto in = trio.inbox[2]->next(0ms)) {
       if (in->header.kind != proto::Kind::kStateChunk) continue;
       EXPECT_EQ(in->header.round, 3u);
       std::memcpy(got.data() + in->header.offset, in->payload.data(), in->payload.size());
@@ -247,7 +252,7 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
     }
   }
   EXPECT_EQ(got, result);
-  while (auto in = trio.t[1]->recv(0ms))
+  while (auto in = trio.inbox[1]->next(0ms))
     EXPECT_NE(in->header.kind, proto::Kind::kStateChunk) << "node 1 completed the round: it gets no copy";
 }
 

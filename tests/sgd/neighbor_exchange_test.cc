@@ -25,11 +25,14 @@ constexpr uint64_t kLayout = 0x1234;
 
 struct Pair {
   std::unique_ptr<peers::ZmqTransport> a, b;  // node 0 and node 1
+  std::unique_ptr<peers::Router> ra, rb;
   Pair() {
     const std::string ea = "tcp://127.0.0.1:" + std::to_string(free_port());
     const std::string eb = "tcp://127.0.0.1:" + std::to_string(free_port());
     a = peers::ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
     b = peers::ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
+    ra = std::make_unique<peers::Router>(*a);
+    rb = std::make_unique<peers::Router>(*b);
   }
 };
 
@@ -48,7 +51,7 @@ Status send_model(peers::ZmqTransport& t, uint32_t to, uint64_t round, std::vect
 TEST(NeighborExchange, ChunkWithNaNOrInfIsRefusedAndCounted) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     Pair p;
-    NeighborExchange ex(*p.b, nullptr, nullptr);
+    NeighborExchange ex(*p.rb, nullptr, nullptr);
     ex.set_layout_fingerprint(kLayout);
     std::vector<float> x(100, 1.0f);
     x[37] = bad;
@@ -67,7 +70,7 @@ TEST(NeighborExchange, ChunkWithNaNOrInfIsRefusedAndCounted) {
 
 TEST(NeighborExchange, FiniteChunkIsDelivered) {
   Pair p;
-  NeighborExchange ex(*p.b, nullptr, nullptr);
+  NeighborExchange ex(*p.rb, nullptr, nullptr);
   ex.set_layout_fingerprint(kLayout);
   std::vector<float> x(100, 2.5f);
   ASSERT_TRUE(send_model(*p.a, 1, 0, x));
@@ -87,7 +90,7 @@ TEST(NeighborExchange, SilentPeerIsPresumedDeadAfterDeadAfterButAHeartbeatingOne
   ExchangeLimits limits;
   limits.heartbeat = 100ms;
   limits.dead_after = 600ms;
-  NeighborExchange a(*p.a, nullptr, nullptr, limits), b(*p.b, nullptr, nullptr, limits);
+  NeighborExchange a(*p.ra, nullptr, nullptr, limits), b(*p.rb, nullptr, nullptr, limits);
   a.set_layout_fingerprint(kLayout);
   b.set_layout_fingerprint(kLayout);
   const uint32_t from_a[] = {0};
@@ -118,7 +121,7 @@ TEST(NeighborExchange, SilentPeerIsPresumedDeadAfterDeadAfterButAHeartbeatingOne
 
 TEST(NeighborExchange, PeerThatSentALaterRoundIsNotWaitedForAndTheNodeCatchesUp) {
   Pair p;
-  NeighborExchange ex(*p.b, nullptr, nullptr);
+  NeighborExchange ex(*p.rb, nullptr, nullptr);
   ex.set_layout_fingerprint(kLayout);
   ASSERT_TRUE(send_model(*p.a, 1, 7, std::vector<float>(10, 1.0f)));  // node 0 is at round 7
   std::this_thread::sleep_for(200ms);

@@ -1,0 +1,79 @@
+#include "peers/router.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include <spdlog/spdlog.h>
+
+namespace gossip::peers {
+
+Router::Subscription& Router::Subscription::operator=(Subscription&& o) noexcept {
+  if (this != &o) {
+    if (router_) router_->unsubscribe(id_);
+    router_ = o.router_;
+    id_ = o.id_;
+    o.router_ = nullptr;
+  }
+  return *this;
+}
+
+Router::Subscription::~Subscription() {
+  if (router_) router_->unsubscribe(id_);
+}
+
+Router::Subscription Router::subscribe(std::initializer_list<proto::Kind> kinds, Handler handler) {
+  const uint64_t id = next_id_++;
+  auto shared = std::make_shared<Handler>(std::move(handler));
+  for (proto::Kind k : kinds) handlers_[static_cast<size_t>(k)].push_back({id, shared});
+  return Subscription(this, id);
+}
+
+void Router::unsubscribe(uint64_t id) {
+  for (auto& list : handlers_)
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const Entry& e) { return e.id == id; }),
+               list.end());
+}
+
+uint64_t Router::unhandled(proto::Kind kind) const {
+  return transport_.traffic().unhandled(kind);
+}
+
+void Router::dispatch(Incoming& in) {
+  const auto k = static_cast<size_t>(in.header.kind);
+  if (handlers_[k].empty()) {
+    transport_.traffic_counters().count_unhandled(in.header.kind);
+    if (!std::exchange(logged_unhandled_[k], true))
+      spdlog::warn(
+          "peer {} sent a {} message, which nothing on this node handles (logged once per kind, "
+          "counted in gossipd_messages_unhandled_total): do all nodes run the same strategy and "
+          "transport?",
+          in.peer, proto::kind_name(in.header.kind));
+    return;
+  }
+  // A copy of the list: a handler may end a subscription (its own too).
+  std::vector<std::shared_ptr<Handler>> targets;
+  targets.reserve(handlers_[k].size());
+  for (const Entry& e : handlers_[k]) targets.push_back(e.handler);
+  for (size_t i = 0; i + 1 < targets.size(); ++i) {
+    Incoming copy{in.peer, in.header, {}};
+    copy.payload.copy(in.payload);  // shares the buffer: ZeroMQ counts references
+    (*targets[i])(copy);
+  }
+  (*targets.back())(in);
+}
+
+size_t Router::poll(std::chrono::milliseconds wait, size_t max) {
+  assert(!polling_ && "Router::poll from inside a handler");
+  polling_ = true;
+  size_t n = 0;
+  while (n < max) {
+    auto in = transport_.recv(n == 0 ? wait : std::chrono::milliseconds(0));
+    if (!in) break;
+    ++n;
+    dispatch(*in);
+  }
+  polling_ = false;
+  return n;
+}
+
+}  // namespace gossip::peers

@@ -1,0 +1,85 @@
+#pragma once
+// The one reader of the peer socket. Every component that takes messages from peers
+// (the neighbor exchange, state transfer, the ring's rendezvous and membership, the
+// NCCL id exchange, the all-gather) subscribes to the kinds it handles; the router
+// receives each message once (the transport has validated it) and hands it to every
+// subscriber of its kind, in subscription order. A kind nobody subscribed to is
+// counted (gossipd_messages_unhandled_total) and logged once per kind, never dropped
+// in silence.
+//
+// Nothing reads the socket except poll(): a component that waits for a message
+// polls the router in a loop and checks the state its own handlers set. Whoever
+// polls, every subscriber sees what arrived, so a message is never lost to the loop
+// of another component.
+//
+// Owned and used by one thread (the daemon's sync worker), like the transport.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "peers/zmq_transport.h"
+#include "proto/message.h"
+
+namespace gossip::peers {
+
+class Router {
+ public:
+  // Each handler gets a message of its own: several subscribers of one kind see the
+  // same payload (ZeroMQ shares the buffer), and any of them may keep it.
+  using Handler = std::function<void(Incoming&)>;
+
+  explicit Router(ZmqTransport& transport) : transport_(transport) {}
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Sending goes to the transport directly; only receiving goes through the router.
+  ZmqTransport& transport() { return transport_; }
+  const ZmqTransport& transport() const { return transport_; }
+  uint32_t self() const { return transport_.self(); }
+  const std::vector<Peer>& peers() const { return transport_.peers(); }
+
+  // Ends its subscription when destroyed; must not outlive the router.
+  class [[nodiscard]] Subscription {
+   public:
+    Subscription() = default;
+    Subscription(Subscription&& o) noexcept : router_(o.router_), id_(o.id_) { o.router_ = nullptr; }
+    Subscription& operator=(Subscription&& o) noexcept;
+    ~Subscription();
+
+   private:
+    friend class Router;
+    Subscription(Router* router, uint64_t id) : router_(router), id_(id) {}
+    Router* router_ = nullptr;
+    uint64_t id_ = 0;
+  };
+  Subscription subscribe(std::initializer_list<proto::Kind> kinds, Handler handler);
+
+  // Waits at most `wait` for a message, then dispatches it and whatever else has
+  // arrived, up to `max` messages (so that a flood cannot keep the caller from its
+  // deadline). Returns how many it dispatched. Not from inside a handler.
+  size_t poll(std::chrono::milliseconds wait, size_t max = 64);
+
+  // Messages of `kind` that arrived while nobody was subscribed to it.
+  uint64_t unhandled(proto::Kind kind) const;
+
+ private:
+  struct Entry {
+    uint64_t id = 0;
+    std::shared_ptr<Handler> handler;
+  };
+  void dispatch(Incoming& in);
+  void unsubscribe(uint64_t id);
+
+  ZmqTransport& transport_;
+  std::array<std::vector<Entry>, proto::kMaxKind + 1> handlers_;
+  std::array<bool, proto::kMaxKind + 1> logged_unhandled_{};
+  uint64_t next_id_ = 1;
+  bool polling_ = false;
+};
+
+}  // namespace gossip::peers

@@ -1,0 +1,144 @@
+// The router over two real transports on loopback: every subscriber of a kind gets
+// each message, kinds nobody subscribed to are counted and logged once, and a
+// subscription ends with its handle.
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "peers/router.h"
+#include "tests/sgd/loopback_port.h"
+
+namespace gossip::peers {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct Pair {
+  std::unique_ptr<ZmqTransport> a, b;  // node 0 sends, node 1 receives
+  Pair() {
+    const std::string ea = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+    const std::string eb = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+    a = ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
+    b = ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
+  }
+  void send(proto::Kind kind, uint64_t round) {
+    proto::Header h;
+    h.kind = kind;
+    h.from = 0;
+    h.round = round;
+    ASSERT_TRUE(a->send(1, h));
+  }
+  void send_chunk(uint64_t round, std::vector<float> x) {
+    proto::Header h;
+    h.kind = proto::Kind::kModelChunk;
+    h.from = 0;
+    h.round = round;
+    h.numel = x.size();
+    h.bytes = x.size() * sizeof(float);
+    auto buf = std::make_shared<std::vector<std::byte>>(h.bytes);
+    std::memcpy(buf->data(), x.data(), h.bytes);
+    ASSERT_TRUE(a->send_shared(1, h, buf));
+  }
+};
+
+// Polls until `done` or 5 s.
+template <class Done>
+void poll_until(Router& r, Done done) {
+  for (auto end = Clock::now() + 5s; !done() && Clock::now() < end;) r.poll(20ms);
+}
+
+TEST(Router, EverySubscriberOfAKindGetsEachMessageInSubscriptionOrder) {
+  Pair p;
+  Router r(*p.b);
+  std::vector<std::string> calls;
+  std::vector<float> first, second;
+  auto take = [](std::vector<float>& into, Incoming& in) {
+    into.resize(in.payload.size() / sizeof(float));
+    std::memcpy(into.data(), in.payload.data(), in.payload.size());
+  };
+  auto s1 = r.subscribe({proto::Kind::kModelChunk, proto::Kind::kBye}, [&](Incoming& in) {
+    calls.push_back(std::string("first ") + proto::kind_name(in.header.kind));
+    if (in.header.kind == proto::Kind::kModelChunk) take(first, in);
+  });
+  auto s2 = r.subscribe({proto::Kind::kModelChunk}, [&](Incoming& in) {
+    calls.push_back("second model-chunk");
+    take(second, in);
+    in.payload = zmq::message_t();  // the last subscriber may keep it
+  });
+  p.send_chunk(4, {1.5f, -2.0f, 3.25f});
+  p.send(proto::Kind::kBye, 0);
+  poll_until(r, [&] { return calls.size() == 3; });
+  EXPECT_EQ(calls, (std::vector<std::string>{"first model-chunk", "second model-chunk", "first bye"}));
+  EXPECT_EQ(first, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_EQ(second, first) << "both subscribers see the whole payload";
+  EXPECT_EQ(r.unhandled(proto::Kind::kModelChunk), 0u);
+}
+
+TEST(Router, AKindNobodyHandlesIsCountedAndLoggedOncePerKind) {
+  Pair p;
+  Router r(*p.b);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  int hellos = 0;
+  auto s = r.subscribe({proto::Kind::kHello}, [&](Incoming&) { ++hellos; });
+  for (int i = 0; i < 3; ++i) p.send(proto::Kind::kRingProbe, i);
+  p.send(proto::Kind::kHello, 0);
+  poll_until(r, [&] { return hellos == 1 && r.unhandled(proto::Kind::kRingProbe) == 3; });
+  spdlog::default_logger()->sinks().pop_back();
+  EXPECT_EQ(hellos, 1);
+  EXPECT_EQ(r.unhandled(proto::Kind::kRingProbe), 3u) << "counted, every one";
+  EXPECT_EQ(p.b->traffic().unhandled(proto::Kind::kRingProbe), 3u) << "where the metrics read it";
+  EXPECT_EQ(p.b->traffic().peer_totals(0).dropped, 0u) << "valid messages: not counted as invalid";
+  const std::string text = log.str();
+  const auto first = text.find("ring-probe message, which nothing on this node handles");
+  ASSERT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find("ring-probe message", first + 1), std::string::npos) << "logged once: " << text;
+}
+
+TEST(Router, ASubscriptionEndsWithItsHandle) {
+  Pair p;
+  Router r(*p.b);
+  int beats = 0;
+  {
+    auto s = r.subscribe({proto::Kind::kHeartbeat}, [&](Incoming&) { ++beats; });
+    p.send(proto::Kind::kHeartbeat, 0);
+    poll_until(r, [&] { return beats == 1; });
+  }
+  p.send(proto::Kind::kHeartbeat, 1);
+  poll_until(r, [&] { return r.unhandled(proto::Kind::kHeartbeat) == 1; });
+  EXPECT_EQ(beats, 1);
+  EXPECT_EQ(r.unhandled(proto::Kind::kHeartbeat), 1u);
+}
+
+TEST(Router, PollDispatchesAtMostItsLimitAndNothingAfterItsWait) {
+  Pair p;
+  Router r(*p.b);
+  int n = 0;
+  auto s = r.subscribe({proto::Kind::kHeartbeat}, [&](Incoming&) { ++n; });
+  for (int i = 0; i < 10; ++i) p.send(proto::Kind::kHeartbeat, i);
+  poll_until(r, [&] { return n > 0; });  // the first has arrived; wait for the rest
+  std::this_thread::sleep_for(200ms);
+  const int before = n;
+  const size_t got = r.poll(0ms, 3);
+  EXPECT_LE(got, 3u);
+  EXPECT_EQ(n, before + static_cast<int>(got));
+  poll_until(r, [&] { return n == 10; });
+  EXPECT_EQ(n, 10);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(r.poll(100ms), 0u) << "nothing left";
+  EXPECT_GE(Clock::now() - t0, 90ms) << "it waited";
+}
+
+}  // namespace
+}  // namespace gossip::peers
