@@ -10,7 +10,6 @@
 // number of ranges as the codecs get (one per thread) and run on the same pool.
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -70,27 +69,31 @@ int main(int argc, char** argv) {
   CLI::App app{"Codec encode/decode throughput against memcpy"};
   std::string sizes_arg = "1000000,25000000";
   std::string threads_arg = "1,2";
-  std::string codecs_arg =
-      "none,fp16,bf16,int8,qsgd:16,sign,topk:0.01,topk:0.01:approx,randk:0.01";
+  std::string codecs_arg = "none,fp16,bf16,int8,qsgd:16,sign,topk:0.01,topk:0.01:approx,randk:0.01";
   int reps = 9;
   int warmup = 2;
   std::string json_path;
   uint64_t seed = 42;
   app.add_option("--sizes", sizes_arg, "comma-separated element counts");
-  app.add_option("--threads", threads_arg, "comma-separated thread counts (pool size, caller included)");
+  app.add_option("--threads", threads_arg,
+                 "comma-separated thread counts (pool size, caller included)");
   app.add_option("--codecs", codecs_arg, "comma-separated codec specs");
   app.add_option("--reps", reps, "timed repetitions (median reported)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed repetitions first")->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "also write one JSON line per measurement to this file");
   app.add_option("--seed", seed, "data and codec seed");
   std::string isa_arg;
-  app.add_option("--isa", isa_arg, "portable, avx2 or avx512: the codec loops to time (default: the best this CPU has)")
+  app.add_option(
+         "--isa", isa_arg,
+         "portable, avx2 or avx512: the codec loops to time (default: the best this CPU has)")
       ->check(CLI::IsMember({"portable", "avx2", "avx512"}));
   CLI11_PARSE(app, argc, argv);
 
   using gossip::compression::Isa;
   if (!isa_arg.empty()) {
-    const Isa want = isa_arg == "portable" ? Isa::kPortable : isa_arg == "avx2" ? Isa::kAvx2 : Isa::kAvx512;
+    const Isa want = isa_arg == "portable" ? Isa::kPortable
+                     : isa_arg == "avx2"   ? Isa::kAvx2
+                                           : Isa::kAvx512;
     gossip::compression::set_active_isa(want);
     if (gossip::compression::active_isa() != want) {
       std::cerr << "--isa " << isa_arg << ": this CPU has only "
@@ -140,8 +143,9 @@ int main(int argc, char** argv) {
 
     std::printf("\n### n = %llu fp32 (%.1f MB), median of %d after %d warm-up, %s loops\n\n",
                 static_cast<unsigned long long>(n), bytes / 1e6, reps, warmup, isa);
-    std::printf("| codec | threads | encode GB/s | decode GB/s | memcpy GB/s | encode/memcpy | "
-                "decode/memcpy | payload bytes | ratio |\n");
+    std::printf(
+        "| codec | threads | encode GB/s | decode GB/s | memcpy GB/s | encode/memcpy | "
+        "decode/memcpy | payload bytes | ratio |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     std::fflush(stdout);
 
@@ -208,7 +212,8 @@ int main(int argc, char** argv) {
                << ",\"encode_gbs\":" << enc_gbs << ",\"decode_gbs\":" << dec_gbs
                << ",\"memcpy_s\":" << memcpy_s << ",\"memcpy_gbs\":" << memcpy_gbs
                << ",\"payload_bytes\":" << out.size() << ",\"rel_l2_err\":" << rel_err
-               << ",\"reps\":" << reps << ",\"warmup\":" << warmup << ",\"isa\":\"" << isa << "\"}\n";
+               << ",\"reps\":" << reps << ",\"warmup\":" << warmup << ",\"isa\":\"" << isa
+               << "\"}\n";
           json.flush();
         }
       }

@@ -1,11 +1,5 @@
 #include "cli/cluster.h"
 
-#include "cli/consensus.h"
-#include "cli/evaluations.h"
-#include "compression/codec_spec.h"
-#include "peers/mixing_matrix.h"
-#include "peers/topology.h"
-
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -28,10 +22,15 @@
 #include <optional>
 #include <thread>
 
+#include "cli/consensus.h"
+#include "cli/evaluations.h"
 #include "cli/json.h"
 #include "cli/process.h"
 #include "cli/progress.h"
 #include "cli/run_files.h"
+#include "compression/codec_spec.h"
+#include "peers/mixing_matrix.h"
+#include "peers/topology.h"
 
 namespace gossip::cli {
 namespace {
@@ -45,11 +44,13 @@ constexpr size_t kLogTailLines = 5;
 constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
 constexpr double kAccuracyAgreement = 1e-3;
 
-const std::vector<std::string> kStrategies = {"local-sgd", "gossip", "choco", "push-sum",
-                                              "async-gossip", "allreduce"};
+const std::vector<std::string> kStrategies = {"local-sgd", "gossip",       "choco",
+                                              "push-sum",  "async-gossip", "allreduce"};
 
 // The strategies that average over all nodes (an all-reduce) rather than gossip.
-bool averages_all(const std::string& strategy) { return strategy == "local-sgd" || strategy == "allreduce"; }
+bool averages_all(const std::string& strategy) {
+  return strategy == "local-sgd" || strategy == "allreduce";
+}
 const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
                                              "error", "critical", "off"};
@@ -370,7 +371,8 @@ class ClusterRun {
   std::optional<Failure> start_daemons() {
     const auto endpoint = [&](int node) {
       const auto i = static_cast<size_t>(node);
-      return fmt::format("tcp://{}:{}", options_.hosts.empty() ? "127.0.0.1" : options_.hosts[i], ports_[i]);
+      return fmt::format("tcp://{}:{}", options_.hosts.empty() ? "127.0.0.1" : options_.hosts[i],
+                         ports_[i]);
     };
     for (int i = 0; i < options_.nodes; ++i) {
       std::vector<std::string> prefix;
@@ -437,7 +439,9 @@ class ClusterRun {
     if (options_.evaluations) {
       std::error_code ec;
       fs::create_directories(dir_.file("snapshots"), ec);
-      if (ec) return Failure{fmt::format("cannot create {}: {}", dir_.file("snapshots"), ec.message()), "", ""};
+      if (ec)
+        return Failure{fmt::format("cannot create {}: {}", dir_.file("snapshots"), ec.message()),
+                       "", ""};
     }
     const int64_t remaining_s = std::max<int64_t>(
         1, static_cast<int64_t>(std::ceil(seconds_between(Clock::now(), deadline_))));
@@ -557,9 +561,10 @@ class ClusterRun {
       std::error_code ec;
       if (!fs::exists(paths.back(), ec)) {
         // A trainer other than gossip-train need not save its model.
-        spdlog::warn("{} did not save its final model ({}): no consensus distance, and the "
-                     "average model's accuracy is what the trainers report",
-                     trainers_[static_cast<size_t>(i)].name, paths.back());
+        spdlog::warn(
+            "{} did not save its final model ({}): no consensus distance, and the "
+            "average model's accuracy is what the trainers report",
+            trainers_[static_cast<size_t>(i)].name, paths.back());
         return std::nullopt;
       }
     }
@@ -572,19 +577,22 @@ class ClusterRun {
 
   // Averages the models at `paths` into NAME.model and evaluates it with the trainer
   // program (NAME.json, NAME.log).
-  std::optional<Failure> evaluate_models(const std::vector<std::string>& paths, const std::string& name,
-                                         double& distance, double& accuracy) {
+  std::optional<Failure> evaluate_models(const std::vector<std::string>& paths,
+                                         const std::string& name, double& distance,
+                                         double& accuracy) {
     auto consensus = consensus_of(paths);
     if (!consensus)
-      return Failure{fmt::format("cannot average the models for {}: {}", name, consensus.status().message()),
-                     "", ""};
+      return Failure{
+          fmt::format("cannot average the models for {}: {}", name, consensus.status().message()),
+          "", ""};
     const std::string average = dir_.file(name + ".model");
     if (Status st = write_model(average, consensus->average); !st)
       return Failure{st.message(), "", ""};
     CommandLine cmd(programs_.trainer);
     cmd.add("--evaluate", average).add("--result", dir_.file(name + ".json"));
     std::vector<Member> eval;
-    if (auto f = spawn(eval, "evaluation of the " + name + " model", name + ".log", cmd.take())) return f;
+    if (auto f = spawn(eval, "evaluation of the " + name + " model", name + ".log", cmd.take()))
+      return f;
     Member& m = eval.front();
     const auto e = m.process.wait_until(Clock::now() + std::chrono::seconds(60));
     if (!e || !e->success())
@@ -613,9 +621,10 @@ class ClusterRun {
         continue;
       }
       std::vector<std::string> paths;
-      for (int i = 0; i < options_.nodes; ++i) paths.push_back(snapshot_prefix(i) + std::to_string(r.step) + ".model");
-      if (auto f = evaluate_models(paths, fmt::format("snapshots/average-step-{}", r.step), r.consensus_distance,
-                                   r.accuracy_average))
+      for (int i = 0; i < options_.nodes; ++i)
+        paths.push_back(snapshot_prefix(i) + std::to_string(r.step) + ".model");
+      if (auto f = evaluate_models(paths, fmt::format("snapshots/average-step-{}", r.step),
+                                   r.consensus_distance, r.accuracy_average))
         return f;
     }
     std::error_code ec;
@@ -857,15 +866,17 @@ Status validate_cluster_options(const ClusterOptions& o) {
     auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
     if (!t) return bad("--topology", t.status().message());
     if (o.strategy == "choco" && (*t)->time_varying())
-      return bad("--topology", fmt::format("choco needs a static topology; '{}' changes every round",
-                                           topology_label(o)));
+      return bad("--topology",
+                 fmt::format("choco needs a static topology; '{}' changes every round",
+                             topology_label(o)));
   }
   if (!std::isfinite(o.gamma) || o.gamma < 0 || o.gamma > 1)
     return bad("--gamma", "must be in [0, 1] (0: the codec's default)");
   if (o.delay < 0 || o.delay > 64) return bad("--delay", "must be in 0..64");
   if (o.staleness < 0 || o.staleness > 64) return bad("--staleness", "must be in 0..64");
   if (!o.straggler.empty()) {
-    if (auto s = parse_straggler(o.straggler, o.nodes); !s) return bad("--straggler", s.status().message());
+    if (auto s = parse_straggler(o.straggler, o.nodes); !s)
+      return bad("--straggler", s.status().message());
   }
   if (!std::isfinite(o.patience_s) || o.patience_s <= 0)
     return bad("--patience", "must be a positive number of seconds");

@@ -26,13 +26,13 @@ struct ClusterOptions {
   int post_local = 0;
   std::string outer_optimizer = "none";  // none | nesterov
   std::string codec = "none";            // compression/codec_spec.h; canonicalized by validation
-  std::string transport = "auto";        // local SGD's averaging: auto | tcp | rdma | nccl | allgather
-  std::string topology;                  // gossip family: peers/topology.h; "" the strategy's default
-  double gamma = 0;                      // choco consensus step size; 0: the codec's default
-  int delay = 0;                         // push-sum: rounds a message may be in flight
-  int staleness = 1;                     // async-gossip: rounds ahead of the slowest neighbor
-  std::string straggler;                 // "NODE:FACTOR": that node's trainer runs FACTOR x slower
-  double patience_s = 5;                 // gossip: wait for a silent neighbor at most this long
+  std::string transport = "auto";  // local SGD's averaging: auto | tcp | rdma | nccl | allgather
+  std::string topology;            // gossip family: peers/topology.h; "" the strategy's default
+  double gamma = 0;                // choco consensus step size; 0: the codec's default
+  int delay = 0;                   // push-sum: rounds a message may be in flight
+  int staleness = 1;               // async-gossip: rounds ahead of the slowest neighbor
+  std::string straggler;           // "NODE:FACTOR": that node's trainer runs FACTOR x slower
+  double patience_s = 5;           // gossip: wait for a silent neighbor at most this long
   double outer_lr = 1.0;
   double outer_momentum = 0.9;
   int batch = 64;
@@ -45,7 +45,7 @@ struct ClusterOptions {
   std::string gossipd;        // empty: `gossipd` beside gossipctl
   std::string trainer;        // empty: `gossip-train` beside gossipctl
   std::string log_level = "info";
-  bool evaluations = false;        // evaluations.csv: the average model and consensus at each evaluation
+  bool evaluations = false;  // evaluations.csv: the average model and consensus at each evaluation
   std::vector<std::string> hosts;  // node i's daemon listens on hosts[i]; empty: 127.0.0.1
   std::string netns;               // daemon i runs in network namespace <netns><i> (ip netns exec)
 

@@ -1,9 +1,9 @@
 #include "cli/consensus.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 
 namespace gossip::cli {
 

@@ -13,7 +13,8 @@ std::vector<EvaluationRow> join_evaluations(const std::vector<std::vector<Traine
     for (const TrainerCsvRow& r : rows) by_step[r.step].push_back(&r);
   std::vector<EvaluationRow> out;
   for (const auto& [step, rows] : by_step) {
-    if (rows.size() != nodes.size()) continue;  // a node without this step (or twice) is not comparable
+    if (rows.size() != nodes.size())
+      continue;  // a node without this step (or twice) is not comparable
     EvaluationRow e;
     e.step = step;
     double loss = 0, accuracy = 0, wall = 0;
@@ -37,10 +38,10 @@ std::string evaluations_csv(const std::vector<EvaluationRow>& rows, int nodes) {
       "step,wall_seconds,payload_sent_total,payload_sent_per_node,wire_sent_total,train_loss,"
       "accuracy_nodes_mean,accuracy_average_model,consensus_distance\n";
   for (const EvaluationRow& r : rows) {
-    out += fmt::format("{},{:.3f},{},{:.0f},{},{:.6g},{:.6f},{:.6f},{:.6g}\n", r.step, r.wall_seconds,
-                       r.payload_sent, static_cast<double>(r.payload_sent) / std::max(1, nodes),
-                       r.wire_sent, r.train_loss, r.accuracy_nodes, r.accuracy_average,
-                       r.consensus_distance);
+    out += fmt::format("{},{:.3f},{},{:.0f},{},{:.6g},{:.6f},{:.6f},{:.6g}\n", r.step,
+                       r.wall_seconds, r.payload_sent,
+                       static_cast<double>(r.payload_sent) / std::max(1, nodes), r.wire_sent,
+                       r.train_loss, r.accuracy_nodes, r.accuracy_average, r.consensus_distance);
   }
   return out;
 }

@@ -16,12 +16,12 @@ namespace gossip::cli {
 struct EvaluationRow {
   static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   int64_t step = 0;
-  double wall_seconds = kNaN;     // the slowest node's, since its trainer started
-  uint64_t payload_sent = 0;      // all nodes together, since the start
-  uint64_t wire_sent = 0;         // the same with framing
-  double train_loss = kNaN;       // mean over the nodes of their window's mean loss
-  double accuracy_nodes = kNaN;   // mean of the nodes' own test accuracies
-  double accuracy_average = kNaN; // the average model's
+  double wall_seconds = kNaN;        // the slowest node's, since its trainer started
+  uint64_t payload_sent = 0;         // all nodes together, since the start
+  uint64_t wire_sent = 0;            // the same with framing
+  double train_loss = kNaN;          // mean over the nodes of their window's mean loss
+  double accuracy_nodes = kNaN;      // mean of the nodes' own test accuracies
+  double accuracy_average = kNaN;    // the average model's
   double consensus_distance = kNaN;  // (1/n) sum_i |x_i - mean|^2
 };
 

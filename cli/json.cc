@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <charconv>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 namespace gossip::cli {
 namespace {

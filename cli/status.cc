@@ -36,20 +36,21 @@ std::string ipc_endpoint_of(const std::string& node) {
 }
 
 std::string format_status_table(const NodeStatus& s) {
-  std::string out = fmt::format("node {}  strategy {}  round {}  step {}  trainers {}\n", s.node, s.strategy,
-                                s.round, s.step, s.trainers);
-  out += fmt::format("traffic: sent {} ({} on the wire, {} messages), received {} ({}, {} messages), dropped {}\n",
-                     format_bytes(s.traffic.payload_sent), format_bytes(s.traffic.wire_sent), s.traffic.msgs_sent,
-                     format_bytes(s.traffic.payload_recv), format_bytes(s.traffic.wire_recv), s.traffic.msgs_recv,
-                     s.traffic.dropped);
+  std::string out = fmt::format("node {}  strategy {}  round {}  step {}  trainers {}\n", s.node,
+                                s.strategy, s.round, s.step, s.trainers);
+  out += fmt::format(
+      "traffic: sent {} ({} on the wire, {} messages), received {} ({}, {} messages), dropped {}\n",
+      format_bytes(s.traffic.payload_sent), format_bytes(s.traffic.wire_sent), s.traffic.msgs_sent,
+      format_bytes(s.traffic.payload_recv), format_bytes(s.traffic.wire_recv), s.traffic.msgs_recv,
+      s.traffic.dropped);
   if (s.peers.empty()) return out + "no peers\n";
-  out += fmt::format("{:<6} {:<28} {:>12} {:>12} {:>16} {:>8}  {}\n", "peer", "endpoint", "sent", "received",
-                     "messages out/in", "dropped", "last heard");
+  out += fmt::format("{:<6} {:<28} {:>12} {:>12} {:>16} {:>8}  {}\n", "peer", "endpoint", "sent",
+                     "received", "messages out/in", "dropped", "last heard");
   for (const PeerStatus& p : s.peers) {
     out += fmt::format("{:<6} {:<28} {:>12} {:>12} {:>16} {:>8}  {}\n", p.id, p.endpoint,
                        format_bytes(p.traffic.payload_sent), format_bytes(p.traffic.payload_recv),
-                       fmt::format("{}/{}", p.traffic.msgs_sent, p.traffic.msgs_recv), p.traffic.dropped,
-                       silent_text(p.silent_ms));
+                       fmt::format("{}/{}", p.traffic.msgs_sent, p.traffic.msgs_recv),
+                       p.traffic.dropped, silent_text(p.silent_ms));
   }
   return out;
 }
@@ -58,9 +59,13 @@ std::string format_status_json(const NodeStatus& s, const std::string& endpoint)
   std::string peers = "[";
   for (const PeerStatus& p : s.peers) {
     JsonObjectWriter w;
-    w.add_uint("id", p.id).add_string("endpoint", p.endpoint).add_raw("traffic", traffic_json(p.traffic));
-    if (p.silent_ms) w.add_uint("silent_ms", *p.silent_ms);
-    else w.add_null("silent_ms");
+    w.add_uint("id", p.id)
+        .add_string("endpoint", p.endpoint)
+        .add_raw("traffic", traffic_json(p.traffic));
+    if (p.silent_ms)
+      w.add_uint("silent_ms", *p.silent_ms);
+    else
+      w.add_null("silent_ms");
     peers += (peers.size() > 1 ? ", " : "") + w.str();
   }
   peers += "]";
@@ -94,21 +99,26 @@ int run_status(const StatusOptions& o) {
   }
   auto s = (*client)->status();
   if (!s) {
-    std::fprintf(stderr, "gossipctl status: %s: %s\n", endpoint.c_str(), s.status().message().c_str());
+    std::fprintf(stderr, "gossipctl status: %s: %s\n", endpoint.c_str(),
+                 s.status().message().c_str());
     return kExitFailure;
   }
-  const std::string text = o.json ? format_status_json(*s, endpoint) + "\n" : format_status_table(*s);
+  const std::string text =
+      o.json ? format_status_json(*s, endpoint) + "\n" : format_status_table(*s);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }
 
 Subcommand add_status_command(CLI::App& parent) {
   auto o = std::make_shared<StatusOptions>();
-  CLI::App* app = parent.add_subcommand("status", "What one node's gossipd is doing: round, trainers, traffic per peer");
-  app->add_option("--node", o->node, "The daemon's IPC endpoint (ipc://RUN_DIR/gossipd-ID.sock) or socket path")
+  CLI::App* app = parent.add_subcommand(
+      "status", "What one node's gossipd is doing: round, trainers, traffic per peer");
+  app->add_option("--node", o->node,
+                  "The daemon's IPC endpoint (ipc://RUN_DIR/gossipd-ID.sock) or socket path")
       ->capture_default_str();
   app->add_flag("--json", o->json, "Print one JSON object instead of the table");
-  app->add_option("--timeout", o->timeout_s, "Seconds to wait for the daemon")->capture_default_str();
+  app->add_option("--timeout", o->timeout_s, "Seconds to wait for the daemon")
+      ->capture_default_str();
   return Subcommand{app, [o] { return run_status(*o); }};
 }
 

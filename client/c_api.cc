@@ -1,13 +1,12 @@
 // The C ABI over gossip::Client. Nothing throws across it: Client reports through
 // Status, and the only allocations that can throw are caught here.
-#include "gossip/gossip.h"
-
 #include <cstring>
 #include <new>
 #include <optional>
 #include <string>
 
 #include "gossip/client.h"
+#include "gossip/gossip.h"
 
 struct gossip_client {
   std::unique_ptr<gossip::Client> client;

@@ -1,10 +1,9 @@
 #include "gossip/client.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <fmt/format.h>
 #include <zmq.hpp>
 
 #include "client/shm_mapping.h"
@@ -56,7 +55,8 @@ struct Client::Impl {
       if (!socket.recv(reply, zmq::recv_flags::dontwait))
         return Status::io_error("reply from gossipd vanished");
       auto decoded = ipc::decode(reply.data(), reply.size());
-      if (!decoded) return Status::protocol("bad reply from gossipd: " + decoded.status().message());
+      if (!decoded)
+        return Status::protocol("bad reply from gossipd: " + decoded.status().message());
       if (auto* e = std::get_if<ipc::Error>(&*decoded)) return Status::invalid(e->message);
       if (auto* s = std::get_if<ipc::Shutdown>(&*decoded)) {
         attached = false;
@@ -74,7 +74,8 @@ struct Client::Impl {
     auto r = request(ipc::Sync{steps});
     if (!r) return r.status();
     auto* ok = std::get_if<ipc::SyncOk>(&*r);
-    if (!ok) return Status::protocol(fmt::format("expected sync_ok, got {}", ipc::message_name(*r)));
+    if (!ok)
+      return Status::protocol(fmt::format("expected sync_ok, got {}", ipc::message_name(*r)));
     last_traffic = to_traffic(ok->traffic);
     round = ok->round;
     // The node's step, which moves when an elastic ring takes the node back at the
@@ -91,8 +92,8 @@ Client::~Client() {
   // A courtesy with a short bound: a daemon that is gone must not hold up the
   // trainer's exit, and a live one notices the exit through its pidfd anyway.
   impl_->attached = false;
-  (void)impl_->request(ipc::Detach{}, std::min<std::chrono::milliseconds>(impl_->options.timeout,
-                                                                        std::chrono::milliseconds(1000)));
+  (void)impl_->request(ipc::Detach{}, std::min<std::chrono::milliseconds>(
+                                          impl_->options.timeout, std::chrono::milliseconds(1000)));
 }
 
 Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
@@ -126,14 +127,16 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   auto r = impl_->request(a);
   if (!r) return r.status();
   auto* ok = std::get_if<ipc::AttachOk>(&*r);
-  if (!ok) return Status::protocol(fmt::format("expected attach_ok, got {}", ipc::message_name(*r)));
+  if (!ok)
+    return Status::protocol(fmt::format("expected attach_ok, got {}", ipc::message_name(*r)));
   if (ok->offsets.size() != layout.size())
     return Status::protocol(fmt::format("daemon sent {} tensor offsets for {} tensors",
                                         ok->offsets.size(), layout.size()));
   if (ok->period == 0) return Status::protocol("daemon sent period 0");
   uint64_t numel = proto::padded_numel(a.layout);
   auto offsets = proto::tensor_offsets(a.layout);
-  if (offsets != ok->offsets) return Status::protocol("daemon's tensor offsets differ from the layout's");
+  if (offsets != ok->offsets)
+    return Status::protocol("daemon's tensor offsets differ from the layout's");
   auto mapping = client::ShmMapping::map(ok->arena, ok->slot_offset, numel * sizeof(float));
   if (!mapping) return mapping.status();
 
@@ -144,7 +147,8 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   impl_->steps = ok->step;
   Model m;
   auto* base = reinterpret_cast<float*>(impl_->slot.data());
-  for (size_t i = 0; i < layout.size(); ++i) m.tensors.emplace_back(base + offsets[i], layout[i].numel);
+  for (size_t i = 0; i < layout.size(); ++i)
+    m.tensors.emplace_back(base + offsets[i], layout[i].numel);
   m.initialized = ok->initialized;
   m.start_step = ok->step;
   m.node = ok->node;
@@ -174,7 +178,8 @@ Result<Traffic> Client::traffic() {
   auto r = impl_->request(ipc::StatsRequest{});
   if (!r) return r.status();
   auto* s = std::get_if<ipc::StatsReply>(&*r);
-  if (!s) return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
+  if (!s)
+    return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
   return to_traffic(s->traffic);
 }
 
@@ -182,11 +187,13 @@ Result<NodeStatus> Client::status() {
   auto r = impl_->request(ipc::StatsRequest{});
   if (!r) return r.status();
   auto* s = std::get_if<ipc::StatsReply>(&*r);
-  if (!s) return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
+  if (!s)
+    return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
   NodeStatus out{s->node, s->strategy, s->round, s->step, s->trainers, to_traffic(s->traffic), {}};
   for (const auto& p : s->peers) {
-    out.peers.push_back({p.id, p.endpoint, to_traffic(p.traffic),
-                         p.silent_ms == ipc::kNeverHeard ? std::nullopt : std::optional<uint64_t>(p.silent_ms)});
+    out.peers.push_back(
+        {p.id, p.endpoint, to_traffic(p.traffic),
+         p.silent_ms == ipc::kNeverHeard ? std::nullopt : std::optional<uint64_t>(p.silent_ms)});
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "client/shm_mapping.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,8 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace gossip::client {
 
@@ -25,7 +24,8 @@ Result<ShmMapping> ShmMapping::map(const std::string& name, uint64_t offset, uin
     return Status::protocol(fmt::format("arena {} is {} bytes, smaller than slot end {}", name,
                                         static_cast<uint64_t>(st.st_size), offset + bytes));
   }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  void* p =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   int err = errno;
   ::close(fd);
   if (p == MAP_FAILED)

@@ -1,10 +1,10 @@
 #include "compression/codec.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace gossip::compression {
 
@@ -32,8 +32,8 @@ class NoneCodec final : public Codec {
   Status decode(std::span<const std::byte> in, const CodecContext&,
                 std::span<float> y) const override {
     if (in.size() != y.size_bytes())
-      return Status::protocol(
-          fmt::format("none: payload is {} bytes, {} elements need {}", in.size(), y.size(), y.size_bytes()));
+      return Status::protocol(fmt::format("none: payload is {} bytes, {} elements need {}",
+                                          in.size(), y.size(), y.size_bytes()));
     if (!y.empty()) std::memcpy(y.data(), in.data(), in.size());
     return Status::ok();
   }

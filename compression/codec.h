@@ -55,9 +55,9 @@ enum class ValueType : uint8_t { kF32 = 0, kF16 = 1 };
 std::unique_ptr<Codec> make_none();
 std::unique_ptr<Codec> make_fp16();
 std::unique_ptr<Codec> make_bf16();
-std::unique_ptr<Codec> make_int8(uint32_t block);                 // blockwise absmax scale
+std::unique_ptr<Codec> make_int8(uint32_t block);                    // blockwise absmax scale
 std::unique_ptr<Codec> make_qsgd(uint32_t levels, uint32_t bucket);  // Alistarh et al. 2017
-std::unique_ptr<Codec> make_sign(uint32_t block);                 // EF-signSGD, mean |x| per block
+std::unique_ptr<Codec> make_sign(uint32_t block);  // EF-signSGD, mean |x| per block
 std::unique_ptr<Codec> make_topk(double ratio, bool approximate, ValueType values);
 std::unique_ptr<Codec> make_randk(double ratio, ValueType values);
 

@@ -1,10 +1,10 @@
 #include "compression/codec_spec.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace gossip::compression {
 
@@ -37,7 +37,8 @@ Result<uint32_t> parse_count(std::string_view spec, std::string_view what, std::
   uint32_t v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi)
-    return bad(spec, fmt::format("{} must be an integer in [{}, {}], got '{}'", what, lo, hi, text));
+    return bad(spec,
+               fmt::format("{} must be an integer in [{}, {}], got '{}'", what, lo, hi, text));
   return v;
 }
 

@@ -55,7 +55,8 @@ inline float fp16_to_float(uint16_t h) {
   uint32_t mant = h & 0x3ffu;
   uint32_t normal = ((exp + 112) << 23) | (mant << 13);
   uint32_t inf_nan = 0x7f800000u | (mant << 13);
-  uint32_t denormal = float_bits(static_cast<float>(mant) * 5.9604644775390625e-8f);  // mant * 2^-24
+  uint32_t denormal =
+      float_bits(static_cast<float>(mant) * 5.9604644775390625e-8f);  // mant * 2^-24
   uint32_t r = exp == 0 ? denormal : (exp == 0x1f ? inf_nan : normal);
   return bits_float(sign | r);
 }

@@ -11,12 +11,12 @@
 // refuses NaN updates anyway). The decoder accepts only what the encoder writes:
 // non-negative scales with 127 * scale finite, and values in [-127, 127].
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #ifdef __x86_64__
 #include <immintrin.h>
@@ -414,7 +414,8 @@ class Int8Codec final : public Codec {
       size_t i = lo;
       while (std::isfinite(x[i])) ++i;
       out.clear();
-      return Status::invalid(fmt::format("int8: cannot encode non-finite element {} ({})", i, x[i]));
+      return Status::invalid(
+          fmt::format("int8: cannot encode non-finite element {} ({})", i, x[i]));
     }
     return Status::ok();
   }
@@ -424,8 +425,8 @@ class Int8Codec final : public Codec {
     const size_t n = y.size();
     const size_t nb = blocks(n);
     if (in.size() != 4 * nb + n)
-      return Status::protocol(fmt::format("int8:{}: payload is {} bytes, {} elements need {}", block_,
-                                          in.size(), n, 4 * nb + n));
+      return Status::protocol(fmt::format("int8:{}: payload is {} bytes, {} elements need {}",
+                                          block_, in.size(), n, 4 * nb + n));
     const std::byte* scales = in.data();
     const std::byte* q = in.data() + 4 * nb;
     // Validate everything before writing y, so a bad payload leaves y untouched.
@@ -433,13 +434,15 @@ class Int8Codec final : public Codec {
       const float s = load_f32(scales + 4 * b);
       // Anything the encoder can write: non-negative, and 127 * scale still finite.
       if (std::signbit(s) || !(s * kQmax <= std::numeric_limits<float>::max()))
-        return Status::protocol(fmt::format("int8:{}: block {} has invalid scale {}", block_, b, s));
+        return Status::protocol(
+            fmt::format("int8:{}: block {} has invalid scale {}", block_, b, s));
     }
     uint8_t has_min = 0;
     for (size_t i = 0; i < n; ++i) has_min |= static_cast<uint8_t>(q[i] == std::byte{0x80});
     if (has_min) {
       const size_t i = static_cast<size_t>(std::find(q, q + n, std::byte{0x80}) - q);
-      return Status::protocol(fmt::format("int8:{}: element {} is -128, outside [-127, 127]", block_, i));
+      return Status::protocol(
+          fmt::format("int8:{}: element {} is -128, outside [-127, 127]", block_, i));
     }
     float* dst = y.data();
     const size_t block = block_;

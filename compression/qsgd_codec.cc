@@ -15,13 +15,13 @@
 // with Status::invalid. The decoder needs no seed; it checks the size, that norms
 // are finite and non-negative, levels <= S and zero padding bits.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "compression/bytes.h"
 #include "compression/codec.h"
@@ -45,7 +45,9 @@ void atomic_min(std::atomic<size_t>& target, size_t v) {
 class QsgdCodec final : public Codec {
  public:
   QsgdCodec(uint32_t levels, uint32_t bucket)
-      : levels_(levels), bucket_(bucket), bits_(static_cast<uint32_t>(std::bit_width(levels)) + 1) {}
+      : levels_(levels),
+        bucket_(bucket),
+        bits_(static_cast<uint32_t>(std::bit_width(levels)) + 1) {}
 
   proto::CodecId id() const override { return proto::CodecId::kQsgd; }
   // The bucket is not part of the spec grammar (make_codec fixes it).
@@ -85,12 +87,13 @@ class QsgdCodec final : public Codec {
       const size_t b = static_cast<size_t>(first_bad - bad.begin());
       out.clear();
       if (*first_bad == 2)
-        return Status::invalid(fmt::format(
-            "qsgd:{}: bucket {} (elements {}..) has an L2 norm beyond fp32's range", levels_, b,
-            b * bucket_));
+        return Status::invalid(
+            fmt::format("qsgd:{}: bucket {} (elements {}..) has an L2 norm beyond fp32's range",
+                        levels_, b, b * bucket_));
       size_t i = b * bucket_;
       while (std::isfinite(x[i])) ++i;
-      return Status::invalid(fmt::format("qsgd:{}: cannot encode non-finite element {} ({})", levels_, i, x[i]));
+      return Status::invalid(
+          fmt::format("qsgd:{}: cannot encode non-finite element {} ({})", levels_, i, x[i]));
     }
 
     out.assign(payload_bytes(n), std::byte{0});
@@ -133,19 +136,21 @@ class QsgdCodec final : public Codec {
     const size_t n = y.size();
     const size_t nb = buckets(n);
     if (in.size() != payload_bytes(n))
-      return Status::protocol(fmt::format("qsgd:{}: payload is {} bytes, {} elements need {}", levels_,
-                                          in.size(), n, payload_bytes(n)));
+      return Status::protocol(fmt::format("qsgd:{}: payload is {} bytes, {} elements need {}",
+                                          levels_, in.size(), n, payload_bytes(n)));
     for (size_t b = 0; b < nb; ++b) {
       const float norm = load_f32(in.data() + 4 * b);
       if (!std::isfinite(norm) || std::signbit(norm))
-        return Status::protocol(fmt::format("qsgd:{}: bucket {} has invalid norm {}", levels_, b, norm));
+        return Status::protocol(
+            fmt::format("qsgd:{}: bucket {} has invalid norm {}", levels_, b, norm));
     }
     const std::byte* codes = in.data() + 4 * nb;
     const uint64_t used_bits = static_cast<uint64_t>(n) * bits_;
     if (used_bits % 8 != 0) {
       const auto last = std::to_integer<uint32_t>(codes[used_bits / 8]);
       if (last >> (used_bits % 8) != 0)
-        return Status::protocol(fmt::format("qsgd:{}: padding bits of the last byte are not zero", levels_));
+        return Status::protocol(
+            fmt::format("qsgd:{}: padding bits of the last byte are not zero", levels_));
     }
     const uint64_t level_mask = (uint64_t{1} << (bits_ - 1)) - 1;
 

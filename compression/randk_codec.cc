@@ -17,10 +17,10 @@
 // Values travel unscaled (the receiver scales by n/k, as fp32) so that fp16 values
 // do not overflow by the scaling; non-finite values pass through as they are.
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "compression/codec.h"
 #include "compression/randk_indices.h"
@@ -130,9 +130,8 @@ class RandkCodec final : public Codec {
     GOSSIP_RETURN_IF_ERROR(decode_sparse_values(in, n, k, values_, "randk", vals));
     auto idx = randk_indices(ctx.seed, n, k);
     float* out = y.data();
-    parallel_for(ctx.pool, y.size(), kGrain, [out](size_t b, size_t e) {
-      std::memset(out + b, 0, (e - b) * sizeof(float));
-    });
+    parallel_for(ctx.pool, y.size(), kGrain,
+                 [out](size_t b, size_t e) { std::memset(out + b, 0, (e - b) * sizeof(float)); });
     if (k == 0) return Status::ok();
     const auto scale = static_cast<float>(static_cast<double>(n) / static_cast<double>(k));
     for (size_t i = 0; i < idx.size(); ++i) out[idx[i]] = vals[i] * scale;

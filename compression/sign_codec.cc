@@ -12,11 +12,11 @@
 // (its block's mean would be inf or NaN). The decoder checks the size, that scales
 // are finite and non-negative, and the padding bits.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #ifdef __x86_64__
 #include <immintrin.h>
@@ -326,7 +326,8 @@ class SignCodec final : public Codec {
       size_t i = static_cast<size_t>(first_bad - bad.begin()) * block_;
       while (std::isfinite(x[i])) ++i;
       out.clear();
-      return Status::invalid(fmt::format("sign:{}: cannot encode non-finite element {} ({})", block_, i, x[i]));
+      return Status::invalid(
+          fmt::format("sign:{}: cannot encode non-finite element {} ({})", block_, i, x[i]));
     }
     if (bits_done) return Status::ok();
     // Bytes rather than blocks are the unit here: a block need not be a multiple of
@@ -346,17 +347,19 @@ class SignCodec final : public Codec {
     const size_t n = y.size();
     const size_t nb = blocks(n);
     if (in.size() != payload_bytes(n))
-      return Status::protocol(fmt::format("sign:{}: payload is {} bytes, {} elements need {}", block_,
-                                          in.size(), n, payload_bytes(n)));
+      return Status::protocol(fmt::format("sign:{}: payload is {} bytes, {} elements need {}",
+                                          block_, in.size(), n, payload_bytes(n)));
     const std::byte* scales = in.data();
     const std::byte* bits = in.data() + 4 * nb;
     for (size_t b = 0; b < nb; ++b) {
       const float s = load_f32(scales + 4 * b);
       if (!std::isfinite(s) || std::signbit(s))
-        return Status::protocol(fmt::format("sign:{}: block {} has invalid scale {}", block_, b, s));
+        return Status::protocol(
+            fmt::format("sign:{}: block {} has invalid scale {}", block_, b, s));
     }
     if (n % 8 != 0 && (std::to_integer<uint32_t>(bits[n / 8]) >> (n % 8)) != 0)
-      return Status::protocol(fmt::format("sign:{}: padding bits of the last byte are not zero", block_));
+      return Status::protocol(
+          fmt::format("sign:{}: padding bits of the last byte are not zero", block_));
     float* dst = y.data();
     const size_t block = block_;
     const Isa isa = active_isa();

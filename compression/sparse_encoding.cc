@@ -1,10 +1,10 @@
 #include "compression/sparse_encoding.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "compression/bytes.h"
 #include "compression/half.h"
@@ -69,8 +69,8 @@ class Reader {
   }
 
   Status error(const std::string& what) const {
-    return Status::protocol(fmt::format("{}: sparse payload: {} (at byte {} of {})", who_, what,
-                                        pos_, in_.size()));
+    return Status::protocol(
+        fmt::format("{}: sparse payload: {} (at byte {} of {})", who_, what, pos_, in_.size()));
   }
 
  private:
@@ -111,8 +111,8 @@ Status check_indices(uint64_t n, std::span<const uint64_t> indices, size_t value
         fmt::format("sparse encoding: {} indices but {} values", indices.size(), values));
   for (size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] >= n)
-      return Status::invalid(
-          fmt::format("sparse encoding: index {} at position {} is not below n = {}", indices[i], i, n));
+      return Status::invalid(fmt::format(
+          "sparse encoding: index {} at position {} is not below n = {}", indices[i], i, n));
     if (i > 0 && indices[i] <= indices[i - 1])
       return Status::invalid(fmt::format(
           "sparse encoding: indices not strictly increasing at position {} ({} after {})", i,
@@ -155,7 +155,8 @@ Status read_indices(Reader& r, const SparseHeader& h, std::vector<uint64_t>& ind
   // Bitmap.
   uint64_t bytes = bitmap_index_bytes(h.n);
   if (bytes > r.left())
-    return r.error(fmt::format("bitmap of {} elements needs {} bytes, {} left", h.n, bytes, r.left()));
+    return r.error(
+        fmt::format("bitmap of {} elements needs {} bytes, {} left", h.n, bytes, r.left()));
   const std::byte* bm = r.here();
   uint64_t count = 0;
   uint64_t full = h.n / 8;
@@ -194,7 +195,8 @@ Status read_indices(Reader& r, const SparseHeader& h, std::vector<uint64_t>& ind
 Status check_values_left(const Reader& r, const SparseHeader& h) {
   uint64_t need = h.k * value_bytes(h.values);
   if (r.left() < need)
-    return r.error(fmt::format("truncated values: {} values need {} bytes, {} left", h.k, need, r.left()));
+    return r.error(
+        fmt::format("truncated values: {} values need {} bytes, {} left", h.k, need, r.left()));
   if (r.left() > need)
     return r.error(fmt::format("{} trailing bytes after {} values", r.left() - need, h.k));
   return Status::ok();
@@ -276,12 +278,14 @@ Result<SparseHeader> parse_sparse_header(std::span<const std::byte> in, uint64_t
   uint8_t version = 0, enc = 0, vt = 0;
   GOSSIP_RETURN_IF_ERROR(r.u8(version, "the format version"));
   if (version != kSparseFormatVersion)
-    return r.error(fmt::format("unknown format version {} (expected {})", version, kSparseFormatVersion));
+    return r.error(
+        fmt::format("unknown format version {} (expected {})", version, kSparseFormatVersion));
   GOSSIP_RETURN_IF_ERROR(r.u8(enc, "the index encoding"));
   if (enc > static_cast<uint8_t>(IndexEncoding::kImplicit))
     return r.error(fmt::format("unknown index encoding {}", enc));
   GOSSIP_RETURN_IF_ERROR(r.u8(vt, "the value type"));
-  if (vt > static_cast<uint8_t>(ValueType::kF16)) return r.error(fmt::format("unknown value type {}", vt));
+  if (vt > static_cast<uint8_t>(ValueType::kF16))
+    return r.error(fmt::format("unknown value type {}", vt));
   h.encoding = static_cast<IndexEncoding>(enc);
   h.values = static_cast<ValueType>(vt);
   GOSSIP_RETURN_IF_ERROR(r.varint(h.n, "n"));
@@ -331,9 +335,8 @@ Status decode_sparse_into(std::span<const std::byte> in, ValueType expected_valu
   GOSSIP_RETURN_IF_ERROR(check_values_left(r, *h));
   // Everything checked: now y may be written.
   float* out = y.data();
-  parallel_for(pool, y.size(), size_t{1} << 18, [out](size_t b, size_t e) {
-    std::memset(out + b, 0, (e - b) * sizeof(float));
-  });
+  parallel_for(pool, y.size(), size_t{1} << 18,
+               [out](size_t b, size_t e) { std::memset(out + b, 0, (e - b) * sizeof(float)); });
   const std::byte* p = r.here();
   if (h->values == ValueType::kF32) {
     for (uint64_t i = 0; i < h->k; ++i) out[indices[i]] = load_f32(p + 4 * i);
@@ -358,8 +361,8 @@ Status encode_sparse_values(uint64_t n, std::span<const float> values, ValueType
   return Status::ok();
 }
 
-Status decode_sparse_values(std::span<const std::byte> in, uint64_t expected_n,
-                            uint64_t expected_k, ValueType expected_values, std::string_view who,
+Status decode_sparse_values(std::span<const std::byte> in, uint64_t expected_n, uint64_t expected_k,
+                            ValueType expected_values, std::string_view who,
                             std::vector<float>& values) {
   auto h = parse_sparse_header(in, expected_n, who);
   if (!h) return h.status();

@@ -107,8 +107,8 @@ Status encode_sparse_values(uint64_t n, std::span<const float> values, ValueType
                             std::vector<std::byte>& out);
 // Checks the payload describes expected_n elements, expected_k values of type
 // expected_values and nothing more, then writes the k values to `values` (resized).
-Status decode_sparse_values(std::span<const std::byte> in, uint64_t expected_n,
-                            uint64_t expected_k, ValueType expected_values, std::string_view who,
+Status decode_sparse_values(std::span<const std::byte> in, uint64_t expected_n, uint64_t expected_k,
+                            ValueType expected_values, std::string_view who,
                             std::vector<float>& values);
 
 }  // namespace gossip::compression

@@ -38,9 +38,9 @@ class ThreadPool {
   std::condition_variable start_, done_;
   const std::function<void(size_t, size_t)>* fn_ = nullptr;  // guarded by mu_
   std::vector<std::pair<size_t, size_t>> ranges_;            // guarded by mu_
-  uint64_t generation_ = 0;                                   // guarded by mu_
-  size_t pending_ = 0;                                        // guarded by mu_
-  bool stop_ = false;                                         // guarded by mu_
+  uint64_t generation_ = 0;                                  // guarded by mu_
+  size_t pending_ = 0;                                       // guarded by mu_
+  bool stop_ = false;                                        // guarded by mu_
 };
 
 // Runs fn over [0, n) on pool when there is one and n is large, else inline.

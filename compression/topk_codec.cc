@@ -28,6 +28,8 @@
 // [k - floor(k/10), k] (tolerance 10%, one-sided), the kept entries are always the
 // largest of x, and inputs under 65536 elements take the exact path.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -35,8 +37,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -167,7 +167,8 @@ Candidates collect_at_least(std::span<const float> x, uint32_t threshold, Thread
     const __m128i below = _mm_set1_epi32(thr - 1);  // k >= thr  <=>  k > thr - 1 (thr >= 0)
     for (; i + 16 <= e; i += 16) {
       auto gt = [&](size_t o) {
-        __m128i v = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + o)), abs_mask);
+        __m128i v =
+            _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + o)), abs_mask);
         return _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, below)));
       };
       auto m = static_cast<uint32_t>(gt(0) | gt(4) << 4 | gt(8) << 8 | gt(12) << 12);
@@ -274,8 +275,10 @@ Status select_approx(std::span<const float> x, uint64_t k, uint64_t seed, Thread
   // Aim above k by two standard deviations of the estimate (a sample rank r has a
   // relative error about 1/sqrt(r)), at least 3%, so that usually >= k are found.
   double r0 = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
-  double target = static_cast<double>(k) * (1.0 + std::max(0.03, 2.0 / std::sqrt(std::max(r0, 1.0))));
-  auto rank = static_cast<uint64_t>(std::ceil(target * static_cast<double>(s) / static_cast<double>(n)));
+  double target =
+      static_cast<double>(k) * (1.0 + std::max(0.03, 2.0 / std::sqrt(std::max(r0, 1.0))));
+  auto rank =
+      static_cast<uint64_t>(std::ceil(target * static_cast<double>(s) / static_cast<double>(n)));
   rank = std::max<uint64_t>(rank, 1);
   const uint64_t lo = k - approx_slack(k);
   for (int attempt = 0; attempt < kApproxTries && rank <= s; ++attempt, rank *= 2) {
@@ -335,9 +338,9 @@ class TopkCodec final : public Codec {
     if (!h) return h.status();
     uint64_t lo = approximate_ ? k - approx_slack(k) : k;
     if (h->k < lo || h->k > k)
-      return Status::protocol(fmt::format("topk: payload carries {} entries, {} expects {}", h->k,
-                                          spec(), lo == k ? fmt::format("{}", k)
-                                                          : fmt::format("{} to {}", lo, k)));
+      return Status::protocol(
+          fmt::format("topk: payload carries {} entries, {} expects {}", h->k, spec(),
+                      lo == k ? fmt::format("{}", k) : fmt::format("{} to {}", lo, k)));
     return decode_sparse_into(in, values_, "topk", ctx.pool, y);
   }
 

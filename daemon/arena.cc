@@ -1,19 +1,17 @@
 #include "daemon/arena.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <signal.h>
-
 #include <cerrno>
 #include <charconv>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace gossip::daemon {
 
@@ -40,7 +38,8 @@ std::vector<std::string> Arena::remove_stale(uint32_t node) {
 
 Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t numel) {
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
-    return Status::invalid(fmt::format("arena name '{}' must be '/' followed by a file name", name));
+    return Status::invalid(
+        fmt::format("arena name '{}' must be '/' followed by a file name", name));
   if (slots == 0 || numel == 0) return Status::invalid("arena needs at least one slot and element");
   uint64_t slot_bytes = (numel * sizeof(float) + kPageBytes - 1) / kPageBytes * kPageBytes;
   uint64_t size = kPageBytes + slot_bytes * slots;

@@ -1,6 +1,7 @@
 #include "daemon/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-
-#include <fmt/format.h>
 #include <msgpack.hpp>
 
 namespace gossip::daemon {
@@ -84,7 +83,8 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::io_error(fmt::format("creating {}: {}", tmp, std::strerror(errno)));
   Status st = write_all(fd, bytes, tmp);
-  if (st && ::fsync(fd) != 0) st = Status::io_error(fmt::format("fsync {}: {}", tmp, std::strerror(errno)));
+  if (st && ::fsync(fd) != 0)
+    st = Status::io_error(fmt::format("fsync {}: {}", tmp, std::strerror(errno)));
   ::close(fd);
   if (st && ::rename(tmp.c_str(), path.c_str()) != 0)
     st = Status::io_error(fmt::format("renaming {} to {}: {}", tmp, path, std::strerror(errno)));
@@ -105,14 +105,18 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
 Result<Checkpoint> read_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (!std::filesystem::exists(path)) return Status::not_found(fmt::format("no checkpoint at {}", path));
+    if (!std::filesystem::exists(path))
+      return Status::not_found(fmt::format("no checkpoint at {}", path));
     return Status::io_error(fmt::format("cannot read checkpoint {}", path));
   }
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto bad = [&](const std::string& why) { return Status::invalid(fmt::format("checkpoint {}: {}", path, why)); };
+  auto bad = [&](const std::string& why) {
+    return Status::invalid(fmt::format("checkpoint {}: {}", path, why));
+  };
   constexpr size_t kFixed = sizeof kMagic + sizeof(uint64_t) + sizeof(uint32_t);
   if (bytes.size() < kFixed) return bad(fmt::format("truncated ({} bytes)", bytes.size()));
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return bad("not a gossipd checkpoint (bad magic)");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    return bad("not a gossipd checkpoint (bad magic)");
   uint32_t crc = 0;
   std::memcpy(&crc, bytes.data() + bytes.size() - sizeof crc, sizeof crc);
   const std::string body = bytes.substr(0, bytes.size() - sizeof crc);
@@ -147,12 +151,14 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
   }
   uint64_t floats = numel;
   for (const auto& [name, n] : tensors) {
-    if (n > kMaxFloats || floats > kMaxFloats) return bad(fmt::format("tensor '{}' is too large", name));
+    if (n > kMaxFloats || floats > kMaxFloats)
+      return bad(fmt::format("tensor '{}' is too large", name));
     floats += n;
   }
   const uint64_t data_bytes = body.size() - sizeof kMagic - sizeof hlen - hlen;
   if (floats > kMaxFloats || floats * sizeof(float) != data_bytes)
-    return bad(fmt::format("the header describes {} values but {} bytes follow it", floats, data_bytes));
+    return bad(
+        fmt::format("the header describes {} values but {} bytes follow it", floats, data_bytes));
   const char* p = hdr + hlen;
   auto take = [&](uint64_t n) {
     std::vector<float> v(n);

@@ -7,12 +7,6 @@
 
 #include "daemon/config.h"
 
-#include "compression/codec_spec.h"
-#include "peers/curve_auth.h"
-#include "peers/node_ids.h"
-#include "sgd/ring_schedule.h"
-#include "peers/topology.h"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -34,6 +28,12 @@
 #include <utility>
 #include <variant>
 
+#include "compression/codec_spec.h"
+#include "peers/curve_auth.h"
+#include "peers/node_ids.h"
+#include "peers/topology.h"
+#include "sgd/ring_schedule.h"
+
 namespace gossip::daemon {
 namespace {
 
@@ -43,8 +43,8 @@ constexpr uint64_t kMaxI64 = std::numeric_limits<int64_t>::max();  // TOML integ
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 
-constexpr std::string_view kStrategies[] = {"local-sgd", "gossip", "choco", "push-sum",
-                                              "async-gossip", "allreduce"};
+constexpr std::string_view kStrategies[] = {"local-sgd", "gossip",       "choco",
+                                            "push-sum",  "async-gossip", "allreduce"};
 constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
@@ -227,7 +227,8 @@ const std::array<Field, 32>& fields() {
                 secret_key_problem,
                 [](const C& c) -> const std::string& { return c.secret_key; },
                 [](C& c, std::string v) { c.secret_key = std::move(v); }}},
-      {"strategy.name", "--strategy", "NAME", "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip|allreduce",
+      {"strategy.name", "--strategy", "NAME",
+       "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip|allreduce",
        TextSpec{kStrategies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },
                 [](C& c, std::string v) { c.strategy.name = std::move(v); }}},
@@ -624,58 +625,67 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                                    p.endpoint, p.id, c.node_id));
     const std::string key_key = fmt::format("peers[{}].public_key", i);
     if (!p.public_key.empty()) {
-      if (Status st = peers::check_curve_key(p.public_key, "the key"); !st) return key_error(o, key_key, st.message());
+      if (Status st = peers::check_curve_key(p.public_key, "the key"); !st)
+        return key_error(o, key_key, st.message());
       if (c.secret_key.empty())
-        return key_error(o, key_key, "a peer's public key needs node.secret_key (this node's own key) too");
+        return key_error(o, key_key,
+                         "a peer's public key needs node.secret_key (this node's own key) too");
     } else if (!c.secret_key.empty() && p.id != c.node_id) {
-      return key_error(o, key_key,
-                       fmt::format("missing: with node.secret_key set, peer {} needs its public key", p.id));
+      return key_error(
+          o, key_key,
+          fmt::format("missing: with node.secret_key set, peer {} needs its public key", p.id));
     }
   }
   if (!c.secret_key.empty() && !peers::curve_available())
     return key_error(o, "node.secret_key", "this libzmq was built without CURVE (libsodium)");
   // One ZeroMQ connection (and file descriptors) per peer: a bound, not a wish.
   if (c.nodes() > kMaxNodes)
-    return key_error(o, "peers", fmt::format("{} nodes; at most {} are supported", c.nodes(), kMaxNodes));
+    return key_error(o, "peers",
+                     fmt::format("{} nodes; at most {} are supported", c.nodes(), kMaxNodes));
   const bool over_ring = (c.strategy.name == "local-sgd" || c.strategy.name == "allreduce") &&
                          c.strategy.transport != "allgather" && c.strategy.transport != "nccl";
   if (over_ring && c.nodes() > sgd::RingSchedule::kMaxRanks)
-    return key_error(o, "strategy.transport",
-                     fmt::format("the ring all-reduce takes at most {} nodes, this cluster has {} (use "
-                                 "transport allgather, or a gossip strategy)",
-                                 sgd::RingSchedule::kMaxRanks, c.nodes()));
+    return key_error(
+        o, "strategy.transport",
+        fmt::format("the ring all-reduce takes at most {} nodes, this cluster has {} (use "
+                    "transport allgather, or a gossip strategy)",
+                    sgd::RingSchedule::kMaxRanks, c.nodes()));
   if (c.strategy.elastic_ring() && !over_ring)
-    return key_error(o, "strategy.elastic",
-                     fmt::format("an elastic ring is for the ring all-reduce (strategy local-sgd or allreduce, "
-                                 "transport tcp, rdma or auto), not strategy {} with transport {}",
-                                 c.strategy.name, c.strategy.transport));
+    return key_error(
+        o, "strategy.elastic",
+        fmt::format("an elastic ring is for the ring all-reduce (strategy local-sgd or allreduce, "
+                    "transport tcp, rdma or auto), not strategy {} with transport {}",
+                    c.strategy.name, c.strategy.transport));
   if (c.strategy.name == "allreduce" && (c.strategy.period != 1 || c.strategy.post_local != 0))
-    return key_error(o, "strategy.period",
-                     fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "
-                                 "and post_local 0, got {} and {}",
-                                 c.strategy.period, c.strategy.post_local));
+    return key_error(
+        o, "strategy.period",
+        fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "
+                    "and post_local 0, got {} and {}",
+                    c.strategy.period, c.strategy.post_local));
   if (c.strategy.name != "local-sgd" && c.strategy.name != "allreduce") {
     // The gossip family: every node must derive the same graph over the same ids.
     std::vector<uint32_t> ids{c.node_id};
     for (const auto& p : c.remote_peers()) ids.push_back(p.id);
     if (auto st = peers::check_node_ids(ids, c.node_id); !st)
-      return key_error(o, "peers", fmt::format("{} needs node ids 0..n-1: {}", c.strategy.name,
-                                               st.message()));
+      return key_error(o, "peers",
+                       fmt::format("{} needs node ids 0..n-1: {}", c.strategy.name, st.message()));
     auto topology = peers::make_topology(c.topology_spec(), c.nodes(), c.seed);
     if (!topology) return key_error(o, "strategy.topology", topology.status().message());
     if (c.strategy.trim > 0) {
       if (c.strategy.name != "gossip")
-        return key_error(o, "strategy.trim", fmt::format("trimmed-mean mixing is for strategy gossip, not {}",
-                                                         c.strategy.name));
+        return key_error(
+            o, "strategy.trim",
+            fmt::format("trimmed-mean mixing is for strategy gossip, not {}", c.strategy.name));
       // Every round must leave at least one value per coordinate after trimming.
       for (uint64_t r = 0; r < ((*topology)->time_varying() ? 64u : 1u); ++r) {
         const size_t values = (*topology)->mixing_row(c.node_id, r).peers.size() + 1;
         if (values <= 2 * c.strategy.trim)
-          return key_error(o, "strategy.trim",
-                           fmt::format("trimming {} from each end needs more than {} values per coordinate, "
-                                       "but on {} node {} mixes {} in round {} (itself and its neighbors)",
-                                       c.strategy.trim, 2 * c.strategy.trim, c.topology_spec(), c.node_id,
-                                       values, r));
+          return key_error(
+              o, "strategy.trim",
+              fmt::format("trimming {} from each end needs more than {} values per coordinate, "
+                          "but on {} node {} mixes {} in round {} (itself and its neighbors)",
+                          c.strategy.trim, 2 * c.strategy.trim, c.topology_spec(), c.node_id,
+                          values, r));
       }
     }
     if (c.strategy.name == "choco" && (*topology)->time_varying())
@@ -987,16 +997,17 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
       const std::string flag = fmt::format("--peer-key {}...", text.substr(0, text.find('=') + 1));
       const size_t eq = text.find('=');
       if (eq == std::string::npos)
-        return Status::invalid(fmt::format("{}: flag '{}': no '=' between ID and key (the form is ID=KEY)",
-                                           kCommandLine, flag));
+        return Status::invalid(fmt::format(
+            "{}: flag '{}': no '=' between ID and key (the form is ID=KEY)", kCommandLine, flag));
       auto id = integer_from_text(kNodeIdRange, std::string_view(text).substr(0, eq));
       if (auto* problem = std::get_if<std::string>(&id))
         return Status::invalid(fmt::format("{}: flag '{}': ID {}", kCommandLine, flag, *problem));
       auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
                              [&](const PeerConfig& p) { return p.id == std::get<uint64_t>(id); });
       if (it == d.config.peers.end())
-        return Status::invalid(fmt::format("{}: flag '{}': no peer {} (give it with --peer or [[peers]])",
-                                           kCommandLine, flag, std::get<uint64_t>(id)));
+        return Status::invalid(
+            fmt::format("{}: flag '{}': no peer {} (give it with --peer or [[peers]])",
+                        kCommandLine, flag, std::get<uint64_t>(id)));
       it->public_key = text.substr(eq + 1);
       d.origins.flags[fmt::format("peers[{}].public_key", it - d.config.peers.begin())] = flag;
     }

@@ -12,7 +12,7 @@ namespace gossip::daemon {
 
 struct PeerConfig {
   uint32_t id = 0;
-  std::string endpoint;    // tcp://host:port
+  std::string endpoint;         // tcp://host:port
   std::string public_key = {};  // CURVE (Z85); required of every peer when node.secret_key is set
 };
 
@@ -27,15 +27,15 @@ struct StrategyConfig {
   // async-gossip (bounded staleness; trainers do not wait for the round), allreduce
   // (synchronous SGD: the trainers hand in gradients, averaged every step)
   std::string name = "local-sgd";
-  uint64_t period = 1;             // T: synchronize after every T steps
-  uint64_t post_local = 0;         // K: synchronize every step while step <= K
+  uint64_t period = 1;      // T: synchronize after every T steps
+  uint64_t post_local = 0;  // K: synchronize every step while step <= K
   OuterOptimizerConfig outer;
   // What travels is compressed with this codec (compression/codec_spec.h); biased
   // codecs always get error feedback.
   std::string codec = "none";
-  uint32_t codec_threads = 1;  // threads (the sync thread included) that compress and decode
-  double round_timeout_s = 60.0;   // a round that takes longer fails, naming the missing peers
-  uint64_t chunk_bytes = 4u << 20; // model slices sent per message
+  uint32_t codec_threads = 1;       // threads (the sync thread included) that compress and decode
+  double round_timeout_s = 60.0;    // a round that takes longer fails, naming the missing peers
+  uint64_t chunk_bytes = 4u << 20;  // model slices sent per message
   // How local SGD averages: "tcp" (ring all-reduce over Boost.Asio), "rdma" (ring over
   // verbs), "nccl" (GPU buffers), "allgather" (every model to every node over the
   // ZeroMQ channel, the first release's baseline), or "auto" (rdma where a device is,
@@ -44,14 +44,14 @@ struct StrategyConfig {
   // The gossip family (peers/topology.h): the overlay, re-derived by every node for
   // every round; "" picks ring, or one-peer-exponential for push-sum.
   std::string topology;
-  double gamma = 0.0;           // CHOCO consensus step size; 0: the codec's default
-  uint64_t delay = 0;           // push-sum: rounds a message may be in flight
-  uint64_t staleness = 1;       // async-gossip: rounds a node may run ahead of a neighbor
-  double patience_s = 5.0;      // how long a gossip round waits for a neighbor heard from before
-  uint64_t trim = 0;            // gossip: trimmed-mean mixing, B values cut from each end; 0: off
-  double heartbeat_s = 1.0;     // gossip: heartbeat period while waiting
-  double dead_after_s = 3.0;    // gossip: a neighbor silent this long is dropped from the round
-  double join_wait_s = 2.0;     // gossip: wait for state offers at the first attach; 0: never
+  double gamma = 0.0;         // CHOCO consensus step size; 0: the codec's default
+  uint64_t delay = 0;         // push-sum: rounds a message may be in flight
+  uint64_t staleness = 1;     // async-gossip: rounds a node may run ahead of a neighbor
+  double patience_s = 5.0;    // how long a gossip round waits for a neighbor heard from before
+  uint64_t trim = 0;          // gossip: trimmed-mean mixing, B values cut from each end; 0: off
+  double heartbeat_s = 1.0;   // gossip: heartbeat period while waiting
+  double dead_after_s = 3.0;  // gossip: a neighbor silent this long is dropped from the round
+  double join_wait_s = 2.0;   // gossip: wait for state offers at the first attach; 0: never
   // Ring all-reduce: "on" re-forms the ring over the live nodes when a peer breaks a
   // round (sgd/peer_ring.h), "off" fails the round.
   std::string elastic = "off";
@@ -63,8 +63,8 @@ struct StrategyConfig {
 struct DaemonConfig {
   std::string source;  // the config file, or "command line"
   uint32_t node_id = 0;
-  std::string listen;   // tcp endpoint this daemon binds for its peers
-  std::string run_dir;  // holds gossipd-<node>.sock
+  std::string listen;             // tcp endpoint this daemon binds for its peers
+  std::string run_dir;            // holds gossipd-<node>.sock
   std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed
                                   // and must then equal `listen`
   StrategyConfig strategy;

@@ -1,7 +1,9 @@
 #include "daemon/daemon.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,9 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace gossip::daemon {
 
@@ -32,7 +31,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(conf
 
 Daemon::~Daemon() {
   metrics_.reset();  // before the counters it reads
-  worker_.reset();  // a round may still reference the arena or node_model_
+  worker_.reset();   // a round may still reference the arena or node_model_
   if (signal_fd_ >= 0) ::close(signal_fd_);
 }
 
@@ -42,8 +41,11 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
   std::error_code ec;
   std::filesystem::create_directories(config.run_dir, ec);
   if (ec)
-    return Status::io_error(fmt::format("cannot create run directory {}: {}", config.run_dir, ec.message()));
-  d->ipc_path_ = (std::filesystem::path(config.run_dir) / fmt::format("gossipd-{}.sock", config.node_id)).string();
+    return Status::io_error(
+        fmt::format("cannot create run directory {}: {}", config.run_dir, ec.message()));
+  d->ipc_path_ =
+      (std::filesystem::path(config.run_dir) / fmt::format("gossipd-{}.sock", config.node_id))
+          .string();
   if (std::filesystem::exists(d->ipc_path_)) {
     // A socket file left by a daemon that was killed; ZeroMQ cannot bind over it.
     ::unlink(d->ipc_path_.c_str());
@@ -67,12 +69,14 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
         return Status::invalid(fmt::format("checkpoint {} belongs to node {}, not to node {}",
                                            config.checkpoint, ck->node, config.node_id));
       if (ck->strategy != config.strategy.name) {
-        spdlog::warn("checkpoint {} was written by strategy {}: resuming its model without that "
-                     "strategy's state", config.checkpoint, ck->strategy);
+        spdlog::warn(
+            "checkpoint {} was written by strategy {}: resuming its model without that "
+            "strategy's state",
+            config.checkpoint, ck->strategy);
         ck->state = {};
       }
-      spdlog::info("checkpoint {}: resuming at round {}, step {} ({} parameters)", config.checkpoint,
-                   ck->round, ck->step, ck->model.size());
+      spdlog::info("checkpoint {}: resuming at round {}, step {} ({} parameters)",
+                   config.checkpoint, ck->round, ck->step, ck->model.size());
       d->resume_ = std::move(ck).value();
     } else if (ck.status().code() == Status::Code::kNotFound) {
       spdlog::info("no checkpoint at {} yet: starting fresh", config.checkpoint);
@@ -84,7 +88,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
   auto worker = SyncWorker::start(config);
   if (!worker) return worker.status();
   d->worker_ = std::move(worker).value();
-  if (!config.checkpoint.empty()) d->worker_->enable_checkpoints(config.checkpoint, config.checkpoint_every);
+  if (!config.checkpoint.empty())
+    d->worker_->enable_checkpoints(config.checkpoint, config.checkpoint_every);
 
   try {
     d->ipc_ = zmq::socket_t(d->context_, zmq::socket_type::router);
@@ -158,10 +163,11 @@ void Daemon::shutdown(const std::string& reason) {
   if (worker_) {
     // The run's totals, in the log for scripts that check their own accounting.
     const ipc::Traffic t = worker_->traffic().totals();
-    spdlog::info("traffic: payload sent {} B, received {} B; wire sent {} B, received {} B; "
-                 "messages sent {}, received {}, dropped {}",
-                 t.payload_sent, t.payload_recv, t.wire_sent, t.wire_recv, t.msgs_sent, t.msgs_recv,
-                 t.dropped);
+    spdlog::info(
+        "traffic: payload sent {} B, received {} B; wire sent {} B, received {} B; "
+        "messages sent {}, received {}, dropped {}",
+        t.payload_sent, t.payload_recv, t.wire_sent, t.wire_recv, t.msgs_sent, t.msgs_recv,
+        t.dropped);
   }
   worker_.reset();  // cancels a running round before node_model_ goes away; says bye to peers
   ipc_.close();
@@ -254,15 +260,14 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
   if (!layout_) {
     if (resume_ && resume_->layout != a.layout.fingerprint()) {
       sessions_.remove(route);
-      return refuse(fmt::format("the checkpoint {} holds another model (layout {:016x}, this trainer's "
-                                "{:016x}); attach that model or move the checkpoint away",
-                                config_.checkpoint, resume_->layout, a.layout.fingerprint()));
+      return refuse(
+          fmt::format("the checkpoint {} holds another model (layout {:016x}, this trainer's "
+                      "{:016x}); attach that model or move the checkpoint away",
+                      config_.checkpoint, resume_->layout, a.layout.fingerprint()));
     }
     layout_ = a.layout;
     uint64_t numel = proto::padded_numel(*layout_);
-    auto arena = Arena::create(
-        Arena::name_for(config_.node_id),
-        config_.max_trainers, numel);
+    auto arena = Arena::create(Arena::name_for(config_.node_id), config_.max_trainers, numel);
     if (!arena) {
       layout_.reset();
       sessions_.remove(route);
@@ -275,7 +280,8 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
     // The trainer hears back once the peers have said whether they hold a fresher model.
     joining_ = true;
     pending_attach_.push_back(route);
-    worker_->submit_join(resume_ ? resume_->round : 0, resume_ ? std::optional(resume_->state) : std::nullopt);
+    worker_->submit_join(resume_ ? resume_->round : 0,
+                         resume_ ? std::optional(resume_->state) : std::nullopt);
     return;
   }
   if (joining_) {
@@ -294,7 +300,8 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
     std::copy(src.begin(), src.end(), dst.begin());
     initialized = true;
   } else if (round_ > 0 && !round_running_ && !round_model_.empty()) {
-    if (round_model_.data() != dst.data()) std::copy(round_model_.begin(), round_model_.end(), dst.begin());
+    if (round_model_.data() != dst.data())
+      std::copy(round_model_.begin(), round_model_.end(), dst.begin());
     initialized = true;
   } else if (!last_good_.empty()) {
     std::copy(last_good_.begin(), last_good_.end(), dst.begin());  // the node's last model
@@ -317,8 +324,9 @@ void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   ok.post_local = config_.strategy.post_local;
   ok.step = step_;
   ok.initialized = initialized;
-  spdlog::info("trainer '{}' (pid {}, rank {}) attached in slot {}{}", s->name, s->pid, s->local_rank,
-               s->slot, initialized ? fmt::format(", from the node's model at step {}", step_) : "");
+  spdlog::info("trainer '{}' (pid {}, rank {}) attached in slot {}{}", s->name, s->pid,
+               s->local_rank, s->slot,
+               initialized ? fmt::format(", from the node's model at step {}", step_) : "");
   reply(s->route, ok);
 }
 
@@ -340,8 +348,8 @@ void Daemon::finish_join() {
     step_ = resume_->step;
   }
   if (model && model->size() != arena_->numel()) {
-    spdlog::error("join: the model offered has {} elements, this node's {}: not taken", model->size(),
-                  arena_->numel());
+    spdlog::error("join: the model offered has {} elements, this node's {}: not taken",
+                  model->size(), arena_->numel());
     model = nullptr;
     round_ = step_ = 0;
   }
@@ -410,11 +418,13 @@ void Daemon::guard_nonfinite() {
   nonfinite_values_.fetch_add(r.count, std::memory_order_relaxed);
   const char* what = nonfinite_policy_ == NonFinitePolicy::kClip
                          ? "those elements take their last synchronized values"
-                         : last_good_.empty() ? "the node contributes zeros this round"
-                                              : "the node contributes its last synchronized model";
-  spdlog::error("round {}: the node's update has {} NaN/Inf value(s), the first at {}: {} (--nonfinite {})",
-                round_, r.count, layout_ ? describe_position(*layout_, r.first) : fmt::format("element {}", r.first),
-                what, config_.strategy.nonfinite);
+                     : last_good_.empty() ? "the node contributes zeros this round"
+                                          : "the node contributes its last synchronized model";
+  spdlog::error(
+      "round {}: the node's update has {} NaN/Inf value(s), the first at {}: {} (--nonfinite {})",
+      round_, r.count,
+      layout_ ? describe_position(*layout_, r.first) : fmt::format("element {}", r.first), what,
+      config_.strategy.nonfinite);
 }
 
 void Daemon::publish_gauges() {
@@ -432,7 +442,8 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.strategy = config_.strategy.name;
   s.codec = config_.strategy.codec;
   s.transport = config_.strategy.transport;
-  const bool averages = config_.strategy.name == "local-sgd" || config_.strategy.name == "allreduce";
+  const bool averages =
+      config_.strategy.name == "local-sgd" || config_.strategy.name == "allreduce";
   s.topology = averages ? "complete" : config_.topology_spec();
   s.rounds = gauge_rounds_.load(kRelaxed);
   s.step = gauge_step_.load(kRelaxed);
@@ -443,13 +454,15 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   const auto& traffic = worker_->traffic();
   const auto peer = [&](uint32_t id, std::string name) {
     const uint64_t silent = traffic.silent_ms(id);
-    s.peers.push_back({std::move(name), traffic.peer_totals(id),
-                       silent == ipc::kNeverHeard ? std::nullopt : std::optional<double>(silent / 1000.0)});
+    s.peers.push_back(
+        {std::move(name), traffic.peer_totals(id),
+         silent == ipc::kNeverHeard ? std::nullopt : std::optional<double>(silent / 1000.0)});
   };
   for (const auto& p : worker_->peers()) peer(p.id, std::to_string(p.id));
   peer(peers::TrafficCounters::kUnknownPeer, "unknown");
   for (uint8_t k = 1; k <= proto::kMaxKind; ++k)
-    s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)), traffic.unhandled(static_cast<proto::Kind>(k))});
+    s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)),
+                           traffic.unhandled(static_cast<proto::Kind>(k))});
   return s;
 }
 
@@ -542,7 +555,8 @@ void Daemon::handle_round_done() {
   }
   if (result->status.is_ok()) {
     // What the NaN/Inf guard falls back to; gradients have no such model.
-    if (config_.strategy.name != "allreduce") last_good_.assign(round_model_.begin(), round_model_.end());
+    if (config_.strategy.name != "allreduce")
+      last_good_.assign(round_model_.begin(), round_model_.end());
     ipc::SyncOk ok;
     ok.round = round_;
     ok.step = step_;
@@ -551,7 +565,8 @@ void Daemon::handle_round_done() {
       TrainerSession* s = sessions_.find(route);
       if (!s) continue;
       auto dst = arena_->slot(s->slot);
-      if (dst.data() != round_model_.data()) std::copy(round_model_.begin(), round_model_.end(), dst.begin());
+      if (dst.data() != round_model_.data())
+        std::copy(round_model_.begin(), round_model_.end(), dst.begin());
       s->waiting = false;
       reply(route, ok);
     }
@@ -560,7 +575,8 @@ void Daemon::handle_round_done() {
     for (const auto& route : participants_) {
       if (TrainerSession* s = sessions_.find(route)) {
         s->waiting = false;
-        reply(route, ipc::Error{fmt::format("synchronization failed: {}", result->status.message())});
+        reply(route,
+              ipc::Error{fmt::format("synchronization failed: {}", result->status.message())});
       }
     }
   }

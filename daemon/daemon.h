@@ -10,7 +10,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "daemon/arena.h"
@@ -76,7 +75,7 @@ class Daemon {
   bool joining_ = false;
   std::vector<std::string> pending_attach_;  // routes answered when the join is done
   std::optional<Checkpoint> resume_;         // read at start from config.checkpoint
-  std::vector<std::string> participants_;  // routes waiting on the running round
+  std::vector<std::string> participants_;    // routes waiting on the running round
   // async-gossip: trainers do not wait for their round. It runs on a copy of the node's
   // model; the change it made (staged_) is added to the replicas at the next sync point.
   bool async() const { return config_.strategy.name == "async-gossip"; }

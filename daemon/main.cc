@@ -1,8 +1,8 @@
 // gossipd: the per-node daemon. See daemon/gossipd.example.toml for the config.
-#include <cstdio>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <cstdio>
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"

@@ -39,7 +39,8 @@ namespace {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, MetricsServer::Impl& server) : stream_(std::move(socket)), server_(server) {
+  Connection(tcp::socket socket, MetricsServer::Impl& server)
+      : stream_(std::move(socket)), server_(server) {
     ++server_.connections;
   }
   ~Connection() { --server_.connections; }
@@ -49,8 +50,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(0);  // a scrape has no body
     stream_.expires_after(kRequestTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
  private:
@@ -59,19 +61,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) {
       // A request we could not parse gets a 400; a timeout or a reset just ends.
       if (ec.category() == http::make_error_code(http::error::bad_target).category())
-        return respond(http::status::bad_request, fmt::format("bad request: {}\n", ec.message()), false, true);
+        return respond(http::status::bad_request, fmt::format("bad request: {}\n", ec.message()),
+                       false, true);
       return close();
     }
     const auto& req = parser_->get();
     std::string_view target(req.target().data(), req.target().size());
     target = target.substr(0, target.find('?'));
-    if (target != "/metrics") return respond(http::status::not_found, "not found; metrics are at /metrics\n", req.keep_alive());
+    if (target != "/metrics")
+      return respond(http::status::not_found, "not found; metrics are at /metrics\n",
+                     req.keep_alive());
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
       res_.set(http::field::allow, "GET, HEAD");
       return respond(http::status::method_not_allowed, "only GET and HEAD\n", req.keep_alive());
     }
-    respond(http::status::ok, server_.render(), req.keep_alive(), false, "text/plain; version=0.0.4; charset=utf-8",
-            req.method() == http::verb::head);
+    respond(http::status::ok, server_.render(), req.keep_alive(), false,
+            "text/plain; version=0.0.4; charset=utf-8", req.method() == http::verb::head);
   }
 
   void respond(http::status status, std::string body, bool keep_alive, bool malformed = false,
@@ -136,13 +141,17 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& h
   impl->render = std::move(render);
   beast::error_code ec;
   const auto address = asio::ip::make_address(host, ec);
-  if (ec) return Status::invalid(fmt::format("metrics: '{}' is not an IP address: {}", host, ec.message()));
+  if (ec)
+    return Status::invalid(
+        fmt::format("metrics: '{}' is not an IP address: {}", host, ec.message()));
   const tcp::endpoint ep(address, port);
   impl->acceptor.open(ep.protocol(), ec);
   if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::io_error(fmt::format("metrics: cannot listen on {}:{}: {}", host, port, ec.message()));
+  if (ec)
+    return Status::io_error(
+        fmt::format("metrics: cannot listen on {}:{}: {}", host, port, ec.message()));
   impl->port = impl->acceptor.local_endpoint().port();
   impl->accept();
   Impl* raw = impl.get();

@@ -9,10 +9,14 @@ namespace {
 std::string label(std::string_view v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -22,9 +26,11 @@ void header(std::string& out, std::string_view name, std::string_view type, std:
 }
 
 template <class Get>
-void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name, std::string_view help, Get get) {
+void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name,
+              std::string_view help, Get get) {
   header(out, name, "counter", help);
-  for (const PeerMetrics& p : s.peers) out += fmt::format("{}{{peer=\"{}\"}} {}\n", name, label(p.peer), get(p.traffic));
+  for (const PeerMetrics& p : s.peers)
+    out += fmt::format("{}{{peer=\"{}\"}} {}\n", name, label(p.peer), get(p.traffic));
 }
 
 }  // namespace
@@ -32,42 +38,54 @@ void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name,
 std::string render_metrics(const MetricsSnapshot& s) {
   std::string out;
   header(out, "gossipd_info", "gauge", "The node's id and configuration, as labels.");
-  out += fmt::format("gossipd_info{{node=\"{}\",strategy=\"{}\",codec=\"{}\",transport=\"{}\",topology=\"{}\"}} 1\n",
-                     s.node, label(s.strategy), label(s.codec), label(s.transport), label(s.topology));
+  out += fmt::format(
+      "gossipd_info{{node=\"{}\",strategy=\"{}\",codec=\"{}\",transport=\"{}\",topology=\"{}\"}} "
+      "1\n",
+      s.node, label(s.strategy), label(s.codec), label(s.transport), label(s.topology));
   header(out, "gossipd_rounds_total", "counter", "Synchronization rounds completed.");
   out += fmt::format("gossipd_rounds_total {}\n", s.rounds);
   header(out, "gossipd_step", "gauge", "The node's training step at its last synchronization.");
   out += fmt::format("gossipd_step {}\n", s.step);
   header(out, "gossipd_trainers", "gauge", "Trainers attached now.");
   out += fmt::format("gossipd_trainers {}\n", s.trainers);
-  header(out, "gossipd_ipc_messages_dropped_total", "counter", "Malformed or unexpected messages from trainers.");
+  header(out, "gossipd_ipc_messages_dropped_total", "counter",
+         "Malformed or unexpected messages from trainers.");
   out += fmt::format("gossipd_ipc_messages_dropped_total {}\n", s.ipc_dropped);
   header(out, "gossipd_nonfinite_updates_total", "counter",
          "Rounds in which the node's update held NaN or Inf and was repaired before sending.");
   out += fmt::format("gossipd_nonfinite_updates_total {}\n", s.nonfinite_updates);
-  header(out, "gossipd_nonfinite_values_total", "counter", "NaN or Inf values found in the node's updates.");
+  header(out, "gossipd_nonfinite_values_total", "counter",
+         "NaN or Inf values found in the node's updates.");
   out += fmt::format("gossipd_nonfinite_values_total {}\n", s.nonfinite_values);
   using T = proto::ipc::Traffic;
-  per_peer(out, s, "gossipd_bytes_sent_total", "Bytes sent to the peer on the wire, framing included.",
+  per_peer(out, s, "gossipd_bytes_sent_total",
+           "Bytes sent to the peer on the wire, framing included.",
            [](const T& t) { return t.wire_sent; });
-  per_peer(out, s, "gossipd_bytes_received_total", "Bytes received from the peer on the wire, framing included.",
+  per_peer(out, s, "gossipd_bytes_received_total",
+           "Bytes received from the peer on the wire, framing included.",
            [](const T& t) { return t.wire_recv; });
   per_peer(out, s, "gossipd_payload_bytes_sent_total", "Bytes of model data sent to the peer.",
            [](const T& t) { return t.payload_sent; });
-  per_peer(out, s, "gossipd_payload_bytes_received_total", "Bytes of model data received from the peer.",
+  per_peer(out, s, "gossipd_payload_bytes_received_total",
+           "Bytes of model data received from the peer.",
            [](const T& t) { return t.payload_recv; });
-  per_peer(out, s, "gossipd_messages_sent_total", "Messages sent to the peer.", [](const T& t) { return t.msgs_sent; });
+  per_peer(out, s, "gossipd_messages_sent_total", "Messages sent to the peer.",
+           [](const T& t) { return t.msgs_sent; });
   per_peer(out, s, "gossipd_messages_received_total", "Messages received from the peer.",
            [](const T& t) { return t.msgs_recv; });
   per_peer(out, s, "gossipd_messages_dropped_total", "Invalid messages from the peer, dropped.",
            [](const T& t) { return t.dropped; });
   header(out, "gossipd_messages_unhandled_total", "counter",
-         "Valid messages from peers of a kind that nothing on this node handles (another strategy or transport).");
+         "Valid messages from peers of a kind that nothing on this node handles (another strategy "
+         "or transport).");
   for (const auto& [kind, n] : s.unhandled)
     out += fmt::format("gossipd_messages_unhandled_total{{kind=\"{}\"}} {}\n", label(kind), n);
-  header(out, "gossipd_peer_silent_seconds", "gauge", "Seconds since the peer's last message (absent: never heard).");
+  header(out, "gossipd_peer_silent_seconds", "gauge",
+         "Seconds since the peer's last message (absent: never heard).");
   for (const PeerMetrics& p : s.peers)
-    if (p.silent_seconds) out += fmt::format("gossipd_peer_silent_seconds{{peer=\"{}\"}} {:.3f}\n", label(p.peer), *p.silent_seconds);
+    if (p.silent_seconds)
+      out += fmt::format("gossipd_peer_silent_seconds{{peer=\"{}\"}} {:.3f}\n", label(p.peer),
+                         *p.silent_seconds);
   return out;
 }
 

@@ -25,7 +25,7 @@ struct MetricsSnapshot {
   uint64_t rounds = 0;
   uint64_t step = 0;
   uint32_t trainers = 0;
-  uint64_t ipc_dropped = 0;  // malformed or unexpected messages from trainers
+  uint64_t ipc_dropped = 0;        // malformed or unexpected messages from trainers
   uint64_t nonfinite_updates = 0;  // contributions with NaN/Inf, repaired (daemon/nonfinite.h)
   uint64_t nonfinite_values = 0;
   std::vector<PeerMetrics> peers;

@@ -10,13 +10,17 @@
 namespace gossip::daemon {
 
 bool parse_nonfinite_policy(std::string_view text, NonFinitePolicy* out) {
-  if (text == "refuse") *out = NonFinitePolicy::kRefuse;
-  else if (text == "clip") *out = NonFinitePolicy::kClip;
-  else return false;
+  if (text == "refuse")
+    *out = NonFinitePolicy::kRefuse;
+  else if (text == "clip")
+    *out = NonFinitePolicy::kClip;
+  else
+    return false;
   return true;
 }
 
-NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_good, NonFinitePolicy policy) {
+NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_good,
+                                NonFinitePolicy policy) {
   NonFiniteReport r;
   if (!proto::any_nonfinite(x)) return r;
   const bool have_good = last_good.size() == x.size();
@@ -26,8 +30,10 @@ NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_
     if (policy == NonFinitePolicy::kClip) x[i] = have_good ? last_good[i] : 0.0f;
   }
   if (policy == NonFinitePolicy::kRefuse) {
-    if (have_good) std::copy(last_good.begin(), last_good.end(), x.begin());
-    else std::fill(x.begin(), x.end(), 0.0f);
+    if (have_good)
+      std::copy(last_good.begin(), last_good.end(), x.begin());
+    else
+      std::fill(x.begin(), x.end(), 0.0f);
   }
   return r;
 }

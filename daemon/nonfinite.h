@@ -27,7 +27,8 @@ struct NonFiniteReport {
 };
 
 // last_good: empty, or as long as x.
-NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_good, NonFinitePolicy policy);
+NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_good,
+                                NonFinitePolicy policy);
 
 // "tensor 'fc1.weight' element 17" for a flat index into a replica of `layout`
 // (padding included: "padding after tensor 'fc1.bias'").

@@ -1,13 +1,12 @@
 #include "daemon/sync_worker.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "peers/mixing_matrix.h"
 #include "sgd/all_gather_all_reduce.h"
@@ -50,8 +49,8 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
-  w->round_timeout_ = std::chrono::milliseconds(
-      static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
+  w->round_timeout_ =
+      std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->node_ = config.node_id;
   w->strategy_name_ = config.strategy.name;
   w->chunk_elems_ = config.strategy.chunk_bytes / sizeof(float);
@@ -74,7 +73,8 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   const auto& sc = config.strategy;
   std::string name = sc.transport;
   if (name == "allgather") {
-    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*router_, sc.chunk_bytes, codec, pool_.get());
+    all_reduce_ =
+        std::make_unique<sgd::AllGatherAllReduce>(*router_, sc.chunk_bytes, codec, pool_.get());
     spdlog::info("averaging: all-gather over the ZeroMQ channel");
     return Status::ok();
   }
@@ -83,7 +83,8 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
     // The models live in the host arena: NCCL stages them through GPU 0 (CUDA
     // trainers' device buffers are the next step). Refused here, at start, on a
     // node that could not take part.
-    if (Status st = sgd::nccl_available(); !st) return Status::invalid("transport 'nccl': " + st.message());
+    if (Status st = sgd::nccl_available(); !st)
+      return Status::invalid("transport 'nccl': " + st.message());
     all_reduce_ = std::make_unique<sgd::NcclPeerGroup>(*router_, 0, size_t{256} << 20);
     spdlog::info("averaging: NCCL all-reduce, staged through GPU 0");
     return Status::ok();
@@ -118,8 +119,9 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   po.admit_joiners = sc.name == "local-sgd";
   auto peer_ring = std::make_unique<sgd::PeerRing>(*router_, *ring_, po);
   peer_ring_ = peer_ring.get();
-  spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}", po.elastic ? "elastic " : "",
-               ring_->name(), ring_->port(), peer_ring->order().rank, peer_ring->order().ids.size());
+  spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}",
+               po.elastic ? "elastic " : "", ring_->name(), ring_->port(), peer_ring->order().rank,
+               peer_ring->order().ids.size());
   all_reduce_ = std::move(peer_ring);
   return Status::ok();
 }
@@ -137,8 +139,10 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     if (!kind) return kind.status();
     GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, codec));
     if (sc.name == "allreduce") {
-      strategy_ = std::make_unique<sgd::SynchronousSgd>(*all_reduce_, codec, codec_.error_feedback, pool_.get());
-      spdlog::info("synchronous SGD: gradients averaged every step, exchanging {}", codec_.canonical());
+      strategy_ = std::make_unique<sgd::SynchronousSgd>(*all_reduce_, codec, codec_.error_feedback,
+                                                        pool_.get());
+      spdlog::info("synchronous SGD: gradients averaged every step, exchanging {}",
+                   codec_.canonical());
       return Status::ok();
     }
     strategy_ = std::make_unique<sgd::LocalSgd>(
@@ -161,14 +165,16 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   options.patience = std::chrono::milliseconds(static_cast<int64_t>(sc.patience_s * 1000.0));
   std::string detail;
   if (codec_.error_feedback)
-    spdlog::warn("+ef ignored: {} sends models (or CHOCO's self-correcting differences), not "
-                 "updates whose residual could be carried over",
-                 sc.name);
+    spdlog::warn(
+        "+ef ignored: {} sends models (or CHOCO's self-correcting differences), not "
+        "updates whose residual could be carried over",
+        sc.name);
   if (sc.name == "gossip") {
     if (codec->biased())
       spdlog::warn("gossip with the biased codec {} only approaches consensus; choco converges",
                    codec->spec());
-    if (sc.trim > 0) detail = fmt::format(", trimmed mean without the {} largest and smallest", sc.trim);
+    if (sc.trim > 0)
+      detail = fmt::format(", trimmed mean without the {} largest and smallest", sc.trim);
     strategy_ = std::make_unique<sgd::Dpsgd>(*exchange_, *topology_, options, sc.trim);
   } else if (sc.name == "choco") {
     double gamma = sc.gamma > 0 ? sc.gamma : sgd::default_choco_gamma(codec);
@@ -186,9 +192,10 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   auto gap = peers::spectral_gap(*topology_);
   spdlog::info("{} on {}{}, exchanging {}", sc.name, topology_->describe(), detail, codec->spec());
   if (gap)
-    spdlog::info("spectral gap {:.4f} ({}): the distance to consensus shrinks by about {:.4f} "
-                 "per round",
-                 gap->gap, gap->method, 1.0 - gap->gap);
+    spdlog::info(
+        "spectral gap {:.4f} ({}): the distance to consensus shrinks by about {:.4f} "
+        "per round",
+        gap->gap, gap->method, 1.0 - gap->gap);
   else
     spdlog::warn("spectral gap not computed: {}", gap.status().message());
   return Status::ok();
@@ -266,7 +273,8 @@ void SyncWorker::signal_done() {
   (void)!::write(done_fd_, &one, sizeof one);
 }
 
-Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint64_t layout, uint64_t min_round) {
+Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint64_t layout,
+                                                              uint64_t min_round) {
   sgd::JoinOptions o = join_options_;
   o.min_round = min_round;
   o.deadline = std::chrono::steady_clock::now() + round_timeout_;
@@ -329,10 +337,11 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
   // Nobody to come back to (the others are down too, or left out themselves) means
   // training alone, and trying again later, less and less often.
   auto back_off = [&](const std::string& why) {
-    come_back_backoff_ =
-        std::min(std::max(2 * come_back_backoff_, 2 * join_options_.offer_wait), std::chrono::milliseconds(60000));
+    come_back_backoff_ = std::min(std::max(2 * come_back_backoff_, 2 * join_options_.offer_wait),
+                                  std::chrono::milliseconds(60000));
     next_come_back_ = std::chrono::steady_clock::now() + come_back_backoff_;
-    spdlog::warn("{}: training alone, trying again in {:.1f} s", why, come_back_backoff_.count() / 1000.0);
+    spdlog::warn("{}: training alone, trying again in {:.1f} s", why,
+                 come_back_backoff_.count() / 1000.0);
   };
   auto fetched = fetch_state(model.size(), layout_, 0);
   if (!fetched || !*fetched) {
@@ -343,12 +352,13 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
   std::copy(state.model.begin(), state.model.end(), model.begin());
   strategy_->took_model(model);
   if (peer_ring_->left_out()) {
-    back_off(fmt::format("took the model of peer {} before round {}, but the members did not take this node back",
-                         state.from, state.round));
+    back_off(fmt::format(
+        "took the model of peer {} before round {}, but the members did not take this node back",
+        state.from, state.round));
   } else {
     come_back_backoff_ = std::chrono::milliseconds(0);
-    spdlog::info("back in the ring: took the model of peer {} before round {} (step {})", state.from, state.round,
-                 state.step);
+    spdlog::info("back in the ring: took the model of peer {} before round {} (step {})",
+                 state.from, state.round, state.step);
   }
   // The round whose result this model is, and the members' step at it: a node left
   // out trains at its own pace (alone, faster; stopped, slower), and its trainers'
@@ -386,9 +396,10 @@ void SyncWorker::write_checkpoint_now() {
     return;
   }
   last_written_ = true;
-  spdlog::info("checkpoint {}: round {}, step {}, {} parameters ({:.0f} ms)", checkpoint_path_,
-               last_->round, last_->step, last_->model.size(),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  spdlog::info(
+      "checkpoint {}: round {}, step {}, {} parameters ({:.0f} ms)", checkpoint_path_, last_->round,
+      last_->step, last_->model.size(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void SyncWorker::run() {
@@ -417,12 +428,14 @@ void SyncWorker::run() {
     }
     if (job.model.empty()) {
       // The gossip family answers joins and sends heartbeats before it has a model too.
-      if (numel > 0 || exchange_) strategy_->progress(next_round_, numel, std::chrono::milliseconds(0));
+      if (numel > 0 || exchange_)
+        strategy_->progress(next_round_, numel, std::chrono::milliseconds(0));
       continue;
     }
     const uint64_t round = strategy_->round_to_run(std::max(job.round, next_round_));
     if (round != job.round)
-      spdlog::info("round {}: the neighbors have moved on, catching up to round {}", job.round, round);
+      spdlog::info("round {}: the neighbors have moved on, catching up to round {}", job.round,
+                   round);
     next_round_ = round + 1;
     sgd::RoundOptions opts;
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;

@@ -17,9 +17,9 @@
 #include "compression/thread_pool.h"
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
-#include "peers/topology.h"
 #include "peers/ring_channel.h"
 #include "peers/router.h"
+#include "peers/topology.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
 #include "sgd/neighbor_exchange.h"
@@ -82,7 +82,8 @@ class SyncWorker {
   // A peer's state fresher than `min_round` (nullopt: none offered); on an elastic
   // local-SGD ring, then asks back into the ring, and takes the members' state again
   // if they went on meanwhile.
-  Result<std::optional<sgd::NodeState>> fetch_state(size_t numel, uint64_t layout, uint64_t min_round);
+  Result<std::optional<sgd::NodeState>> fetch_state(size_t numel, uint64_t layout,
+                                                    uint64_t min_round);
   // After a round that left this node alone in an elastic local-SGD ring: takes a
   // member's model into `model` and asks back in. Returns the round that model is
   // the result of and the members' step at it; nullopt when nobody offered one (it
@@ -95,7 +96,7 @@ class SyncWorker {
   std::unique_ptr<peers::ZmqTransport> transport_;
   // The one reader of transport_; the components below subscribe to it.
   std::unique_ptr<peers::Router> router_;
-  compression::CodecSpec codec_;  // outlives the two below, which point at it
+  compression::CodecSpec codec_;                   // outlives the two below, which point at it
   std::unique_ptr<compression::ThreadPool> pool_;  // idem
   // What the strategy runs on: an all-reduce (local SGD) or a neighbor exchange
   // over a topology (the gossip family). Declared before the strategy, which uses them.
@@ -120,13 +121,13 @@ class SyncWorker {
     uint64_t min_round = 0;
     std::optional<sgd::StrategyState> resume;
   };
-  std::optional<Job> job_;              // guarded by mu_
-  std::optional<JoinJob> join_;         // guarded by mu_
-  size_t numel_ = 0;                    // guarded by mu_
-  uint64_t layout_ = 0;                 // guarded by mu_
-  uint64_t next_round_ = 0;             // worker thread only
-  std::optional<RoundResult> result_;   // guarded by mu_
-  std::optional<JoinResult> joined_;    // guarded by mu_
+  std::optional<Job> job_;             // guarded by mu_
+  std::optional<JoinJob> join_;        // guarded by mu_
+  size_t numel_ = 0;                   // guarded by mu_
+  uint64_t layout_ = 0;                // guarded by mu_
+  uint64_t next_round_ = 0;            // worker thread only
+  std::optional<RoundResult> result_;  // guarded by mu_
+  std::optional<JoinResult> joined_;   // guarded by mu_
   uint32_t node_ = 0;
   std::string strategy_name_;
   sgd::JoinOptions join_options_;

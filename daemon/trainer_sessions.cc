@@ -1,13 +1,12 @@
 #include "daemon/trainer_sessions.h"
 
+#include <fmt/format.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace gossip::daemon {
 
@@ -45,7 +44,8 @@ Result<TrainerSession*> TrainerSessions::add(const std::string& route, const std
 }
 
 void TrainerSessions::remove(const std::string& route) {
-  auto it = std::find_if(sessions_.begin(), sessions_.end(), [&](auto& s) { return s->route == route; });
+  auto it =
+      std::find_if(sessions_.begin(), sessions_.end(), [&](auto& s) { return s->route == route; });
   if (it == sessions_.end()) return;
   if ((*it)->pidfd >= 0) ::close((*it)->pidfd);
   sessions_.erase(it);

@@ -32,8 +32,10 @@ bool curve_available() { return zmq_has("curve") != 0; }
 
 Status check_curve_key(std::string_view z85, std::string_view what) {
   if (z85.size() != kCurveKeyText)
-    return Status::invalid(fmt::format("{}: a CURVE key is {} Z85 characters, got {}", what, kCurveKeyText, z85.size()));
-  if (!decode_key(z85)) return Status::invalid(fmt::format("{}: not a Z85 key (gossipctl keygen makes one)", what));
+    return Status::invalid(fmt::format("{}: a CURVE key is {} Z85 characters, got {}", what,
+                                       kCurveKeyText, z85.size()));
+  if (!decode_key(z85))
+    return Status::invalid(fmt::format("{}: not a Z85 key (gossipctl keygen makes one)", what));
   return Status::ok();
 }
 
@@ -41,12 +43,13 @@ Result<std::string> curve_public_of(const std::string& secret_z85) {
   GOSSIP_RETURN_IF_ERROR(check_curve_key(secret_z85, "secret key"));
   char pub[kCurveKeyText + 1] = {};
   if (zmq_curve_public(pub, secret_z85.c_str()) != 0)
-    return Status::invalid(fmt::format("cannot derive the public key: {}", zmq_strerror(zmq_errno())));
+    return Status::invalid(
+        fmt::format("cannot derive the public key: {}", zmq_strerror(zmq_errno())));
   return std::string(pub);
 }
 
-Result<std::unique_ptr<ZapHandler>> ZapHandler::start(zmq::context_t& context,
-                                                      const std::map<std::string, uint32_t>& allowed) {
+Result<std::unique_ptr<ZapHandler>> ZapHandler::start(
+    zmq::context_t& context, const std::map<std::string, uint32_t>& allowed) {
   std::unique_ptr<ZapHandler> h(new ZapHandler());
   for (const auto& [z85, id] : allowed) {
     auto bin = decode_key(z85);
@@ -88,7 +91,8 @@ void ZapHandler::serve() {
       // version, request id, domain, address, identity, mechanism, credentials...
       std::string status = "400", text = "malformed ZAP request", user;
       std::string request_id = req.size() > 1 ? req[1].to_string() : "";
-      if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE" && req[6].size() == 32) {
+      if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE" &&
+          req[6].size() == 32) {
         const std::string key = req[6].to_string();
         if (auto it = allowed_.find(key); it != allowed_.end()) {
           status = "200";
@@ -96,12 +100,13 @@ void ZapHandler::serve() {
           user = std::to_string(it->second);
         } else {
           text = "unknown public key";
-          spdlog::warn("refused a CURVE handshake from {}: public key {} is not a peer's", req[3].to_string(),
-                       key_text(key));
+          spdlog::warn("refused a CURVE handshake from {}: public key {} is not a peer's",
+                       req[3].to_string(), key_text(key));
         }
       } else if (req.size() >= 6) {
         text = fmt::format("mechanism {} is not CURVE", req[5].to_string());
-        spdlog::warn("refused a {} handshake from {}: peers must use CURVE", req[5].to_string(), req[3].to_string());
+        spdlog::warn("refused a {} handshake from {}: peers must use CURVE", req[5].to_string(),
+                     req[3].to_string());
       }
       for (const std::string& f : {std::string("1.0"), request_id, status, text, user})
         socket_.send(zmq::buffer(f), zmq::send_flags::sndmore);

@@ -13,7 +13,6 @@
 #include <string>
 #include <string_view>
 #include <thread>
-
 #include <zmq.hpp>
 
 #include "proto/status.h"

@@ -1,11 +1,11 @@
 #include "peers/mixing_matrix.h"
 
-#include <algorithm>
-#include <cmath>
+#include <fmt/format.h>
 
 #include <Eigen/Eigenvalues>
 #include <Eigen/SVD>
-#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
 
 namespace gossip::peers {
 

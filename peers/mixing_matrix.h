@@ -12,10 +12,9 @@
 // window of rounds each needs an eigen- or singular value decomposition, 0.25 s at
 // n = 256 and 1.7 s at n = 512 (9 s at 1024, hence the default limit).
 
+#include <Eigen/Core>
 #include <cstdint>
 #include <string>
-
-#include <Eigen/Core>
 
 #include "peers/topology.h"
 #include "proto/status.h"

@@ -1,10 +1,10 @@
 #include "peers/node_ids.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace gossip::peers {
 

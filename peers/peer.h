@@ -7,7 +7,7 @@ namespace gossip::peers {
 
 struct Peer {
   uint32_t id = 0;
-  std::string endpoint;    // tcp://host:port
+  std::string endpoint;         // tcp://host:port
   std::string public_key = {};  // CURVE (Z85), when the channel is encrypted (peers/curve_auth.h)
 };
 

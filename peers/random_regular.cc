@@ -1,11 +1,11 @@
 #include "peers/random_regular.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
 #include <numeric>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "peers/split_mix64.h"
 #include "peers/topologies.h"

@@ -93,9 +93,9 @@ class RingTransport {
 
 struct RingTransportOptions {
   std::string listen_host = "127.0.0.1";  // where the left neighbor connects
-  uint16_t port = 0;                       // 0: any free port
+  uint16_t port = 0;                      // 0: any free port
   int socket_buffer_bytes = 4 << 20;
-  TrafficCounters* traffic = nullptr;      // counts payload and wire bytes per peer
+  TrafficCounters* traffic = nullptr;  // counts payload and wire bytes per peer
 };
 
 // The transports this build has, by name ("tcp"; "rdma" where rdma-core was found

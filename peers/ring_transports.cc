@@ -18,7 +18,8 @@ Result<std::unique_ptr<RingTransport>> make_ring_transport(const std::string& na
 #else
   constexpr const char* kBuilt = "tcp";
 #endif
-  return Status::invalid(fmt::format("unknown ring transport '{}' (this build has: {})", name, kBuilt));
+  return Status::invalid(
+      fmt::format("unknown ring transport '{}' (this build has: {})", name, kBuilt));
 }
 
 }  // namespace gossip::peers

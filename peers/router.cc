@@ -1,9 +1,9 @@
 #include "peers/router.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cassert>
-
-#include <spdlog/spdlog.h>
 
 namespace gossip::peers {
 
@@ -34,9 +34,7 @@ void Router::unsubscribe(uint64_t id) {
                list.end());
 }
 
-uint64_t Router::unhandled(proto::Kind kind) const {
-  return transport_.traffic().unhandled(kind);
-}
+uint64_t Router::unhandled(proto::Kind kind) const { return transport_.traffic().unhandled(kind); }
 
 void Router::dispatch(Incoming& in) {
   const auto k = static_cast<size_t>(in.header.kind);

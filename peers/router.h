@@ -47,7 +47,9 @@ class Router {
   class [[nodiscard]] Subscription {
    public:
     Subscription() = default;
-    Subscription(Subscription&& o) noexcept : router_(o.router_), id_(o.id_) { o.router_ = nullptr; }
+    Subscription(Subscription&& o) noexcept : router_(o.router_), id_(o.id_) {
+      o.router_ = nullptr;
+    }
     Subscription& operator=(Subscription&& o) noexcept;
     ~Subscription();
 

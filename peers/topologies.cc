@@ -1,10 +1,10 @@
 #include "peers/topologies.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cassert>
-
-#include <fmt/format.h>
 
 namespace gossip::peers {
 

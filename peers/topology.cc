@@ -1,13 +1,13 @@
 #include "peers/topology.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
 #include <charconv>
 #include <cmath>
 #include <optional>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "peers/topologies.h"
 

@@ -22,7 +22,7 @@ struct DirectionCounters {
 struct PeerCounters {
   uint32_t peer = 0;
   DirectionCounters sent, recv;
-  std::atomic<uint64_t> dropped{0};  // invalid messages from this peer
+  std::atomic<uint64_t> dropped{0};       // invalid messages from this peer
   std::atomic<int64_t> last_recv_ns{-1};  // steady_clock time of the last message; -1: none yet
 };
 

@@ -1,11 +1,11 @@
 #include "peers/zmq_transport.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
 #include <map>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace gossip::peers {
 
@@ -51,24 +51,26 @@ ZmqTransport::~ZmqTransport() {
   context_.close();
 }
 
-Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self,
-                                                          const std::string& listen,
-                                                          const std::vector<Peer>& peers,
-                                                          const TransportOptions& options) {
+Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const std::string& listen,
+                                                           const std::vector<Peer>& peers,
+                                                           const TransportOptions& options) {
   std::vector<Peer> sorted = peers;
   std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.id < b.id; });
   std::unique_ptr<ZmqTransport> t(new ZmqTransport(self, sorted));
   const bool curve = !options.secret_key.empty();
   std::string public_key;
   if (curve) {
-    if (!curve_available()) return Status::invalid("a secret key is set but this libzmq has no CURVE (libsodium)");
+    if (!curve_available())
+      return Status::invalid("a secret key is set but this libzmq has no CURVE (libsodium)");
     auto pub = curve_public_of(options.secret_key);
     if (!pub) return pub.status();
     public_key = *pub;
     std::map<std::string, uint32_t> allowed;
     for (const auto& p : sorted) {
-      if (p.public_key.empty()) return Status::invalid(fmt::format("peer {} has no public key", p.id));
-      GOSSIP_RETURN_IF_ERROR(check_curve_key(p.public_key, fmt::format("peer {}'s public key", p.id)));
+      if (p.public_key.empty())
+        return Status::invalid(fmt::format("peer {} has no public key", p.id));
+      GOSSIP_RETURN_IF_ERROR(
+          check_curve_key(p.public_key, fmt::format("peer {}'s public key", p.id)));
       allowed[p.public_key] = p.id;
     }
     // Before the ROUTER binds: a handshake without a handler would be admitted.
@@ -112,8 +114,8 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self,
       out->socket.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
       out->socket.connect(p.endpoint);
     } catch (const zmq::error_t& e) {
-      return Status::io_error(fmt::format("cannot connect to peer {} at {}: {}", p.id, p.endpoint,
-                                          e.what()));
+      return Status::io_error(
+          fmt::format("cannot connect to peer {} at {}: {}", p.id, p.endpoint, e.what()));
     }
     t->outbound_.push_back(std::move(out));
   }
@@ -143,8 +145,8 @@ Status ZmqTransport::send_frames(Outbound& out, const proto::Header& header,
     // high-water mark (a peer down for long) sending fails rather than blocking
     // the round. The payload frame follows its header atomically: ZeroMQ accepts
     // the rest of a multipart message once its first frame is in.
-    auto flags = payload ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
-                         : zmq::send_flags::dontwait;
+    auto flags =
+        payload ? zmq::send_flags::sndmore | zmq::send_flags::dontwait : zmq::send_flags::dontwait;
     if (!out.socket.send(zmq::buffer(head), flags))
       return Status::io_error(fmt::format("send queue to peer {} is full", out.peer.id));
     if (payload && !out.socket.send(std::move(*payload), zmq::send_flags::dontwait))

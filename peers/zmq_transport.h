@@ -14,7 +14,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "peers/curve_auth.h"

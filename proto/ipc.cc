@@ -81,7 +81,8 @@ struct Schema<Traffic> {
 };
 template <>
 struct Schema<PeerStats> {
-  static constexpr std::array<std::string_view, 4> kKeys = {"id", "endpoint", "traffic", "silent_ms"};
+  static constexpr std::array<std::string_view, 4> kKeys = {"id", "endpoint", "traffic",
+                                                            "silent_ms"};
 };
 template <>
 struct Schema<TensorSpec> {

@@ -30,10 +30,10 @@ struct Attach {
 struct AttachOk {
   uint32_t node = 0;
   uint32_t nodes = 0;
-  uint32_t slot = 0;         // the trainer's replica inside the arena
-  std::string arena;         // POSIX shm name, e.g. "/gossipd-<uid>-<node>-<pid>"
+  uint32_t slot = 0;  // the trainer's replica inside the arena
+  std::string arena;  // POSIX shm name, e.g. "/gossipd-<uid>-<node>-<pid>"
   uint64_t arena_bytes = 0;
-  uint64_t slot_offset = 0;  // byte offset of the trainer's replica
+  uint64_t slot_offset = 0;       // byte offset of the trainer's replica
   std::vector<uint64_t> offsets;  // element offset of each tensor inside the replica
   std::string strategy;
   uint64_t period = 1;       // synchronize after every `period` steps

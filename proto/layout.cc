@@ -1,8 +1,8 @@
 #include "proto/layout.h"
 
-#include <set>
-
 #include <fmt/format.h>
+
+#include <set>
 
 namespace gossip::proto {
 
@@ -55,7 +55,8 @@ Status validate_layout(const Layout& layout) {
                                          t.name.size(), kMaxTensorNameBytes));
     if (!names.insert(t.name).second)
       return Status::invalid(fmt::format("tensor {} '{}' appears twice", i, t.name));
-    if (t.numel == 0) return Status::invalid(fmt::format("tensor {} '{}' has 0 elements", i, t.name));
+    if (t.numel == 0)
+      return Status::invalid(fmt::format("tensor {} '{}' has 0 elements", i, t.name));
     if (t.numel > kMaxModelNumel || total + t.numel > kMaxModelNumel)
       return Status::invalid(
           fmt::format("layout exceeds {} elements at tensor {} '{}'", kMaxModelNumel, i, t.name));

@@ -45,8 +45,8 @@ Status validate_layout(const Layout& layout);
 // nullopt when equal; otherwise a message naming the first differing tensor, e.g.
 // "tensor 2 'fc2.weight': node has f32[32768], trainer has f32[16384]".
 std::optional<std::string> first_difference(const Layout& node, const Layout& other,
-                                             const char* node_word = "node",
-                                             const char* other_word = "trainer");
+                                            const char* node_word = "node",
+                                            const char* other_word = "trainer");
 
 // Offsets (in elements) of each tensor inside one flat replica. Every tensor starts
 // on a 64-byte boundary so that vector loads never straddle two tensors.

@@ -1,13 +1,13 @@
 #include "proto/message.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <bit>
 #include <cmath>
+#include <msgpack.hpp>
 #include <optional>
 #include <string_view>
-
-#include <fmt/format.h>
-#include <msgpack.hpp>
 
 namespace gossip::proto {
 
@@ -65,9 +65,8 @@ const char* codec_name(CodecId c) {
 
 namespace {
 
-constexpr std::array<std::string_view, 11> kKeys = {"v",      "kind",  "from",  "round",
-                                                    "seq",    "tensor", "offset", "codec",
-                                                    "numel",  "bytes", "layout"};
+constexpr std::array<std::string_view, 11> kKeys = {
+    "v", "kind", "from", "round", "seq", "tensor", "offset", "codec", "numel", "bytes", "layout"};
 
 // A msgpack float64, whatever its value. pack_double sends integral doubles as
 // integers: -0.0 would arrive as +0, and 2^64 (a weight decode_header accepts) is
@@ -105,7 +104,8 @@ std::string encode_header(const Header& h) {
 Result<Header> decode_header(const void* data, size_t size) {
   if (size == 0) return Status::protocol("empty header frame");
   if (size > kMaxHeaderBytes)
-    return Status::protocol(fmt::format("header frame is {} bytes, limit {}", size, kMaxHeaderBytes));
+    return Status::protocol(
+        fmt::format("header frame is {} bytes, limit {}", size, kMaxHeaderBytes));
   msgpack::object_handle oh;
   try {
     // Tight limits: a header is one flat map of small integers.
@@ -113,7 +113,8 @@ Result<Header> decode_header(const void* data, size_t size) {
                                 /*ext*/ 0, /*depth*/ 2);
     size_t off = 0;
     oh = msgpack::unpack(static_cast<const char*>(data), size, off, nullptr, nullptr, limit);
-    if (off != size) return Status::protocol(fmt::format("{} trailing bytes after header", size - off));
+    if (off != size)
+      return Status::protocol(fmt::format("{} trailing bytes after header", size - off));
   } catch (const std::exception& e) {
     return Status::protocol(fmt::format("header is not valid msgpack: {}", e.what()));
   }
@@ -155,9 +156,11 @@ Result<Header> decode_header(const void* data, size_t size) {
 
   Header h;
   if (val[0] != kWireVersion)
-    return Status::protocol(fmt::format("wire version {} (this daemon speaks {})", val[0], kWireVersion));
+    return Status::protocol(
+        fmt::format("wire version {} (this daemon speaks {})", val[0], kWireVersion));
   h.v = static_cast<uint32_t>(val[0]);
-  if (val[1] < 1 || val[1] > kMaxKind) return Status::protocol(fmt::format("unknown message kind {}", val[1]));
+  if (val[1] < 1 || val[1] > kMaxKind)
+    return Status::protocol(fmt::format("unknown message kind {}", val[1]));
   h.kind = static_cast<Kind>(val[1]);
   if (val[2] > UINT32_MAX) return Status::protocol("header 'from' out of range");
   h.from = static_cast<uint32_t>(val[2]);
@@ -166,8 +169,7 @@ Result<Header> decode_header(const void* data, size_t size) {
   if (val[5] > UINT32_MAX) return Status::protocol("header 'tensor' out of range");
   h.tensor = static_cast<uint32_t>(val[5]);
   h.offset = val[6];
-  if (val[7] > kMaxCodecId)
-    return Status::protocol(fmt::format("unknown codec id {}", val[7]));
+  if (val[7] > kMaxCodecId) return Status::protocol(fmt::format("unknown codec id {}", val[7]));
   h.codec = static_cast<CodecId>(val[7]);
   h.numel = val[8];
   h.bytes = val[9];
@@ -179,7 +181,8 @@ Result<Header> decode_header(const void* data, size_t size) {
   }
 
   if (h.bytes > kMaxPayloadBytes)
-    return Status::protocol(fmt::format("payload of {} bytes exceeds limit {}", h.bytes, kMaxPayloadBytes));
+    return Status::protocol(
+        fmt::format("payload of {} bytes exceeds limit {}", h.bytes, kMaxPayloadBytes));
   switch (h.kind) {
     case Kind::kHello:
     case Kind::kBye:
@@ -194,12 +197,14 @@ Result<Header> decode_header(const void* data, size_t size) {
         return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
                                             kind_name(h.kind), h.numel, h.bytes));
       if (h.kind == Kind::kRingAddress && (h.offset == 0 || h.offset > 65535))
-        return Status::protocol(fmt::format("ring-address with port {} (must be 1..65535)", h.offset));
+        return Status::protocol(
+            fmt::format("ring-address with port {} (must be 1..65535)", h.offset));
       break;
     case Kind::kNcclId:
       if (h.numel != 0 || h.bytes != kNcclIdBytes)
-        return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes and numel=0, says numel={} bytes={}",
-                                            kNcclIdBytes, h.numel, h.bytes));
+        return Status::protocol(
+            fmt::format("nccl-id must carry exactly {} bytes and numel=0, says numel={} bytes={}",
+                        kNcclIdBytes, h.numel, h.bytes));
       break;
     case Kind::kStateChunk:
       if (h.codec != CodecId::kNone) return Status::protocol("state-chunk must be raw fp32");
@@ -207,11 +212,13 @@ Result<Header> decode_header(const void* data, size_t size) {
     case Kind::kModelChunk:
       if (h.numel == 0) return Status::protocol(fmt::format("{} with numel=0", kind_name(h.kind)));
       // Divide rather than multiply: numel * 4 wraps for numel >= 2^62.
-      if (h.codec == CodecId::kNone && (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel))
+      if (h.codec == CodecId::kNone &&
+          (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel))
         return Status::protocol(fmt::format(
             "model-chunk says numel={} but bytes={} (raw fp32 needs numel * 4)", h.numel, h.bytes));
       if (h.codec != CodecId::kNone && h.bytes == 0)
-        return Status::protocol(fmt::format("{} model-chunk with an empty payload", codec_name(h.codec)));
+        return Status::protocol(
+            fmt::format("{} model-chunk with an empty payload", codec_name(h.codec)));
       if (h.offset > UINT64_MAX - h.numel) return Status::protocol("model-chunk offset overflows");
       break;
   }

@@ -68,8 +68,8 @@ class [[nodiscard]] Result {
 
 }  // namespace gossip
 
-#define GOSSIP_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::gossip::Status _st = (expr);          \
-    if (!_st.is_ok()) return _st;           \
+#define GOSSIP_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::gossip::Status _st = (expr);   \
+    if (!_st.is_ok()) return _st;    \
   } while (0)

@@ -13,7 +13,7 @@ packages=(
   libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
   python3 python3-matplotlib python3-torch iproute2
-  clang libclang-rt-14-dev llvm
+  clang libclang-rt-14-dev llvm clang-format clang-tidy
 )
 
 missing=()

@@ -1,13 +1,13 @@
 #include "sgd/all_gather_all_reduce.h"
 
-#include "compression/error_feedback.h"
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 #include <thread>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include "compression/error_feedback.h"
 
 namespace gossip::sgd {
 
@@ -21,8 +21,9 @@ AllGatherAllReduce::AllGatherAllReduce(peers::Router& router, uint64_t chunk_byt
       chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))),
       codec_(codec),
       pool_(pool),
-      subscription_(router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kModelChunk},
-                                     [this](peers::Incoming& in) { absorb(in); })) {}
+      subscription_(
+          router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kModelChunk},
+                           [this](peers::Incoming& in) { absorb(in); })) {}
 
 Status AllGatherAllReduce::compress(std::span<float> data, uint64_t round, const Compression& c) {
   const uint64_t chunks = (data.size() + chunk_elems_ - 1) / chunk_elems_;
@@ -87,29 +88,34 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
   if (h.round != current && h.round != current + 1)
     return drop(fmt::format("chunk for round {} while this node is in round {}", h.round, current));
   if (layout_ != 0 && h.layout != layout_)
-    return doom(h.round, Status::mismatch(fmt::format(
-        "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
-        "every node must attach the same tensors",
-        in.peer, h.layout, layout_)));
+    return doom(
+        h.round,
+        Status::mismatch(fmt::format(
+            "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
+            "every node must attach the same tensors",
+            in.peer, h.layout, layout_)));
   if (h.offset + h.numel > numel)
     return doom(h.round, Status::mismatch(fmt::format(
-        "peer {} sent elements [{}, {}) but the model has {} elements", in.peer, h.offset,
-        h.offset + h.numel, numel)));
+                             "peer {} sent elements [{}, {}) but the model has {} elements",
+                             in.peer, h.offset, h.offset + h.numel, numel)));
   RoundState& s = state_for(h.round, numel);
   if (h.seq != s.next_seq[pi])
-    return drop(fmt::format("chunk seq {} in round {}, expected {}", h.seq, h.round, s.next_seq[pi]));
+    return drop(
+        fmt::format("chunk seq {} in round {}, expected {}", h.seq, h.round, s.next_seq[pi]));
   s.next_seq[pi]++;
   if (s.received[pi] + h.numel > numel)
     return doom(h.round, Status::mismatch(fmt::format(
-        "peer {} sent more than the model's {} elements in round {}", in.peer, numel, h.round)));
+                             "peer {} sent more than the model's {} elements in round {}", in.peer,
+                             numel, h.round)));
   s.received[pi] += h.numel;
   double* sum = s.sum.data() + h.offset;
   const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
   if (h.codec != proto::CodecId::kNone) {
     if (!codec_ || h.codec != codec_->id())
       return doom(h.round, Status::mismatch(fmt::format(
-          "peer {} sends {} payloads; this node decodes none and {}", in.peer,
-          proto::codec_name(h.codec), codec_ ? codec_->spec() : std::string("nothing else"))));
+                               "peer {} sends {} payloads; this node decodes none and {}", in.peer,
+                               proto::codec_name(h.codec),
+                               codec_ ? codec_->spec() : std::string("nothing else"))));
     scratch_.resize(h.numel);
     compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), pool_};
     if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
@@ -127,7 +133,8 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
   }
 }
 
-void AllGatherAllReduce::progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) {
+void AllGatherAllReduce::progress(uint64_t next_round, size_t numel,
+                                  std::chrono::milliseconds wait) {
   if (transport_.peers().empty()) return;
   current_ = next_round;
   numel_ = numel;
@@ -143,9 +150,11 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   const auto* codec = options.compression.codec;
   if (codec && codec->id() == proto::CodecId::kNone) codec = nullptr;
   if (codec) {
-    if (codec != codec_) return Status::invalid("round compressed with a codec the all-reduce was not built for");
-    GOSSIP_RETURN_IF_ERROR(compress(data, round, options.compression).with_context(
-        fmt::format("round {}: compressing {}", round, codec->spec())));
+    if (codec != codec_)
+      return Status::invalid("round compressed with a codec the all-reduce was not built for");
+    GOSSIP_RETURN_IF_ERROR(
+        compress(data, round, options.compression)
+            .with_context(fmt::format("round {}: compressing {}", round, codec->spec())));
   }
 
   for (const auto& p : ps) {
@@ -199,8 +208,9 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     auto now = Clock::now();
     if (now >= options.deadline)
       return Status::timeout(fmt::format("round {}: no complete model from {}", round, missing(s)));
-    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now),
-                         std::chrono::milliseconds(100));
+    auto wait =
+        std::min(std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now),
+                 std::chrono::milliseconds(100));
     router_.poll(wait);
   }
 

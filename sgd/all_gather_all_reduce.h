@@ -32,7 +32,7 @@ class AllGatherAllReduce final : public AllReduce {
   // (it cannot finish a round without our contribution), so two suffice.
   struct RoundState {
     uint64_t round = UINT64_MAX;
-    std::vector<double> sum;  // fp64 so that the arrival order does not change the result
+    std::vector<double> sum;         // fp64 so that the arrival order does not change the result
     std::vector<uint64_t> received;  // elements per peer (index into peers())
     std::vector<uint64_t> next_seq;  // expected chunk sequence per peer
     std::vector<bool> left;          // peer said bye during this round
@@ -52,7 +52,7 @@ class AllGatherAllReduce final : public AllReduce {
   peers::ZmqTransport& transport_;
   uint64_t chunk_elems_;
   const compression::Codec* codec_;
-  compression::ThreadPool* pool_;  // decodes received chunks
+  compression::ThreadPool* pool_;                // decodes received chunks
   std::vector<std::vector<std::byte>> encoded_;  // this round's payload per chunk, sent zero-copy
   std::vector<float> scratch_;                   // a received chunk, decoded
   uint64_t layout_ = 0;

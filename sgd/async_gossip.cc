@@ -1,10 +1,10 @@
 #include "sgd/async_gossip.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-
-#include <spdlog/spdlog.h>
 
 namespace gossip::sgd {
 
@@ -42,14 +42,14 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
   std::vector<uint32_t> sources;
   for (const auto& in : row.peers) sources.push_back(in.node);
   mix_.assign(n, 0.0f);
-  auto delivery = exchange_.receive(
-      due, sources, n, start + options_.patience, options,
-      [&](size_t s, const proto::Header& h, std::span<const float> v) {
-        const float w = step_ * static_cast<float>(row.peers[s].weight);
-        float* acc = mix_.data() + h.offset;
-        const float* x = own.data() + h.offset;
-        for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
-      });
+  auto delivery =
+      exchange_.receive(due, sources, n, start + options_.patience, options,
+                        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+                          const float w = step_ * static_cast<float>(row.peers[s].weight);
+                          float* acc = mix_.data() + h.offset;
+                          const float* x = own.data() + h.offset;
+                          for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
+                        });
   if (!delivery) return delivery.status();
   if (!delivery->missing.empty())
     spdlog::warn("round {}: mixing round {} without {}", round, due, delivery->missing);

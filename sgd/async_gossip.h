@@ -33,10 +33,11 @@ class AsyncGossip final : public GossipStrategy {
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
 
  private:
-  float step_;  // η
+  float step_;                            // η
   std::vector<std::vector<float>> sent_;  // sent_[t % (s+1)]: this node's model of round t
-  std::vector<uint64_t> sent_round_;      // the round each slot of sent_ holds (after a catch-up, not every one)
-  std::vector<float> public_;             // Q(x_i) when compressing
+  std::vector<uint64_t>
+      sent_round_;  // the round each slot of sent_ holds (after a catch-up, not every one)
+  std::vector<float> public_;  // Q(x_i) when compressing
   std::vector<float> mix_;
 };
 

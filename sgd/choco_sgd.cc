@@ -1,11 +1,11 @@
 #include "sgd/choco_sgd.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 namespace gossip::sgd {
 
@@ -75,7 +75,9 @@ void ChocoSgd::start(std::span<const float> model, uint64_t round, const peers::
       who += (who.empty() ? "" : ", ") + std::to_string(c.node);
     }
     spdlog::info("round {}: resynchronizing CHOCO's public copies with peers {} ({})", round, who,
-                 failed_ ? "the last round failed" : started_ ? "rounds were skipped" : "this node starts mid-run");
+                 failed_    ? "the last round failed"
+                 : started_ ? "rounds were skipped"
+                            : "this node starts mid-run");
   }
   started_ = true;
   failed_ = false;
@@ -87,12 +89,15 @@ void ChocoSgd::send(uint64_t round, std::span<const uint32_t> out) {
   owe_copy_.clear();
   std::vector<uint32_t> copy_to, delta_to;
   for (uint32_t peer : out)
-    (std::find(asked.begin(), asked.end(), peer) != asked.end() ? copy_to : delta_to).push_back(peer);
+    (std::find(asked.begin(), asked.end(), peer) != asked.end() ? copy_to : delta_to)
+        .push_back(peer);
   exchange_.send(outgoing_, delta_to);
   if (copy_to.empty()) return;
   public_out_.tensor = proto::kPublicCopyTensor;
   // Raw: the copy must arrive exactly as this node holds it.
-  if (auto st = public_out_.encode(public_self_, self(), round, options_.chunk_elems, Compression{}); !st) {
+  if (auto st =
+          public_out_.encode(public_self_, self(), round, options_.chunk_elems, Compression{});
+      !st) {
     spdlog::warn("round {}: {}", round, st.message());  // they ask again
     return;
   }
@@ -110,9 +115,10 @@ void ChocoSgd::settle(uint64_t round, const std::vector<bool>& complete) {
       c.asked.reset();
     } else if (!complete[s] && c.in_sync) {
       c.in_sync = false;
-      spdlog::warn("round {}: peer {}'s correction is missing, so this node's copy of it is stale: "
-                   "asking for the copy itself",
-                   round, c.node);
+      spdlog::warn(
+          "round {}: peer {}'s correction is missing, so this node's copy of it is stale: "
+          "asking for the copy itself",
+          round, c.node);
     }
     // A request can cross the neighbor's next round; one to a dead node is lost, so
     // ask again once it is heard from.
@@ -150,19 +156,19 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
     copy.filled = 0;
     copy.heard = false;
   }
-  auto delivery = exchange_.receive(
-      round, sources, n, start_time + options_.patience, options,
-      [&](size_t s, const proto::Header& h, std::span<const float> v) {
-        Copy& copy = copies_[s];
-        copy.heard = true;
-        float* x = copy.x.data() + h.offset;
-        if (h.tensor == proto::kPublicCopyTensor) {
-          std::copy(v.begin(), v.end(), x);
-          copy.filled += v.size();
-        } else if (copy.in_sync) {
-          for (size_t e = 0; e < v.size(); ++e) x[e] += v[e];
-        }
-      });
+  auto delivery =
+      exchange_.receive(round, sources, n, start_time + options_.patience, options,
+                        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+                          Copy& copy = copies_[s];
+                          copy.heard = true;
+                          float* x = copy.x.data() + h.offset;
+                          if (h.tensor == proto::kPublicCopyTensor) {
+                            std::copy(v.begin(), v.end(), x);
+                            copy.filled += v.size();
+                          } else if (copy.in_sync) {
+                            for (size_t e = 0; e < v.size(); ++e) x[e] += v[e];
+                          }
+                        });
   if (!delivery) {
     // Some copies took part of this round's corrections: resynchronize them all.
     started_ = false;
@@ -170,7 +176,8 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
     return delivery.status();
   }
   settle(round, delivery->complete);
-  if (!delivery->missing.empty()) spdlog::warn("round {}: CHOCO round without {}", round, delivery->missing);
+  if (!delivery->missing.empty())
+    spdlog::warn("round {}: CHOCO round without {}", round, delivery->missing);
 
   const float gamma = static_cast<float>(gamma_);
   for (size_t s = 0; s < copies_.size(); ++s) {

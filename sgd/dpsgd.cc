@@ -1,10 +1,10 @@
 #include "sgd/dpsgd.h"
 
-#include <algorithm>
-#include <chrono>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
 
 namespace gossip::sgd {
 
@@ -27,14 +27,14 @@ Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOpt
   for (const auto& in : row.peers) sources.push_back(in.node);
   if (trim_ > 0) return trimmed_mean(model, round, sources, start, options);
   mix_.assign(model.size(), 0.0f);
-  auto delivery = exchange_.receive(
-      round, sources, model.size(), start + options_.patience, options,
-      [&](size_t s, const proto::Header& h, std::span<const float> v) {
-        const float w = static_cast<float>(row.peers[s].weight);
-        float* acc = mix_.data() + h.offset;
-        const float* x = model.data() + h.offset;
-        for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
-      });
+  auto delivery =
+      exchange_.receive(round, sources, model.size(), start + options_.patience, options,
+                        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+                          const float w = static_cast<float>(row.peers[s].weight);
+                          float* acc = mix_.data() + h.offset;
+                          const float* x = model.data() + h.offset;
+                          for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
+                        });
   if (!delivery) return delivery.status();
   if (!delivery->missing.empty())
     spdlog::warn("round {}: mixing without {}", round, delivery->missing);
@@ -42,8 +42,10 @@ Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOpt
   return Status::ok();
 }
 
-Status Dpsgd::trimmed_mean(std::span<float> model, uint64_t round, std::span<const uint32_t> sources,
-                           std::chrono::steady_clock::time_point start, const RoundOptions& options) {
+Status Dpsgd::trimmed_mean(std::span<float> model, uint64_t round,
+                           std::span<const uint32_t> sources,
+                           std::chrono::steady_clock::time_point start,
+                           const RoundOptions& options) {
   const size_t n = model.size();
   received_.resize(sources.size());
   auto delivery = exchange_.receive(
@@ -60,17 +62,21 @@ Status Dpsgd::trimmed_mean(std::span<float> model, uint64_t round, std::span<con
   if (k <= 2 * trim_) {
     // Too few neighbors delivered for the trim to leave a value: keeping the node's
     // own model is the one choice no faulty peer can steer.
-    spdlog::warn("round {}: {} of {} neighbors delivered ({}), too few to trim {} from each end: "
-                 "keeping this node's model", round, in.size(), sources.size(),
-                 delivery->missing.empty() ? "none missing" : delivery->missing, trim_);
+    spdlog::warn(
+        "round {}: {} of {} neighbors delivered ({}), too few to trim {} from each end: "
+        "keeping this node's model",
+        round, in.size(), sources.size(),
+        delivery->missing.empty() ? "none missing" : delivery->missing, trim_);
     return Status::ok();
   }
-  if (!delivery->missing.empty()) spdlog::warn("round {}: trimmed mean without {}", round, delivery->missing);
+  if (!delivery->missing.empty())
+    spdlog::warn("round {}: trimmed mean without {}", round, delivery->missing);
   std::vector<float> v(k);
   const float inv = 1.0f / static_cast<float>(k - 2 * trim_);
   for (size_t e = 0; e < n; ++e) {
     v[0] = model[e];
-    for (size_t j = 0; j < in.size(); ++j) v[j + 1] = in[j][e];  // finite: the exchange refuses NaN/Inf
+    for (size_t j = 0; j < in.size(); ++j)
+      v[j + 1] = in[j][e];          // finite: the exchange refuses NaN/Inf
     std::sort(v.begin(), v.end());  // k is a node's degree + 1: a handful of values
     float sum = 0.0f;
     for (size_t j = trim_; j < k - trim_; ++j) sum += v[j];

@@ -37,8 +37,8 @@ class GossipStrategy : public Strategy {
   }
 
  protected:
-  GossipStrategy(NeighborExchange& exchange, const peers::Topology& topology,
-                 GossipOptions options, uint64_t lag = 0)
+  GossipStrategy(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
+                 uint64_t lag = 0)
       : exchange_(exchange), topology_(topology), options_(options), lag_(lag) {}
   uint32_t self() const { return exchange_.transport().self(); }
 

@@ -41,7 +41,9 @@ Status LocalSgd::load_state(const StrategyState& state) {
     auto r = state.tensor("local_sgd.residual", n);
     if (!r) return r.status();
     if (!error_feedback_ || !codec_)
-      return Status::invalid("the checkpoint has an error-feedback residual but this node runs without error feedback");
+      return Status::invalid(
+          "the checkpoint has an error-feedback residual but this node runs without error "
+          "feedback");
     residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, n);
     residual_->restore(**r);
   }
@@ -51,7 +53,7 @@ Status LocalSgd::load_state(const StrategyState& state) {
 }
 
 void LocalSgd::took_model(std::span<const float> model) {
-  residual_.reset();  // this node's own error, of the model it no longer has
+  residual_.reset();                     // this node's own error, of the model it no longer has
   if (plain() && !compressed()) return;  // rounds average the models themselves
   previous_.assign(model.begin(), model.end());
   momentum_.assign(model.size(), 0.0f);

@@ -38,7 +38,9 @@ class LocalSgd final : public Strategy {
   // In place: model <- the synchronized model of round `round`. The first round is
   // an exact, uncompressed average: it defines the common starting point x_prev.
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
-  uint64_t round_to_run(uint64_t proposed) const override { return all_reduce_.round_to_run(proposed); }
+  uint64_t round_to_run(uint64_t proposed) const override {
+    return all_reduce_.round_to_run(proposed);
+  }
   void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override {
     all_reduce_.progress(next_round, numel, wait);
   }

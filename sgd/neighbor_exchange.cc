@@ -1,11 +1,11 @@
 #include "sgd/neighbor_exchange.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "proto/finite.h"
 
@@ -51,9 +51,10 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
                const size_t pi = peer_index(peer);
                return pi < absent_.size() && (ever_delivered_[pi] || absent_[pi]);
              }),
-      subscription_(router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kHeartbeat,
-                                      proto::Kind::kCopyRequest, proto::Kind::kModelChunk},
-                                     [this](peers::Incoming& in) { dispatch(in); })) {}
+      subscription_(
+          router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kHeartbeat,
+                            proto::Kind::kCopyRequest, proto::Kind::kModelChunk},
+                           [this](peers::Incoming& in) { dispatch(in); })) {}
 
 void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
   for (uint32_t p : peers)
@@ -118,7 +119,8 @@ void NeighborExchange::greet(uint32_t peer) {
 bool NeighborExchange::presumed_gone(size_t pi) const {
   if (left_[pi]) return true;
   const uint64_t silent = transport_.traffic().silent_ms(transport_.peers()[pi].id);
-  return silent == proto::ipc::kNeverHeard || silent > static_cast<uint64_t>(limits_.dead_after.count());
+  return silent == proto::ipc::kNeverHeard ||
+         silent > static_cast<uint64_t>(limits_.dead_after.count());
 }
 
 void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t> to,
@@ -223,16 +225,18 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
         "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
         "every node must attach the same tensors",
         in.peer, h.layout, layout_));
-  if (h.tensor != 0 && !(public_copies_ && h.tensor == proto::kPublicCopyTensor && h.codec == proto::CodecId::kNone))
-    return bad(fmt::format("peer {} sent a chunk of tensor {} ({}), which this node does not take; "
-                           "do all nodes run the same strategy?",
-                           in.peer, h.tensor, proto::codec_name(h.codec)));
+  if (h.tensor != 0 &&
+      !(public_copies_ && h.tensor == proto::kPublicCopyTensor && h.codec == proto::CodecId::kNone))
+    return bad(
+        fmt::format("peer {} sent a chunk of tensor {} ({}), which this node does not take; "
+                    "do all nodes run the same strategy?",
+                    in.peer, h.tensor, proto::codec_name(h.codec)));
   if (h.offset + h.numel > live.numel)
     return bad(fmt::format("peer {} sent elements [{}, {}) but the model has {} elements", in.peer,
                            h.offset, h.offset + h.numel, live.numel));
   if (h.seq != live.next_seq[s]) {
-    transport_.note_dropped(
-        in.peer, fmt::format("chunk seq {} in round {}, expected {}", h.seq, h.round, live.next_seq[s]));
+    transport_.note_dropped(in.peer, fmt::format("chunk seq {} in round {}, expected {}", h.seq,
+                                                 h.round, live.next_seq[s]));
     return Status::ok();
   }
   if (live.received[s] + h.numel > live.numel)
@@ -268,8 +272,10 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
     size_t e = 0;
     while (std::isfinite(values[e])) ++e;
     live.refused[s] = true;
-    transport_.note_dropped(in.peer, fmt::format("round {}: element {} is {}; the rest of this peer's round "
-                                                 "is ignored", h.round, h.offset + e, values[e]));
+    transport_.note_dropped(in.peer,
+                            fmt::format("round {}: element {} is {}; the rest of this peer's round "
+                                        "is ignored",
+                                        h.round, h.offset + e, values[e]));
     return Status::ok();
   }
   (*live.on_chunk)(s, h, values);
@@ -337,8 +343,8 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
       }
       auto limit = ever_delivered_[pi] ? std::min(patience, options.deadline) : options.deadline;
       if (now >= limit) {
-        mark_absent(pi, fmt::format("missed round {} ({} of {} elements)", round,
-                                    live.received[s], numel));
+        mark_absent(
+            pi, fmt::format("missed round {} ({} of {} elements)", round, live.received[s], numel));
         continue;
       }
       const uint64_t silent = transport_.traffic().silent_ms(sources[s]);
@@ -374,11 +380,11 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   for (size_t s = 0; s < sources.size(); ++s) {
     d.complete[s] = live.received[s] >= numel && !live.refused[s];
     if (d.complete[s]) continue;
-    const char* why = live.left[s]                         ? "shut down"
-                      : live.refused[s]                    ? "sent NaN/Inf"
-                      : moved_on[s]                        ? "ahead of this node"
-                      : absent_[peer_index(sources[s])]    ? "absent"
-                                                           : "?";
+    const char* why = live.left[s]                      ? "shut down"
+                      : live.refused[s]                 ? "sent NaN/Inf"
+                      : moved_on[s]                     ? "ahead of this node"
+                      : absent_[peer_index(sources[s])] ? "absent"
+                                                        : "?";
     d.missing += (d.missing.empty() ? "" : ", ") + describe(s, why);
   }
   return d;

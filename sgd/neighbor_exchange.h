@@ -42,10 +42,11 @@
 namespace gossip::sgd {
 
 struct ExchangeLimits {
-  uint64_t max_rounds_ahead = 64;            // a message further ahead is dropped
-  uint64_t max_buffered_bytes = 1ull << 30;  // payload held for later rounds
-  std::chrono::milliseconds heartbeat{1000};    // sent to every peer this often while waiting
-  std::chrono::milliseconds dead_after{5000};   // a neighbor silent this long is dropped from the round
+  uint64_t max_rounds_ahead = 64;             // a message further ahead is dropped
+  uint64_t max_buffered_bytes = 1ull << 30;   // payload held for later rounds
+  std::chrono::milliseconds heartbeat{1000};  // sent to every peer this often while waiting
+  std::chrono::milliseconds dead_after{
+      5000};  // a neighbor silent this long is dropped from the round
 };
 
 class NeighborExchange {
@@ -131,8 +132,8 @@ class NeighborExchange {
   compression::ThreadPool* pool_;
   ExchangeLimits limits_;
   uint64_t layout_ = 0;
-  std::vector<bool> absent_;         // per transport peer
-  std::vector<bool> left_;           // per transport peer: said bye, and nothing since
+  std::vector<bool> absent_;          // per transport peer
+  std::vector<bool> left_;            // per transport peer: said bye, and nothing since
   std::vector<bool> ever_delivered_;  // per transport peer
   std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of
   std::vector<bool> copy_requested_;  // per transport peer

@@ -1,9 +1,9 @@
 #include "sgd/outgoing_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"

@@ -40,20 +40,23 @@ std::chrono::milliseconds until(Clock::time_point t) {
 }
 }  // namespace
 
-PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport, const PeerRingOptions& options)
+PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
+                   const PeerRingOptions& options)
     : router_(control),
       control_(control.transport()),
       transport_(transport),
       options_(options),
       membership_(control.self(), peer_ids(control_), options.elastic && options.admit_joiners),
-      subscription_(control.subscribe({proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
-                                       proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
-                                      [this](peers::Incoming& in) { absorb(in); })) {
+      subscription_(control.subscribe(
+          {proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
+           proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
+          [this](peers::Incoming& in) { absorb(in); })) {
   // Offered to anyone: before the first round nobody has a state, and a node that
   // asks after it is a restarted one. A node the others left out (alone in its ring)
   // trains on its own: its state is not the cluster's.
   if (admits_joiners())
-    state_ = std::make_unique<StateTransfer>(control, [this](uint32_t) { return order().ids.size() > 1; });
+    state_ = std::make_unique<StateTransfer>(control,
+                                             [this](uint32_t) { return order().ids.size() > 1; });
   std::random_device entropy;
   token_ = (uint64_t{entropy()} << 32) | entropy();
   for (const auto& p : control_.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
@@ -109,53 +112,60 @@ void PeerRing::absorb(const peers::Incoming& in) {
       if (in.peer == order().left_id()) announce();
       if (options_.elastic && !membership_.member(in.peer)) {
         if (admits_joiners())
-          spdlog::info("peer {} is up again, outside the ring (epoch {}): it is taken back when it asks", in.peer,
-                       membership_.epoch());
+          spdlog::info(
+              "peer {} is up again, outside the ring (epoch {}): it is taken back when it asks",
+              in.peer, membership_.epoch());
         else
-          spdlog::warn("peer {} is up again, but the elastic ring left it out (epoch {}): it trains alone, "
-                       "since only local SGD's ring takes a node back",
-                       in.peer, membership_.epoch());
+          spdlog::warn(
+              "peer {} is up again, but the elastic ring left it out (epoch {}): it trains alone, "
+              "since only local SGD's ring takes a node back",
+              in.peer, membership_.epoch());
       }
       return;
     case proto::Kind::kBye:
       if (in.peer == order().right_id()) addresses_.erase(in.peer);
       if (in.peer == order().right_id() || in.peer == order().left_id()) drop_channel();
       // A member that leaves in order is left out at once rather than at the next round.
-      if (options_.elastic && membership_.member(in.peer) && membership_.start(Clock::now(), options_.reform_wait)) {
+      if (options_.elastic && membership_.member(in.peer) &&
+          membership_.start(Clock::now(), options_.reform_wait)) {
         spdlog::warn("peer {} said bye: re-forming the ring without it", in.peer);
         send_probes();
       }
       return;
     case proto::Kind::kRingProbe:
       if (!options_.elastic) {
-        control_.note_dropped(in.peer, "a ring-probe, but this node's ring is not elastic (--elastic)");
+        control_.note_dropped(in.peer,
+                              "a ring-probe, but this node's ring is not elastic (--elastic)");
         return;
       }
       // Before its first round a node has nothing to re-form, and a probe may be one
       // that ZeroMQ queued for this node's previous process and delivers to this one.
       if (!started_) return;
-    {
-      const bool joining = h.tensor == 1;
-      const bool joiner = membership_.joiner(in.peer, h.offset, joining);
-      const auto effect =
-          membership_.on_probe(in.peer, h.offset, h.round, Clock::now(), options_.reform_wait, joining);
-      if (effect == RingMembership::Probe::kIgnored) return;
-      if (effect == RingMembership::Probe::kStarted) {
-        if (joiner)
-          spdlog::info("peer {} asks back into the ring (restarted, or left out; its next round {}): re-forming",
-                       in.peer, h.round);
-        else
-          spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
-        drop_channel();
-        send_probes();
+      {
+        const bool joining = h.tensor == 1;
+        const bool joiner = membership_.joiner(in.peer, h.offset, joining);
+        const auto effect = membership_.on_probe(in.peer, h.offset, h.round, Clock::now(),
+                                                 options_.reform_wait, joining);
+        if (effect == RingMembership::Probe::kIgnored) return;
+        if (effect == RingMembership::Probe::kStarted) {
+          if (joiner)
+            spdlog::info(
+                "peer {} asks back into the ring (restarted, or left out; its next round {}): "
+                "re-forming",
+                in.peer, h.round);
+          else
+            spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
+          drop_channel();
+          send_probes();
+        }
+        if (joiner) send_probe(in.peer);  // outside our view: it would not hear us otherwise
+        return;
       }
-      if (joiner) send_probe(in.peer);  // outside our view: it would not hear us otherwise
-      return;
-    }
     case proto::Kind::kStateChunk:
       // A result this node lost to a break (or missed while it was down), from a
       // member that completed the round.
-      if (fetch_ && h.round >= fetch_->round && (!fetch_->from || (*fetch_->from == in.peer && h.round == fetch_->of_round)) &&
+      if (fetch_ && h.round >= fetch_->round &&
+          (!fetch_->from || (*fetch_->from == in.peer && h.round == fetch_->of_round)) &&
           h.offset == fetch_->got && h.numel <= fetch_->numel - fetch_->got &&
           in.payload.size() == h.numel * sizeof(float)) {
         if (fetched_.size() != fetch_->numel) fetched_.assign(fetch_->numel, 0.0f);
@@ -165,7 +175,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
         fetch_->got += h.numel;
       }
       return;  // late or duplicate copies are harmless
-    default:  // heartbeats: the transport notes when a peer was heard
+    default:   // heartbeats: the transport notes when a peer was heard
       return;
   }
 }
@@ -201,24 +211,29 @@ Status PeerRing::connect(const CollectiveOptions& options) {
   // After a re-forming, every member announces its address as it decides, within a
   // wait of ours: one that has not by two waits did not take part, and its absence
   // breaks the ring. Before any (epoch 0), a peer may simply start later.
-  const auto address_deadline = options_.elastic && membership_.epoch() > 0
-                                    ? std::min(options.deadline, view_since_ + 2 * options_.reform_wait)
-                                    : options.deadline;
+  const auto address_deadline =
+      options_.elastic && membership_.epoch() > 0
+          ? std::min(options.deadline, view_since_ + 2 * options_.reform_wait)
+          : options.deadline;
   while (!right_address()) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed))
       return Status::closed("ring: cancelled");
-    if (membership_.reforming()) return Status::closed("ring: re-forming (a member's probe arrived)");
+    if (membership_.reforming())
+      return Status::closed("ring: re-forming (a member's probe arrived)");
     if (Clock::now() >= address_deadline)
       return Status::timeout(fmt::format(
-          "ring: peer {} (right) has not told its ring address{} (is it up, with the same strategy and transport?)",
+          "ring: peer {} (right) has not told its ring address{} (is it up, with the same strategy "
+          "and transport?)",
           order().right_id(),
-          membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch()) : ""));
+          membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch())
+                                  : ""));
     router_.poll(std::min(until(address_deadline), std::chrono::milliseconds(50)));
   }
   const Address right = *right_address();
   auto mismatch = [&](uint64_t theirs) {
-    return Status::mismatch(fmt::format("ring: peer {} has another model layout (fingerprint {:#x}, ours {:#x})",
-                                        order().right_id(), theirs, layout_));
+    return Status::mismatch(
+        fmt::format("ring: peer {} has another model layout (fingerprint {:#x}, ours {:#x})",
+                    order().right_id(), theirs, layout_));
   };
   if (right.layout != 0 && layout_ != 0 && right.layout != layout_) return mismatch(right.layout);
   const uint64_t view = membership_.view_id();
@@ -242,7 +257,8 @@ Status PeerRing::connect(const CollectiveOptions& options) {
     // A neighbor with another model says so in its ring-address, which may have
     // arrived while we waited: that is the better explanation.
     drain(std::chrono::milliseconds(0));
-    if (const Address* a = right_address(); a && a->layout != 0 && layout_ != 0 && a->layout != layout_)
+    if (const Address* a = right_address();
+        a && a->layout != 0 && layout_ != 0 && a->layout != layout_)
       return mismatch(a->layout);
     return channel.status();
   }
@@ -274,7 +290,8 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
   return st;
 }
 
-Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
+Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
+                                 const CollectiveOptions& options) {
   next_round_ = round;
   if (!options_.elastic) return attempt(data, round, options);
   started_ = true;
@@ -308,18 +325,23 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round, const Co
     const bool cancelled = options.cancel && options.cancel->load(std::memory_order_relaxed);
     if (cancelled || !breaks_the_ring(st) || Clock::now() >= options.deadline) return st;
     if (st.code() == Status::Code::kProtocol && ++protocol_errors >= kMaxProtocolErrors)
-      return Status::protocol(fmt::format("{} ({} tries in a row, over re-formed rings: do all nodes run the same "
-                                          "strategy, codec and model?)",
-                                          st.message(), protocol_errors));
+      return Status::protocol(
+          fmt::format("{} ({} tries in a row, over re-formed rings: do all nodes run the same "
+                      "strategy, codec and model?)",
+                      st.message(), protocol_errors));
     if (membership_.start(Clock::now(), options_.reform_wait)) {
-      spdlog::warn("round {}: {}; re-forming the ring (epoch {}, {} members) over the nodes that answer within {} ms",
-                   round, st.message(), membership_.epoch(), order().ids.size(), options_.reform_wait.count());
+      spdlog::warn(
+          "round {}: {}; re-forming the ring (epoch {}, {} members) over the nodes that answer "
+          "within {} ms",
+          round, st.message(), membership_.epoch(), order().ids.size(),
+          options_.reform_wait.count());
       send_probes();
     }
   }
 }
 
-Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline, const std::atomic<bool>* cancel) {
+Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline,
+                                  const std::atomic<bool>* cancel) {
   started_ = true;
   next_round_ = next_round;
   has_result_ = false;  // a left-out node's last result is its own, not the ring's
@@ -328,7 +350,8 @@ Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadlin
   spdlog::info("asking back into the ring before round {}", next_round);
   while (!membership_.ready(Clock::now())) {
     if (cancel && cancel->load()) return Status::closed("rejoin cancelled");
-    if (Clock::now() >= deadline) return Status::timeout("rejoin: the ring was still re-forming at the deadline");
+    if (Clock::now() >= deadline)
+      return Status::timeout("rejoin: the ring was still re-forming at the deadline");
     router_.poll(std::chrono::milliseconds(20));
   }
   uint64_t members_next = next_round;
@@ -358,64 +381,77 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   view_since_ = Clock::now();
   channel_.reset();
   if (change.lost.empty() && change.joined.empty())
-    spdlog::info("ring re-formed at epoch {} with all {} members", membership_.epoch(), order().ids.size());
+    spdlog::info("ring re-formed at epoch {} with all {} members", membership_.epoch(),
+                 order().ids.size());
   else
-    spdlog::warn("ring re-formed at epoch {} over {} node{} [{}]{}{}", membership_.epoch(), order().ids.size(),
-                 order().ids.size() == 1 ? "" : "s", fmt::join(order().ids, ", "),
-                 change.lost.empty() ? std::string()
-                                     : fmt::format(": left out {} (no answer within {} ms)",
-                                                   fmt::join(change.lost, ", "), options_.reform_wait.count()),
-                 change.joined.empty() ? std::string() : fmt::format("; took back {}", fmt::join(change.joined, ", ")));
+    spdlog::warn(
+        "ring re-formed at epoch {} over {} node{} [{}]{}{}", membership_.epoch(),
+        order().ids.size(), order().ids.size() == 1 ? "" : "s", fmt::join(order().ids, ", "),
+        change.lost.empty()
+            ? std::string()
+            : fmt::format(": left out {} (no answer within {} ms)", fmt::join(change.lost, ", "),
+                          options_.reform_wait.count()),
+        change.joined.empty() ? std::string()
+                              : fmt::format("; took back {}", fmt::join(change.joined, ", ")));
   announce();
   // Members behind the freshest round (they lost it to the break, or were down) get
   // its result from the lowest-id member that completed it, so that exactly one sends.
   uint64_t freshest = next_round_;
   for (const auto& [id, next] : change.next_rounds) freshest = std::max(freshest, next);
-  if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest) return change.next_rounds;
+  if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest)
+    return change.next_rounds;
   for (const auto& [id, next] : change.next_rounds)
     if (next == freshest && id < control_.self()) return change.next_rounds;
   for (const auto& [id, next] : change.next_rounds) {
     if (next >= freshest) continue;
-    spdlog::info("round {}: peer {} is behind (next round {}); sending it this node's result", result_.round, id,
-                 next);
+    spdlog::info("round {}: peer {} is behind (next round {}); sending it this node's result",
+                 result_.round, id, next);
     if (Status st = result_.send(control_, id, layout_); !st)
       spdlog::warn("round {}: result to peer {}: {}", result_.round, id, st.message());
   }
   return change.next_rounds;
 }
 
-Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options,
-                               bool* took) {
-  auto cancelled = [&] { return options.cancel && options.cancel->load(std::memory_order_relaxed); };
+Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
+                               const CollectiveOptions& options, bool* took) {
+  auto cancelled = [&] {
+    return options.cancel && options.cancel->load(std::memory_order_relaxed);
+  };
   while (!membership_.ready(Clock::now())) {
     if (cancelled()) return Status::closed("ring: cancelled");
     if (Clock::now() >= options.deadline)
-      return Status::timeout(fmt::format("round {}: the ring was still re-forming at the round's deadline", round));
+      return Status::timeout(
+          fmt::format("round {}: the ring was still re-forming at the round's deadline", round));
     router_.poll(std::chrono::milliseconds(20));
   }
   const auto next_rounds = apply_view();
-  const bool completed_elsewhere =
-      std::any_of(next_rounds.begin(), next_rounds.end(), [&](const auto& e) { return e.second > round; });
+  const bool completed_elsewhere = std::any_of(next_rounds.begin(), next_rounds.end(),
+                                               [&](const auto& e) { return e.second > round; });
   if (completed_elsewhere) {
     const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
     while (fetch_->got < data.size() && Clock::now() < give_up && !cancelled())
       router_.poll(std::min(until(give_up), std::chrono::milliseconds(20)));
     if (fetch_->got == data.size()) {
       std::copy(fetched_.begin(), fetched_.end(), data.begin());
-      std::vector<float>().swap(fetched_);  // a model's worth, needed again only after another break
+      std::vector<float>().swap(
+          fetched_);  // a model's worth, needed again only after another break
       if (fetch_->of_round == round) {
-        spdlog::info("round {}: took the result of peer {}, which completed the round before the ring broke",
-                     round, *fetch_->from);
+        spdlog::info(
+            "round {}: took the result of peer {}, which completed the round before the ring broke",
+            round, *fetch_->from);
       } else {
-        spdlog::info("round {}: took the result of round {} from peer {}: the ring is ahead, catching up", round,
-                     fetch_->of_round, *fetch_->from);
+        spdlog::info(
+            "round {}: took the result of round {} from peer {}: the ring is ahead, catching up",
+            round, fetch_->of_round, *fetch_->from);
         jump_to_ = fetch_->of_round + 1;
       }
       *took = true;
     } else {
-      spdlog::warn("round {}: a member completed it before the break, but its result did not arrive within {} ms; "
-                   "running the round again",
-                   round, options_.reform_wait.count());
+      spdlog::warn(
+          "round {}: a member completed it before the break, but its result did not arrive within "
+          "{} ms; "
+          "running the round again",
+          round, options_.reform_wait.count());
       fetch_->from.reset();
       fetch_->got = 0;
       fetch_->of_round = 0;
@@ -427,8 +463,8 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round, const Coll
 void PeerRing::keep_result(std::span<float> data, uint64_t round) {
   // Fresh buffers each time (encode without a codec copies): ZeroMQ may still hold
   // the last ones for a member behind.
-  (void)result_.encode(data, control_.self(), round, std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float)),
-                       Compression{});
+  (void)result_.encode(data, control_.self(), round,
+                       std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float)), Compression{});
   has_result_ = true;
   next_round_ = round + 1;
 }

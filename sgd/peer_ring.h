@@ -29,8 +29,8 @@
 #include "sgd/outgoing_model.h"
 #include "sgd/ring_all_reduce.h"
 #include "sgd/ring_membership.h"
-#include "sgd/state_transfer.h"
 #include "sgd/ring_schedule.h"
+#include "sgd/state_transfer.h"
 
 namespace gossip::sgd {
 
@@ -84,11 +84,12 @@ class PeerRing final : public AllReduce {
     uint64_t layout = 0;
     uint64_t view = 0;
   };
-  void announce();  // tells the left neighbor our ring port
-  void absorb(const peers::Incoming& in);  // the router's handler
+  void announce();                             // tells the left neighbor our ring port
+  void absorb(const peers::Incoming& in);      // the router's handler
   void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`
-  void drop_channel();  // now, or when the operation in flight returns
-  bool interrupted();   // elastic: reads the control channel during a ring wait; true once re-forming
+  void drop_channel();                         // now, or when the operation in flight returns
+  bool
+  interrupted();  // elastic: reads the control channel during a ring wait; true once re-forming
   Status connect(const CollectiveOptions& options);
   const Address* right_address() const;  // the right neighbor's, for the current view
   Status attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options);
@@ -101,7 +102,8 @@ class PeerRing final : public AllReduce {
   std::map<uint32_t, uint64_t> apply_view();
   // Waits for the re-forming to be decided; then, when a member completed `round`,
   // takes its result into data and sets *took.
-  Status finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options, bool* took);
+  Status finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options,
+                       bool* took);
   void keep_result(std::span<float> data, uint64_t round);
 
   peers::Router& router_;
@@ -140,9 +142,9 @@ class PeerRing final : public AllReduce {
     uint64_t got = 0;
   };
   std::optional<Fetch> fetch_;
-  std::vector<float> fetched_;  // its values, allocated when the first chunk arrives
-  uint64_t jump_to_ = 0;        // the next round after taking a later round's result
-  std::unique_ptr<StateTransfer> state_;  // admits_joiners() only
+  std::vector<float> fetched_;                // its values, allocated when the first chunk arrives
+  uint64_t jump_to_ = 0;                      // the next round after taking a later round's result
+  std::unique_ptr<StateTransfer> state_;      // admits_joiners() only
   peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 

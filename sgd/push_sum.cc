@@ -1,18 +1,18 @@
 #include "sgd/push_sum.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
-
-#include <spdlog/spdlog.h>
 
 namespace gossip::sgd {
 
 Status PushSum::load_state(const StrategyState& state) {
   auto w = state.scalar("push_sum.weight");
   if (!w) return w.status();
-  if (!(*w > 0.0) || !std::isfinite(*w)) return Status::invalid(fmt::format("push-sum weight {} is not positive", *w));
+  if (!(*w > 0.0) || !std::isfinite(*w))
+    return Status::invalid(fmt::format("push-sum weight {} is not positive", *w));
   weight_ = *w;
   return Status::ok();
 }

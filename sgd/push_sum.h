@@ -33,8 +33,8 @@ class PushSum final : public GossipStrategy {
 
  private:
   double weight_ = 1.0;
-  std::vector<float> numerator_;           // x_i
-  std::vector<float> share_;               // what each out-neighbor gets
+  std::vector<float> numerator_;            // x_i
+  std::vector<float> share_;                // what each out-neighbor gets
   std::vector<std::vector<float>> staged_;  // per in-neighbor: its message as it arrives
 };
 

@@ -23,7 +23,8 @@ void add_into(float* __restrict dst, const float* __restrict in, size_t n) {
   for (size_t k = 0; k < n; ++k) dst[k] += in[k];
 }
 void divide(float* __restrict x, size_t count, float n) {
-  for (size_t k = 0; k < count; ++k) x[k] /= n;  // a division, not * (1/n): the exact mean's rounding
+  for (size_t k = 0; k < count; ++k)
+    x[k] /= n;  // a division, not * (1/n): the exact mean's rounding
 }
 
 }  // namespace
@@ -51,8 +52,9 @@ Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
 Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, const RingOptions& o) {
   const RingSchedule s(o.size, o.rank, data.size(), o.chunk_elems);
   if (s.max_chunks() >= RingSchedule::kMaxChunks)
-    return Status::invalid(fmt::format("ring: {} elements in chunks of {} is too many chunks; raise the chunk size",
-                                       data.size(), o.chunk_elems));
+    return Status::invalid(
+        fmt::format("ring: {} elements in chunks of {} is too many chunks; raise the chunk size",
+                    data.size(), o.chunk_elems));
   const compression::Codec* codec = is_raw(o.compression) ? nullptr : o.compression.codec;
   const uint32_t left_rank = (o.rank + o.size - 1) % o.size;
   const uint64_t longest = std::min(o.chunk_elems, s.segment(0).numel);
@@ -102,11 +104,13 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
                                : std::as_writable_bytes(std::span(rx_[i % depth])).first(max_bytes);
     return ch.post_recv(tag_of(o.round, s.sequence(it.phase, it.step, it.chunk)), buffer);
   };
-  const auto send = [&](RingPhase phase, uint32_t step, uint64_t c, std::span<const float> x) -> Status {
+  const auto send = [&](RingPhase phase, uint32_t step, uint64_t c,
+                        std::span<const float> x) -> Status {
     const uint32_t seq = s.sequence(phase, step, c);
     if (!codec) return ch.post_send(tag_of(o.round, seq), std::as_bytes(x));
     auto& out = tx_[tx_used++];
-    GOSSIP_RETURN_IF_ERROR(codec->encode(x, {chunk_seed(o.round, o.rank, seq), o.compression.pool}, out));
+    GOSSIP_RETURN_IF_ERROR(
+        codec->encode(x, {chunk_seed(o.round, o.rank, seq), o.compression.pool}, out));
     return ch.post_send(tag_of(o.round, seq), out);
   };
 
@@ -124,8 +128,8 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
     const std::span<float> dst = chunk_of(it.segment, it.chunk);
     const uint32_t seq = s.sequence(it.phase, it.step, it.chunk);
     const auto bad = [&](const std::string& why) {
-      return Status::protocol(fmt::format("ring: peer {} (left), round {}, message {:#x}: {}", ch.left(),
-                                          o.round, seq, why));
+      return Status::protocol(fmt::format("ring: peer {} (left), round {}, message {:#x}: {}",
+                                          ch.left(), o.round, seq, why));
     };
     if (!codec && msg.size() != dst.size_bytes())
       return bad(fmt::format("{} bytes for a chunk of {} fp32", msg.size(), dst.size()));
@@ -149,15 +153,18 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
           // Keep exactly what the others will decode.
           auto& out = tx_[tx_used++];
           const uint32_t ag = s.sequence(RingPhase::kAllGather, 0, it.chunk);
-          GOSSIP_RETURN_IF_ERROR(codec->encode(dst, {chunk_seed(o.round, o.rank, ag), o.compression.pool}, out));
-          GOSSIP_RETURN_IF_ERROR(codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
+          GOSSIP_RETURN_IF_ERROR(
+              codec->encode(dst, {chunk_seed(o.round, o.rank, ag), o.compression.pool}, out));
+          GOSSIP_RETURN_IF_ERROR(
+              codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
           GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, ag), out));
         } else {
           GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, 0, it.chunk, dst));
         }
       }
     } else if (!codec) {  // received in place
-      if (!last_step) GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, it.step + 1, it.chunk, dst));
+      if (!last_step)
+        GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, it.step + 1, it.chunk, dst));
     } else {
       Status st = codec->decode(msg, {0, nullptr}, dst);
       if (!st.is_ok()) return bad(st.message());
@@ -165,7 +172,8 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
         // Forward the owner's bytes unchanged, so every node decodes the same values.
         auto& out = tx_[tx_used++];
         out.assign(msg.begin(), msg.end());
-        GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, s.sequence(RingPhase::kAllGather, it.step + 1, it.chunk)), out));
+        GOSSIP_RETURN_IF_ERROR(ch.post_send(
+            tag_of(o.round, s.sequence(RingPhase::kAllGather, it.step + 1, it.chunk)), out));
       }
     }
     if (i + depth < recvs.size()) GOSSIP_RETURN_IF_ERROR(post_recv(i + depth));
@@ -177,13 +185,16 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
   const compression::Codec* codec = is_raw(o.compression) ? nullptr : o.compression.codec;
   const uint64_t chunks = (data.size() + o.chunk_elems - 1) / o.chunk_elems;
   if (chunks >= RingSchedule::kMaxChunks)
-    return Status::invalid(fmt::format("ring: {} elements in chunks of {} is too many chunks; raise the chunk size",
-                                       data.size(), o.chunk_elems));
+    return Status::invalid(
+        fmt::format("ring: {} elements in chunks of {} is too many chunks; raise the chunk size",
+                    data.size(), o.chunk_elems));
   const auto chunk_of = [&](uint64_t c) {
     const uint64_t off = c * o.chunk_elems;
     return data.subspan(off, std::min<uint64_t>(o.chunk_elems, data.size() - off));
   };
-  const auto sequence = [](uint32_t step, uint64_t c) { return static_cast<uint32_t>((uint64_t{step} << 24) | c); };
+  const auto sequence = [](uint32_t step, uint64_t c) {
+    return static_cast<uint32_t>((uint64_t{step} << 24) | c);
+  };
   payloads_.resize(size_t{o.size} * chunks);
   const auto payload = [&](uint32_t rank, uint64_t c) -> std::vector<std::byte>& {
     return payloads_[size_t{rank} * chunks + c];
@@ -198,7 +209,8 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
       payload(o.rank, c).assign(raw.begin(), raw.end());
     } else if (o.compression.error_feedback) {
       scratch_.resize(x.size());
-      GOSSIP_RETURN_IF_ERROR(o.compression.error_feedback->encode(x, c * o.chunk_elems, ctx, payload(o.rank, c), scratch_));
+      GOSSIP_RETURN_IF_ERROR(o.compression.error_feedback->encode(x, c * o.chunk_elems, ctx,
+                                                                  payload(o.rank, c), scratch_));
     } else {
       GOSSIP_RETURN_IF_ERROR(codec->encode(x, ctx, payload(o.rank, c)));
     }
@@ -212,7 +224,8 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
   };
   std::vector<Item> recvs;
   for (uint32_t k = 0; k + 1 < o.size; ++k)
-    for (uint64_t c = 0; c < chunks; ++c) recvs.push_back({k, (o.rank + 2 * o.size - k - 1) % o.size, c});
+    for (uint64_t c = 0; c < chunks; ++c)
+      recvs.push_back({k, (o.rank + 2 * o.size - k - 1) % o.size, c});
   const size_t depth = std::min<size_t>(o.depth, recvs.size());
   const auto post_recv = [&](size_t i) {
     const Item& it = recvs[i];
@@ -230,7 +243,8 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
     const Item& it = recvs[i];
     auto& p = payload(it.source, it.chunk);
     p.resize(*got);
-    if (it.step + 2 < o.size) GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, sequence(it.step + 1, it.chunk)), p));
+    if (it.step + 2 < o.size)
+      GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, sequence(it.step + 1, it.chunk)), p));
     if (i + depth < recvs.size()) GOSSIP_RETURN_IF_ERROR(post_recv(i + depth));
   }
   GOSSIP_RETURN_IF_ERROR(ch.wait_sends(o.wait));
@@ -250,8 +264,9 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
       else
         st = codec->decode(p, {chunk_seed(o.round, rank, c), o.compression.pool}, scratch_);
       if (!st.is_ok())
-        return Status::protocol(fmt::format("ring: round {}, the payload of rank {} (chunk {}) relayed by peer {}: {}",
-                                            o.round, rank, c, ch.left(), st.message()));
+        return Status::protocol(
+            fmt::format("ring: round {}, the payload of rank {} (chunk {}) relayed by peer {}: {}",
+                        o.round, rank, c, ch.left(), st.message()));
       add_into(dst.data(), scratch_.data(), dst.size());
     }
   divide(data.data(), data.size(), static_cast<float>(o.size));

@@ -60,11 +60,11 @@ class RingAllReduce {
   Status reduce(peers::RingChannel& channel, std::span<float> data, const RingOptions& o);
   Status gather(peers::RingChannel& channel, std::span<float> data, const RingOptions& o);
 
-  std::vector<float> backup_;                 // data as it was, restored on failure
-  std::vector<std::vector<float>> rx_;        // receive buffers (float-aligned)
-  std::vector<std::vector<std::byte>> tx_;    // encoded messages, alive until sent
+  std::vector<float> backup_;                     // data as it was, restored on failure
+  std::vector<std::vector<float>> rx_;            // receive buffers (float-aligned)
+  std::vector<std::vector<std::byte>> tx_;        // encoded messages, alive until sent
   std::vector<std::vector<std::byte>> payloads_;  // gather: every (rank, chunk) payload
-  std::vector<float> scratch_;                // a decoded chunk
+  std::vector<float> scratch_;                    // a decoded chunk
 };
 
 }  // namespace gossip::sgd

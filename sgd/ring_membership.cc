@@ -5,7 +5,8 @@
 
 namespace gossip::sgd {
 
-RingMembership::RingMembership(uint32_t self, const std::vector<uint32_t>& peers, bool admit_joiners)
+RingMembership::RingMembership(uint32_t self, const std::vector<uint32_t>& peers,
+                               bool admit_joiners)
     : self_(self), configured_(peers), admit_joiners_(admit_joiners) {
   std::sort(configured_.begin(), configured_.end());
   std::vector<uint32_t> ids = peers;
@@ -43,9 +44,10 @@ bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait
 }
 
 RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
-                                               Clock::time_point now, std::chrono::milliseconds wait,
-                                               bool joining) {
-  if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining)) || (member(peer) && epoch < epoch_))
+                                               Clock::time_point now,
+                                               std::chrono::milliseconds wait, bool joining) {
+  if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining)) ||
+      (member(peer) && epoch < epoch_))
     return Probe::kIgnored;
   if (rejoining_ && joining) return Probe::kIgnored;
   const bool started = start(now, wait);

@@ -68,9 +68,9 @@ class RingMembership {
   bool ready(Clock::time_point now) const;
 
   struct Change {
-    std::vector<uint32_t> lost;                  // members left out
-    std::vector<uint32_t> joined;                // joiners taken in
-    std::map<uint32_t, uint64_t> next_rounds;    // of every member heard
+    std::vector<uint32_t> lost;                // members left out
+    std::vector<uint32_t> joined;              // joiners taken in
+    std::map<uint32_t, uint64_t> next_rounds;  // of every member heard
   };
   // Ends re-forming: the new view is self and the members heard (asserts reforming()).
   Change decide();

@@ -1,11 +1,11 @@
 #include "sgd/state_transfer.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace gossip::sgd {
 
@@ -23,9 +23,10 @@ StateTransfer::StateTransfer(peers::Router& router, std::function<bool(uint32_t)
     : router_(router),
       transport_(router.transport()),
       took_part_(std::move(took_part)),
-      subscription_(router.subscribe({proto::Kind::kJoin, proto::Kind::kStateRequest, proto::Kind::kStateOffer,
-                                      proto::Kind::kStateChunk, proto::Kind::kBye},
-                                     [this](peers::Incoming& in) { on_message(in); })) {}
+      subscription_(
+          router.subscribe({proto::Kind::kJoin, proto::Kind::kStateRequest,
+                            proto::Kind::kStateOffer, proto::Kind::kStateChunk, proto::Kind::kBye},
+                           [this](peers::Incoming& in) { on_message(in); })) {}
 
 void StateTransfer::publish(std::span<const float> model, uint64_t next_round, uint64_t step,
                             double weight, uint64_t layout, uint64_t chunk_elems) {
@@ -55,7 +56,8 @@ void StateTransfer::send_offer(uint32_t peer, bool with_state) {
   h.round = with_state ? next_round_ : 0;
   h.offset = with_state ? step_ : 0;
   h.layout = layout_;
-  if (Status st = transport_.send(peer, h); !st) spdlog::warn("state offer to peer {}: {}", peer, st.message());
+  if (Status st = transport_.send(peer, h); !st)
+    spdlog::warn("state offer to peer {}: {}", peer, st.message());
 }
 
 void StateTransfer::on_message(peers::Incoming& in) {
@@ -112,11 +114,13 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
   if (h.round == 0) return;
   running_.push_back(in.peer);
   if (h.round <= options.min_round) return;
-  if (!options.only.empty() && std::find(options.only.begin(), options.only.end(), in.peer) == options.only.end())
+  if (!options.only.empty() &&
+      std::find(options.only.begin(), options.only.end(), in.peer) == options.only.end())
     return;
   if (f.layout != 0 && h.layout != 0 && h.layout != f.layout) {
-    spdlog::warn("peer {} offers the state of another model (layout {:016x}, ours {:016x}): not taken", in.peer,
-                 h.layout, f.layout);
+    spdlog::warn(
+        "peer {} offers the state of another model (layout {:016x}, ours {:016x}): not taken",
+        in.peer, h.layout, f.layout);
     return;
   }
   f.offers.push_back({in.peer, h.round, h.offset, h.layout});
@@ -125,14 +129,17 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
 void StateTransfer::on_chunk(const peers::Incoming& in) {
   Fetch& f = *fetch_;
   const auto& h = in.header;
-  if (!f.failure || !f.offered || h.round != f.state.round) return;  // a transfer we did not ask for
+  if (!f.failure || !f.offered || h.round != f.state.round)
+    return;  // a transfer we did not ask for
   if (f.layout != 0 && h.layout != f.layout) {
-    f.failure = Status::mismatch(fmt::format("its model has layout {:016x}, ours {:016x}", h.layout, f.layout));
+    f.failure = Status::mismatch(
+        fmt::format("its model has layout {:016x}, ours {:016x}", h.layout, f.layout));
     return;
   }
   if (h.seq != f.next_seq || h.offset != f.received || h.numel > f.numel - f.received) {
-    f.failure = Status::protocol(fmt::format("chunk {} covers [{}, {}), expected chunk {} from {} of {}", h.seq,
-                                             h.offset, h.offset + h.numel, f.next_seq, f.received, f.numel));
+    f.failure = Status::protocol(
+        fmt::format("chunk {} covers [{}, {}), expected chunk {} from {} of {}", h.seq, h.offset,
+                    h.offset + h.numel, f.next_seq, f.received, f.numel));
     return;
   }
   std::memcpy(f.state.model.data() + f.received, in.payload.data(), h.numel * sizeof(float));
@@ -141,7 +148,8 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
   f.state.weight = h.weight;
 }
 
-Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t layout, const JoinOptions& options) {
+Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t layout,
+                                                      const JoinOptions& options) {
   running_.clear();
   const auto& peers = transport_.peers();
   if (peers.empty()) return std::optional<NodeState>();
@@ -181,7 +189,8 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t lay
     auto state = download(o);
     if (state) return std::optional<NodeState>(std::move(state).value());
     spdlog::warn("join: the state of peer {} did not arrive: {}", o.peer, state.status().message());
-    failures += fmt::format("{}peer {}: {}", failures.empty() ? "" : "; ", o.peer, state.status().message());
+    failures += fmt::format("{}peer {}: {}", failures.empty() ? "" : "; ", o.peer,
+                            state.status().message());
     if (options.cancel && options.cancel->load()) break;
   }
   return Status::timeout("join: no peer that offered its state delivered it (" + failures + ")");
@@ -217,10 +226,13 @@ Result<NodeState> StateTransfer::download(const Offer& offer) {
     const auto silent = std::min<uint64_t>(
         transport_.traffic().silent_ms(offer.peer),
         std::chrono::duration_cast<std::chrono::milliseconds>(now - asked).count());
-    if (silent > static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(kTransferSilence).count()))
-      return Status::timeout(fmt::format("silent for {} s after {} of {} elements",
-                                         std::chrono::duration_cast<std::chrono::seconds>(kTransferSilence).count(),
-                                         f.received, f.numel));
+    if (silent >
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(kTransferSilence).count()))
+      return Status::timeout(
+          fmt::format("silent for {} s after {} of {} elements",
+                      std::chrono::duration_cast<std::chrono::seconds>(kTransferSilence).count(),
+                      f.received, f.numel));
     if (options.tick) options.tick();
     router_.poll(std::chrono::milliseconds(20));
   }

@@ -39,7 +39,7 @@ struct JoinOptions {
   // How long to wait for offers once asked (every peer answering ends it sooner).
   std::chrono::milliseconds offer_wait{2000};
   uint64_t chunk_elems = 1 << 20;
-  uint64_t min_round = 0;  // offers of this round or older are not taken (a fresher checkpoint)
+  uint64_t min_round = 0;      // offers of this round or older are not taken (a fresher checkpoint)
   std::vector<uint32_t> only;  // when not empty: offers of other peers are not taken
   std::chrono::steady_clock::time_point deadline;  // the whole join gives up then
   const std::atomic<bool>* cancel = nullptr;

@@ -30,7 +30,7 @@ struct StrategyState {
 
 struct RoundOptions {
   std::chrono::steady_clock::time_point deadline;  // the round fails after it
-  const std::atomic<bool>* cancel = nullptr;        // set by the owner to abandon the round
+  const std::atomic<bool>* cancel = nullptr;       // set by the owner to abandon the round
 };
 
 class Strategy {
@@ -50,7 +50,8 @@ class Strategy {
   // and model size) and refuses anything else with the reason.
   virtual StrategyState save_state() const { return {}; }
   virtual Status load_state(const StrategyState& state) {
-    return state.empty() ? Status::ok() : Status::invalid("this strategy keeps no state between rounds");
+    return state.empty() ? Status::ok()
+                         : Status::invalid("this strategy keeps no state between rounds");
   }
   // The layout fingerprint carried in every message; peers with another are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;

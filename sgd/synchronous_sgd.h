@@ -22,8 +22,11 @@ class SynchronousSgd final : public Strategy {
                  compression::ThreadPool* pool);
 
   // In place: gradients <- the mean of every node's gradients of this step.
-  Status synchronize(std::span<float> gradients, uint64_t round, const RoundOptions& options) override;
-  uint64_t round_to_run(uint64_t proposed) const override { return all_reduce_.round_to_run(proposed); }
+  Status synchronize(std::span<float> gradients, uint64_t round,
+                     const RoundOptions& options) override;
+  uint64_t round_to_run(uint64_t proposed) const override {
+    return all_reduce_.round_to_run(proposed);
+  }
   void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override {
     all_reduce_.progress(next_round, numel, wait);
   }

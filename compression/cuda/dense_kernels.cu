@@ -67,29 +67,36 @@ __global__ void int8_values_kernel(const float* x, uint64_t n, uint32_t block, u
 
 __global__ void sign_bits_kernel(const float* x, uint64_t n, uint64_t nb, uint8_t* out) {
   const uint64_t bytes = (n + 7) / 8;
-  for (uint64_t g = first_index(); g < bytes; g += grid_stride()) out[4 * nb + g] = sign_pack_byte(x, n, g);
+  for (uint64_t g = first_index(); g < bytes; g += grid_stride())
+    out[4 * nb + g] = sign_pack_byte(x, n, g);
 }
 
 // Scales first, then elements: nb <= n, so one pass over n covers both.
-__global__ void int8_check_kernel(const uint8_t* in, uint64_t n, uint64_t nb, unsigned long long* bad) {
+__global__ void int8_check_kernel(const uint8_t* in, uint64_t n, uint64_t nb,
+                                  unsigned long long* bad) {
   for (uint64_t i = first_index(); i < n; i += grid_stride()) {
-    if (i < nb && !int8_scale_valid(load_f32le(in + 4 * i))) atomicMin(&bad[0], static_cast<unsigned long long>(i));
+    if (i < nb && !int8_scale_valid(load_f32le(in + 4 * i)))
+      atomicMin(&bad[0], static_cast<unsigned long long>(i));
     if (in[4 * nb + i] == 0x80) atomicMin(&bad[1], static_cast<unsigned long long>(i));
   }
 }
 
-__global__ void sign_check_kernel(const uint8_t* in, uint64_t n, uint64_t nb, unsigned long long* bad) {
+__global__ void sign_check_kernel(const uint8_t* in, uint64_t n, uint64_t nb,
+                                  unsigned long long* bad) {
   for (uint64_t b = first_index(); b < nb; b += grid_stride())
-    if (!sign_scale_valid(load_f32le(in + 4 * b))) atomicMin(&bad[0], static_cast<unsigned long long>(b));
+    if (!sign_scale_valid(load_f32le(in + 4 * b)))
+      atomicMin(&bad[0], static_cast<unsigned long long>(b));
   if (first_index() == 0 && !padding_clear(in[4 * nb + (n - 1) / 8], n)) atomicMin(&bad[1], 0ull);
 }
 
-__global__ void int8_decode_kernel(const uint8_t* in, uint64_t n, uint32_t block, uint64_t nb, float* y) {
+__global__ void int8_decode_kernel(const uint8_t* in, uint64_t n, uint32_t block, uint64_t nb,
+                                   float* y) {
   for (uint64_t i = first_index(); i < n; i += grid_stride())
     y[i] = int8_dequantize(in[4 * nb + i], load_f32le(in + 4 * (i / block)));
 }
 
-__global__ void sign_decode_kernel(const uint8_t* in, uint64_t n, uint32_t block, uint64_t nb, float* y) {
+__global__ void sign_decode_kernel(const uint8_t* in, uint64_t n, uint32_t block, uint64_t nb,
+                                   float* y) {
   for (uint64_t i = first_index(); i < n; i += grid_stride())
     y[i] = sign_decode_element(in + 4 * nb, i, load_f32le(in + 4 * (i / block)));
 }
@@ -111,8 +118,8 @@ __global__ void qsgd_norms_kernel(const float* x, uint64_t n, uint32_t bucket, u
   }
 }
 
-__global__ void qsgd_groups_kernel(const float* x, uint64_t n, QsgdShape q, uint64_t key, uint64_t nb,
-                                   uint8_t* out) {
+__global__ void qsgd_groups_kernel(const float* x, uint64_t n, QsgdShape q, uint64_t key,
+                                   uint64_t nb, uint8_t* out) {
   const uint64_t groups = (n + 7) / 8;
   for (uint64_t g = first_index(); g < groups; g += grid_stride())
     qsgd_encode_group(x, n, g, out, q, key, out + 4 * nb + g * q.bits);
@@ -121,10 +128,12 @@ __global__ void qsgd_groups_kernel(const float* x, uint64_t n, QsgdShape q, uint
 __global__ void qsgd_check_kernel(const uint8_t* in, uint64_t n, QsgdShape q, uint64_t nb,
                                   unsigned long long* bad) {
   for (uint64_t b = first_index(); b < nb; b += grid_stride())
-    if (!qsgd_norm_valid(load_f32le(in + 4 * b))) atomicMin(&bad[0], static_cast<unsigned long long>(b));
+    if (!qsgd_norm_valid(load_f32le(in + 4 * b)))
+      atomicMin(&bad[0], static_cast<unsigned long long>(b));
   const uint8_t* codes = in + 4 * nb;
   const uint64_t used_bits = n * q.bits;
-  if (first_index() == 0 && !padding_clear(codes[(used_bits - 1) / 8], used_bits)) atomicMin(&bad[1], 0ull);
+  if (first_index() == 0 && !padding_clear(codes[(used_bits - 1) / 8], used_bits))
+    atomicMin(&bad[1], 0ull);
   const uint64_t groups = (n + 7) / 8;
   for (uint64_t g = first_index(); g < groups; g += grid_stride())
     qsgd_for_each_code(codes + g * q.bits, n, g, q.bits, [&](uint64_t i, uint64_t code) {
@@ -132,7 +141,8 @@ __global__ void qsgd_check_kernel(const uint8_t* in, uint64_t n, QsgdShape q, ui
     });
 }
 
-__global__ void qsgd_decode_kernel(const uint8_t* in, uint64_t n, QsgdShape q, uint64_t nb, float* y) {
+__global__ void qsgd_decode_kernel(const uint8_t* in, uint64_t n, QsgdShape q, uint64_t nb,
+                                   float* y) {
   const uint8_t* codes = in + 4 * nb;
   const uint64_t groups = (n + 7) / 8;
   for (uint64_t g = first_index(); g < groups; g += grid_stride())
@@ -148,7 +158,8 @@ __global__ void ef_add_kernel(const float* e, const float* u, uint64_t n, float*
   for (uint64_t i = first_index(); i < n; i += grid_stride()) out[i] = add_rn(e[i], u[i]);
 }
 
-__global__ void ef_subtract_kernel(const float* corrected, const float* sent, uint64_t n, float* e) {
+__global__ void ef_subtract_kernel(const float* corrected, const float* sent, uint64_t n,
+                                   float* e) {
   for (uint64_t i = first_index(); i < n; i += grid_stride()) e[i] = sub_rn(corrected[i], sent[i]);
 }
 
@@ -178,7 +189,8 @@ cudaError_t int8_encode(const float* x, uint64_t n, uint32_t block, uint8_t* out
                         unsigned long long* first_bad_block, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const uint64_t nb = blocks_of(n, block);
-  block_scales_kernel<false><<<grid_for(nb), kThreads, 0, stream>>>(x, n, block, nb, out, first_bad_block);
+  block_scales_kernel<false>
+      <<<grid_for(nb), kThreads, 0, stream>>>(x, n, block, nb, out, first_bad_block);
   int8_values_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, block, nb, out);
   return cudaGetLastError();
 }
@@ -187,7 +199,8 @@ cudaError_t sign_encode(const float* x, uint64_t n, uint32_t block, uint8_t* out
                         unsigned long long* first_bad_block, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const uint64_t nb = blocks_of(n, block);
-  block_scales_kernel<true><<<grid_for(nb), kThreads, 0, stream>>>(x, n, block, nb, out, first_bad_block);
+  block_scales_kernel<true>
+      <<<grid_for(nb), kThreads, 0, stream>>>(x, n, block, nb, out, first_bad_block);
   sign_bits_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(x, n, nb, out);
   return cudaGetLastError();
 }
@@ -196,8 +209,10 @@ cudaError_t qsgd_encode(const float* x, uint64_t n, QsgdShape q, uint64_t seed, 
                         unsigned long long* first_bad_bucket, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const uint64_t nb = blocks_of(n, q.bucket);
-  qsgd_norms_kernel<<<grid_for(nb), kThreads, 0, stream>>>(x, n, q.bucket, nb, out, first_bad_bucket);
-  qsgd_groups_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(x, n, q, stream_key(seed), nb, out);
+  qsgd_norms_kernel<<<grid_for(nb), kThreads, 0, stream>>>(x, n, q.bucket, nb, out,
+                                                           first_bad_bucket);
+  qsgd_groups_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(x, n, q, stream_key(seed), nb,
+                                                                     out);
   return cudaGetLastError();
 }
 
@@ -224,13 +239,15 @@ cudaError_t qsgd_check(const uint8_t* in, uint64_t n, QsgdShape q, unsigned long
   return cudaGetLastError();
 }
 
-cudaError_t int8_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y, cudaStream_t stream) {
+cudaError_t int8_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
+                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   int8_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block, blocks_of(n, block), y);
   return cudaGetLastError();
 }
 
-cudaError_t sign_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y, cudaStream_t stream) {
+cudaError_t sign_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
+                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   sign_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block, blocks_of(n, block), y);
   return cudaGetLastError();
@@ -238,7 +255,8 @@ cudaError_t sign_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
 
 cudaError_t qsgd_decode(const uint8_t* in, uint64_t n, QsgdShape q, float* y, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  qsgd_decode_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(in, n, q, blocks_of(n, q.bucket), y);
+  qsgd_decode_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(in, n, q,
+                                                                     blocks_of(n, q.bucket), y);
   return cudaGetLastError();
 }
 

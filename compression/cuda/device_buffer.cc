@@ -1,8 +1,8 @@
 #include "compression/cuda/device_buffer.h"
 
-#include <utility>
-
 #include <fmt/format.h>
+
+#include <utility>
 
 namespace gossip::compression::cuda {
 

@@ -1,11 +1,11 @@
 // DeviceCodecParams to and from the CPU codecs, and the dense payload sizes
 // (each the CPU codec's formula).
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "compression/cuda/device_codecs.h"
 #include "compression/cuda/device_math.h"
@@ -75,14 +75,22 @@ Result<DeviceCodecParams> device_params(const Codec& codec) {
 
 std::unique_ptr<Codec> make_host_codec(const DeviceCodecParams& p) {
   switch (p.id) {
-    case proto::CodecId::kNone: return make_none();
-    case proto::CodecId::kFp16: return make_fp16();
-    case proto::CodecId::kBf16: return make_bf16();
-    case proto::CodecId::kInt8: return make_int8(p.block);
-    case proto::CodecId::kSign: return make_sign(p.block);
-    case proto::CodecId::kQsgd: return make_qsgd(p.levels, p.bucket);
-    case proto::CodecId::kTopk: return make_topk(p.ratio, p.approximate, p.values);
-    case proto::CodecId::kRandk: return make_randk(p.ratio, p.values);
+    case proto::CodecId::kNone:
+      return make_none();
+    case proto::CodecId::kFp16:
+      return make_fp16();
+    case proto::CodecId::kBf16:
+      return make_bf16();
+    case proto::CodecId::kInt8:
+      return make_int8(p.block);
+    case proto::CodecId::kSign:
+      return make_sign(p.block);
+    case proto::CodecId::kQsgd:
+      return make_qsgd(p.levels, p.bucket);
+    case proto::CodecId::kTopk:
+      return make_topk(p.ratio, p.approximate, p.values);
+    case proto::CodecId::kRandk:
+      return make_randk(p.ratio, p.values);
   }
   return nullptr;
 }
@@ -90,15 +98,22 @@ std::unique_ptr<Codec> make_host_codec(const DeviceCodecParams& p) {
 std::string spec_of(const DeviceCodecParams& p) {
   const char* fp16 = p.values == ValueType::kF16 ? ":fp16" : "";
   switch (p.id) {
-    case proto::CodecId::kNone: return "none";
-    case proto::CodecId::kFp16: return "fp16";
-    case proto::CodecId::kBf16: return "bf16";
-    case proto::CodecId::kInt8: return fmt::format("int8:{}", p.block);
-    case proto::CodecId::kSign: return fmt::format("sign:{}", p.block);
-    case proto::CodecId::kQsgd: return fmt::format("qsgd:{}", p.levels);
+    case proto::CodecId::kNone:
+      return "none";
+    case proto::CodecId::kFp16:
+      return "fp16";
+    case proto::CodecId::kBf16:
+      return "bf16";
+    case proto::CodecId::kInt8:
+      return fmt::format("int8:{}", p.block);
+    case proto::CodecId::kSign:
+      return fmt::format("sign:{}", p.block);
+    case proto::CodecId::kQsgd:
+      return fmt::format("qsgd:{}", p.levels);
     case proto::CodecId::kTopk:
       return fmt::format("topk:{}{}{}", p.ratio, p.approximate ? ":approx" : "", fp16);
-    case proto::CodecId::kRandk: return fmt::format("randk:{}{}", p.ratio, fp16);
+    case proto::CodecId::kRandk:
+      return fmt::format("randk:{}{}", p.ratio, fp16);
   }
   return fmt::format("codec#{}", static_cast<int>(p.id));
 }
@@ -132,14 +147,19 @@ bool is_dense(proto::CodecId id) {
 
 uint64_t dense_payload_bytes(const DeviceCodecParams& p, uint64_t n) {
   switch (p.id) {
-    case proto::CodecId::kNone: return 4 * n;
+    case proto::CodecId::kNone:
+      return 4 * n;
     case proto::CodecId::kFp16:
-    case proto::CodecId::kBf16: return 2 * n;
-    case proto::CodecId::kInt8: return 4 * blocks(n, p.block) + n;
-    case proto::CodecId::kSign: return 4 * blocks(n, p.block) + (n + 7) / 8;
+    case proto::CodecId::kBf16:
+      return 2 * n;
+    case proto::CodecId::kInt8:
+      return 4 * blocks(n, p.block) + n;
+    case proto::CodecId::kSign:
+      return 4 * blocks(n, p.block) + (n + 7) / 8;
     case proto::CodecId::kQsgd:
       return 4 * blocks(n, p.bucket) + (n * qsgd_code_bits(p.levels) + 7) / 8;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 

@@ -21,22 +21,25 @@ Result<DeviceErrorFeedback> DeviceErrorFeedback::create(const DeviceCodecParams&
 }
 
 Status DeviceErrorFeedback::encode(const float* d_u, size_t offset, size_t count, uint64_t seed,
-                                   std::vector<std::byte>& out, float* d_sent, cudaStream_t stream) {
+                                   std::vector<std::byte>& out, float* d_sent,
+                                   cudaStream_t stream) {
   if (offset > n_ || count > n_ - offset)
-    return Status::invalid(fmt::format("error feedback: slice [{}, {}) outside a buffer of {}", offset,
-                                       offset + count, n_));
+    return Status::invalid(fmt::format("error feedback: slice [{}, {}) outside a buffer of {}",
+                                       offset, offset + count, n_));
   float* e = residual_.as<float>() + offset;
   auto corrected = DeviceBuffer::scratch(count * sizeof(float), stream);
   if (!corrected) return corrected.status();
   float* c = corrected->as<float>();
-  GOSSIP_RETURN_IF_ERROR(cuda_status(kernels::ef_add(e, d_u, count, c, stream), "launching ef_add"));
+  GOSSIP_RETURN_IF_ERROR(
+      cuda_status(kernels::ef_add(e, d_u, count, c, stream), "launching ef_add"));
   if (is_dense(params_.id)) {
     // Decode straight from the device payload rather than uploading it again.
     const uint64_t bytes = dense_payload_bytes(params_, count);
     auto payload = DeviceBuffer::scratch(bytes, stream);
     if (!payload) return payload.status();
     GOSSIP_RETURN_IF_ERROR(encode_dense(params_, c, count, seed, payload->as<std::byte>(), stream));
-    GOSSIP_RETURN_IF_ERROR(decode_dense(params_, payload->as<std::byte>(), bytes, d_sent, count, stream));
+    GOSSIP_RETURN_IF_ERROR(
+        decode_dense(params_, payload->as<std::byte>(), bytes, d_sent, count, stream));
     out.resize(bytes);
     if (bytes > 0)
       GOSSIP_RETURN_IF_ERROR(cuda_status(

@@ -25,8 +25,8 @@ class DeviceErrorFeedback {
   // On success `out` holds the payload and d_sent (count floats, device) the values
   // the receivers will decode from it; the residual keeps what was not sent. On
   // failure the residual is unchanged. Blocking, like encode().
-  Status encode(const float* d_u, size_t offset, size_t count, uint64_t seed, std::vector<std::byte>& out,
-                float* d_sent, cudaStream_t stream);
+  Status encode(const float* d_u, size_t offset, size_t count, uint64_t seed,
+                std::vector<std::byte>& out, float* d_sent, cudaStream_t stream);
 
   const float* residual() const { return residual_.as<float>(); }  // device, size() floats
   size_t size() const { return n_; }

@@ -126,7 +126,8 @@ GOSSIP_HD uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 GOSSIP_HD uint16_t float_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest even; overflows to inf
+  const uint32_t rounded =
+      (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest even; overflows to inf
   const uint32_t quiet_nan = (u >> 16) | 0x0040u;
   return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
@@ -335,7 +336,8 @@ GOSSIP_HD void qsgd_encode_group(const float* x, uint64_t n, uint64_t g, const u
 
 // Calls fn(i, code) for the elements of group g, reading the group's bytes at p.
 template <typename Fn>
-GOSSIP_HD void qsgd_for_each_code(const uint8_t* p, uint64_t n, uint64_t g, uint32_t bits, Fn&& fn) {
+GOSSIP_HD void qsgd_for_each_code(const uint8_t* p, uint64_t n, uint64_t g, uint32_t bits,
+                                  Fn&& fn) {
   const uint64_t mask = (uint64_t{1} << bits) - 1;
   uint64_t acc = 0;
   uint32_t nacc = 0;
@@ -354,8 +356,9 @@ GOSSIP_HD void qsgd_for_each_code(const uint8_t* p, uint64_t n, uint64_t g, uint
 // level * norm / S with the sign of the code.
 GOSSIP_HD float qsgd_decode_value(uint64_t code, float norm, QsgdShape q) {
   const uint64_t level_mask = (uint64_t{1} << (q.bits - 1)) - 1;
-  const float v = to_f32_rn(div_rn(mul_rn(static_cast<double>(code & level_mask), static_cast<double>(norm)),
-                                   static_cast<double>(q.levels)));
+  const float v =
+      to_f32_rn(div_rn(mul_rn(static_cast<double>(code & level_mask), static_cast<double>(norm)),
+                       static_cast<double>(q.levels)));
   return (code >> (q.bits - 1)) ? -v : v;
 }
 
@@ -407,7 +410,9 @@ GOSSIP_HD void radix_narrow(const unsigned long long* hist, RadixRound rd, Radix
   st.mask |= (bins - 1) << rd.shift;
 }
 
-GOSSIP_HD bool radix_candidate(uint32_t key, const RadixState& st) { return (key & st.mask) == st.prefix; }
+GOSSIP_HD bool radix_candidate(uint32_t key, const RadixState& st) {
+  return (key & st.mask) == st.prefix;
+}
 
 // After the last round prefix is the k-th largest key t and `remaining` the number
 // of its ties to keep. Element with key `key`, the tie_rank-th tie (0-based, in

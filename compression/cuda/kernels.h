@@ -45,8 +45,10 @@ cudaError_t sign_check(const uint8_t* in, uint64_t n, uint32_t block, unsigned l
 cudaError_t qsgd_check(const uint8_t* in, uint64_t n, QsgdShape q, unsigned long long* bad,
                        cudaStream_t stream);
 
-cudaError_t int8_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y, cudaStream_t stream);
-cudaError_t sign_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y, cudaStream_t stream);
+cudaError_t int8_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
+                        cudaStream_t stream);
+cudaError_t sign_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
+                        cudaStream_t stream);
 cudaError_t qsgd_decode(const uint8_t* in, uint64_t n, QsgdShape q, float* y, cudaStream_t stream);
 
 // Error feedback: out = e + u; e = corrected - sent.
@@ -68,7 +70,8 @@ cudaError_t topk_select(const float* x, uint64_t n, uint64_t k, void* scratch, u
 // Sparse gather (val[j] = x[idx[j]]) and scatter (y[idx[j]] = val[j], or
 // val[j] * scale when `scaled`: a plain copy keeps NaN payloads as the CPU's top-k
 // decoder does; the rest of y is the caller's to zero).
-cudaError_t gather(const float* x, const uint64_t* idx, uint64_t k, float* val, cudaStream_t stream);
+cudaError_t gather(const float* x, const uint64_t* idx, uint64_t k, float* val,
+                   cudaStream_t stream);
 cudaError_t scatter(const uint64_t* idx, const float* val, uint64_t k, bool scaled, float scale,
                     float* y, cudaStream_t stream);
 

@@ -17,7 +17,7 @@ namespace {
 
 constexpr unsigned kThreads = 256;
 constexpr uint64_t kMaxBlocks = 8192;
-constexpr unsigned kTile = 256;       // elements per compaction tile = threads per block
+constexpr unsigned kTile = 256;          // elements per compaction tile = threads per block
 constexpr unsigned kScanThreads = 1024;  // the tile scan runs in one block of 32 warps
 constexpr unsigned kFullMask = 0xffffffffu;
 // Histogram blocks each clear and flush up to 2048 shared bins: enough blocks to
@@ -40,8 +40,8 @@ __device__ uint64_t grid_stride() { return static_cast<uint64_t>(gridDim.x) * bl
 struct TopkScratch {
   unsigned long long* hist;  // kRadixMaxBins
   RadixState* state;
-  uint32_t* above_count;  // per tile: keys > t
-  uint32_t* tie_count;    // per tile: keys == t
+  uint32_t* above_count;             // per tile: keys > t
+  uint32_t* tie_count;               // per tile: keys == t
   unsigned long long* above_before;  // exclusive scans of the two
   unsigned long long* ties_before;
 };
@@ -78,8 +78,9 @@ __global__ void topk_init_kernel(RadixState* st, uint64_t k, TopkReport* report)
 
 // Counts the candidates' digits of this round: per-block shared counters, added
 // to the global histogram once per block. The first round also finds inf and NaN.
-__global__ void radix_histogram_kernel(const float* x, uint64_t n, const RadixState* st, RadixRound rd,
-                                       unsigned long long* hist, unsigned long long* first_non_finite) {
+__global__ void radix_histogram_kernel(const float* x, uint64_t n, const RadixState* st,
+                                       RadixRound rd, unsigned long long* hist,
+                                       unsigned long long* first_non_finite) {
   __shared__ uint32_t local[kRadixMaxBins];
   const uint32_t bins = 1u << rd.bits;
   for (uint32_t b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
@@ -102,8 +103,8 @@ __global__ void radix_narrow_kernel(const unsigned long long* hist, RadixRound r
   *st = s;
 }
 
-__global__ void tile_counts_kernel(const float* x, uint64_t n, const RadixState* st, uint32_t* above_count,
-                                   uint32_t* tie_count) {
+__global__ void tile_counts_kernel(const float* x, uint64_t n, const RadixState* st,
+                                   uint32_t* above_count, uint32_t* tie_count) {
   const uint64_t i = static_cast<uint64_t>(blockIdx.x) * kTile + threadIdx.x;
   const uint32_t t = st->prefix;
   const bool in = i < n;
@@ -126,7 +127,8 @@ __device__ unsigned long long warp_inclusive_scan(unsigned long long v) {
 }
 
 // Inclusive scan of v across a block of kScanThreads; returns the block's total.
-__device__ unsigned long long block_inclusive_scan(unsigned long long& v, unsigned long long* warp_sums) {
+__device__ unsigned long long block_inclusive_scan(unsigned long long& v,
+                                                   unsigned long long* warp_sums) {
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   v = warp_inclusive_scan(v);
   if (lane == 31) warp_sums[warp] = v;
@@ -140,9 +142,10 @@ __device__ unsigned long long block_inclusive_scan(unsigned long long& v, unsign
 }
 
 // One block walks the tiles in chunks of kScanThreads, carrying the totals.
-__global__ void tile_scan_kernel(const uint32_t* above_count, const uint32_t* tie_count, uint64_t tiles,
-                                 unsigned long long* above_before, unsigned long long* ties_before,
-                                 const RadixState* st, TopkReport* report) {
+__global__ void tile_scan_kernel(const uint32_t* above_count, const uint32_t* tie_count,
+                                 uint64_t tiles, unsigned long long* above_before,
+                                 unsigned long long* ties_before, const RadixState* st,
+                                 TopkReport* report) {
   __shared__ unsigned long long warp_sums[kScanThreads / 32];
   unsigned long long carry_above = 0, carry_ties = 0;
   for (uint64_t base = 0; base < tiles; base += kScanThreads) {
@@ -202,9 +205,10 @@ __global__ void gather_kernel(const float* x, const uint64_t* idx, uint64_t k, f
   for (uint64_t j = first_index(); j < k; j += grid_stride()) val[j] = x[idx[j]];
 }
 
-__global__ void scatter_kernel(const uint64_t* idx, const float* val, uint64_t k, bool scaled, float scale,
-                               float* y) {
-  for (uint64_t j = first_index(); j < k; j += grid_stride()) y[idx[j]] = scaled ? mul_rn(val[j], scale) : val[j];
+__global__ void scatter_kernel(const uint64_t* idx, const float* val, uint64_t k, bool scaled,
+                               float scale, float* y) {
+  for (uint64_t j = first_index(); j < k; j += grid_stride())
+    y[idx[j]] = scaled ? mul_rn(val[j], scale) : val[j];
 }
 
 }  // namespace
@@ -215,8 +219,8 @@ size_t topk_scratch_bytes(uint64_t n) {
   return total;
 }
 
-cudaError_t topk_select(const float* x, uint64_t n, uint64_t k, void* scratch, uint64_t* idx, float* val,
-                        TopkReport* report, cudaStream_t stream) {
+cudaError_t topk_select(const float* x, uint64_t n, uint64_t k, void* scratch, uint64_t* idx,
+                        float* val, TopkReport* report, cudaStream_t stream) {
   if (n == 0 || k == 0) return cudaSuccess;
   const TopkScratch s = carve(scratch, n, nullptr);
   const uint64_t tiles = tiles_of(n);
@@ -224,29 +228,31 @@ cudaError_t topk_select(const float* x, uint64_t n, uint64_t k, void* scratch, u
   topk_init_kernel<<<1, 1, 0, stream>>>(s.state, k, report);
   const unsigned hist_grid = grid_for(n) < kMaxHistogramBlocks ? grid_for(n) : kMaxHistogramBlocks;
   for (int r = 0; r < kRadixRounds; ++r) {
-    cudaError_t err = cudaMemsetAsync(s.hist, 0, kRadixMaxBins * sizeof(unsigned long long), stream);
+    cudaError_t err =
+        cudaMemsetAsync(s.hist, 0, kRadixMaxBins * sizeof(unsigned long long), stream);
     if (err != cudaSuccess) return err;
     radix_histogram_kernel<<<hist_grid, kThreads, 0, stream>>>(
         x, n, s.state, kRadixRound[r], s.hist, r == 0 ? &report->first_non_finite : nullptr);
     radix_narrow_kernel<<<1, 1, 0, stream>>>(s.hist, kRadixRound[r], s.state);
   }
-  tile_counts_kernel<<<static_cast<unsigned>(tiles), kTile, 0, stream>>>(x, n, s.state, s.above_count,
-                                                                         s.tie_count);
-  tile_scan_kernel<<<1, kScanThreads, 0, stream>>>(s.above_count, s.tie_count, tiles, s.above_before,
-                                                   s.ties_before, s.state, report);
-  compact_kernel<<<static_cast<unsigned>(tiles), kTile, 0, stream>>>(x, n, k, s.state, s.above_before,
-                                                                     s.ties_before, idx, val);
+  tile_counts_kernel<<<static_cast<unsigned>(tiles), kTile, 0, stream>>>(
+      x, n, s.state, s.above_count, s.tie_count);
+  tile_scan_kernel<<<1, kScanThreads, 0, stream>>>(s.above_count, s.tie_count, tiles,
+                                                   s.above_before, s.ties_before, s.state, report);
+  compact_kernel<<<static_cast<unsigned>(tiles), kTile, 0, stream>>>(
+      x, n, k, s.state, s.above_before, s.ties_before, idx, val);
   return cudaGetLastError();
 }
 
-cudaError_t gather(const float* x, const uint64_t* idx, uint64_t k, float* val, cudaStream_t stream) {
+cudaError_t gather(const float* x, const uint64_t* idx, uint64_t k, float* val,
+                   cudaStream_t stream) {
   if (k == 0) return cudaSuccess;
   gather_kernel<<<grid_for(k), kThreads, 0, stream>>>(x, idx, k, val);
   return cudaGetLastError();
 }
 
-cudaError_t scatter(const uint64_t* idx, const float* val, uint64_t k, bool scaled, float scale, float* y,
-                    cudaStream_t stream) {
+cudaError_t scatter(const uint64_t* idx, const float* val, uint64_t k, bool scaled, float scale,
+                    float* y, cudaStream_t stream) {
   if (k == 0) return cudaSuccess;
   scatter_kernel<<<grid_for(k), kThreads, 0, stream>>>(idx, val, k, scaled, scale, y);
   return cudaGetLastError();

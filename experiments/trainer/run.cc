@@ -195,7 +195,9 @@ int run(const RunOptions& o) {
     } else {
       window.sum += trainer->step(lr);
     }
-    if (o.slowdown > 1) std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) * (o.slowdown - 1));
+    if (o.slowdown > 1)
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) *
+                                  (o.slowdown - 1));
     ++window.steps;
     ++step;
     // The last step's client->step() belongs to the end-of-run protocol below.
@@ -238,7 +240,8 @@ int run(const RunOptions& o) {
   // synchronization, which every node holds (the average, for averaging strategies).
   const Evaluation local = trainer->evaluate(*test);
   Evaluation average = local;
-  if (client && exchange.empty() && !ended_with_members) {  // synchronous SGD: every node holds this model already
+  if (client && exchange.empty() &&
+      !ended_with_members) {  // synchronous SGD: every node holds this model already
     const bool syncs = client->next_step_syncs();
     auto stepped = client->step();
     if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));

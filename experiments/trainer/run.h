@@ -21,9 +21,9 @@ struct RunOptions {
   LrSchedule lr_schedule = LrSchedule::kConstant;
   uint64_t seed = 0;
   Partition partition;
-  uint64_t eval_every = 100;  // 0: only at the end
-  std::string csv_path;       // empty: no CSV
-  std::string result_path;    // empty: no result file
+  uint64_t eval_every = 100;        // 0: only at the end
+  std::string csv_path;             // empty: no CSV
+  std::string result_path;          // empty: no result file
   std::string save_model_path;      // the final model's parameters (model_file.h)
   std::string snapshot_prefix;      // at every evaluation: PREFIX<step>.model (experiments)
   std::string evaluate_model_path;  // no training: evaluate this saved model and report
@@ -31,7 +31,8 @@ struct RunOptions {
   std::string name;
   uint32_t local_rank = 0;
   double timeout_s = 120;
-  double slowdown = 1;  // >= 1: after each step, sleep (slowdown - 1) x the step's time (a straggler)
+  double slowdown =
+      1;  // >= 1: after each step, sleep (slowdown - 1) x the step's time (a straggler)
 };
 
 // Returns the process exit code: 0 on success, 1 on a runtime error (already printed

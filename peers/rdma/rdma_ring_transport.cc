@@ -588,7 +588,8 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
   if (!right_addr.is_ok())
     return Status::invalid(fmt::format("ring: cannot resolve peer {}'s host '{}': {}", ends.right,
                                        ends.right_host, right_addr.status().message()));
-  const Hello hello{.from = ends.self, .to = ends.right,
+  const Hello hello{.from = ends.self,
+                    .to = ends.right,
                     .session = ends.right_session != 0 ? ends.right_session : ends.session};
   std::unique_ptr<Link> right;    // the attempt under way, then the connection
   std::unique_ptr<Link> pending;  // accepted, not yet established
@@ -660,8 +661,8 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
     if (ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
       CmId id(ev.id);  // ours now; destroyed unless accepted
       const auto in = rdma::decode_hello(ev.private_data);
-      std::string why =
-          in ? ring_hello_refusal(*in, ends.self, ends.left, ends.session) : "no hello in the request";
+      std::string why = in ? ring_hello_refusal(*in, ends.self, ends.left, ends.session)
+                           : "no hello in the request";
       if (why.empty() && left) why = "the left neighbor is connected already";
       auto link = std::make_unique<Link>();
       link->id = std::move(id);

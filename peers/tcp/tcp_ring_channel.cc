@@ -41,7 +41,10 @@ bool would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK; }
 class TcpRingChannel final : public RingChannel {
  public:
   TcpRingChannel(uint32_t left, int left_fd, uint32_t right, int right_fd, TrafficCounters* traffic)
-      : RingChannel(left, right), left_fd_(left_fd), right_fd_(right_fd), traffic_(traffic),
+      : RingChannel(left, right),
+        left_fd_(left_fd),
+        right_fd_(right_fd),
+        traffic_(traffic),
         stage_(kStageBytes) {
     for (int fd : {left_fd_, right_fd_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
@@ -77,7 +80,9 @@ class TcpRingChannel final : public RingChannel {
   Status wait_sends(const WaitOptions& wait) override {
     return wait_until(
         wait, [&] { return sends_.empty(); },
-        [&] { return fmt::format("ring: peer {} (right) did not take our messages in time", right()); });
+        [&] {
+          return fmt::format("ring: peer {} (right) did not take our messages in time", right());
+        });
   }
 
  private:
@@ -100,8 +105,7 @@ class TcpRingChannel final : public RingChannel {
       GOSSIP_RETURN_IF_ERROR(check(flush_sends()));
       GOSSIP_RETURN_IF_ERROR(check(fill_recvs()));
       if (done()) return Status::ok();
-      if (wait.cancelled())
-        return fail(Status::closed(what() + ": cancelled"));
+      if (wait.cancelled()) return fail(Status::closed(what() + ": cancelled"));
       const auto now = Clock::now();
       if (now >= wait.deadline) return fail(Status::timeout(what()));
       std::array<pollfd, 2> fds{};
@@ -126,8 +130,8 @@ class TcpRingChannel final : public RingChannel {
       size_t skip = sent_;  // of the front message, already written
       for (size_t i = 0; i < sends_.size() && i < kSendBatch; ++i) {
         const Send& s = sends_[i];
-        const std::array<std::span<const std::byte>, 2> parts{
-            std::as_bytes(std::span(&s.frame, 1)), s.data};
+        const std::array<std::span<const std::byte>, 2> parts{std::as_bytes(std::span(&s.frame, 1)),
+                                                              s.data};
         for (auto part : parts) {
           const size_t k = std::min(skip, part.size());
           skip -= k;
@@ -173,7 +177,8 @@ class TcpRingChannel final : public RingChannel {
         if (staged() < sizeof(Frame)) {
           // Small receives read ahead (their payload, and frames after it); a large
           // one takes just the header here and its payload below.
-          const size_t want = op.buffer.size() + sizeof(Frame) <= kStageBytes ? kStageBytes : sizeof(Frame);
+          const size_t want =
+              op.buffer.size() + sizeof(Frame) <= kStageBytes ? kStageBytes : sizeof(Frame);
           auto got = read_stage(want);
           if (!got.is_ok()) return got.status();
           if (*got == 0) return Status::ok();
@@ -193,7 +198,8 @@ class TcpRingChannel final : public RingChannel {
         rx_filled_ += k;
       }
       if (rx_filled_ < total) {
-        const ssize_t r = ::recv(left_fd_, op.buffer.data() + rx_filled_, total - rx_filled_, MSG_DONTWAIT);
+        const ssize_t r =
+            ::recv(left_fd_, op.buffer.data() + rx_filled_, total - rx_filled_, MSG_DONTWAIT);
         if (r == 0) return Status::io_error(closed_message(left(), "left"));
         if (r < 0) {
           if (errno == EINTR) continue;
@@ -237,14 +243,16 @@ class TcpRingChannel final : public RingChannel {
 
   Status check_frame(const Recv& op) const {
     if (rx_frame_.magic != kFrameMagic || rx_frame_.reserved != 0)
-      return Status::protocol(fmt::format("ring: peer {} (left) sent a malformed frame header", left()));
-    if (rx_frame_.tag != op.tag)
-      return Status::protocol(fmt::format("ring: peer {} (left) sent message {:#x} where {:#x} was expected",
-                                          left(), rx_frame_.tag, op.tag));
-    if (rx_frame_.bytes > op.buffer.size())
       return Status::protocol(
-          fmt::format("ring: peer {} (left) sent {} bytes for message {:#x}, more than the {} expected", left(),
-                      rx_frame_.bytes, op.tag, op.buffer.size()));
+          fmt::format("ring: peer {} (left) sent a malformed frame header", left()));
+    if (rx_frame_.tag != op.tag)
+      return Status::protocol(
+          fmt::format("ring: peer {} (left) sent message {:#x} where {:#x} was expected", left(),
+                      rx_frame_.tag, op.tag));
+    if (rx_frame_.bytes > op.buffer.size())
+      return Status::protocol(fmt::format(
+          "ring: peer {} (left) sent {} bytes for message {:#x}, more than the {} expected", left(),
+          rx_frame_.bytes, op.tag, op.buffer.size()));
     return Status::ok();
   }
 

@@ -1,8 +1,5 @@
 #include "peers/tcp/tcp_ring_transport.h"
 
-#include "peers/ring_hello.h"
-#include "peers/tcp/tcp_ring_channel.h"
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -12,6 +9,9 @@
 #include <cstring>
 #include <functional>
 
+#include "peers/ring_hello.h"
+#include "peers/tcp/tcp_ring_channel.h"
+
 namespace gossip::peers {
 namespace {
 
@@ -20,10 +20,8 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
-
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
-
 
 void tune(tcp::socket& s, int buffer_bytes) {
   error_code ignored;
@@ -53,15 +51,16 @@ class TcpRingTransport final : public RingTransport {
       tcp::resolver resolver(rendezvous_);
       const auto found = resolver.resolve(options_.listen_host, "", ec);
       if (ec || found.empty())
-        return Status::invalid(fmt::format("ring: cannot resolve listen host '{}': {}", options_.listen_host,
-                                           ec ? ec.message() : "no address"));
+        return Status::invalid(fmt::format("ring: cannot resolve listen host '{}': {}",
+                                           options_.listen_host, ec ? ec.message() : "no address"));
       address = found.begin()->endpoint().address();
     }
     const tcp::endpoint ep(address, options_.port);
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec && options_.socket_buffer_bytes > 0)
-      acceptor_.set_option(asio::socket_base::receive_buffer_size(options_.socket_buffer_bytes), ec);
+      acceptor_.set_option(asio::socket_base::receive_buffer_size(options_.socket_buffer_bytes),
+                           ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
@@ -100,7 +99,8 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   bool stop = false;
   bool right_done = false;
   bool left_done = false;
-  const RingHello out{.from = ends.self, .to = ends.right,
+  const RingHello out{.from = ends.self,
+                      .to = ends.right,
                       .session = ends.right_session != 0 ? ends.right_session : ends.session};
   RingHello in;
   tcp::socket right(rendezvous_);
@@ -149,7 +149,8 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
       }
       asio::async_read(candidate, asio::buffer(&in, sizeof in), [&](error_code ec, size_t) {
         if (stop) return;
-        std::string why = ec ? ec.message() : ring_hello_refusal(in, ends.self, ends.left, ends.session);
+        std::string why =
+            ec ? ec.message() : ring_hello_refusal(in, ends.self, ends.left, ends.session);
         // A connection the neighbor gave up on (it timed out an earlier attempt) may
         // wait in the backlog: take the next one.
         if (why.empty() && closed_by_peer(candidate))
@@ -178,10 +179,11 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
     const auto now = Clock::now();
     if (now >= wait.deadline) {
       failure = Status::timeout(
-          !right_done ? fmt::format("ring: could not connect to peer {} (right) at {}:{}: {}", ends.right,
-                                    ends.right_host, ends.right_port, right_error)
-                      : fmt::format("ring: peer {} (left) did not connect in time{}", ends.left,
-                                    refused.empty() ? "" : " (refused a connection: " + refused + ")"));
+          !right_done
+              ? fmt::format("ring: could not connect to peer {} (right) at {}:{}: {}", ends.right,
+                            ends.right_host, ends.right_port, right_error)
+              : fmt::format("ring: peer {} (left) did not connect in time{}", ends.left,
+                            refused.empty() ? "" : " (refused a connection: " + refused + ")"));
       break;
     }
     rendezvous_.run_one_until(std::min(wait.deadline, now + kCancelPoll));
@@ -221,7 +223,8 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
 
 }  // namespace
 
-Result<std::unique_ptr<RingTransport>> make_tcp_ring_transport(const RingTransportOptions& options) {
+Result<std::unique_ptr<RingTransport>> make_tcp_ring_transport(
+    const RingTransportOptions& options) {
   auto t = std::make_unique<TcpRingTransport>(options);
   GOSSIP_RETURN_IF_ERROR(t->start());
   return std::unique_ptr<RingTransport>(std::move(t));

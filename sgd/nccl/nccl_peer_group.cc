@@ -15,8 +15,9 @@ NcclPeerGroup::NcclPeerGroup(peers::Router& control, int device, size_t staging_
       control_(control.transport()),
       device_(device),
       staging_bytes_(staging_bytes),
-      subscription_(control.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kNcclId},
-                                      [this](peers::Incoming& in) { absorb(in); })) {
+      subscription_(
+          control.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kNcclId},
+                            [this](peers::Incoming& in) { absorb(in); })) {
   std::vector<uint32_t> ids;
   for (const auto& p : control_.peers()) ids.push_back(p.id);
   order_ = ring_order(control_.self(), ids);
@@ -31,9 +32,10 @@ void NcclPeerGroup::set_layout_fingerprint(uint64_t fingerprint) {
 void NcclPeerGroup::absorb(const peers::Incoming& in) {
   const proto::Header& h = in.header;
   if (h.kind == proto::Kind::kHello || h.kind == proto::Kind::kBye) return;
-  if (h.kind != proto::Kind::kNcclId || in.peer != order_.ids[0] || in.payload.size() != proto::kNcclIdBytes) {
-    control_.note_dropped(in.peer, fmt::format("an nccl-id message from peer {}, which is not rank 0 here",
-                                               in.peer));
+  if (h.kind != proto::Kind::kNcclId || in.peer != order_.ids[0] ||
+      in.payload.size() != proto::kNcclIdBytes) {
+    control_.note_dropped(
+        in.peer, fmt::format("an nccl-id message from peer {}, which is not rank 0 here", in.peer));
     return;
   }
   if (offer_ && offer_->generation >= h.round) return;  // an older id, overtaken
@@ -74,16 +76,20 @@ Status NcclPeerGroup::join(const CollectiveOptions& options) {
   } else {
     // The newest id we have not used yet.
     while (!offer_ || offer_->generation <= generation_) {
-      if (options.cancel && options.cancel->load(std::memory_order_relaxed)) return Status::closed("nccl: cancelled");
+      if (options.cancel && options.cancel->load(std::memory_order_relaxed))
+        return Status::closed("nccl: cancelled");
       const auto now = Clock::now();
       if (now >= options.deadline)
-        return Status::timeout(fmt::format("nccl: no communicator id from peer {} (rank 0) in time", order_.ids[0]));
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now);
+        return Status::timeout(
+            fmt::format("nccl: no communicator id from peer {} (rank 0) in time", order_.ids[0]));
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now);
       progress(0, 0, std::min(left, std::chrono::milliseconds(50)));
     }
     if (offer_->layout != 0 && layout_ != 0 && offer_->layout != layout_)
-      return Status::mismatch(fmt::format("nccl: peer {} has another model layout (fingerprint {:#x}, ours {:#x})",
-                                          order_.ids[0], offer_->layout, layout_));
+      return Status::mismatch(
+          fmt::format("nccl: peer {} has another model layout (fingerprint {:#x}, ours {:#x})",
+                      order_.ids[0], offer_->layout, layout_));
     generation_ = offer_->generation;
     o.unique_id = offer_->id;
   }
@@ -91,12 +97,13 @@ Status NcclPeerGroup::join(const CollectiveOptions& options) {
   if (!comm.is_ok()) return comm.status();
   comm_ = std::move(comm).value();
   comm_->set_layout_fingerprint(layout_);
-  spdlog::info("nccl: communicator {} joined as rank {} of {} on device {}", generation_, order_.rank,
-               order_.ids.size(), device_);
+  spdlog::info("nccl: communicator {} joined as rank {} of {} on device {}", generation_,
+               order_.rank, order_.ids.size(), device_);
   return Status::ok();
 }
 
-Status NcclPeerGroup::all_reduce_mean(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
+Status NcclPeerGroup::all_reduce_mean(std::span<float> data, uint64_t round,
+                                      const CollectiveOptions& options) {
   if (order_.ids.size() == 1 || data.empty()) return Status::ok();
   GOSSIP_RETURN_IF_ERROR(nccl_accepts(options));
   if (!comm_ || comm_->broken()) {

@@ -30,7 +30,7 @@ class NcclPeerGroup final : public AllReduce {
   void set_layout_fingerprint(uint64_t fingerprint) override;
 
  private:
-  void absorb(const peers::Incoming& in);  // the router's handler
+  void absorb(const peers::Incoming& in);         // the router's handler
   Status join(const CollectiveOptions& options);  // makes comm_ for the next generation
 
   peers::Router& router_;

@@ -180,17 +180,18 @@ TEST_F(GossipctlCluster, SuccessWithJson) {
   EXPECT_NE(d1.find("--run-dir " + out_ + " --peer 0=tcp://127.0.0.1:"), std::string::npos) << d1;
   EXPECT_NE(d1.find(" --peer 2=tcp://127.0.0.1:"), std::string::npos) << d1;
   EXPECT_EQ(d1.find("--peer 1="), std::string::npos) << d1;
-  EXPECT_NE(
-      d1.find("--strategy local-sgd --period 5 --post-local 0 --codec none --transport auto --outer-optimizer none --outer-lr 1 "
-              "--outer-momentum 0.9 --seed 7 --log-level info"),
-      std::string::npos)
+  EXPECT_NE(d1.find("--strategy local-sgd --period 5 --post-local 0 --codec none --transport auto "
+                    "--outer-optimizer none --outer-lr 1 "
+                    "--outer-momentum 0.9 --seed 7 --log-level info"),
+            std::string::npos)
       << d1;
   EXPECT_NE(d1.find("gossipd 1 stopping"), std::string::npos) << "stopped with SIGTERM: " << d1;
   const std::string t2 = testing::read_file(out_ + "/trainer-2.log");
   EXPECT_NE(t2.find("--endpoint ipc://" + out_ +
                     "/gossipd-2.sock --node 2 --nodes 3 --steps 40 --seed 7 "
                     "--partition dirichlet:0.5 --batch 64 --lr 0.05 --eval-every 4 --csv " +
-                    out_ + "/node-2.csv --result " + out_ + "/node-2.json --save-model " + out_ + "/node-2.model --timeout-s "),
+                    out_ + "/node-2.csv --result " + out_ + "/node-2.json --save-model " + out_ +
+                    "/node-2.model --timeout-s "),
             std::string::npos)
       << t2;
 }
@@ -237,9 +238,8 @@ TEST_F(GossipctlCluster, FailingTrainerWithoutJsonAndTemporaryDirectory) {
 }
 
 TEST_F(GossipctlCluster, CrashingDaemonIsNamed) {
-  auto r =
-      cluster({"--nodes", "3", "--steps", "1000", "--out", out_, "--json"},
-              {"FAKE_DAEMON_CRASH_NODE=2", "FAKE_STEP_SLEEP=0.2"});
+  auto r = cluster({"--nodes", "3", "--steps", "1000", "--out", out_, "--json"},
+                   {"FAKE_DAEMON_CRASH_NODE=2", "FAKE_STEP_SLEEP=0.2"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const FlatJsonObject obj = parse_report(r);
   EXPECT_FALSE(obj.at("ok").boolean);

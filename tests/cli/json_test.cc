@@ -79,11 +79,29 @@ TEST(ParseFlatJsonObject, ScalarsStringsAndNestedValues) {
 }
 
 TEST(ParseFlatJsonObject, RejectsMalformedInput) {
-  for (const char* bad :
-       {"", "   ", "[]", "42", "\"s\"", "null", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
-        "{\"a\":1} x", "{\"a\":01}", "{\"a\":1.}", "{\"a\":-}", "{\"a\":\"unterminated}",
-        "{\"a\":tru}", "{a:1}", "{\"a\":\"\\x\"}", "{\"a\":[1,]}", "{\"a\":1}{", "garbage",
-        "{\"a\":1 /* c */}", "{\"a\":\"\x01\"}"}) {
+  for (const char* bad : {"",
+                          "   ",
+                          "[]",
+                          "42",
+                          "\"s\"",
+                          "null",
+                          "{",
+                          "{\"a\"}",
+                          "{\"a\":}",
+                          "{\"a\":1,}",
+                          "{\"a\":1} x",
+                          "{\"a\":01}",
+                          "{\"a\":1.}",
+                          "{\"a\":-}",
+                          "{\"a\":\"unterminated}",
+                          "{\"a\":tru}",
+                          "{a:1}",
+                          "{\"a\":\"\\x\"}",
+                          "{\"a\":[1,]}",
+                          "{\"a\":1}{",
+                          "garbage",
+                          "{\"a\":1 /* c */}",
+                          "{\"a\":\"\x01\"}"}) {
     auto r = parse_flat_json_object(bad);
     EXPECT_FALSE(r.is_ok()) << bad;
     EXPECT_FALSE(r.status().message().empty()) << bad;
@@ -106,8 +124,7 @@ TEST(ParseFlatJsonObject, ErrorsSayWhere) {
       << garbage.status().message();
   auto array = parse_flat_json_object("[1, 2]");
   ASSERT_FALSE(array.is_ok());
-  EXPECT_NE(array.status().message().find("object"), std::string::npos)
-      << array.status().message();
+  EXPECT_NE(array.status().message().find("object"), std::string::npos) << array.status().message();
 }
 
 TEST(JsonGet, ErrorsNameTheKey) {
@@ -117,8 +134,7 @@ TEST(JsonGet, ErrorsNameTheKey) {
   for (const char* key : {"missing_key", "s", "loss", "t", "arr"}) {
     auto number = json_get_number(*obj, key);
     ASSERT_FALSE(number.is_ok()) << key;
-    EXPECT_NE(number.status().message().find(key), std::string::npos)
-        << number.status().message();
+    EXPECT_NE(number.status().message().find(key), std::string::npos) << number.status().message();
     auto uint = json_get_uint(*obj, key);
     ASSERT_FALSE(uint.is_ok()) << key;
     EXPECT_NE(uint.status().message().find(key), std::string::npos) << uint.status().message();

@@ -108,7 +108,7 @@ TEST(TrainerResult, RejectsBadResultLines) {
 
   // Truncated, garbage, or not an object.
   for (const std::string& bad : {good.substr(0, good.size() / 2), std::string("not json"),
-                                std::string(""), std::string("[1]")}) {
+                                 std::string(""), std::string("[1]")}) {
     EXPECT_FALSE(parse_trainer_result(bad).is_ok()) << bad;
   }
 

@@ -1,13 +1,12 @@
 // The C ABI (gossip.h / libgossip.so) against a real gossipd: what a ctypes or
 // other-language trainer does, including every error path returning a code and a
 // message rather than throwing.
-#include "gossip/gossip.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <thread>
 
+#include "gossip/gossip.h"
 #include "harness.h"
 
 namespace gossip::testing {
@@ -19,7 +18,8 @@ TEST(CApi, AttachStepSyncDetachAgainstARealDaemon) {
   gossip_client* c[2] = {nullptr, nullptr};
   float* tensors[2][2] = {};
   for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(gossip_connect(cluster.ipc_endpoint(i).c_str(), "c-trainer", 0, 20000, &c[i]), GOSSIP_OK)
+    ASSERT_EQ(gossip_connect(cluster.ipc_endpoint(i).c_str(), "c-trainer", 0, 20000, &c[i]),
+              GOSSIP_OK)
         << gossip_last_error(nullptr);
     const char* names[] = {"w", "b"};
     const uint64_t numels[] = {100, 3};
@@ -44,7 +44,8 @@ TEST(CApi, AttachStepSyncDetachAgainstARealDaemon) {
     EXPECT_EQ(r[i].synced, 0);
     EXPECT_EQ(gossip_next_step_syncs(c[i]), 1);
   }
-  std::thread other([&] { EXPECT_EQ(gossip_step(c[1], &r[1]), GOSSIP_OK) << gossip_last_error(c[1]); });
+  std::thread other(
+      [&] { EXPECT_EQ(gossip_step(c[1], &r[1]), GOSSIP_OK) << gossip_last_error(c[1]); });
   ASSERT_EQ(gossip_step(c[0], &r[0]), GOSSIP_OK) << gossip_last_error(c[0]);
   other.join();
   for (int i = 0; i < 2; ++i) {

@@ -58,7 +58,8 @@ TEST(CodecSpec, BadSpecsAreRefusedNamingTheProblemAndListingTheForms) {
   for (auto [in, needle] : cases) {
     auto c = make_codec(in);
     ASSERT_FALSE(c.is_ok()) << in;
-    EXPECT_NE(c.status().message().find(needle), std::string::npos) << in << ": " << c.status().message();
+    EXPECT_NE(c.status().message().find(needle), std::string::npos)
+        << in << ": " << c.status().message();
     EXPECT_NE(c.status().message().find("valid forms"), std::string::npos) << c.status().message();
   }
 }

@@ -59,7 +59,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 std::string first_difference(const Bytes& a, const Bytes& b) {
-  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  if (a.size() != b.size())
+    return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i] != b[i]) return "first difference at byte " + std::to_string(i);
   return "equal";
@@ -73,7 +74,9 @@ class DeviceFloats {
     EXPECT_TRUE(b.is_ok()) << b.status().message();
     if (b) buf_ = std::move(*b);
   }
-  explicit DeviceFloats(const std::vector<float>& host) : DeviceFloats(host.size()) { upload(host); }
+  explicit DeviceFloats(const std::vector<float>& host) : DeviceFloats(host.size()) {
+    upload(host);
+  }
 
   void upload(const std::vector<float>& host) {
     if (n_ > 0) {
@@ -112,12 +115,15 @@ struct DataSet {
 
 std::vector<DataSet> data_sets() {
   std::vector<DataSet> sets;
-  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{257}, size_t{1001}, size_t{65539},
-                   (size_t{1} << 20) + 3})
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{257}, size_t{1001},
+                   size_t{65539}, (size_t{1} << 20) + 3})
     sets.push_back({"normal" + std::to_string(n), normal(n, n + 1)});
-  std::vector<float> adv = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.17549435e-38f, 1.0f, -1.0f, 0.5f, 1.5f, 2.5f,
-                            126.5f, 127.0f, 65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f,
-                            1 + 0x1p-11f, 1 + 3 * 0x1p-11f, 1 + 0x1p-8f, 0x1p-126f * 127, 1e-40f, 3e29f};
+  std::vector<float> adv = {
+      0.0f,        -0.0f,           1e-45f,       -1e-45f,      1.17549435e-38f,
+      1.0f,        -1.0f,           0.5f,         1.5f,         2.5f,
+      126.5f,      127.0f,          65504.0f,     65519.0f,     65520.0f,
+      0x1p-24f,    0x1p-25f,        3 * 0x1p-25f, 1 + 0x1p-11f, 1 + 3 * 0x1p-11f,
+      1 + 0x1p-8f, 0x1p-126f * 127, 1e-40f,       3e29f};
   std::vector<float> rep;
   for (int r = 0; r < 300; ++r)
     for (float v : adv) rep.push_back(r % 3 ? v : -v);
@@ -208,17 +214,20 @@ class CudaCodecs : public testing::TestWithParam<DeviceCodecParams> {
   }
 
   // Device encode (host payload, and for dense codecs the device payload too).
-  Status device_encode(const DeviceCodecParams& p, const std::vector<float>& x, uint64_t seed, Bytes& out) {
+  Status device_encode(const DeviceCodecParams& p, const std::vector<float>& x, uint64_t seed,
+                       Bytes& out) {
     DeviceFloats d_x(x);
     Status st = encode(p, d_x.get(), x.size(), seed, out, stream_);
     if (st.is_ok() && is_dense(p.id)) {
       const uint64_t bytes = dense_payload_bytes(p, x.size());
       auto d_out = DeviceBuffer::persistent(bytes);
       EXPECT_TRUE(d_out.is_ok());
-      EXPECT_TRUE(encode_dense(p, d_x.get(), x.size(), seed, d_out->as<std::byte>(), stream_).is_ok());
+      EXPECT_TRUE(
+          encode_dense(p, d_x.get(), x.size(), seed, d_out->as<std::byte>(), stream_).is_ok());
       Bytes again(bytes);
       if (bytes > 0) {
-        EXPECT_EQ(cudaMemcpy(again.data(), d_out->as<void>(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(again.data(), d_out->as<void>(), bytes, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
       }
       EXPECT_EQ(again, out) << "encode_dense differs from encode";
     }
@@ -235,7 +244,9 @@ class CudaCodecs : public testing::TestWithParam<DeviceCodecParams> {
       auto d_in = DeviceBuffer::persistent(payload.size());
       EXPECT_TRUE(d_in.is_ok());
       if (!payload.empty()) {
-        EXPECT_EQ(cudaMemcpy(d_in->as<void>(), payload.data(), payload.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT_EQ(
+            cudaMemcpy(d_in->as<void>(), payload.data(), payload.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
       }
       DeviceFloats d_y2(std::vector<float>(n, kSentinel));
       Status st2 = decode_dense(p, d_in->as<std::byte>(), payload.size(), d_y2.get(), n, stream_);
@@ -262,13 +273,15 @@ TEST_P(CudaCodecs, EncodesTheCpuBytes) {
       ctx.seed = seed;
       const Status cst = cpu->encode(set.x, ctx, want);
       const Status dst = device_encode(p, set.x, seed, got);
-      ASSERT_EQ(cst.code(), dst.code()) << what << ": cpu '" << cst.message() << "', device '" << dst.message() << "'";
+      ASSERT_EQ(cst.code(), dst.code())
+          << what << ": cpu '" << cst.message() << "', device '" << dst.message() << "'";
       EXPECT_EQ(cst.message(), dst.message()) << what;
       if (!cst.is_ok()) continue;
       ASSERT_EQ(want, got) << what << ": " << first_difference(want, got);
       if (p.id == CodecId::kTopk) {
         // Said as sets, for a readable failure: the indices are the CPU's.
-        auto w = decode_sparse(want, set.x.size(), "topk"), g = decode_sparse(got, set.x.size(), "topk");
+        auto w = decode_sparse(want, set.x.size(), "topk"),
+             g = decode_sparse(got, set.x.size(), "topk");
         ASSERT_TRUE(w.is_ok() && g.is_ok());
         EXPECT_EQ(w->indices, g->indices) << what;
       }
@@ -288,7 +301,8 @@ TEST_P(CudaCodecs, DecodesTheCpuFloats) {
     CodecContext ctx;
     ctx.seed = seed;
     Bytes payload;
-    if (!cpu->encode(set.x, ctx, payload).is_ok()) continue;  // refused input: see EncodesTheCpuBytes
+    if (!cpu->encode(set.x, ctx, payload).is_ok())
+      continue;  // refused input: see EncodesTheCpuBytes
     std::vector<float> want(set.x.size(), kSentinel), got;
     ASSERT_TRUE(cpu->decode(payload, ctx, want).is_ok());
     const Status st = device_decode(p, payload, seed, set.x.size(), got);
@@ -316,27 +330,33 @@ TEST_P(CudaCodecs, RefusesWhatTheCpuRefuses) {
     for (int trial = 0; trial < 60; ++trial) {
       Bytes b = good;
       const size_t at = gen() % b.size();
-      b[at] = trial % 3 == 0 ? std::byte{0x80} : trial % 3 == 1 ? std::byte{0xff} : b[at] ^ std::byte{0x01};
+      b[at] = trial % 3 == 0   ? std::byte{0x80}
+              : trial % 3 == 1 ? std::byte{0xff}
+                               : b[at] ^ std::byte{0x01};
       bad.push_back(b);
     }
     for (float s : {kNaN, -kInf, -0.0f, -1.0f, kFltMax}) {  // dense: the first scale or norm
       Bytes b = good;
-      if (is_dense(p.id) && p.id != CodecId::kNone && p.id != CodecId::kFp16 && p.id != CodecId::kBf16) {
+      if (is_dense(p.id) && p.id != CodecId::kNone && p.id != CodecId::kFp16 &&
+          p.id != CodecId::kBf16) {
         std::memcpy(b.data(), &s, 4);
         bad.push_back(b);
       }
     }
     for (size_t i = 0; i < bad.size(); ++i) {
-      const std::string what = spec_of(p) + " n " + std::to_string(n) + " variant " + std::to_string(i);
+      const std::string what =
+          spec_of(p) + " n " + std::to_string(n) + " variant " + std::to_string(i);
       std::vector<float> want(n, kSentinel), got;
       const Status cst = cpu->decode(bad[i], ctx, want);
       const Status dst = device_decode(p, bad[i], ctx.seed, n, got);
-      ASSERT_EQ(cst.code(), dst.code()) << what << ": cpu '" << cst.message() << "', device '" << dst.message() << "'";
+      ASSERT_EQ(cst.code(), dst.code())
+          << what << ": cpu '" << cst.message() << "', device '" << dst.message() << "'";
       EXPECT_EQ(cst.message(), dst.message()) << what;
       // Refused: both outputs untouched (all sentinels). Accepted: the same floats
       // (but for a NaN that rand-k scaled, see device_codecs.h).
-      const bool scaled_nan = p.id == CodecId::kRandk && std::any_of(want.begin(), want.end(),
-                                                                      [](float v) { return std::isnan(v); });
+      const bool scaled_nan =
+          p.id == CodecId::kRandk &&
+          std::any_of(want.begin(), want.end(), [](float v) { return std::isnan(v); });
       if (!scaled_nan) {
         EXPECT_TRUE(same_bits(want, got)) << what;
       }
@@ -355,7 +375,8 @@ TEST_P(CudaCodecs, RefusesNonFiniteInputLikeTheCpu) {
       Bytes want, got;
       const Status cst = cpu->encode(x, {}, want);
       const Status dst = device_encode(p, x, 0, got);
-      ASSERT_EQ(cst.code(), dst.code()) << spec_of(p) << ": cpu '" << cst.message() << "', device '" << dst.message() << "'";
+      ASSERT_EQ(cst.code(), dst.code())
+          << spec_of(p) << ": cpu '" << cst.message() << "', device '" << dst.message() << "'";
       EXPECT_EQ(cst.message(), dst.message());
       if (cst.is_ok()) {
         EXPECT_EQ(want, got);
@@ -374,7 +395,8 @@ class CudaCodecsSeeds : public CudaCodecs {};
 // seed other bytes.
 TEST_F(CudaCodecsSeeds, QsgdAndRandkFollowTheSeed) {
   const auto x = normal(100003, 9);
-  for (const DeviceCodecParams& p : {params(CodecId::kQsgd, 0, 16, 512), sparse(CodecId::kRandk, 0.05)}) {
+  for (const DeviceCodecParams& p :
+       {params(CodecId::kQsgd, 0, 16, 512), sparse(CodecId::kRandk, 0.05)}) {
     Bytes a, b, c;
     ASSERT_TRUE(device_encode(p, x, 1, a).is_ok());
     ASSERT_TRUE(device_encode(p, x, 1, b).is_ok());
@@ -393,9 +415,9 @@ TEST_F(CudaCodecsSeeds, QsgdAndRandkFollowTheSeed) {
 // bit for bit, over rounds on slices of the buffer.
 TEST_F(CudaCodecsSeeds, ErrorFeedbackEqualsTheCpu) {
   const size_t n = 50021;
-  for (const DeviceCodecParams& p : {sparse(CodecId::kTopk, 0.01), params(CodecId::kSign, 256),
-                                     params(CodecId::kInt8, 256), params(CodecId::kQsgd, 0, 4, 512),
-                                     sparse(CodecId::kRandk, 0.1, true)}) {
+  for (const DeviceCodecParams& p :
+       {sparse(CodecId::kTopk, 0.01), params(CodecId::kSign, 256), params(CodecId::kInt8, 256),
+        params(CodecId::kQsgd, 0, 4, 512), sparse(CodecId::kRandk, 0.1, true)}) {
     auto codec = make_host_codec(p);
     ErrorFeedback cpu(*codec, n);
     auto dev = DeviceErrorFeedback::create(p, n);
@@ -414,13 +436,16 @@ TEST_F(CudaCodecsSeeds, ErrorFeedbackEqualsTheCpu) {
       ASSERT_EQ(want, got) << spec_of(p) << " round " << round;
       EXPECT_TRUE(same_bits(sent_cpu, d_sent.download())) << spec_of(p) << " round " << round;
       std::vector<float> residual(n);
-      ASSERT_EQ(cudaMemcpy(residual.data(), dev->residual(), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_TRUE(same_bits(std::vector<float>(cpu.residual().begin(), cpu.residual().end()), residual))
+      ASSERT_EQ(cudaMemcpy(residual.data(), dev->residual(), n * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_TRUE(
+          same_bits(std::vector<float>(cpu.residual().begin(), cpu.residual().end()), residual))
           << spec_of(p) << " round " << round;
     }
     // A failing encode leaves the residual as it was.
     std::vector<float> before(n);
-    ASSERT_EQ(cudaMemcpy(before.data(), dev->residual(), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(before.data(), dev->residual(), n * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
     std::vector<float> bad = normal(10, 1);
     bad[3] = kNaN;
     DeviceFloats d_bad(bad), d_sent(10);
@@ -431,10 +456,12 @@ TEST_F(CudaCodecsSeeds, ErrorFeedbackEqualsTheCpu) {
     }
     if (!st.is_ok()) {
       std::vector<float> after(n);
-      ASSERT_EQ(cudaMemcpy(after.data(), dev->residual(), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(after.data(), dev->residual(), n * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
       EXPECT_TRUE(same_bits(before, after)) << spec_of(p);
     }
-    EXPECT_FALSE(dev->encode(d_bad.get(), n - 5, 10, 0, out, d_sent.get(), stream_).is_ok());  // outside
+    EXPECT_FALSE(
+        dev->encode(d_bad.get(), n - 5, 10, 0, out, d_sent.get(), stream_).is_ok());  // outside
   }
 }
 
@@ -442,9 +469,9 @@ TEST_F(CudaCodecsSeeds, ErrorFeedbackEqualsTheCpu) {
 // No GPU needed.
 
 TEST(DeviceCodecParams, RoundTripTheCpuSpecs) {
-  for (const char* spec : {"none", "fp16", "bf16", "int8", "int8:7", "sign", "sign:1", "qsgd:16",
-                           "qsgd:32767", "topk:0.01", "topk:0.25:approx:fp16", "topk:1", "randk:0.001",
-                           "randk:0.5:fp16"}) {
+  for (const char* spec :
+       {"none", "fp16", "bf16", "int8", "int8:7", "sign", "sign:1", "qsgd:16", "qsgd:32767",
+        "topk:0.01", "topk:0.25:approx:fp16", "topk:1", "randk:0.001", "randk:0.5:fp16"}) {
     auto made = make_codec(spec);
     ASSERT_TRUE(made.is_ok()) << spec;
     auto p = device_params(*made->codec);

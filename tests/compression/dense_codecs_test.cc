@@ -46,7 +46,8 @@ std::vector<float> large_data(size_t n, ThreadPool* pool) {
   return x;
 }
 
-std::vector<std::byte> encode_ok(const Codec& c, std::span<const float> x, const CodecContext& ctx = {}) {
+std::vector<std::byte> encode_ok(const Codec& c, std::span<const float> x,
+                                 const CodecContext& ctx = {}) {
   std::vector<std::byte> out;
   Status st = c.encode(x, ctx, out);
   EXPECT_TRUE(st.is_ok()) << c.spec() << ": " << st.message();
@@ -62,16 +63,20 @@ std::vector<float> decode_ok(const Codec& c, std::span<const std::byte> in, size
   return y;
 }
 
-std::vector<float> round_trip(const Codec& c, std::span<const float> x, const CodecContext& ctx = {}) {
+std::vector<float> round_trip(const Codec& c, std::span<const float> x,
+                              const CodecContext& ctx = {}) {
   return decode_ok(c, encode_ok(c, x, ctx), x.size(), ctx);
 }
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
 }
 
 // Scale (int8, sign) or norm (qsgd) of block b: the payloads start with them.
-float block_scale(std::span<const std::byte> payload, size_t b) { return load_f32(payload.data() + 4 * b); }
+float block_scale(std::span<const std::byte> payload, size_t b) {
+  return load_f32(payload.data() + 4 * b);
+}
 
 // ---------------------------------------------------------------------------
 // Properties every dense codec shares, run over each of them.
@@ -107,7 +112,8 @@ TEST_P(DenseCodec, RoundTripsNormalDataOfAwkwardLengths) {
   for (size_t n : {1, 2, 7, 8, 9, 31, 255, 256, 257, 511, 512, 513, 1023, 1024, 4099}) {
     auto x = normal_data(n, n);
     auto payload = encode_ok(*codec_, x, {.seed = 7});
-    EXPECT_EQ(payload.size(), codec_->max_encoded_bytes(n)) << "n=" << n;  // dense: the bound is exact
+    EXPECT_EQ(payload.size(), codec_->max_encoded_bytes(n))
+        << "n=" << n;  // dense: the bound is exact
     auto y = decode_ok(*codec_, payload, n);
     double err = 0, norm = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -127,7 +133,8 @@ TEST_P(DenseCodec, ZerosDecodeToZeros) {
 TEST_P(DenseCodec, ConstantsRoundTripClosely) {
   for (float c : {1.0f, -3.5f, 1e-3f, 1000.0f, -0.25f}) {
     std::vector<float> x(700, c);
-    for (float v : round_trip(*codec_, x)) ASSERT_NEAR(v, c, std::fabs(c) * GetParam().constant_tol) << "c=" << c;
+    for (float v : round_trip(*codec_, x))
+      ASSERT_NEAR(v, c, std::fabs(c) * GetParam().constant_tol) << "c=" << c;
   }
 }
 
@@ -176,7 +183,8 @@ TEST_P(DenseCodec, SurvivesGarbage) {
   // produce a non-finite value from a payload it accepts, except fp16/bf16 which
   // carry inf and NaN by design.
   std::mt19937_64 gen(13);
-  const bool carries_non_finite = codec_->id() == proto::CodecId::kFp16 || codec_->id() == proto::CodecId::kBf16;
+  const bool carries_non_finite =
+      codec_->id() == proto::CodecId::kFp16 || codec_->id() == proto::CodecId::kBf16;
   for (size_t n : {1, 5, 8, 100, 600}) {
     const size_t exact = codec_->max_encoded_bytes(n);
     for (size_t len = exact > 3 ? exact - 3 : 0; len <= exact + 3; ++len) {
@@ -235,7 +243,8 @@ TEST(DenseCodecs, PayloadSizes) {
   EXPECT_EQ(make_fp16()->max_encoded_bytes(n), 2 * n);
   EXPECT_EQ(make_bf16()->max_encoded_bytes(n), 2 * n);
   EXPECT_EQ(make_int8(256)->max_encoded_bytes(n), n + 4 * n / 256);
-  EXPECT_EQ(make_qsgd(16, 512)->max_encoded_bytes(n), n * 6 / 8 + 4 * n / 512);  // 5 level bits + sign
+  EXPECT_EQ(make_qsgd(16, 512)->max_encoded_bytes(n),
+            n * 6 / 8 + 4 * n / 512);  // 5 level bits + sign
   EXPECT_EQ(make_qsgd(15, 512)->max_encoded_bytes(n), n * 5 / 8 + 4 * n / 512);
   EXPECT_EQ(make_qsgd(1, 512)->max_encoded_bytes(n), n * 2 / 8 + 4 * n / 512);
   EXPECT_EQ(make_sign(256)->max_encoded_bytes(n), n / 8 + 4 * n / 256);
@@ -267,8 +276,8 @@ TEST(HalfCodecs, Fp16WithinHalfAnUlpAndMatchesTheCompiler) {
   auto c = make_fp16();
   auto x = normal_data(100000, 21, 100.0f);
   // Exact ties and their neighbors: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10.
-  for (float v : {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 2048.0f + 1.0f, 65504.0f, 65519.0f, 65520.0f,
-                  0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, 3 * 0x1p-25f})
+  for (float v : {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 2048.0f + 1.0f, 65504.0f, 65519.0f,
+                  65520.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, 3 * 0x1p-25f})
     for (float s : {1.0f, -1.0f}) x.push_back(s * v);
   auto payload = encode_ok(*c, x);
   auto y = decode_ok(*c, payload, x.size());
@@ -293,7 +302,8 @@ TEST(HalfCodecs, Bf16WithinHalfAnUlpAndTiesToEven) {
   auto c = make_bf16();
   auto x = normal_data(100000, 22, 1e10f);
   auto y = round_trip(*c, x);
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(x[i] - y[i]), std::fabs(x[i]) * 0x1p-8f) << x[i];
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_LE(std::fabs(x[i] - y[i]), std::fabs(x[i]) * 0x1p-8f) << x[i];
   EXPECT_EQ(round_trip(*c, std::vector<float>{1.0f + 0x1p-8f})[0], 1.0f);
   EXPECT_EQ(round_trip(*c, std::vector<float>{1.0f + 3 * 0x1p-8f})[0], 1.0f + 0x1p-6f);
   EXPECT_EQ(round_trip(*c, std::vector<float>{kFltMax})[0], kInf);  // rounds up past bf16's max
@@ -312,7 +322,8 @@ void expect_all_patterns_round_trip(const Codec& c, float (*to_float)(uint16_t))
       EXPECT_EQ(std::signbit(y[h]), std::signbit(x[h]));
     } else {
       EXPECT_EQ(load_le16(payload.data() + 2 * h), h) << c.spec();
-      EXPECT_EQ(std::bit_cast<uint32_t>(y[h]), std::bit_cast<uint32_t>(x[h])) << c.spec() << " " << h;
+      EXPECT_EQ(std::bit_cast<uint32_t>(y[h]), std::bit_cast<uint32_t>(x[h]))
+          << c.spec() << " " << h;
     }
   }
 }
@@ -338,12 +349,13 @@ TEST(HalfCodecs, InfNanOverflowAndUnderflow) {
     EXPECT_EQ(y[8], 0.0f) << c->spec();  // below half the smallest denormal of both
   }
   auto fp16 = make_fp16();
-  auto y = round_trip(*fp16, std::vector<float>{65520.0f, 65519.99f, 0x1p-24f, 0x1p-25f, 0x1.000002p-25f});
-  EXPECT_EQ(y[0], kInf);         // the halfway point to 2^16 rounds to inf
+  auto y = round_trip(*fp16,
+                      std::vector<float>{65520.0f, 65519.99f, 0x1p-24f, 0x1p-25f, 0x1.000002p-25f});
+  EXPECT_EQ(y[0], kInf);  // the halfway point to 2^16 rounds to inf
   EXPECT_EQ(y[1], 65504.0f);
-  EXPECT_EQ(y[2], 0x1p-24f);     // smallest fp16 denormal, exact
-  EXPECT_EQ(y[3], 0.0f);         // exactly half of it: ties to even (zero)
-  EXPECT_EQ(y[4], 0x1p-24f);     // just above half: rounds up
+  EXPECT_EQ(y[2], 0x1p-24f);  // smallest fp16 denormal, exact
+  EXPECT_EQ(y[3], 0.0f);      // exactly half of it: ties to even (zero)
+  EXPECT_EQ(y[4], 0x1p-24f);  // just above half: rounds up
 }
 
 // ---------------------------------------------------------------------------
@@ -351,8 +363,8 @@ TEST(HalfCodecs, InfNanOverflowAndUnderflow) {
 
 // |x - x'| <= scale / 2 of x's block, with a little room for fp32 rounding of x / scale
 // and q * scale (a few ulps of 127 * scale).
-void expect_int8_bound(std::span<const float> x, std::span<const float> y, std::span<const std::byte> payload,
-                       uint32_t block) {
+void expect_int8_bound(std::span<const float> x, std::span<const float> y,
+                       std::span<const std::byte> payload, uint32_t block) {
   for (size_t i = 0; i < x.size(); ++i) {
     const float s = block_scale(payload, i / block);
     ASSERT_LE(std::fabs(static_cast<double>(x[i]) - y[i]), 0.5 * s + 127.0 * s * 0x1p-22)
@@ -452,7 +464,8 @@ TEST(QsgdCodec, NormIsTheBucketL2Norm) {
   auto payload = encode_ok(*c, x);
   for (size_t b = 0; b < 3; ++b) {
     double sum = 0;
-    for (size_t i = b * 512; i < std::min<size_t>(1300, (b + 1) * 512); ++i) sum += double{x[i]} * x[i];
+    for (size_t i = b * 512; i < std::min<size_t>(1300, (b + 1) * 512); ++i)
+      sum += double{x[i]} * x[i];
     EXPECT_FLOAT_EQ(block_scale(payload, b), static_cast<float>(std::sqrt(sum)));
   }
 }
@@ -565,7 +578,8 @@ TEST(SignCodec, BitsAreLsbFirst) {
 
 TEST(SignCodec, AdversarialValues) {
   auto c = make_sign(4);
-  std::vector<float> x = {kFltMax, kFltMax, -kFltMax, kFltMax, kDenormMin, -kDenormMin, 0, 0, 0, 0, 0};
+  std::vector<float> x = {kFltMax, kFltMax, -kFltMax, kFltMax, kDenormMin, -kDenormMin,
+                          0,       0,       0,        0,       0};
   auto y = round_trip(*c, x);
   EXPECT_EQ(y[0], kFltMax);  // the mean, summed in double, does not overflow
   EXPECT_EQ(y[2], -kFltMax);

@@ -5,6 +5,8 @@
 // top-k radix rounds and tile compaction step by step), so without a GPU only the
 // kernels' launches, indexing and atomics go unchecked. Runs in every build.
 
+#include "compression/cuda/device_math.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include <vector>
 
 #include "compression/codec.h"
-#include "compression/cuda/device_math.h"
 #include "compression/randk_indices.h"
 #include "compression/rng.h"
 #include "compression/sparse_encoding.h"
@@ -43,11 +44,12 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The first index where two byte strings differ, for failure messages.
 std::string first_difference(const Bytes& a, const Bytes& b) {
-  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  if (a.size() != b.size())
+    return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i] != b[i])
-      return "byte " + std::to_string(i) + ": " + std::to_string(std::to_integer<int>(a[i])) + " vs " +
-             std::to_string(std::to_integer<int>(b[i]));
+      return "byte " + std::to_string(i) + ": " + std::to_string(std::to_integer<int>(a[i])) +
+             " vs " + std::to_string(std::to_integer<int>(b[i]));
   return "equal";
 }
 
@@ -75,11 +77,43 @@ std::vector<float> random_bits(size_t n, uint64_t seed, bool finite_only) {
 
 // Finite values that sit on rounding boundaries of the codecs.
 std::vector<float> adversarial_finite() {
-  std::vector<float> x = {0.0f, -0.0f, kDenormMin, -kDenormMin, kFltMin, -kFltMin, kFltMax, -kFltMax,
-                          1.0f, -1.0f, 0.5f, 1.5f, 2.5f, -2.5f, 126.5f, -126.5f, 127.0f, 65504.0f,
-                          65519.0f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f, 0x1p-14f,
-                          0x1.ff8p-15f, 1 + 0x1p-11f, 1 + 3 * 0x1p-11f, 1 + 0x1p-8f, 1 + 3 * 0x1p-8f,
-                          0x1p-126f * 127, 0x1p-149f * 127, kFltMax / 127, 3e38f, -3e38f, 1e-40f, 1e-45f};
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          kDenormMin,
+                          -kDenormMin,
+                          kFltMin,
+                          -kFltMin,
+                          kFltMax,
+                          -kFltMax,
+                          1.0f,
+                          -1.0f,
+                          0.5f,
+                          1.5f,
+                          2.5f,
+                          -2.5f,
+                          126.5f,
+                          -126.5f,
+                          127.0f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          -65520.0f,
+                          0x1p-24f,
+                          0x1p-25f,
+                          3 * 0x1p-25f,
+                          0x1p-14f,
+                          0x1.ff8p-15f,
+                          1 + 0x1p-11f,
+                          1 + 3 * 0x1p-11f,
+                          1 + 0x1p-8f,
+                          1 + 3 * 0x1p-8f,
+                          0x1p-126f * 127,
+                          0x1p-149f * 127,
+                          kFltMax / 127,
+                          3e38f,
+                          -3e38f,
+                          1e-40f,
+                          1e-45f};
   for (int e = -149; e <= 127; e += 7) {
     x.push_back(std::ldexp(1.0f, e));
     x.push_back(-std::ldexp(1.5f, e > 126 ? 126 : e));
@@ -111,11 +145,13 @@ std::vector<DataSet> finite_sets() {
   sets.push_back({"negative_zeros", std::vector<float>(777, -0.0f)});
   sets.push_back({"constant", std::vector<float>(1000, 0.3f)});
   std::vector<float> halves(1024);
-  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<float>(static_cast<int>(i % 255) - 127) + 0.5f;
+  for (size_t i = 0; i < halves.size(); ++i)
+    halves[i] = static_cast<float>(static_cast<int>(i % 255) - 127) + 0.5f;
   halves[0] = 127.0f;  // absmax 127 in the first block: scale 1, so every x / scale is a tie
   sets.push_back({"int8_ties", halves});
   std::vector<float> few_levels(3000);
-  for (size_t i = 0; i < few_levels.size(); ++i) few_levels[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  for (size_t i = 0; i < few_levels.size(); ++i)
+    few_levels[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
   sets.push_back({"few_levels", few_levels});
   // The boundary values without those whose squares overflow a qsgd bucket's norm,
   // and zeros of both signs among normal data (qsgd codes a sign for them).
@@ -153,7 +189,8 @@ Bytes emulate_half_encode(const std::vector<float>& x, bool bf16) {
 
 // int8 (sign = false) and sign: block_scales_kernel, then int8_values_kernel or
 // sign_bits_kernel.
-Bytes emulate_scaled_encode(const std::vector<float>& x, uint32_t block, bool sign, uint64_t& first_bad) {
+Bytes emulate_scaled_encode(const std::vector<float>& x, uint32_t block, bool sign,
+                            uint64_t& first_bad) {
   const uint64_t n = x.size(), nb = blocks(n, block);
   Bytes out(4 * nb + (sign ? (n + 7) / 8 : n));
   first_bad = kNoBad;
@@ -175,7 +212,8 @@ Bytes emulate_scaled_encode(const std::vector<float>& x, uint32_t block, bool si
   return out;
 }
 
-Bytes emulate_qsgd_encode(const std::vector<float>& x, QsgdShape q, uint64_t seed, uint64_t& first_bad) {
+Bytes emulate_qsgd_encode(const std::vector<float>& x, QsgdShape q, uint64_t seed,
+                          uint64_t& first_bad) {
   const uint64_t n = x.size(), nb = blocks(n, q.bucket);
   Bytes out(4 * nb + (n * q.bits + 7) / 8);
   first_bad = kNoBad;
@@ -235,8 +273,8 @@ Verdict emulate_qsgd_check(const Bytes& in, uint64_t n, QsgdShape q) {
   return v;
 }
 
-std::vector<float> emulate_dense_decode(const Bytes& in, uint64_t n, proto::CodecId id, uint32_t block,
-                                        QsgdShape q) {
+std::vector<float> emulate_dense_decode(const Bytes& in, uint64_t n, proto::CodecId id,
+                                        uint32_t block, QsgdShape q) {
   std::vector<float> y(n);
   if (id == proto::CodecId::kFp16 || id == proto::CodecId::kBf16) {
     for (uint64_t i = 0; i < n; ++i) {
@@ -254,9 +292,10 @@ std::vector<float> emulate_dense_decode(const Bytes& in, uint64_t n, proto::Code
   } else {
     const uint64_t nb = blocks(n, q.bucket);
     for (uint64_t g = 0; g < (n + 7) / 8; ++g)
-      qsgd_for_each_code(u8(in) + 4 * nb + g * q.bits, n, g, q.bits, [&](uint64_t i, uint64_t code) {
-        y[i] = qsgd_decode_value(code, load_f32le(u8(in) + 4 * (i / q.bucket)), q);
-      });
+      qsgd_for_each_code(
+          u8(in) + 4 * nb + g * q.bits, n, g, q.bits, [&](uint64_t i, uint64_t code) {
+            y[i] = qsgd_decode_value(code, load_f32le(u8(in) + 4 * (i / q.bucket)), q);
+          });
   }
   return y;
 }
@@ -281,8 +320,8 @@ uint64_t named_element(const Status& st) {
 }
 
 // Dense decode on both sides: same verdict; when accepted, the same floats.
-void expect_same_decode(const Codec& c, const Bytes& payload, uint64_t n, proto::CodecId id, uint32_t block,
-                        QsgdShape q, const std::string& what) {
+void expect_same_decode(const Codec& c, const Bytes& payload, uint64_t n, proto::CodecId id,
+                        uint32_t block, QsgdShape q, const std::string& what) {
   std::vector<float> cpu(n, 12345.0f);
   const Status st = c.decode(payload, {}, cpu);
   Verdict v;
@@ -294,13 +333,17 @@ void expect_same_decode(const Codec& c, const Bytes& payload, uint64_t n, proto:
     // The same check fires first, in the CPU's order: scales, then padding or -128, then levels.
     const std::string& m = st.message();
     if (v.bad[0] != kNoBad) {
-      EXPECT_NE(m.find(" " + std::to_string(v.bad[0]) + " has invalid"), std::string::npos) << what << ": " << m;
+      EXPECT_NE(m.find(" " + std::to_string(v.bad[0]) + " has invalid"), std::string::npos)
+          << what << ": " << m;
     } else if (v.bad[1] != kNoBad) {
-      EXPECT_NE(m.find(id == proto::CodecId::kInt8 ? "element " + std::to_string(v.bad[1]) + " is -128" : "padding"),
-                std::string::npos)
+      EXPECT_NE(
+          m.find(id == proto::CodecId::kInt8 ? "element " + std::to_string(v.bad[1]) + " is -128"
+                                             : "padding"),
+          std::string::npos)
           << what << ": " << m;
     } else {
-      EXPECT_NE(m.find("element " + std::to_string(v.bad[2]) + " has level"), std::string::npos) << what << ": " << m;
+      EXPECT_NE(m.find("element " + std::to_string(v.bad[2]) + " has level"), std::string::npos)
+          << what << ": " << m;
     }
     return;
   }
@@ -317,7 +360,8 @@ TEST(DeviceMath, HalfDecodeEveryCode) {
     auto codec = bf16 ? make_bf16() : make_fp16();
     std::vector<float> cpu(65536);
     ASSERT_TRUE(codec->decode(all, {}, cpu).is_ok());
-    auto dev = emulate_dense_decode(all, 65536, bf16 ? proto::CodecId::kBf16 : proto::CodecId::kFp16, 1, {});
+    auto dev = emulate_dense_decode(all, 65536,
+                                    bf16 ? proto::CodecId::kBf16 : proto::CodecId::kFp16, 1, {});
     for (uint32_t h = 0; h < 65536; ++h)
       ASSERT_EQ(f32_bits(cpu[h]), f32_bits(dev[h])) << codec->spec() << " code " << h;
   }
@@ -328,8 +372,8 @@ TEST(DeviceMath, HalfEncodeRoundingBoundaries) {
   // side, all ones) for fp16 (13 dropped bits) and bf16 (16), then random patterns
   // (inf and NaN included: they pass through).
   std::vector<float> x;
-  const uint32_t lows[] = {0x0000, 0x0001, 0x07ff, 0x0800, 0x0fff, 0x1000, 0x1001, 0x17ff, 0x1800,
-                           0x1fff, 0x2000, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xffff};
+  const uint32_t lows[] = {0x0000, 0x0001, 0x07ff, 0x0800, 0x0fff, 0x1000, 0x1001, 0x17ff,
+                           0x1800, 0x1fff, 0x2000, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xffff};
   for (uint32_t hi = 0; hi < 65536; ++hi)
     for (uint32_t lo : lows) x.push_back(bits_f32(hi << 16 | lo));
   auto rnd = random_bits(1 << 20, 7, false);
@@ -360,8 +404,8 @@ void check_scaled_codec(bool sign, uint32_t block, const DataSet& set) {
     return;
   }
   ASSERT_EQ(cpu, dev) << what << ": " << first_difference(cpu, dev);
-  expect_same_decode(*codec, cpu, set.x.size(), sign ? proto::CodecId::kSign : proto::CodecId::kInt8, block, {},
-                     what);
+  expect_same_decode(*codec, cpu, set.x.size(),
+                     sign ? proto::CodecId::kSign : proto::CodecId::kInt8, block, {}, what);
 }
 
 TEST(DeviceMath, Int8AndSignEncodeLikeTheCpu) {
@@ -385,9 +429,20 @@ TEST(DeviceMath, Int8AndSignRefuseNonFiniteInTheSameBlock) {
 // Mutated scales and values: the check functions accept exactly what the CPU
 // decoders accept, and decode the same floats.
 TEST(DeviceMath, Int8AndSignDecodeChecksMatchTheCpu) {
-  const float scales[] = {0.0f,   -0.0f,  kNaN, -kNaN, kInf, -kInf, -1.0f, kFltMax, kFltMax / 127,
-                          std::nextafter(kFltMax / 127, kInf), std::nextafter(kFltMax / 127, 0.0f),
-                          kDenormMin, 1.0f, 3e36f};
+  const float scales[] = {0.0f,
+                          -0.0f,
+                          kNaN,
+                          -kNaN,
+                          kInf,
+                          -kInf,
+                          -1.0f,
+                          kFltMax,
+                          kFltMax / 127,
+                          std::nextafter(kFltMax / 127, kInf),
+                          std::nextafter(kFltMax / 127, 0.0f),
+                          kDenormMin,
+                          1.0f,
+                          3e36f};
   std::mt19937_64 gen(11);
   for (bool sign : {false, true}) {
     for (uint32_t block : {1u, 5u, 256u}) {
@@ -401,14 +456,16 @@ TEST(DeviceMath, Int8AndSignDecodeChecksMatchTheCpu) {
         for (float s : scales) {
           Bytes p = good;
           store_f32le(u8(p) + 4 * (gen() % nb), s);
-          expect_same_decode(*codec, p, n, id, block, {}, codec->spec() + " scale " + std::to_string(s));
+          expect_same_decode(*codec, p, n, id, block, {},
+                             codec->spec() + " scale " + std::to_string(s));
         }
         for (int trial = 0; trial < 20; ++trial) {
           Bytes p = good;
           // Flip a random byte of the value/bit section (for sign, often a padding bit).
           const uint64_t at = 4 * nb + gen() % (p.size() - 4 * nb);
           u8(p)[at] = trial % 2 ? 0x80 : static_cast<uint8_t>(gen());
-          expect_same_decode(*codec, p, n, id, block, {}, codec->spec() + " trial " + std::to_string(trial));
+          expect_same_decode(*codec, p, n, id, block, {},
+                             codec->spec() + " trial " + std::to_string(trial));
         }
       }
     }
@@ -421,8 +478,8 @@ TEST(DeviceMath, Int8AndSignDecodeChecksMatchTheCpu) {
 void check_qsgd(uint32_t levels, uint32_t bucket, uint64_t seed, const DataSet& set) {
   auto codec = make_qsgd(levels, bucket);
   const QsgdShape q{levels, bucket, qsgd_code_bits(levels)};
-  const std::string what = codec->spec() + "/" + std::to_string(bucket) + " seed " + std::to_string(seed) +
-                           " on " + set.name;
+  const std::string what = codec->spec() + "/" + std::to_string(bucket) + " seed " +
+                           std::to_string(seed) + " on " + set.name;
   Status st;
   Bytes cpu = cpu_encode(*codec, set.x, seed, st);
   uint64_t first_bad = kNoBad;
@@ -481,8 +538,9 @@ TEST(DeviceMath, QsgdDecodeChecksMatchTheCpu) {
       for (int trial = 0; trial < 40; ++trial) {
         Bytes p = good;
         u8(p)[4 * nb + gen() % (p.size() - 4 * nb)] ^= static_cast<uint8_t>(1u << (gen() % 8));
-        expect_same_decode(*codec, p, n, proto::CodecId::kQsgd, 0, q,
-                           codec->spec() + " n " + std::to_string(n) + " trial " + std::to_string(trial));
+        expect_same_decode(
+            *codec, p, n, proto::CodecId::kQsgd, 0, q,
+            codec->spec() + " n " + std::to_string(n) + " trial " + std::to_string(trial));
       }
     }
   }
@@ -537,7 +595,8 @@ Selection emulate_topk(const std::vector<float>& x, uint64_t k) {
       const bool keep = topk_keep(key, ties_before[t] + tie_rank, st);
       tie_rank += key == st.prefix;
       if (!keep) continue;
-      const uint64_t pos = above_before[t] + std::min<uint64_t>(ties_before[t], st.remaining) + keep_rank++;
+      const uint64_t pos =
+          above_before[t] + std::min<uint64_t>(ties_before[t], st.remaining) + keep_rank++;
       EXPECT_LT(pos, k);
       if (pos < k) {
         out.idx[pos] = i;
@@ -557,7 +616,8 @@ void check_topk(double ratio, const DataSet& set) {
   Selection dev = emulate_topk(set.x, k);
   ASSERT_EQ(st.is_ok(), dev.first_non_finite == kNoBad) << what << ": " << st.message();
   if (!st.is_ok()) {
-    EXPECT_NE(st.message().find("x[" + std::to_string(dev.first_non_finite) + "]"), std::string::npos)
+    EXPECT_NE(st.message().find("x[" + std::to_string(dev.first_non_finite) + "]"),
+              std::string::npos)
         << what << ": " << st.message();
     return;
   }
@@ -589,7 +649,8 @@ TEST(DeviceMath, TopkBreaksTiesLikeTheCpu) {
   }
   // Keys that agree in the first one or two radix digits.
   DataSet close{"close keys", std::vector<float>(5000)};
-  for (size_t i = 0; i < close.x.size(); ++i) close.x[i] = bits_f32(0x3f800000u + static_cast<uint32_t>(gen() % 700));
+  for (size_t i = 0; i < close.x.size(); ++i)
+    close.x[i] = bits_f32(0x3f800000u + static_cast<uint32_t>(gen() % 700));
   for (double ratio : {0.001, 0.05, 0.5}) check_topk(ratio, close);
 }
 
@@ -622,7 +683,8 @@ TEST(DeviceMath, RandkIndicesAreTheCpuIndices) {
         const auto idx = randk_indices(seed, n, k);
         ASSERT_EQ(idx.size(), vals.size());
         for (size_t j = 0; j < idx.size(); ++j)
-          ASSERT_EQ(static_cast<float>(idx[j]), vals[j]) << codec->spec() << " n " << n << " seed " << seed;
+          ASSERT_EQ(static_cast<float>(idx[j]), vals[j])
+              << codec->spec() << " n " << n << " seed " << seed;
       }
     }
   }

@@ -15,7 +15,8 @@ class BigOnly final : public Codec {
   std::string spec() const override { return "big-only"; }
   bool biased() const override { return true; }
   uint64_t max_encoded_bytes(uint64_t n) const override { return n * 4; }
-  Status encode(std::span<const float> x, const CodecContext&, std::vector<std::byte>& out) const override {
+  Status encode(std::span<const float> x, const CodecContext&,
+                std::vector<std::byte>& out) const override {
     out.assign(x.size() * 4, std::byte{0});
     for (size_t i = 0; i < x.size(); ++i) {
       float v = std::abs(x[i]) >= 1.0f ? x[i] : 0.0f;
@@ -23,7 +24,8 @@ class BigOnly final : public Codec {
     }
     return Status::ok();
   }
-  Status decode(std::span<const std::byte> in, const CodecContext&, std::span<float> y) const override {
+  Status decode(std::span<const std::byte> in, const CodecContext&,
+                std::span<float> y) const override {
     if (in.size() != y.size() * 4) return Status::protocol("size");
     std::memcpy(y.data(), in.data(), in.size());
     return Status::ok();

@@ -1,5 +1,6 @@
 // The sparse payload encoding, top-k (exact and approximate) and rand-k.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 #include <limits>
 #include <numeric>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
@@ -166,8 +165,9 @@ TEST(SparseEncoding, PicksTheSmallerIndexEncoding) {
   std::vector<float> vals(dense.indices.size(), 1.0f);
   Bytes out, forced;
   ASSERT_TRUE(encode_sparse(dense.n, dense.indices, vals, ValueType::kF32, out).is_ok());
-  ASSERT_TRUE(encode_sparse(dense.n, dense.indices, vals, ValueType::kF32, forced,
-                            IndexEncoding::kVarint).is_ok());
+  ASSERT_TRUE(
+      encode_sparse(dense.n, dense.indices, vals, ValueType::kF32, forced, IndexEncoding::kVarint)
+          .is_ok());
   EXPECT_EQ(static_cast<int>(out[1]), static_cast<int>(IndexEncoding::kBitmap));
   EXPECT_EQ(forced.size() - out.size(), v - b);
 
@@ -178,8 +178,9 @@ TEST(SparseEncoding, PicksTheSmallerIndexEncoding) {
   EXPECT_EQ(choose_index_encoding(sparse.n, sparse.indices), IndexEncoding::kVarint);
   vals.assign(sparse.indices.size(), 1.0f);
   ASSERT_TRUE(encode_sparse(sparse.n, sparse.indices, vals, ValueType::kF16, out).is_ok());
-  ASSERT_TRUE(encode_sparse(sparse.n, sparse.indices, vals, ValueType::kF16, forced,
-                            IndexEncoding::kBitmap).is_ok());
+  ASSERT_TRUE(
+      encode_sparse(sparse.n, sparse.indices, vals, ValueType::kF16, forced, IndexEncoding::kBitmap)
+          .is_ok());
   EXPECT_EQ(static_cast<int>(out[1]), static_cast<int>(IndexEncoding::kVarint));
   EXPECT_EQ(forced.size() - out.size(), bitmap_index_bytes(sparse.n) - v);
   EXPECT_EQ(out.size(), sparse_header_bytes(sparse.n, 6) + v + 6 * 2);
@@ -253,19 +254,21 @@ TEST(SparseEncoding, RejectsMalformedIndices) {
     return b;
   };
   ASSERT_TRUE(decode_sparse(varint_payload(2, {3, 1}), 10, "topk").is_ok());  // 3, 4
-  expect_rejected(varint_payload(2, {3, 0}), 10, "strictly increasing");       // 3, 3
-  expect_rejected(varint_payload(1, {10}), 10, "not below n");                  // index == n
-  expect_rejected(varint_payload(2, {5, 5}), 10, "not below n");                // 5, 10
+  expect_rejected(varint_payload(2, {3, 0}), 10, "strictly increasing");      // 3, 3
+  expect_rejected(varint_payload(1, {10}), 10, "not below n");                // index == n
+  expect_rejected(varint_payload(2, {5, 5}), 10, "not below n");              // 5, 10
   // A gap that would wrap 64 bits: 5 + (2^64 - 1).
-  expect_rejected(varint_payload(2, {5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),
-                  10);
+  expect_rejected(
+      varint_payload(2, {5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}), 10);
   // Varint overflow: 10 continuation bytes, and a 10th byte above 1.
-  expect_rejected(varint_payload(1, {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}),
+  expect_rejected(
+      varint_payload(1, {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}), 10,
+      "overflow");
+  expect_rejected(varint_payload(1, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}),
                   10, "overflow");
-  expect_rejected(varint_payload(1, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}), 10,
-                  "overflow");
   {
-    Bytes b = make_bytes({1, 0, 0, 0x8a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0});
+    Bytes b =
+        make_bytes({1, 0, 0, 0x8a, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0});
     expect_rejected(b, 10, "overflow");  // in n
   }
   expect_rejected(varint_payload(1, {0x83, 0x00}), 10, "non-canonical");  // 3 in two bytes
@@ -358,15 +361,17 @@ TEST(SparseEncoding, ValuesOnlyForm) {
   EXPECT_FALSE(decode_sparse_values(out, 100, 3, ValueType::kF16, "randk", got).is_ok());
   EXPECT_FALSE(decode_sparse_values(out, 100, 4, ValueType::kF32, "randk", got).is_ok());
   for (size_t len = 0; len < out.size(); ++len)
-    EXPECT_FALSE(decode_sparse_values(std::span(out).first(len), 100, 4, ValueType::kF16, "randk", got)
-                     .is_ok());
+    EXPECT_FALSE(
+        decode_sparse_values(std::span(out).first(len), 100, 4, ValueType::kF16, "randk", got)
+            .is_ok());
   Bytes extra = out;
   extra.push_back(std::byte{0});
   EXPECT_FALSE(decode_sparse_values(extra, 100, 4, ValueType::kF16, "randk", got).is_ok());
   // An explicit-index payload is not a rand-k payload.
   Bytes explicit_idx;
-  ASSERT_TRUE(encode_sparse(100, std::vector<uint64_t>{1, 2, 3, 4}, vals, ValueType::kF16,
-                            explicit_idx).is_ok());
+  ASSERT_TRUE(
+      encode_sparse(100, std::vector<uint64_t>{1, 2, 3, 4}, vals, ValueType::kF16, explicit_idx)
+          .is_ok());
   auto st = decode_sparse_values(explicit_idx, 100, 4, ValueType::kF16, "randk", got);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("randk"), std::string::npos);
@@ -434,7 +439,8 @@ TEST(Topk, ExactTiesZerosAndConstants) {
     for (const auto* x : {&ties, &zeros, &constant, &signed_zero}) {
       for (double r : {0.01, 0.3, 1.0}) {
         SCOPED_TRACE(::testing::Message() << "n=" << n << " r=" << r);
-        EXPECT_EQ(topk_round_trip(fmt::format("topk:{}", r), *x), reference_topk(*x, sparse_count(r, n)));
+        EXPECT_EQ(topk_round_trip(fmt::format("topk:{}", r), *x),
+                  reference_topk(*x, sparse_count(r, n)));
       }
     }
   }
@@ -443,7 +449,8 @@ TEST(Topk, ExactTiesZerosAndConstants) {
   auto idx = topk_round_trip("topk:0.01", c);
   EXPECT_EQ(idx, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   // Magnitudes that differ only in the lowest mantissa bit, and denormals.
-  std::vector<float> close{1.0f, std::nextafter(1.0f, 2.0f), -std::nextafter(1.0f, 2.0f), 1e-45f, -1e-40f};
+  std::vector<float> close{1.0f, std::nextafter(1.0f, 2.0f), -std::nextafter(1.0f, 2.0f), 1e-45f,
+                           -1e-40f};
   EXPECT_EQ(topk_round_trip("topk:0.4", close), (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(topk_round_trip("topk:0.6", close), (std::vector<uint64_t>{0, 1, 2}));
 }
@@ -507,7 +514,8 @@ TEST(Topk, ApproximateCountWithinToleranceAndTopMagnitudes) {
         std::vector<bool> in_exact(n, false);
         for (uint64_t i = 0; i < k; ++i) in_exact[order[i]] = true;
         for (uint64_t seed = 0; seed < 6; ++seed) {
-          SCOPED_TRACE(::testing::Message() << "n=" << n << " dist=" << dist << " r=" << r << " seed=" << seed);
+          SCOPED_TRACE(::testing::Message()
+                       << "n=" << n << " dist=" << dist << " r=" << r << " seed=" << seed);
           auto idx = topk_round_trip(fmt::format("topk:{}:approx", r), x, nullptr, seed);
           ASSERT_GE(idx.size(), k - k / 10);
           ASSERT_LE(idx.size(), k);
@@ -533,15 +541,16 @@ TEST(Topk, ApproximateCountWithinToleranceAndTopMagnitudes) {
       }
     }
   }
-  std::printf("[ approx  ] %d runs, %d with exactly k, worst recall vs exact %.4f\n", runs, exactly_k,
-              worst_recall);
+  std::printf("[ approx  ] %d runs, %d with exactly k, worst recall vs exact %.4f\n", runs,
+              exactly_k, worst_recall);
 }
 
 TEST(Topk, SameResultWithOneAndTwoThreads) {
   ThreadPool one(1), two(2);
   auto x = gaussian(1 << 20, 21);
   for (int i = 0; i < 1000; ++i) x[static_cast<size_t>(i) * 997] = 3.25f;  // ties across ranges
-  for (const char* spec : {"topk:0.01", "topk:0.01:approx", "topk:0.2:fp16", "topk:0.003:approx:fp16"}) {
+  for (const char* spec :
+       {"topk:0.01", "topk:0.01:approx", "topk:0.2:fp16", "topk:0.003:approx:fp16"}) {
     auto c = codec(spec);
     Bytes a, b, s;
     ASSERT_TRUE(c->encode(x, CodecContext{9, &one}, a).is_ok());
@@ -566,8 +575,10 @@ TEST(Topk, CompressionOfOnePercent) {
     ASSERT_TRUE(codec(spec)->encode(x, {}, out).is_ok());
     double per_kept = static_cast<double>(out.size()) / static_cast<double>(k);
     double reduction = static_cast<double>(n * 4) / static_cast<double>(out.size());
-    std::printf("[ ratio   ] %s, n = %zu, k = %llu: %zu bytes, %.3f bytes per kept element, %.1fx smaller than fp32\n",
-                spec, n, static_cast<unsigned long long>(k), out.size(), per_kept, reduction);
+    std::printf(
+        "[ ratio   ] %s, n = %zu, k = %llu: %zu bytes, %.3f bytes per kept element, %.1fx smaller "
+        "than fp32\n",
+        spec, n, static_cast<unsigned long long>(k), out.size(), per_kept, reduction);
     bool fp16 = std::string(spec).find("fp16") != std::string::npos;
     EXPECT_GT(per_kept, fp16 ? 3.0 : 5.0);
     EXPECT_LT(per_kept, fp16 ? 4.0 : 6.0);
@@ -587,7 +598,9 @@ TEST(Topk, TimingExactVersusApproximate) {
       for (int rep = 0; rep < 2; ++rep) {
         auto t0 = std::chrono::steady_clock::now();
         EXPECT_TRUE(c.encode(x, ctx, out).is_ok());
-        best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        best = std::min(
+            best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count());
       }
       return best;
     };
@@ -596,15 +609,19 @@ TEST(Topk, TimingExactVersusApproximate) {
     auto ia = payload_indices(b, n);
     EXPECT_GE(ia.size(), k - k / 10);
     EXPECT_LE(ia.size(), k);
-    std::printf("[ timing  ] topk 1%% of %zu, %zu thread(s): exact %.1f ms, approx %.1f ms (%.1fx), approx kept %zu of %llu\n",
-                n, threads, te, ta, te / ta, ia.size(), static_cast<unsigned long long>(k));
+    std::printf(
+        "[ timing  ] topk 1%% of %zu, %zu thread(s): exact %.1f ms, approx %.1f ms (%.1fx), approx "
+        "kept %zu of %llu\n",
+        n, threads, te, ta, te / ta, ia.size(), static_cast<unsigned long long>(k));
   }
   // For scale: a textbook exact selection, std::nth_element on the magnitudes.
   std::vector<float> mag(n);
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < n; ++i) mag[i] = std::fabs(x[i]);
-  std::nth_element(mag.begin(), mag.begin() + static_cast<std::ptrdiff_t>(k - 1), mag.end(), std::greater<>());
-  double tn = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::nth_element(mag.begin(), mag.begin() + static_cast<std::ptrdiff_t>(k - 1), mag.end(),
+                   std::greater<>());
+  double tn =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[ timing  ] std::nth_element on |x| (selection only, 1 thread): %.1f ms\n", tn);
 }
 
@@ -618,7 +635,8 @@ TEST(Randk, SpecsAndProperties) {
 }
 
 // The kept set, read off a decode of an all-ones vector (each kept entry is n/k).
-std::vector<uint64_t> randk_set(const Codec& c, size_t n, uint64_t seed, ThreadPool* pool = nullptr) {
+std::vector<uint64_t> randk_set(const Codec& c, size_t n, uint64_t seed,
+                                ThreadPool* pool = nullptr) {
   std::vector<float> ones(n, 1.0f), y(n, 4.0f);
   Bytes out;
   EXPECT_TRUE(c.encode(ones, CodecContext{seed, pool}, out).is_ok());
@@ -722,10 +740,10 @@ TEST(Randk, DecodeRejectsBadPayloads) {
   reject(*codec("randk:0.2"), out, y);       // another k
   reject(*codec("randk:0.1:fp16"), out, y);  // another value type
   std::vector<float> other(n + 1, 6.0f);
-  reject(*c, out, other);                    // another n
+  reject(*c, out, other);  // another n
   Bytes topk;
   ASSERT_TRUE(codec("topk:0.1")->encode(x, {}, topk).is_ok());
-  reject(*c, topk, y);                       // explicit indices
+  reject(*c, topk, y);  // explicit indices
   for (float v : y) ASSERT_EQ(v, 6.0f);
   for (float v : other) ASSERT_EQ(v, 6.0f);
 }

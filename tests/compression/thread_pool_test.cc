@@ -18,7 +18,8 @@ TEST(ThreadPool, CoversTheRangeExactlyOnceWithAnyThreadCount) {
       pool.parallel_for(n, 16, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) hits[i]++;
       });
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << threads << " threads, n " << n << " i " << i;
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[i], 1) << threads << " threads, n " << n << " i " << i;
     }
   }
 }

@@ -3,8 +3,8 @@
 
 #include "daemon/checkpoint.h"
 
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -20,7 +20,8 @@ using ::testing::HasSubstr;
 class CheckpointFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("gossip-ckpt-unit-" + std::to_string(::getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("gossip-ckpt-unit-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     path_ = (dir_ / "node.ckpt").string();
   }
@@ -68,7 +69,9 @@ TEST_F(CheckpointFile, RoundTripsEveryField) {
   // Owner-only, and no temporary file left beside it.
   EXPECT_EQ(std::filesystem::status(path_).permissions() & std::filesystem::perms::all,
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), std::filesystem::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_),
+                          std::filesystem::directory_iterator()),
+            1);
 }
 
 TEST_F(CheckpointFile, ReplacesTheOldOneWhole) {
@@ -108,7 +111,8 @@ TEST_F(CheckpointFile, EveryFlippedByteIsCaught) {
 TEST_F(CheckpointFile, TruncationIsCaughtAtAnyLength) {
   ASSERT_TRUE(write_checkpoint(path_, sample()));
   const std::string good = bytes();
-  for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{16}, size_t{40}, good.size() / 2, good.size() - 1}) {
+  for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{16}, size_t{40}, good.size() / 2,
+                   good.size() - 1}) {
     overwrite(good.substr(0, n));
     auto r = read_checkpoint(path_);
     ASSERT_FALSE(r) << "truncated to " << n << " bytes";

@@ -402,7 +402,8 @@ std::vector<BadCase> bad_cases() {
       // Names.
       {"UnknownStrategy",
        with(k, "name = \"local-sgd\"", "name = \"sgd\""),
-       {"key 'strategy.name'", "must be one of (local-sgd, gossip, choco, push-sum, async-gossip, allreduce), got 'sgd'"}},
+       {"key 'strategy.name'",
+        "must be one of (local-sgd, gossip, choco, push-sum, async-gossip, allreduce), got 'sgd'"}},
       {"UnknownOuterOptimizer",
        with(k, "optimizer = \"nesterov\"", "optimizer = \"adam\""),
        {"key 'strategy.outer.optimizer'", "one of (none, nesterov)", "got 'adam'"}},
@@ -562,14 +563,17 @@ TEST(ValidateConfig, ClusterSizesAreBounded) {
     DaemonConfig c = gossip_config(std::move(strategy), "", nodes);
     c.strategy.transport = std::move(transport);
     for (size_t i = 0; i < c.peers.size(); ++i)  // distinct endpoints past 65535 ports
-      c.peers[i].endpoint = "tcp://10." + std::to_string((i + 1) / 256) + "." + std::to_string((i + 1) % 256) + ".1:7000";
+      c.peers[i].endpoint = "tcp://10." + std::to_string((i + 1) / 256) + "." +
+                            std::to_string((i + 1) % 256) + ".1:7000";
     return validate_config(c);
   };
   EXPECT_TRUE(with_nodes("local-sgd", "tcp", 128).is_ok());
   const Status ring = with_nodes("local-sgd", "auto", 129);
   EXPECT_FALSE(ring.is_ok());
-  EXPECT_NE(ring.message().find("the ring all-reduce takes at most 128 nodes, this cluster has 129"),
-            std::string::npos) << ring.message();
+  EXPECT_NE(
+      ring.message().find("the ring all-reduce takes at most 128 nodes, this cluster has 129"),
+      std::string::npos)
+      << ring.message();
   EXPECT_TRUE(with_nodes("local-sgd", "allgather", 129).is_ok());
   EXPECT_FALSE(with_nodes("allreduce", "tcp", 200).is_ok());
   const Status many = with_nodes("local-sgd", "allgather", static_cast<int>(kMaxNodes) + 1);
@@ -619,8 +623,8 @@ TEST(ValidateConfig, AnElasticRingIsForTheRingAllReduceOnly) {
   auto g = gossip_config("gossip", "ring", 4);
   g.strategy.elastic = "on";
   EXPECT_TRUE(fails_with(validate_config(g), {"key 'strategy.elastic'", "not strategy gossip"}));
-  EXPECT_TRUE(fails_with(from_args({"--id", "0", "--listen", "tcp://127.0.0.1:7000", "--run-dir", "/tmp",
-                                    "--elastic", "yes"}),
+  EXPECT_TRUE(fails_with(from_args({"--id", "0", "--listen", "tcp://127.0.0.1:7000", "--run-dir",
+                                    "/tmp", "--elastic", "yes"}),
                          {"flag '--elastic'", "off, on", "yes"}));
 }
 

@@ -1,9 +1,9 @@
-#include "daemon/nonfinite.h"
-
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <vector>
+
+#include "daemon/nonfinite.h"
 
 namespace gossip::daemon {
 namespace {

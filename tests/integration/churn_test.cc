@@ -52,14 +52,15 @@ bool log_has(const Cluster& c, int node, const std::string& text) {
 // A 4-node ring of `strategy` whose deaths are found by heartbeat (1 s), far below the
 // patience (30 s): a round that ends within a few seconds of a kill shows it.
 std::vector<std::string> ring_flags(std::vector<std::string> strategy) {
-  for (const char* f : {"--topology", "ring", "--heartbeat", "0.2", "--dead-after", "1", "--patience", "30",
-                        "--join-wait", "1"})
+  for (const char* f : {"--topology", "ring", "--heartbeat", "0.2", "--dead-after", "1",
+                        "--patience", "30", "--join-wait", "1"})
     strategy.emplace_back(f);
   return strategy;
 }
 
 // A trainer on each of the cluster's first n nodes, element e of node i set to fill(i, e).
-std::vector<std::unique_ptr<Node>> attach_all(const Cluster& c, int n, const std::function<float(int, size_t)>& fill) {
+std::vector<std::unique_ptr<Node>> attach_all(const Cluster& c, int n,
+                                              const std::function<float(int, size_t)>& fill) {
   std::vector<std::unique_ptr<Node>> nodes;
   for (int i = 0; i < n; ++i) {
     nodes.push_back(attach(c, i, kNumel));
@@ -82,7 +83,8 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   cluster.start_all();
   auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
   ASSERT_EQ(nodes.size(), 4u);
-  for (const auto& n : nodes) EXPECT_FALSE(n->model.initialized) << "a cluster that starts has no model to offer";
+  for (const auto& n : nodes)
+    EXPECT_FALSE(n->model.initialized) << "a cluster that starts has no model to offer";
   std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
   sync_rounds(all, 3);
   EXPECT_NEAR(mean_of(all), 1.5, 1e-4) << "gossip keeps the mean";
@@ -103,7 +105,8 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   cluster.start(3);
   auto back = attach(cluster, 3, kNumel);
   ASSERT_NE(back, nullptr);
-  EXPECT_TRUE(back->model.initialized) << "the restarted node starts from a live model\n" << cluster.log(3);
+  EXPECT_TRUE(back->model.initialized) << "the restarted node starts from a live model\n"
+                                       << cluster.log(3);
   EXPECT_GE(back->model.start_step, 13u) << "and at the cluster's step, not at 0";
   // Of its ring neighbors (0 and 2, in the same round) the lowest id is taken: exactly
   // node 0's model, not the 3.0 it started with.
@@ -118,7 +121,8 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   // It mixes with its neighbors again: all four agree closely.
   double spread = 0;
   for (Node* n : all)
-    spread = std::max(spread, static_cast<double>(std::abs(n->model.tensors[0][0] - nodes[1]->model.tensors[0][0])));
+    spread = std::max(spread, static_cast<double>(std::abs(n->model.tensors[0][0] -
+                                                           nodes[1]->model.tensors[0][0])));
   EXPECT_LT(spread, 0.05) << "node 3 takes part in the rounds again\n" << cluster.log(3);
 }
 
@@ -145,20 +149,24 @@ TEST(Churn, ChocoResynchronizesPublicCopiesWithARestartedNode) {
   ASSERT_TRUE(nodes[3]->model.initialized) << cluster.log(3);
   all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
   sync_rounds(all, 10);
-  EXPECT_TRUE(log_has(cluster, 3, "resynchronizing CHOCO's public copies with peers")) << cluster.log(3);
+  EXPECT_TRUE(log_has(cluster, 3, "resynchronizing CHOCO's public copies with peers"))
+      << cluster.log(3);
   for (int neighbor : {0, 2})
-    EXPECT_TRUE(log_has(cluster, neighbor, "CHOCO's public copy of peer 3 is resynchronized")) << cluster.log(neighbor);
+    EXPECT_TRUE(log_has(cluster, neighbor, "CHOCO's public copy of peer 3 is resynchronized"))
+        << cluster.log(neighbor);
 
   // Node 3 learns something (+4 everywhere): with every copy in step, the ring mixes it
   // in at a quarter, and all four agree on the new mean.
   const double mean = mean_of(all);
   for (float& v : nodes[3]->model.tensors[0]) v += 4.0f;
   sync_rounds(all, 30);
-  EXPECT_NEAR(mean_of(all), mean + 1.0, 1e-3) << "CHOCO's mixing keeps the mean once the copies agree";
+  EXPECT_NEAR(mean_of(all), mean + 1.0, 1e-3)
+      << "CHOCO's mixing keeps the mean once the copies agree";
   double spread = 0;
   for (Node* n : all)
     for (size_t e = 0; e < kNumel; e += 97)
-      spread = std::max(spread, static_cast<double>(std::abs(n->model.tensors[0][e] - nodes[1]->model.tensors[0][e])));
+      spread = std::max(spread, static_cast<double>(std::abs(n->model.tensors[0][e] -
+                                                             nodes[1]->model.tensors[0][e])));
   EXPECT_LT(spread, 0.05) << "and they reach consensus";
 }
 
@@ -167,7 +175,8 @@ TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
   const auto& dir = scratch.path;
   Cluster cluster(2, {"--strategy", "push-sum", "--checkpoint-every", "4", "--join-wait", "0.5"});
   for (int i = 0; i < 2; ++i)
-    cluster.set_node_flags(i, {"--checkpoint", (dir / ("node-" + std::to_string(i) + ".ckpt")).string()});
+    cluster.set_node_flags(
+        i, {"--checkpoint", (dir / ("node-" + std::to_string(i) + ".ckpt")).string()});
   cluster.start_all();
   std::vector<std::vector<float>> before;
   {
@@ -177,9 +186,11 @@ TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
     std::fill(b->model.tensors[0].begin(), b->model.tensors[0].end(), 5.0f);
     sync_rounds({a.get(), b.get()}, 6);
     before = {a->values(), b->values()};
-    EXPECT_TRUE(log_has(cluster, 0, "round 4, step")) << "a checkpoint every 4 rounds\n" << cluster.log(0);
+    EXPECT_TRUE(log_has(cluster, 0, "round 4, step")) << "a checkpoint every 4 rounds\n"
+                                                      << cluster.log(0);
     for (int i = 0; i < 2; ++i) cluster.daemon(i).signal(SIGTERM);
-    for (int i = 0; i < 2; ++i) EXPECT_EQ(cluster.daemon(i).wait(std::chrono::seconds(10)), 0) << cluster.log(i);
+    for (int i = 0; i < 2; ++i)
+      EXPECT_EQ(cluster.daemon(i).wait(std::chrono::seconds(10)), 0) << cluster.log(i);
   }
   for (int i = 0; i < 2; ++i)
     EXPECT_TRUE(log_has(cluster, i, "round 6, step 6")) << "and one at SIGTERM\n" << cluster.log(i);
@@ -211,9 +222,10 @@ TEST(Churn, DamagedOrForeignCheckpointStopsTheDaemonWithTheReason) {
     f << "GSPCKPT1 this is not a checkpoint";
   }
   const int port = free_ports(1)[0];
-  ChildProcess p({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
-                  "--run-dir", (dir / "run").string(), "--checkpoint", path},
-                 dir / "gossipd.log");
+  ChildProcess p(
+      {binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
+       "--run-dir", (dir / "run").string(), "--checkpoint", path},
+      dir / "gossipd.log");
   EXPECT_EQ(p.wait(std::chrono::seconds(10)), 1);
   EXPECT_NE(p.log().find("CRC mismatch"), std::string::npos) << p.log();
   EXPECT_NE(p.log().find(path), std::string::npos) << p.log();
@@ -223,9 +235,10 @@ TEST(Churn, DamagedOrForeignCheckpointStopsTheDaemonWithTheReason) {
   foreign.strategy = "gossip";
   foreign.model.assign(kNumel, 1.0f);
   ASSERT_TRUE(daemon::write_checkpoint(path, foreign));
-  ChildProcess q({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
-                  "--run-dir", (dir / "run").string(), "--checkpoint", path},
-                 dir / "gossipd-2.log");
+  ChildProcess q(
+      {binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
+       "--run-dir", (dir / "run").string(), "--checkpoint", path},
+      dir / "gossipd-2.log");
   EXPECT_EQ(q.wait(std::chrono::seconds(10)), 1);
   EXPECT_NE(q.log().find("belongs to node 5, not to node 0"), std::string::npos) << q.log();
 }

@@ -24,7 +24,8 @@ struct NodeRun {
 // Each node takes `rounds` steps (period 1) of noise and records its replica.
 std::vector<NodeRun> run(const std::string& codec, int nodes, int rounds, size_t numel,
                          const std::string& transport) {
-  Cluster cluster(nodes, {"--period", "1", "--codec", codec, "--round-timeout", "30", "--transport", transport});
+  Cluster cluster(nodes, {"--period", "1", "--codec", codec, "--round-timeout", "30", "--transport",
+                          transport});
   cluster.start_all();
   std::vector<NodeRun> runs(nodes);
   std::vector<std::jthread> threads;
@@ -53,7 +54,8 @@ std::vector<NodeRun> run(const std::string& codec, int nodes, int rounds, size_t
     });
   threads.clear();
   for (int i = 0; i < nodes; ++i)
-    if (!runs[i].error.empty()) ADD_FAILURE() << "node " << i << ": " << runs[i].error << "\n" << cluster.log(i);
+    if (!runs[i].error.empty())
+      ADD_FAILURE() << "node " << i << ": " << runs[i].error << "\n" << cluster.log(i);
   return runs;
 }
 
@@ -68,7 +70,9 @@ void expect_identical_replicas(const std::vector<NodeRun>& runs) {
 double raw_round_bytes(const std::string& transport, int nodes, size_t numel) {
   if (transport == "allgather") return 4.0 * numel * (nodes - 1);
   // Rank 0 skips segment 1 in the reduce-scatter and segment 2 in the all-gather.
-  const auto segment = [&](size_t s) { return static_cast<double>(numel / nodes + (s < numel % nodes ? 1 : 0)); };
+  const auto segment = [&](size_t s) {
+    return static_cast<double>(numel / nodes + (s < numel % nodes ? 1 : 0));
+  };
   return 4.0 * (2.0 * numel - segment(1) - segment(2));
 }
 
@@ -95,7 +99,8 @@ TEST_P(CompressedLocalSgd, Int8ReplicasAreIdenticalAndWithinTheQuantizationStepO
   }
   // Per compressed round each node sends ~1.016 bytes per element (int8 + a scale per 256).
   const double raw_round = raw_round_bytes(GetParam(), kNodes, kNumel);
-  double compressed = static_cast<double>(runs[0].traffic.payload_sent) - raw_round;  // minus round 0
+  double compressed =
+      static_cast<double>(runs[0].traffic.payload_sent) - raw_round;  // minus round 0
   EXPECT_NEAR(compressed / ((kRounds - 1) * raw_round), 1.0 / 4, 0.01);
 }
 
@@ -109,7 +114,8 @@ TEST_P(CompressedLocalSgd, TopkWithErrorFeedbackKeepsReplicasIdenticalAndSendsAF
   double compressed = static_cast<double>(runs[0].traffic.payload_sent) - raw_round;
   // Both transports deliver every node's sparse payload to the n-1 others (the ring
   // relays them): 200 entries at 4 bytes plus a 1-2 byte index gap, per peer.
-  EXPECT_LT(compressed / (kRounds - 1), (kNodes - 1) * 200 * 6.5) << "1% of entries with their indices";
+  EXPECT_LT(compressed / (kRounds - 1), (kNodes - 1) * 200 * 6.5)
+      << "1% of entries with their indices";
   EXPECT_GT(compressed / (kRounds - 1), (kNodes - 1) * 200 * 4.0);
 }
 

@@ -44,7 +44,8 @@ class Relay {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 8) != 0 ||
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_fd_, 8) != 0 ||
         ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
       throw std::runtime_error("relay: cannot listen");
     port_ = ntohs(a.sin_port);
@@ -88,8 +89,10 @@ class Relay {
       if (fds[0].revents & POLLIN) {
         const int c = ::accept(listen_fd_, nullptr, nullptr);
         const int t = c >= 0 ? connect_to(target_) : -1;
-        if (t >= 0) pairs.push_back({c, t});
-        else if (c >= 0) ::close(c);
+        if (t >= 0)
+          pairs.push_back({c, t});
+        else if (c >= 0)
+          ::close(c);
       }
       for (size_t i = 0; i < polled; ++i) {
         auto [c, t] = pairs[i];
@@ -140,8 +143,8 @@ std::string one_round_through_relay(bool with_keys) {
   const auto ports = free_ports(2);
   Relay relay(ports[0]);
   const KeyPair k0 = keypair(), k1 = keypair();
-  const auto dir = std::filesystem::path(::testing::TempDir()) / ("curve-" + std::to_string(::getpid()) +
-                                                                    (with_keys ? "-k" : "-p"));
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   ("curve-" + std::to_string(::getpid()) + (with_keys ? "-k" : "-p"));
   std::filesystem::create_directories(dir);
   // Removed on every way out, after the daemons below (declared later, so stopped first).
   struct RemoveAtExit {
@@ -152,10 +155,12 @@ std::string one_round_through_relay(bool with_keys) {
     }
   } cleanup{dir};
   const auto ep = [](int port) { return "tcp://127.0.0.1:" + std::to_string(port); };
-  std::vector<std::string> common = {"--run-dir", dir.string(), "--period", "1", "--transport", "allgather"};
-  std::vector<std::string> a0 = {binary("gossipd"), "--id", "0", "--listen", ep(ports[0]), "--peer", "1=" + ep(ports[1])};
-  std::vector<std::string> a1 = {binary("gossipd"), "--id", "1", "--listen", ep(ports[1]),
-                                 "--peer", "0=" + ep(relay.port())};
+  std::vector<std::string> common = {"--run-dir", dir.string(),  "--period",
+                                     "1",         "--transport", "allgather"};
+  std::vector<std::string> a0 = {
+      binary("gossipd"), "--id", "0", "--listen", ep(ports[0]), "--peer", "1=" + ep(ports[1])};
+  std::vector<std::string> a1 = {
+      binary("gossipd"), "--id", "1", "--listen", ep(ports[1]), "--peer", "0=" + ep(relay.port())};
   a0.insert(a0.end(), common.begin(), common.end());
   a1.insert(a1.end(), common.begin(), common.end());
   if (with_keys) {
@@ -174,7 +179,9 @@ std::string one_round_through_relay(bool with_keys) {
       }
       std::this_thread::sleep_for(10ms);
     }
-    auto client = Client::connect({.endpoint = "ipc://" + sock.string(), .trainer = "t", .local_rank = 0,
+    auto client = Client::connect({.endpoint = "ipc://" + sock.string(),
+                                   .trainer = "t",
+                                   .local_rank = 0,
                                    .timeout = std::chrono::milliseconds(20000)});
     EXPECT_TRUE(client.is_ok()) << client.status().message();
     if (!client.is_ok()) return {};
@@ -196,7 +203,8 @@ std::string one_round_through_relay(bool with_keys) {
 
 bool has_pattern(const std::string& bytes) {
   std::string pattern;
-  for (int i = 0; i < 16; ++i) pattern.append(reinterpret_cast<const char*>(&kMagic), sizeof kMagic);
+  for (int i = 0; i < 16; ++i)
+    pattern.append(reinterpret_cast<const char*>(&kMagic), sizeof kMagic);
   return bytes.find(pattern) != std::string::npos;
 }
 
@@ -207,7 +215,9 @@ struct Pair {
 };
 void attach_both(const Cluster& c, uint64_t numel, const float (&fill)[2], Pair& p) {
   for (int i = 0; i < 2; ++i) {
-    auto client = Client::connect({.endpoint = c.ipc_endpoint(i), .trainer = "t", .local_rank = 0,
+    auto client = Client::connect({.endpoint = c.ipc_endpoint(i),
+                                   .trainer = "t",
+                                   .local_rank = 0,
                                    .timeout = std::chrono::milliseconds(20000)});
     ASSERT_TRUE(client.is_ok()) << client.status().message();
     p.client[i] = std::move(client).value();
@@ -244,8 +254,9 @@ TEST(Curve, AStrangersKeyIsRefused) {
   // Someone who knows node 0's public key, claims to be node 1, but holds another key.
   peers::TransportOptions o;
   o.secret_key = stranger.sec;
-  auto impostor = peers::ZmqTransport::create(1, "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
-                                              {{0, c.peer_endpoint(0), k0.pub}}, o);
+  auto impostor =
+      peers::ZmqTransport::create(1, "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                  {{0, c.peer_endpoint(0), k0.pub}}, o);
   ASSERT_TRUE(impostor.is_ok()) << impostor.status().message();
   proto::Header hello;
   hello.kind = proto::Kind::kHello;
@@ -284,7 +295,9 @@ TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
   // Node 0's ring port, from its log.
   std::smatch port;
   const std::string log0 = c.log(0);
-  ASSERT_TRUE(std::regex_search(log0, port, std::regex(R"(ring all-reduce over tcp \(port ([0-9]+)\))"))) << log0;
+  ASSERT_TRUE(
+      std::regex_search(log0, port, std::regex(R"(ring all-reduce over tcp \(port ([0-9]+)\))")))
+      << log0;
   // A hello as node 1 would send it without the token: the layout's fingerprint alone.
   proto::Layout layout;
   layout.tensors = {{"w", proto::DType::kF32, 50000}};
@@ -306,10 +319,12 @@ TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
 TEST(Curve, KeysAreCheckedWhenTheDaemonStarts) {
   const KeyPair k = keypair();
   const auto run = [](std::vector<std::string> extra) {
-    std::vector<std::string> argv = {binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir",
-                                     "/tmp", "--peer", "1=tcp://127.0.0.1:2"};
+    std::vector<std::string> argv = {binary("gossipd"),    "--id",      "0",    "--listen",
+                                     "tcp://127.0.0.1:1",  "--run-dir", "/tmp", "--peer",
+                                     "1=tcp://127.0.0.1:2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    const auto log = std::filesystem::path(::testing::TempDir()) / ("curve-bad-" + std::to_string(::getpid()) + ".log");
+    const auto log = std::filesystem::path(::testing::TempDir()) /
+                     ("curve-bad-" + std::to_string(::getpid()) + ".log");
     ChildProcess p(argv, log);
     const int rc = p.wait(10s);
     auto out = std::make_pair(rc, p.log());

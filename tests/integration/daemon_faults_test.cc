@@ -11,15 +11,16 @@
 
 #include "gossip/client.h"
 #include "harness.h"
-#include "test_client.h"
 #include "proto/message.h"
+#include "test_client.h"
 
 namespace gossip::testing {
 namespace {
 
 using namespace std::chrono_literals;
 
-bool wait_for_log(Cluster& c, int node, const std::string& text, std::chrono::milliseconds timeout) {
+bool wait_for_log(Cluster& c, int node, const std::string& text,
+                  std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (c.log(node).find(text) != std::string::npos) return true;
@@ -83,7 +84,8 @@ TEST(DaemonFaults, TrainerWithAnotherLayoutIsRefusedNamingTheTensor) {
   auto b = connect_to(cluster, 0);
   auto r = b->attach({{"fc.weight", 10}, {"fc.bias", 21}});
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("tensor 1 'fc.bias'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("tensor 1 'fc.bias'"), std::string::npos)
+      << r.status().message();
   auto c = connect_to(cluster, 0);
   auto r2 = c->attach({{"fc.weight", 10}});
   ASSERT_FALSE(r2.is_ok());
@@ -105,7 +107,8 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   };
   auto send = [](zmq::socket_t& s, std::vector<std::string> frames) {
     for (size_t i = 0; i < frames.size(); ++i)
-      s.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      s.send(zmq::buffer(frames[i]),
+             i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   };
   proto::Header h;
   h.kind = proto::Kind::kModelChunk;
@@ -126,7 +129,8 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   nccl.kind = proto::Kind::kNcclId;
   nccl.from = 1;
   nccl.bytes = proto::kNcclIdBytes;
-  for (int i = 0; i < 2; ++i) send(node1, {proto::encode_header(nccl), std::string(proto::kNcclIdBytes, '\0')});
+  for (int i = 0; i < 2; ++i)
+    send(node1, {proto::encode_header(nccl), std::string(proto::kNcclIdBytes, '\0')});
 
   auto client = connect_to(cluster, 0);
   uint64_t dropped = 0;
@@ -188,7 +192,8 @@ TEST(DaemonFaults, ConfigFileErrorNamesTheFileAndTheKey) {
     f << "[node]\nid = 0\nlisten = \"tcp://127.0.0.1:7000\"\nrun_dir = \"" << dir
       << "\"\n\n[strategy]\nperiod = 4\ncodec = \"topk:2\"\n";
   }
-  ChildProcess p({binary("gossipd"), "--config", file.string()}, std::filesystem::path(dir) / "log");
+  ChildProcess p({binary("gossipd"), "--config", file.string()},
+                 std::filesystem::path(dir) / "log");
   EXPECT_EQ(p.wait(5s), 2);
   std::string log = p.log();
   std::filesystem::remove_all(dir);

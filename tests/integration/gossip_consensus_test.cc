@@ -7,7 +7,6 @@
 //   holds the exact mean after log2(n) rounds;
 // - choco with top-k 1% reaches consensus where naive compressed gossip stalls.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <atomic>
@@ -106,7 +105,8 @@ TEST_P(GossipConsensus, ShrinksAtTheRateTheSpectralGapPredicts) {
   const auto [topology, nodes] = GetParam();
   const double lambda = predicted_rate(topology, nodes);
   // Rounds until the predicted distance is ~1e-8 of the start (well above fp32's floor).
-  const int rounds = std::clamp(static_cast<int>(std::ceil(std::log(1e-4) / std::log(lambda))), 4, 40);
+  const int rounds =
+      std::clamp(static_cast<int>(std::ceil(std::log(1e-4) / std::log(lambda))), 4, 40);
   auto x = run_consensus({"--strategy", "gossip", "--topology", topology}, rounds, kNumel, nodes);
   if (HasFailure()) return;
 
@@ -124,9 +124,10 @@ TEST_P(GossipConsensus, ShrinksAtTheRateTheSpectralGapPredicts) {
   const double measured = std::pow(d1 / d0, 1.0 / (2.0 * static_cast<double>(t1 - t0)));
   RecordProperty("measured_rate", std::to_string(measured));
   RecordProperty("predicted_rate", std::to_string(lambda));
-  std::printf("%s, %d nodes: measured rate %.4f per round, predicted %.4f (spectral gap %.4f), "
-              "%d rounds\n",
-              topology.c_str(), nodes, measured, lambda, 1 - lambda, rounds);
+  std::printf(
+      "%s, %d nodes: measured rate %.4f per round, predicted %.4f (spectral gap %.4f), "
+      "%d rounds\n",
+      topology.c_str(), nodes, measured, lambda, 1 - lambda, rounds);
   // λ bounds the rate (up to fp32 rounding); a random start has weight on the slowest
   // mode, so the rate is also not much faster than λ.
   EXPECT_LE(measured, lambda * 1.02 + 1e-3);
@@ -250,8 +251,9 @@ TEST(AsyncGossipConsensus, NoNodeRunsMoreThanTheStalenessBoundAheadOfAStraggler)
     }
   }
   for (int node = 0; node < kNodes4; ++node) EXPECT_EQ(errors[node], "") << cluster.log(node);
-  std::printf("async-gossip, staleness %d, node %d 5x slower: its neighbors lead by %d syncs at most\n", kStaleness,
-              kSlow, max_lead.load());
+  std::printf(
+      "async-gossip, staleness %d, node %d 5x slower: its neighbors lead by %d syncs at most\n",
+      kStaleness, kSlow, max_lead.load());
   // Round t waits for round t - s of the neighbors; the sync that started round t
   // returned at once, and the next one waits for it: s + 2 syncs, plus one for the
   // moment between the straggler's daemon sending its round and its thread counting it.

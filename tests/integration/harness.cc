@@ -57,7 +57,11 @@ std::vector<int> free_ports(int n) {
 std::string binary(const std::string& name) { return std::string(GOSSIP_BIN_DIR) + "/" + name; }
 
 Cluster::Cluster(int nodes, std::vector<std::string> extra)
-    : n_(nodes), extra_(std::move(extra)), node_flags_(nodes), ports_(free_ports(nodes)), daemons_(nodes) {
+    : n_(nodes),
+      extra_(std::move(extra)),
+      node_flags_(nodes),
+      ports_(free_ports(nodes)),
+      daemons_(nodes) {
   char tmpl[] = "/tmp/gossip-test-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   run_dir_ = tmpl;
@@ -81,8 +85,9 @@ std::string Cluster::peer_endpoint(int node) const {
 }
 
 void Cluster::start(int node) {
-  std::vector<std::string> argv = {binary("gossipd"), "--id", std::to_string(node), "--listen",
-                                   peer_endpoint(node), "--run-dir", run_dir_.string()};
+  std::vector<std::string> argv = {
+      binary("gossipd"),   "--id",      std::to_string(node), "--listen",
+      peer_endpoint(node), "--run-dir", run_dir_.string()};
   for (int j = 0; j < n_; ++j)
     if (j != node) {
       argv.push_back("--peer");

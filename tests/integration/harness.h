@@ -49,7 +49,9 @@ class Cluster {
   // Starts daemon `node` and waits (bounded) until its IPC socket exists.
   void start(int node);
   // Flags for one daemon only, after `extra` (e.g. its own --metrics-port).
-  void set_node_flags(int node, std::vector<std::string> flags) { node_flags_[node] = std::move(flags); }
+  void set_node_flags(int node, std::vector<std::string> flags) {
+    node_flags_[node] = std::move(flags);
+  }
   void start_all();
   ChildProcess& daemon(int node) { return daemons_[node]; }
   std::string log(int node) const { return daemons_[node].log(); }

@@ -2,7 +2,6 @@
 // the exact mean right after every averaging, and the traffic is what the exchange
 // predicts, for the ring all-reduce (the default) and the all-gather.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <cmath>
@@ -12,10 +11,10 @@
 
 #include "gossip/client.h"
 #include "harness.h"
-#include "test_client.h"
 #include "proto/layout.h"
 #include "sgd/ring_all_reduce.h"
 #include "sgd/ring_schedule.h"
+#include "test_client.h"
 
 namespace gossip::testing {
 namespace {
@@ -127,7 +126,8 @@ TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
       EXPECT_EQ(t.payload_sent, per_node) << "node " << i;
       EXPECT_EQ(t.payload_recv, per_node) << "node " << i;
       const uint64_t ring_msgs = kRounds * (kNodes - 1) * ((padded + 2047) / 2048);
-      EXPECT_GE(t.msgs_sent, ring_msgs + (kNodes - 1) + 1) << "node " << i << ": + hellos + a ring-address";
+      EXPECT_GE(t.msgs_sent, ring_msgs + (kNodes - 1) + 1)
+          << "node " << i << ": + hellos + a ring-address";
       EXPECT_LE(t.msgs_sent, ring_msgs + (kNodes - 1) + 3) << "node " << i;
     } else {
       // The ring: node i (rank i) sends every segment but (i+1) in the reduce-scatter
@@ -135,13 +135,17 @@ TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
       // what its left neighbor sends. Control messages (hello, ring-address) carry no payload.
       const auto sent_by = [&](int rank) {
         sgd::RingSchedule s(kNodes, rank, padded, 8192 / 4);
-        return kRounds * (2 * padded - s.segment((rank + 1) % kNodes).numel - s.segment((rank + 2) % kNodes).numel) *
+        return kRounds *
+               (2 * padded - s.segment((rank + 1) % kNodes).numel -
+                s.segment((rank + 2) % kNodes).numel) *
                sizeof(float);
       };
       EXPECT_EQ(t.payload_sent, sent_by(i)) << "node " << i;
       EXPECT_EQ(t.payload_recv, sent_by((i + kNodes - 1) % kNodes)) << "node " << i;
-      const uint64_t ring_msgs = kRounds * sgd::RingSchedule(kNodes, i, padded, 8192 / 4).message_count();
-      EXPECT_GE(t.msgs_sent, ring_msgs + (kNodes - 1) + 1) << "node " << i << ": + hellos + a ring-address";
+      const uint64_t ring_msgs =
+          kRounds * sgd::RingSchedule(kNodes, i, padded, 8192 / 4).message_count();
+      EXPECT_GE(t.msgs_sent, ring_msgs + (kNodes - 1) + 1)
+          << "node " << i << ": + hellos + a ring-address";
       EXPECT_LE(t.msgs_sent, ring_msgs + (kNodes - 1) + 3) << "node " << i;
     }
   }
@@ -163,8 +167,7 @@ TEST(LocalSgdIntegration, PeerThatIsNotUpYetIsWaitedForAndJoined) {
   ASSERT_EQ(early.error, "") << cluster.log(0);
   ASSERT_EQ(late.error, "") << cluster.log(1);
   ASSERT_EQ(early.after.size(), 3u);
-  for (size_t k = 0; k < early.after[0].size(); ++k)
-    ASSERT_EQ(early.after[2][k], late.after[2][k]);
+  for (size_t k = 0; k < early.after[0].size(); ++k) ASSERT_EQ(early.after[2][k], late.after[2][k]);
   EXPECT_NE(cluster.log(0).find("peer 1 is up"), std::string::npos) << cluster.log(0);
 }
 

@@ -55,7 +55,9 @@ inline double sync_rounds(std::vector<Node*> nodes, int rounds,
             errors[i] = s.status().message();
             return;
           }
-          longest[i] = std::max(longest[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          longest[i] = std::max(
+              longest[i],
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
       });
     }

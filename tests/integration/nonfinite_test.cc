@@ -17,7 +17,8 @@ namespace {
 constexpr uint64_t kNumel = 1000;
 
 struct TwoNodes {
-  explicit TwoNodes(const std::string& policy) : cluster(2, {"--period", "1", "--nonfinite", policy}) {
+  explicit TwoNodes(const std::string& policy)
+      : cluster(2, {"--period", "1", "--nonfinite", policy}) {
     cluster.start_all();
     for (int i = 0; i < 2; ++i) {
       clients[i] = connect_to(cluster, i);
@@ -63,10 +64,18 @@ TEST(NonFinite, RefusedUpdatesAreReplacedByTheLastSynchronizedModel) {
   n.step();
   for (int i = 0; i < 2; ++i) EXPECT_EQ(n.w[i][5], 3.0f);
   const std::string log = n.cluster.log(1);
-  EXPECT_NE(log.find("round 0: the node's update has 1 NaN/Inf value(s), the first at tensor 'w' element 0: "
-                     "the node contributes zeros this round"), std::string::npos) << log;
-  EXPECT_NE(log.find("round 1: the node's update has 2 NaN/Inf value(s), the first at tensor 'w' element 5: "
-                     "the node contributes its last synchronized model"), std::string::npos) << log;
+  EXPECT_NE(
+      log.find(
+          "round 0: the node's update has 1 NaN/Inf value(s), the first at tensor 'w' element 0: "
+          "the node contributes zeros this round"),
+      std::string::npos)
+      << log;
+  EXPECT_NE(
+      log.find(
+          "round 1: the node's update has 2 NaN/Inf value(s), the first at tensor 'w' element 5: "
+          "the node contributes its last synchronized model"),
+      std::string::npos)
+      << log;
   EXPECT_EQ(n.cluster.log(0).find("NaN/Inf"), std::string::npos) << "node 0 was clean";
 }
 
@@ -85,15 +94,17 @@ TEST(NonFinite, ClippedUpdatesKeepTheirFiniteElements) {
       ASSERT_EQ(n.w[i][k], want) << "node " << i << " element " << k;
     }
   }
-  EXPECT_NE(n.cluster.log(1).find("those elements take their last synchronized values (--nonfinite clip)"),
-            std::string::npos) << n.cluster.log(1);
+  EXPECT_NE(n.cluster.log(1).find(
+                "those elements take their last synchronized values (--nonfinite clip)"),
+            std::string::npos)
+      << n.cluster.log(1);
 }
 
 TEST(NonFinite, AnUnknownPolicyIsRefusedAtStartup) {
   const auto log = std::filesystem::temp_directory_path() /
                    ("gossipd-nonfinite-bad-" + std::to_string(::getpid()) + ".log");
-  ChildProcess p({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir", "/tmp",
-                  "--nonfinite", "ignore"},
+  ChildProcess p({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir",
+                  "/tmp", "--nonfinite", "ignore"},
                  log);
   EXPECT_EQ(p.wait(std::chrono::seconds(10)), 2);
   const std::string text = p.log();

@@ -42,7 +42,8 @@ Reply http_request(int port, http::verb verb, const std::string& target) {
   beast::flat_buffer buffer;
   http::response<http::string_body> res;
   http::read(stream, buffer, res);
-  return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
+  return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]),
+          res.body()};
 }
 
 // Raw bytes in, the status line out (or "" if the server just closed).
@@ -62,7 +63,8 @@ std::string raw_exchange(int port, const std::string& bytes) {
 // name{labels} -> value, checking every sample line's syntax and that its family
 // was declared with # TYPE first.
 std::map<std::string, double> parse_exposition(const std::string& text) {
-  static const std::regex sample(R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? ([0-9.e+-]+)$)");
+  static const std::regex sample(
+      R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? ([0-9.e+-]+)$)");
   std::map<std::string, double> out;
   std::set<std::string> typed;
   std::istringstream in(text);
@@ -117,7 +119,9 @@ TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
   auto m1 = parse_exposition(r1.body);
   EXPECT_EQ(m1["gossipd_trainers"], 1);
   EXPECT_GE(m1["gossipd_rounds_total"], 3);
-  EXPECT_EQ(m1["gossipd_info{node=\"0\",strategy=\"local-sgd\",codec=\"none\",transport=\"auto\",topology=\"complete\"}"], 1);
+  EXPECT_EQ(m1["gossipd_info{node=\"0\",strategy=\"local-sgd\",codec=\"none\",transport=\"auto\","
+               "topology=\"complete\"}"],
+            1);
   const double sent1 = m1["gossipd_payload_bytes_sent_total{peer=\"1\"}"];
   EXPECT_GT(sent1, 0);
   EXPECT_GE(m1["gossipd_bytes_sent_total{peer=\"1\"}"], sent1) << "wire bytes include framing";
@@ -134,7 +138,8 @@ TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
   auto m2 = parse_exposition(http_request(ports[0], http::verb::get, "/metrics").body);
   EXPECT_GE(m2["gossipd_rounds_total"], m1["gossipd_rounds_total"] + 4);
   EXPECT_GT(m2["gossipd_payload_bytes_sent_total{peer=\"1\"}"], sent1);
-  EXPECT_GT(m2["gossipd_messages_sent_total{peer=\"1\"}"], m1["gossipd_messages_sent_total{peer=\"1\"}"]);
+  EXPECT_GT(m2["gossipd_messages_sent_total{peer=\"1\"}"],
+            m1["gossipd_messages_sent_total{peer=\"1\"}"]);
 
   // Node 1 serves its own counters.
   auto other = parse_exposition(http_request(ports[1], http::verb::get, "/metrics?x=1").body);
@@ -145,7 +150,8 @@ TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
   EXPECT_EQ(http_request(ports[0], http::verb::post, "/metrics").status, 405);
   EXPECT_EQ(raw_exchange(ports[0], "GARBAGE\r\n\r\n"), "HTTP/1.1 400 Bad Request");
   // An oversized header: a 400, or a reset if the server closes with our bytes unread.
-  const std::string big = raw_exchange(ports[0], "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n");
+  const std::string big =
+      raw_exchange(ports[0], "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n");
   EXPECT_TRUE(big.empty() || big == "HTTP/1.1 400 Bad Request") << big;
   EXPECT_EQ(http_request(ports[0], http::verb::get, "/metrics").status, 200);
   EXPECT_TRUE(c.daemon(0).running());
@@ -189,7 +195,8 @@ TEST(Operations, GossipctlStatusReportsTheNodeAndItsPeers) {
   EXPECT_EQ(rc2, 0) << json;
   EXPECT_NE(json.find("\"node\": 2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"trainers\": 1"), std::string::npos) << json;
-  EXPECT_EQ(json.find("\"silent_ms\": null"), std::string::npos) << "both peers were heard: " << json;
+  EXPECT_EQ(json.find("\"silent_ms\": null"), std::string::npos)
+      << "both peers were heard: " << json;
 
   auto [rc3, err] = run("--node " + (c.run_dir() / "gossipd-9.sock").string());
   EXPECT_EQ(rc3, 1);

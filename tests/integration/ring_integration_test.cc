@@ -6,7 +6,6 @@
 // without it instead, and their trainers go on averaging, and take it back when it
 // restarts (plain and compressed local SGD).
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <algorithm>
@@ -26,7 +25,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-float value(int node, size_t k) { return std::sin(0.001f * static_cast<float>(k) + node) * (node + 1); }
+float value(int node, size_t k) {
+  return std::sin(0.001f * static_cast<float>(k) + node) * (node + 1);
+}
 
 // How many times a daemon's log says `what`.
 size_t times_logged(const std::string& log, const std::string& what) {
@@ -55,7 +56,8 @@ void expect_mean_on_every_node(int nodes, uint64_t numel) {
         after[i].assign(w.begin(), w.end());
       });
   }
-  for (int i = 0; i < nodes; ++i) ASSERT_EQ(errors[i], "") << "node " << i << "\n" << cluster.log(i);
+  for (int i = 0; i < nodes; ++i)
+    ASSERT_EQ(errors[i], "") << "node " << i << "\n" << cluster.log(i);
   for (size_t k = 0; k < numel; ++k) {
     double sum = 0, scale = 0;
     for (int i = 0; i < nodes; ++i) {
@@ -63,7 +65,8 @@ void expect_mean_on_every_node(int nodes, uint64_t numel) {
       scale += std::fabs(value(i, k));
     }
     ASSERT_NEAR(after[0][k], sum / nodes, 1e-6 * scale / nodes + 1e-30) << "element " << k;
-    for (int i = 1; i < nodes; ++i) ASSERT_EQ(after[i][k], after[0][k]) << "node " << i << " element " << k;
+    for (int i = 1; i < nodes; ++i)
+      ASSERT_EQ(after[i][k], after[0][k]) << "node " << i << " element " << k;
   }
 }
 
@@ -73,7 +76,9 @@ TEST_P(RingProcesses, EveryNodeHoldsTheMean) { expect_mean_on_every_node(GetPara
 
 INSTANTIATE_TEST_SUITE_P(Nodes, RingProcesses, ::testing::Values(2, 3, 4, 8));
 
-TEST(RingProcesses, SixtyFourMebibytesOnTwoNodes) { expect_mean_on_every_node(2, (uint64_t{64} << 20) / 4); }
+TEST(RingProcesses, SixtyFourMebibytesOnTwoNodes) {
+  expect_mean_on_every_node(2, (uint64_t{64} << 20) / 4);
+}
 
 TEST(RingProcesses, ANodeKilledMidRoundFailsTheOthersWithinTwiceTheTimeout) {
   constexpr int kNodes = 4;
@@ -88,11 +93,13 @@ TEST(RingProcesses, ANodeKilledMidRoundFailsTheOthersWithinTwiceTheTimeout) {
     // The victim's client would otherwise wait out its whole timeout for a dead daemon.
     clients.push_back(connect_to(cluster, i, i == 2 ? 6s : 30s));
     ASSERT_TRUE(clients.back());
-    ASSERT_TRUE(clients.back()->attach({{"w", 8u << 20}}).is_ok());  // 32 MiB: a round takes a while
+    ASSERT_TRUE(
+        clients.back()->attach({{"w", 8u << 20}}).is_ok());  // 32 MiB: a round takes a while
   }
   {
     std::vector<std::jthread> first;  // one good round: the ring is connected
-    for (int i = 0; i < kNodes; ++i) first.emplace_back([&, i] { ASSERT_TRUE(clients[i]->step().is_ok()); });
+    for (int i = 0; i < kNodes; ++i)
+      first.emplace_back([&, i] { ASSERT_TRUE(clients[i]->step().is_ok()); });
   }
   std::vector<Status> results(kNodes);
   std::vector<double> waited(kNodes);
@@ -130,8 +137,8 @@ double mean_of(const std::vector<int>& nodes, int shift, size_t k) {
 TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
   constexpr int kNodes = 4;
   constexpr size_t kNumel = 2u << 20;  // 8 MiB: the round is under way when the node dies
-  Cluster cluster(kNodes, {"--period", "1", "--transport", "tcp", "--round-timeout", "30", "--elastic", "on",
-                           "--dead-after", "1"});
+  Cluster cluster(kNodes, {"--period", "1", "--transport", "tcp", "--round-timeout", "30",
+                           "--elastic", "on", "--dead-after", "1"});
   cluster.start_all();
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<std::span<float>> w;
@@ -145,7 +152,8 @@ TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
   // Every node steps with values of its own (shifted per round), all at once; node
   // 2's daemon is killed `kill_after` into the round when asked.
   // Returns the longest step of a survivor, in seconds.
-  auto round = [&](const std::vector<int>& nodes, int shift, std::optional<std::chrono::milliseconds> kill_after) {
+  auto round = [&](const std::vector<int>& nodes, int shift,
+                   std::optional<std::chrono::milliseconds> kill_after) {
     std::vector<std::string> errors(kNodes);
     std::vector<double> took(kNodes, 0.0);
     {
@@ -178,7 +186,8 @@ TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
   // (some completed it before the kill and sent it to the others) or of the three.
   const std::vector<int> alive{0, 1, 3};
   for (int i : {1, 3})
-    for (size_t k = 0; k < kNumel; ++k) ASSERT_EQ(w[i][k], w[0][k]) << "node " << i << " element " << k;
+    for (size_t k = 0; k < kNumel; ++k)
+      ASSERT_EQ(w[i][k], w[0][k]) << "node " << i << " element " << k;
   const bool of_four = std::fabs(w[0][0] - mean_of({0, 1, 2, 3}, 10, 0)) < 1e-5;
   for (size_t k = 0; k < kNumel; k += 4099)
     ASSERT_NEAR(w[0][k], of_four ? mean_of({0, 1, 2, 3}, 10, k) : mean_of(alive, 10, k), 1e-5) << k;
@@ -191,8 +200,10 @@ TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
   for (int shift : {20, 30, 40}) {
     round(alive, shift, std::nullopt);
     for (int i : {1, 3})
-      for (size_t k = 0; k < kNumel; k += 1031) ASSERT_EQ(w[i][k], w[0][k]) << "node " << i << " element " << k;
-    for (size_t k = 0; k < kNumel; k += 4099) ASSERT_NEAR(w[0][k], mean_of(alive, shift, k), 1e-5) << k;
+      for (size_t k = 0; k < kNumel; k += 1031)
+        ASSERT_EQ(w[i][k], w[0][k]) << "node " << i << " element " << k;
+    for (size_t k = 0; k < kNumel; k += 4099)
+      ASSERT_NEAR(w[0][k], mean_of(alive, shift, k), 1e-5) << k;
   }
   for (int i : alive) {
     EXPECT_NE(cluster.log(i).find("left out 2"), std::string::npos) << cluster.log(i);
@@ -206,8 +217,8 @@ TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
 // for as long as the round lasts.
 TEST(RingProcesses, AnElasticRingWithMismatchedCodecsFailsTheRoundWithTheReason) {
   constexpr size_t kNumel = 1u << 16;
-  Cluster cluster(2, {"--period", "1", "--transport", "tcp", "--round-timeout", "6", "--elastic", "on",
-                      "--dead-after", "1"});
+  Cluster cluster(2, {"--period", "1", "--transport", "tcp", "--round-timeout", "6", "--elastic",
+                      "on", "--dead-after", "1"});
   cluster.set_node_flags(1, {"--codec", "int8"});
   cluster.start_all();
   std::vector<std::unique_ptr<Client>> clients;
@@ -235,13 +246,16 @@ TEST(RingProcesses, AnElasticRingWithMismatchedCodecsFailsTheRoundWithTheReason)
   const auto t0 = std::chrono::steady_clock::now();
   step_both(10);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(errors[1].find("do all nodes run the same strategy, codec and model?"), std::string::npos)
-      << errors[1] << "\n" << cluster.log(1);
+  EXPECT_NE(errors[1].find("do all nodes run the same strategy, codec and model?"),
+            std::string::npos)
+      << errors[1] << "\n"
+      << cluster.log(1);
   EXPECT_NE(errors[0], "") << "node 0's round cannot complete either\n" << cluster.log(0);
   EXPECT_LT(took, 15.0) << "within the round timeout (6 s) and the client's margin";
   for (int i = 0; i < 2; ++i) {
     const size_t reforms = times_logged(cluster.log(i), "ring re-formed");
-    EXPECT_LT(reforms, 100u) << "node " << i << " re-formed the ring " << reforms << " times in one round";
+    EXPECT_LT(reforms, 100u) << "node " << i << " re-formed the ring " << reforms
+                             << " times in one round";
     EXPECT_TRUE(cluster.daemon(i).running());
   }
 }
@@ -283,13 +297,16 @@ class ElasticLocalSgd {
           if (auto r = clients_[i]->step(); !r) errors[i] = r.status().message();
         });
     }
-    for (int i : nodes) ASSERT_EQ(errors[i], "") << "node " << i << " shift " << shift << "\n" << cluster_.log(i);
+    for (int i : nodes)
+      ASSERT_EQ(errors[i], "") << "node " << i << " shift " << shift << "\n" << cluster_.log(i);
     const double tolerance = std::max(1e-5, double{tolerance_} * (shift + kNodes));
     for (int i : nodes) {
       for (size_t k = 0; k < kNumel; k += 257)
         ASSERT_NEAR(w(i)[k], mean_of(nodes, shift, k), tolerance)
-            << "node " << i << " element " << k << " shift " << shift << "\n" << cluster_.log(i);
-      for (size_t k = 0; k < kNumel; ++k) ASSERT_EQ(w(i)[k], w(nodes[0])[k]) << "node " << i << " element " << k;
+            << "node " << i << " element " << k << " shift " << shift << "\n"
+            << cluster_.log(i);
+      for (size_t k = 0; k < kNumel; ++k)
+        ASSERT_EQ(w(i)[k], w(nodes[0])[k]) << "node " << i << " element " << k;
     }
   }
 
@@ -302,8 +319,8 @@ class ElasticLocalSgd {
 
  private:
   static std::vector<std::string> flags(const std::vector<std::string>& more) {
-    std::vector<std::string> f{"--period", "1", "--transport", "tcp", "--round-timeout", "30", "--elastic", "on",
-                               "--dead-after", "1", "--join-wait", "1"};
+    std::vector<std::string> f{"--period",  "1",  "--transport",  "tcp", "--round-timeout", "30",
+                               "--elastic", "on", "--dead-after", "1",   "--join-wait",     "1"};
     f.insert(f.end(), more.begin(), more.end());
     return f;
   }
@@ -343,11 +360,15 @@ TEST_P(ElasticRestart, TheRingTakesARestartedNodeBackWithTheClustersModel) {
   ring.cluster().start(2);
   ring.attach(2);
   ASSERT_FALSE(HasFailure());
-  EXPECT_TRUE(ring.model(2).initialized) << "it resumes from a member's model\n" << ring.cluster().log(2);
+  EXPECT_TRUE(ring.model(2).initialized) << "it resumes from a member's model\n"
+                                         << ring.cluster().log(2);
   EXPECT_EQ(ring.model(2).start_step, 3u) << "at the cluster's step";
-  for (size_t k = 0; k < ElasticLocalSgd::kNumel; k += 257) ASSERT_EQ(ring.w(2)[k], ring.w(0)[k]) << k;
+  for (size_t k = 0; k < ElasticLocalSgd::kNumel; k += 257)
+    ASSERT_EQ(ring.w(2)[k], ring.w(0)[k]) << k;
   for (int shift : {30, 40, 50}) ring.round({0, 1, 2}, shift);  // the first takes node 2 back
-  for (int i : {0, 1}) EXPECT_NE(ring.cluster().log(i).find("took back 2"), std::string::npos) << ring.cluster().log(i);
+  for (int i : {0, 1})
+    EXPECT_NE(ring.cluster().log(i).find("took back 2"), std::string::npos)
+        << ring.cluster().log(i);
 }
 
 // int8's error is about a 255th of the range of the change between rounds.
@@ -375,9 +396,12 @@ TEST(RingProcesses, TheLastNodeOfAnElasticRingTrainsAloneAndAsksBackInOnlyNowAnd
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string log = ring.cluster().log(0);
   const size_t asked = times_logged(log, "fetching a member's model to ask back in");
-  EXPECT_LE(asked, 1 + static_cast<size_t>(took / 2.0)) << "asked " << asked << " times in 6 steps (" << took
-                                                         << " s after the first)\n" << log;
-  EXPECT_NE(log.find("no member offered its model: training alone, trying again in 2.0 s"), std::string::npos) << log;
+  EXPECT_LE(asked, 1 + static_cast<size_t>(took / 2.0))
+      << "asked " << asked << " times in 6 steps (" << took << " s after the first)\n"
+      << log;
+  EXPECT_NE(log.find("no member offered its model: training alone, trying again in 2.0 s"),
+            std::string::npos)
+      << log;
   EXPECT_EQ(log.find("back in the ring"), std::string::npos) << log;
 }
 
@@ -394,7 +418,8 @@ TEST(RingProcesses, AnElasticLocalSgdRingTakesBackALiveNodeItLeftOut) {
   ring.round({0, 1}, 20);  // the members move on: node 2 comes back behind them
   ring.cluster().daemon(2).signal(SIGCONT);
   ASSERT_FALSE(HasFailure());
-  for (int i : {0, 1}) ASSERT_NE(ring.cluster().log(i).find("left out 2"), std::string::npos) << ring.cluster().log(i);
+  for (int i : {0, 1})
+    ASSERT_NE(ring.cluster().log(i).find("left out 2"), std::string::npos) << ring.cluster().log(i);
   ASSERT_EQ(ring.steps(0), 3u);
   ASSERT_EQ(ring.steps(2), 1u);
 
@@ -403,16 +428,20 @@ TEST(RingProcesses, AnElasticLocalSgdRingTakesBackALiveNodeItLeftOut) {
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("the left-out node's step, back into the ring: %.2f s\n", took);
   for (size_t k = 0; k < ElasticLocalSgd::kNumel; ++k)
-    ASSERT_EQ(ring.w(2)[k], ring.w(0)[k]) << "node 2 holds the members' model, element " << k << "\n"
-                                          << ring.cluster().log(2);
-  EXPECT_NE(ring.cluster().log(2).find("back in the ring: took the model of peer"), std::string::npos)
+    ASSERT_EQ(ring.w(2)[k], ring.w(0)[k])
+        << "node 2 holds the members' model, element " << k << "\n"
+        << ring.cluster().log(2);
+  EXPECT_NE(ring.cluster().log(2).find("back in the ring: took the model of peer"),
+            std::string::npos)
       << ring.cluster().log(2);
   // Its trainer goes on at the members' step, so that both count the same rounds
   // to the run's end.
   EXPECT_EQ(ring.steps(2), ring.steps(0)) << ring.cluster().log(2);
   for (int shift : {30, 40}) ring.round({0, 1, 2}, shift);
   for (int i : {0, 1, 2}) EXPECT_EQ(ring.steps(i), 5u) << "node " << i;
-  for (int i : {0, 1}) EXPECT_NE(ring.cluster().log(i).find("took back 2"), std::string::npos) << ring.cluster().log(i);
+  for (int i : {0, 1})
+    EXPECT_NE(ring.cluster().log(i).find("took back 2"), std::string::npos)
+        << ring.cluster().log(i);
 }
 
 }  // namespace

@@ -29,10 +29,12 @@ float honest_extent(const std::vector<std::string>& flags) {
     nodes.push_back(attach(cluster, i, kNumel));
     if (!nodes.back()) return -1;
     raw.push_back(nodes.back().get());
-    for (size_t e = 0; e < kNumel; ++e) nodes[i]->model.tensors[0][e] = static_cast<float>(i) + 0.001f * e;
+    for (size_t e = 0; e < kNumel; ++e)
+      nodes[i]->model.tensors[0][e] = static_cast<float>(i) + 0.001f * e;
   }
   sync_rounds(raw, 10, [&](size_t node, int) {
-    if (node == 3) std::fill(raw[3]->model.tensors[0].begin(), raw[3]->model.tensors[0].end(), kFaulty);
+    if (node == 3)
+      std::fill(raw[3]->model.tensors[0].begin(), raw[3]->model.tensors[0].end(), kFaulty);
   });
   float extent = 0;
   for (int i = 0; i < 3; ++i)
@@ -45,19 +47,23 @@ TEST(RobustMixing, TrimmedMeanKeepsAFaultyNeighborOut) {
   const float trimmed = honest_extent({"--trim", "1"});
   // Honest values start in [0, 2.3): the median of three stays there.
   EXPECT_LT(trimmed, 2.3f) << "with --trim 1 the faulty node moved an honest one";
-  EXPECT_GT(plain, 1000.0f) << "the faulty node should drag plain gossip (else this test shows nothing)";
+  EXPECT_GT(plain, 1000.0f)
+      << "the faulty node should drag plain gossip (else this test shows nothing)";
 }
 
 TEST(RobustMixing, TrimTooLargeForTheTopologyIsAConfigError) {
   const int port = free_ports(1)[0];
-  ChildProcess p({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
-                  "--run-dir", "/tmp", "--peer", "1=tcp://127.0.0.1:1", "--peer", "2=tcp://127.0.0.1:2",
-                  "--strategy", "gossip", "--topology", "ring", "--trim", "2"},
-                 std::filesystem::temp_directory_path() / ("gossip-trim-" + std::to_string(::getpid()) + ".log"));
+  ChildProcess p(
+      {binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port),
+       "--run-dir", "/tmp", "--peer", "1=tcp://127.0.0.1:1", "--peer", "2=tcp://127.0.0.1:2",
+       "--strategy", "gossip", "--topology", "ring", "--trim", "2"},
+      std::filesystem::temp_directory_path() /
+          ("gossip-trim-" + std::to_string(::getpid()) + ".log"));
   EXPECT_EQ(p.wait(std::chrono::seconds(10)), 2);
   EXPECT_NE(p.log().find("--trim"), std::string::npos) << p.log();
   EXPECT_NE(p.log().find("needs more than 4 values per coordinate"), std::string::npos) << p.log();
-  std::filesystem::remove(std::filesystem::temp_directory_path() / ("gossip-trim-" + std::to_string(::getpid()) + ".log"));
+  std::filesystem::remove(std::filesystem::temp_directory_path() /
+                          ("gossip-trim-" + std::to_string(::getpid()) + ".log"));
 }
 
 }  // namespace

@@ -13,8 +13,8 @@
 
 namespace gossip::testing {
 
-inline std::unique_ptr<Client> connect_to(const Cluster& c, int node,
-                                          std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+inline std::unique_ptr<Client> connect_to(
+    const Cluster& c, int node, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   ClientOptions o;
   o.endpoint = c.ipc_endpoint(node);
   o.trainer = "test-" + std::to_string(node);

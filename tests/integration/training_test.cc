@@ -28,9 +28,13 @@ double number_field(const std::string& json, const std::string& key) {
 std::pair<std::string, double> run_cluster(std::vector<std::string> args) {
   char dir[] = "/tmp/gossip-training-XXXXXX";
   if (!::mkdtemp(dir)) return {"", 0};
-  std::vector<std::string> argv = {binary("gossipctl"), "cluster", "--out",
-                                   (std::filesystem::path(dir) / "run").string(), "--json",
-                                   "--timeout", "120"};
+  std::vector<std::string> argv = {binary("gossipctl"),
+                                   "cluster",
+                                   "--out",
+                                   (std::filesystem::path(dir) / "run").string(),
+                                   "--json",
+                                   "--timeout",
+                                   "120"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto start = std::chrono::steady_clock::now();
   ChildProcess p(argv, std::filesystem::path(dir) / "gossipctl.log");
@@ -73,18 +77,20 @@ TEST(Training, FourNodesLocalSgdReach84PercentInUnderAMinute) {
 void compressed_run(const std::string& codec, double min_reduction, double max_reduction,
                     const std::string& transport = "auto") {
   constexpr int kNodes = 4, kSteps = 1200, kPeriod = 4;
-  auto [json, seconds] = run_cluster({"--nodes", "4", "--strategy", "local-sgd", "--period", "4",
-                                      "--steps", "1200", "--seed", "1", "--codec", codec,
-                                      "--transport", transport});
+  auto [json, seconds] =
+      run_cluster({"--nodes", "4", "--strategy", "local-sgd", "--period", "4", "--steps", "1200",
+                   "--seed", "1", "--codec", codec, "--transport", transport});
   ASSERT_FALSE(json.empty());
   EXPECT_NE(json.find("\"codec\": \"" + codec + "\""), std::string::npos) << json;
   EXPECT_GE(number_field(json, "accuracy_average_model"), 0.82) << json;
   // The uncompressed exchange: the ring's 2(n-1) models per round in all, or the
   // all-gather's n(n-1).
-  const double models_per_round = transport == "allgather" ? kNodes * (kNodes - 1) : 2 * (kNodes - 1);
+  const double models_per_round =
+      transport == "allgather" ? kNodes * (kNodes - 1) : 2 * (kNodes - 1);
   const double uncompressed = (kSteps / kPeriod) * models_per_round * kModelBytes;
   double reduction = uncompressed / number_field(json, "payload_bytes_sent_total");
-  std::cout << "[ figures  ] " << codec << ": " << reduction << "x less payload than uncompressed\n";
+  std::cout << "[ figures  ] " << codec << ": " << reduction
+            << "x less payload than uncompressed\n";
   EXPECT_GE(reduction, min_reduction) << json;
   EXPECT_LE(reduction, max_reduction) << json;
 }
@@ -113,7 +119,8 @@ std::string run_standalone(std::vector<std::string> args) {
   char dir[] = "/tmp/gossip-standalone-XXXXXX";
   if (!::mkdtemp(dir)) return "";
   const auto result = std::filesystem::path(dir) / "result.json";
-  std::vector<std::string> argv = {binary("gossip-train"), "--standalone", "--result", result.string()};
+  std::vector<std::string> argv = {binary("gossip-train"), "--standalone", "--result",
+                                   result.string()};
   argv.insert(argv.end(), args.begin(), args.end());
   ChildProcess p(argv, std::filesystem::path(dir) / "train.log");
   const int rc = p.wait(120s);
@@ -139,11 +146,14 @@ TEST(Training, SynchronousSgdOnFourNodesMatchesOneNodeWithTheSameGlobalBatch) {
   ASSERT_FALSE(single.empty());
   const double cluster_accuracy = number_field(json, "accuracy_average_model");
   const double single_accuracy = number_field(single, "accuracy_average");
-  std::cout << "[ figures  ] allreduce 4x64: " << cluster_accuracy << ", one node x256: " << single_accuracy << "\n";
+  std::cout << "[ figures  ] allreduce 4x64: " << cluster_accuracy
+            << ", one node x256: " << single_accuracy << "\n";
   EXPECT_NEAR(cluster_accuracy, single_accuracy, 0.01) << json << "\n" << single;
   EXPECT_EQ(number_field(json, "consensus_distance"), 0.0) << "the replicas must be identical";
   // One ring per step: 2(n-1) gradient-sized messages' worth across all nodes.
-  EXPECT_EQ(number_field(json, "payload_bytes_sent_total"), kSteps * 2.0 * (kNodes - 1) * kModelBytes) << json;
+  EXPECT_EQ(number_field(json, "payload_bytes_sent_total"),
+            kSteps * 2.0 * (kNodes - 1) * kModelBytes)
+      << json;
 }
 
 // Gossip on 8 nodes: each node talks to its 2 ring neighbors every step. The model
@@ -159,18 +169,17 @@ TEST(Training, EightNodesGossipOnARingReach84Percent) {
   EXPECT_GE(number_field(json, "accuracy_average_model"), 0.84) << json;
   EXPECT_GE(number_field(json, "consensus_distance"), 0.0) << json;
   // One model to each of 2 neighbors per step and node, plus the final synchronization.
-  const double payload = (kSteps) * kNodes * 2 * kModelBytes;
+  const double payload = (kSteps)*kNodes * 2 * kModelBytes;
   EXPECT_EQ(number_field(json, "payload_bytes_sent_total"), payload) << json;
 }
 
 TEST(Training, EightNodesChocoWithTopkReach82PercentWithAFiftiethOfGossipsTraffic) {
   constexpr int kNodes = 8, kSteps = 600;
-  auto [json, seconds] =
-      run_cluster({"--nodes", "8", "--strategy", "choco", "--codec", "topk:0.01", "--period", "1",
-                   "--steps", "600", "--seed", "1"});
+  auto [json, seconds] = run_cluster({"--nodes", "8", "--strategy", "choco", "--codec", "topk:0.01",
+                                      "--period", "1", "--steps", "600", "--seed", "1"});
   ASSERT_FALSE(json.empty());
   EXPECT_GE(number_field(json, "accuracy_average_model"), 0.82) << json;
-  const double gossip_payload = (kSteps) * kNodes * 2 * kModelBytes;
+  const double gossip_payload = (kSteps)*kNodes * 2 * kModelBytes;
   const double reduction = gossip_payload / number_field(json, "payload_bytes_sent_total");
   std::cout << "[ figures  ] choco topk:0.01: " << reduction << "x less payload than gossip\n";
   EXPECT_GE(reduction, 50.0) << json;

@@ -39,9 +39,12 @@ TEST(RdmaWire, RefusalSaysWhyForEveryMismatch) {
   Hello foreign = good;
   foreign.magic = 0;
   EXPECT_NE(ring_hello_refusal(foreign, 12, 11, 5).find("magic"), std::string::npos);
-  EXPECT_EQ(ring_hello_refusal(good, 12, 13, 5), "it is node 11 asking for node 12, we wait for node 13");
-  EXPECT_EQ(ring_hello_refusal(good, 14, 11, 5), "it is node 11 asking for node 12, we wait for node 11");
-  EXPECT_EQ(ring_hello_refusal(good, 12, 11, 6), "session 0x5 is not ours (another layout, or no token)");
+  EXPECT_EQ(ring_hello_refusal(good, 12, 13, 5),
+            "it is node 11 asking for node 12, we wait for node 13");
+  EXPECT_EQ(ring_hello_refusal(good, 14, 11, 5),
+            "it is node 11 asking for node 12, we wait for node 11");
+  EXPECT_EQ(ring_hello_refusal(good, 12, 11, 6),
+            "session 0x5 is not ours (another layout, or no token)");
 }
 
 TEST(RdmaWire, AcceptIsCheckedAgainstWhatTheSenderCanDrive) {
@@ -192,7 +195,8 @@ TEST(RdmaWire, MessagesSurviveRandomlyDelayedCompletionsAndCredits) {
       const FragmentHeader h{.tag = next_send, .bytes = m.size(), .offset = send_offset};
       std::byte* at = remote.data() + send.slot_of(n) * kSlotBytes;
       std::memcpy(at, &h, sizeof h);
-      if (payload > 0) std::memcpy(at + 32, m.data() + send_offset, payload);  // an empty message has no data()
+      if (payload > 0)
+        std::memcpy(at + 32, m.data() + send_offset, payload);  // an empty message has no data()
       in_flight.push_back({static_cast<uint32_t>(n), 32 + payload});
       ++unwritten;
       send_offset += payload;

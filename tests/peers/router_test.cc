@@ -2,19 +2,20 @@
 // each message, kinds nobody subscribed to are counted and logged once, and a
 // subscription ends with its handle.
 
-#include <chrono>
-#include <cstring>
-#include <memory>
-#include <thread>
-#include <sstream>
-#include <string>
-#include <vector>
+#include "peers/router.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "peers/router.h"
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "tests/sgd/loopback_port.h"
 
 namespace gossip::peers {
@@ -78,7 +79,8 @@ TEST(Router, EverySubscriberOfAKindGetsEachMessageInSubscriptionOrder) {
   p.send_chunk(4, {1.5f, -2.0f, 3.25f});
   p.send(proto::Kind::kBye, 0);
   poll_until(r, [&] { return calls.size() == 3; });
-  EXPECT_EQ(calls, (std::vector<std::string>{"first model-chunk", "second model-chunk", "first bye"}));
+  EXPECT_EQ(calls,
+            (std::vector<std::string>{"first model-chunk", "second model-chunk", "first bye"}));
   EXPECT_EQ(first, (std::vector<float>{1.5f, -2.0f, 3.25f}));
   EXPECT_EQ(second, first) << "both subscribers see the whole payload";
   EXPECT_EQ(r.unhandled(proto::Kind::kModelChunk), 0u);
@@ -103,7 +105,8 @@ TEST(Router, AKindNobodyHandlesIsCountedAndLoggedOncePerKind) {
   const std::string text = log.str();
   const auto first = text.find("ring-probe message, which nothing on this node handles");
   ASSERT_NE(first, std::string::npos) << text;
-  EXPECT_EQ(text.find("ring-probe message", first + 1), std::string::npos) << "logged once: " << text;
+  EXPECT_EQ(text.find("ring-probe message", first + 1), std::string::npos)
+      << "logged once: " << text;
 }
 
 TEST(Router, ASubscriptionEndsWithItsHandle) {

@@ -1,6 +1,12 @@
 // Topologies, mixing weights, spectral gaps and the node-id check of peers/.
 // Every suite is named Topology* so that `ctest -R Topology` selects them all.
 
+#include "peers/topology.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -8,15 +14,10 @@
 #include <string>
 #include <vector>
 
-#include <Eigen/Core>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "peers/mixing_matrix.h"
 #include "peers/node_ids.h"
 #include "peers/random_regular.h"
 #include "peers/split_mix64.h"
-#include "peers/topology.h"
 
 namespace gossip::peers {
 namespace {

@@ -416,20 +416,22 @@ TEST(WireHeader, RingAddressCarriesAPortAndNothingElse) {
   expect_same(h, *d);
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 0)))), "ring-address with port 0");
   EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("offset", 65536)))), "port 65536");
-  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))), "ring-address carries no payload");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))),
+                 "ring-address carries no payload");
 }
 
 TEST(WireHeader, RingProbeRoundTripsAndCarriesNoPayload) {
   Header h;
   h.kind = Kind::kRingProbe;
   h.from = 3;
-  h.round = 17;            // next round
-  h.offset = 2;            // epoch
-  h.seq = 0xfeedbeefull;   // view
+  h.round = 17;           // next round
+  h.offset = 2;           // epoch
+  h.seq = 0xfeedbeefull;  // view
   auto d = decode(encode_header(h));
   ASSERT_TRUE(d.is_ok()) << d.status().message();
   expect_same(h, *d);
-  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("numel", 1)))), "ring-probe carries no payload");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("numel", 1)))),
+                 "ring-probe carries no payload");
 }
 
 TEST(WireHeader, CopyRequestRoundTripsAndCarriesNoPayload) {
@@ -442,7 +444,8 @@ TEST(WireHeader, CopyRequestRoundTripsAndCarriesNoPayload) {
   ASSERT_TRUE(d.is_ok()) << d.status().message();
   expect_same(h, *d);
   EXPECT_STREQ(kind_name(Kind::kCopyRequest), "copy-request");
-  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))), "copy-request carries no payload");
+  EXPECT_REFUSED(decode(pack_map(with(fields_of(h), u("bytes", 4)))),
+                 "copy-request carries no payload");
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {

@@ -5,8 +5,6 @@
 // reached. With it, the nodes agree again. Plus the exchange's side: a public copy
 // is refused by a node that does not run CHOCO, and a copy-request is handed over.
 
-#include "sgd/choco_sgd.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "sgd/choco_sgd.h"
 #include "tests/sgd/loopback_port.h"
 
 namespace gossip::sgd {
@@ -77,7 +76,8 @@ struct Ring3 {
       o.patience = patience;
       n.choco = std::make_unique<ChocoSgd>(*n.exchange, *topology, o, 1.0);
       n.x.resize(kNumel);
-      for (size_t e = 0; e < kNumel; ++e) n.x[e] = static_cast<float>(i) * 3.0f + std::sin(0.01f * e * (i + 1));
+      for (size_t e = 0; e < kNumel; ++e)
+        n.x[e] = static_cast<float>(i) * 3.0f + std::sin(0.01f * e * (i + 1));
     }
   }
 
@@ -164,10 +164,10 @@ TEST(ChocoResync, APublicCopyIsRefusedWhereChocoDoesNotRunAndACopyRequestIsHande
   send_copy(1);
   size_t got = 0;
   auto d = choco.receive(1, from_a, 64, Clock::now() + 3s, o,
-                    [&](size_t, const proto::Header& h, std::span<const float> v) {
-                      EXPECT_EQ(h.tensor, proto::kPublicCopyTensor);
-                      got += v.size();
-                    });
+                         [&](size_t, const proto::Header& h, std::span<const float> v) {
+                           EXPECT_EQ(h.tensor, proto::kPublicCopyTensor);
+                           got += v.size();
+                         });
   ASSERT_TRUE(d) << d.status().message();
   EXPECT_EQ(got, 64u);
   EXPECT_EQ(choco.take_copy_requests(), std::vector<uint32_t>{0});

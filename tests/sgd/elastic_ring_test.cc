@@ -40,14 +40,16 @@ TEST(RingMembership, AllMembersHeardEndsTheWaitAndKeepsTheView) {
   EXPECT_EQ(change.next_rounds.at(3), 8u);
   EXPECT_EQ(m.members(), (std::vector<uint32_t>{0, 1, 2, 3}));
   EXPECT_EQ(m.epoch(), 1u);
-  EXPECT_NE(m.view_id(), before) << "a new epoch is a new view, so stale ring addresses are not taken";
+  EXPECT_NE(m.view_id(), before)
+      << "a new epoch is a new view, so stale ring addresses are not taken";
   EXPECT_FALSE(m.reforming());
 }
 
 TEST(RingMembership, ASilentMemberIsLeftOutWhenTheWaitEnds) {
   RingMembership m(2, {0, 1, 3});
   const auto t0 = Clock::now();
-  EXPECT_EQ(m.on_probe(1, 0, 4, t0, 2s), Probe::kStarted) << "a member's probe starts re-forming here";
+  EXPECT_EQ(m.on_probe(1, 0, 4, t0, 2s), Probe::kStarted)
+      << "a member's probe starts re-forming here";
   EXPECT_EQ(m.on_probe(3, 0, 4, t0, 2s), Probe::kHeard);
   EXPECT_FALSE(m.ready(t0 + 1999ms));
   EXPECT_TRUE(m.ready(t0 + 2s));
@@ -66,7 +68,8 @@ TEST(RingMembership, StrangersAndStaleEpochsAreNotHeard) {
   m.decide();  // node 2 left out, epoch 1
   ASSERT_EQ(m.members(), (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(m.on_probe(2, 5, 1, t0, 1s), Probe::kIgnored) << "not a member any more";
-  EXPECT_EQ(m.on_probe(1, 0, 1, t0, 1s), Probe::kIgnored) << "epoch 0 is over (a restarted node starts there)";
+  EXPECT_EQ(m.on_probe(1, 0, 1, t0, 1s), Probe::kIgnored)
+      << "epoch 0 is over (a restarted node starts there)";
   EXPECT_EQ(m.on_probe(7, 1, 1, t0, 1s), Probe::kIgnored) << "never configured";
   EXPECT_FALSE(m.reforming());
   EXPECT_EQ(m.on_probe(1, 3, 1, t0, 1s), Probe::kStarted) << "a newer epoch of a member counts";
@@ -80,7 +83,8 @@ TEST(RingMembership, ARestartedNodeAsksBackInAndIsTakenBackOnlyWhereJoinersAreAd
   m.start(t0, 1s);
   m.on_probe(1, 0, 5, t0, 1s);
   m.decide();  // node 2 left out, epoch 1
-  EXPECT_EQ(m.on_probe(2, 0, 5, t0, 1s, /*joining=*/false), Probe::kIgnored) << "a stale probe, not a join";
+  EXPECT_EQ(m.on_probe(2, 0, 5, t0, 1s, /*joining=*/false), Probe::kIgnored)
+      << "a stale probe, not a join";
   EXPECT_EQ(m.on_probe(2, 0, 5, t0, 1s, /*joining=*/true), Probe::kStarted);
   m.on_probe(1, 1, 6, t0, 1s);
   ASSERT_TRUE(m.ready(t0)) << "every member heard; the joiner does not count towards them";
@@ -92,7 +96,8 @@ TEST(RingMembership, ARestartedNodeAsksBackInAndIsTakenBackOnlyWhereJoinersAreAd
   plain.start(t0, 1s);
   plain.on_probe(1, 0, 5, t0, 1s);
   plain.decide();
-  EXPECT_EQ(plain.on_probe(2, 0, 5, t0, 1s, true), Probe::kIgnored) << "synchronous SGD's ring takes nobody back";
+  EXPECT_EQ(plain.on_probe(2, 0, 5, t0, 1s, true), Probe::kIgnored)
+      << "synchronous SGD's ring takes nobody back";
 
   // The restarted node itself hears the members, not another restarted node.
   RingMembership back(2, {0, 1, 3}, true);
@@ -142,7 +147,8 @@ TEST(RingMembership, MembersThatHearEachOtherAgreeOnTheView) {
   nodes[1].start(t0, 1s);
   for (size_t i = 0; i < 3; ++i)
     for (size_t j = 0; j < 3; ++j)
-      if (i != j) nodes[j].on_probe(nodes[i].order().ids[nodes[i].order().rank], 0, 9, t0 + 10ms, 1s);
+      if (i != j)
+        nodes[j].on_probe(nodes[i].order().ids[nodes[i].order().rank], 0, 9, t0 + 10ms, 1s);
   for (auto& n : nodes) {
     ASSERT_TRUE(n.ready(t0 + 1010ms));
     EXPECT_EQ(n.decide().lost, (std::vector<uint32_t>{2}));
@@ -253,7 +259,8 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   }
   EXPECT_EQ(got, result);
   while (auto in = trio.inbox[1]->next(0ms))
-    EXPECT_NE(in->header.kind, proto::Kind::kStateChunk) << "node 1 completed the round: it gets no copy";
+    EXPECT_NE(in->header.kind, proto::Kind::kStateChunk)
+        << "node 1 completed the round: it gets no copy";
 }
 
 TEST(ElasticPeerRing, AMemberThatNeverAnnouncesItsRingIsLeftOutWithinTheRound) {
@@ -276,9 +283,11 @@ TEST(ElasticPeerRing, AMemberThatNeverAnnouncesItsRingIsLeftOutWithinTheRound) {
   }
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_TRUE(st) << st.message();
-  EXPECT_EQ(ring.order().ids, (std::vector<uint32_t>{0})) << "node 1 never announced its ring for epoch 6";
+  EXPECT_EQ(ring.order().ids, (std::vector<uint32_t>{0}))
+      << "node 1 never announced its ring for epoch 6";
   EXPECT_EQ(x, (std::vector<float>{1, 2, 3})) << "a ring of one holds its own model";
-  EXPECT_LT(took, 5.0) << "two re-formings of 0.5 s and a 1 s wait for an address, not the round's 20 s";
+  EXPECT_LT(took, 5.0)
+      << "two re-formings of 0.5 s and a 1 s wait for an address, not the round's 20 s";
 }
 
 }  // namespace

@@ -15,8 +15,9 @@ class Inbox {
  public:
   explicit Inbox(peers::ZmqTransport& transport) : router_(transport) {
     for (uint8_t k = 1; k <= proto::kMaxKind; ++k)
-      subscriptions_.push_back(router_.subscribe(
-          {static_cast<proto::Kind>(k)}, [this](peers::Incoming& in) { queue_.push_back(std::move(in)); }));
+      subscriptions_.push_back(
+          router_.subscribe({static_cast<proto::Kind>(k)},
+                            [this](peers::Incoming& in) { queue_.push_back(std::move(in)); }));
   }
 
   // The next message, waiting at most `wait` for one.

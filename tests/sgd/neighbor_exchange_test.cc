@@ -49,7 +49,8 @@ Status send_model(peers::ZmqTransport& t, uint32_t to, uint64_t round, std::vect
 }
 
 TEST(NeighborExchange, ChunkWithNaNOrInfIsRefusedAndCounted) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     Pair p;
     NeighborExchange ex(*p.rb, nullptr, nullptr);
     ex.set_layout_fingerprint(kLayout);
@@ -76,10 +77,11 @@ TEST(NeighborExchange, FiniteChunkIsDelivered) {
   ASSERT_TRUE(send_model(*p.a, 1, 0, x));
   const uint32_t sources[] = {0};
   std::vector<float> got(100, 0.0f);
-  auto d = ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
-                      [&](size_t, const proto::Header& h, std::span<const float> v) {
-                        std::copy(v.begin(), v.end(), got.begin() + static_cast<ptrdiff_t>(h.offset));
-                      });
+  auto d =
+      ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
+                 [&](size_t, const proto::Header& h, std::span<const float> v) {
+                   std::copy(v.begin(), v.end(), got.begin() + static_cast<ptrdiff_t>(h.offset));
+                 });
   ASSERT_TRUE(d) << d.status().message();
   EXPECT_TRUE(d->complete[0]);
   EXPECT_EQ(got, x);

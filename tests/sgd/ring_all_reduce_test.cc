@@ -45,11 +45,14 @@ class RingTest : public ::testing::TestWithParam<std::string> {
     ranks_.clear();
     ranks_.resize(n);
     for (uint32_t r = 0; r < n; ++r) {
-      ranks_[r].traffic = std::make_unique<peers::TrafficCounters>(std::vector<uint32_t>{left(r, n), right(r, n)});
+      ranks_[r].traffic =
+          std::make_unique<peers::TrafficCounters>(std::vector<uint32_t>{left(r, n), right(r, n)});
       peers::RingTransportOptions o;
       o.traffic = ranks_[r].traffic.get();
       auto t = peers::make_ring_transport(GetParam(), o);
-      if (!t.is_ok()) GTEST_SKIP() << "ring transport '" << GetParam() << "' unavailable: " << t.status().message();
+      if (!t.is_ok())
+        GTEST_SKIP() << "ring transport '" << GetParam()
+                     << "' unavailable: " << t.status().message();
       ranks_[r].transport = std::move(t).value();
     }
     std::vector<Status> results(n);
@@ -78,9 +81,10 @@ class RingTest : public ::testing::TestWithParam<std::string> {
   }
 
   // Runs one mean on every rank; returns each rank's status.
-  std::vector<Status> mean(std::vector<std::vector<float>>& data, uint64_t round, const Compression& c = {},
-                           std::vector<compression::ErrorFeedback*> ef = {}, uint64_t chunk_elems = 4096,
-                           std::chrono::milliseconds timeout = 10s) {
+  std::vector<Status> mean(std::vector<std::vector<float>>& data, uint64_t round,
+                           const Compression& c = {},
+                           std::vector<compression::ErrorFeedback*> ef = {},
+                           uint64_t chunk_elems = 4096, std::chrono::milliseconds timeout = 10s) {
     const uint32_t n = static_cast<uint32_t>(data.size());
     std::vector<Status> st(n);
     run_all(n, [&](uint32_t r) {
@@ -113,7 +117,8 @@ class RingTest : public ::testing::TestWithParam<std::string> {
 };
 
 void expect_all_ok(const std::vector<Status>& st) {
-  for (size_t r = 0; r < st.size(); ++r) ASSERT_TRUE(st[r].is_ok()) << "rank " << r << ": " << st[r].message();
+  for (size_t r = 0; r < st.size(); ++r)
+    ASSERT_TRUE(st[r].is_ok()) << "rank " << r << ": " << st[r].message();
 }
 
 void expect_same_bits(const std::vector<std::vector<float>>& d) {
@@ -130,9 +135,16 @@ TEST_P(RingTest, MeanMatchesAnIndependentSumForAnyLength) {
     uint64_t round = 0;
     // Small buffers twice: as whole vectors (the default) and through the ring's
     // reduce-scatter, whose schedule must hold for lengths below n too.
-    for (const auto& [numel, gather_below] : std::vector<std::pair<uint64_t, uint64_t>>{
-             {0, 0}, {1, 0}, {n - 1, 0}, {n + 1, 0}, {1, 1 << 20}, {n - 1, 1 << 20},
-             {n + 1, 1 << 20}, {5000, 1 << 20}, {1000003, RingOptions{}.gather_below_bytes}}) {
+    for (const auto& [numel, gather_below] :
+         std::vector<std::pair<uint64_t, uint64_t>>{{0, 0},
+                                                    {1, 0},
+                                                    {n - 1, 0},
+                                                    {n + 1, 0},
+                                                    {1, 1 << 20},
+                                                    {n - 1, 1 << 20},
+                                                    {n + 1, 1 << 20},
+                                                    {5000, 1 << 20},
+                                                    {1000003, RingOptions{}.gather_below_bytes}}) {
       gather_below_bytes_ = gather_below;
       auto data = random_data(n, numel, 100 * n + numel);
       std::vector<double> want(numel, 0.0), scale(numel, 0.0);
@@ -145,7 +157,8 @@ TEST_P(RingTest, MeanMatchesAnIndependentSumForAnyLength) {
       for (uint64_t i = 0; i < numel; ++i) {
         // fp32 sums in another order: n roundings of at most 2^-24 of the running |sum|.
         const double tol = 1e-6 * scale[i] / n + 1e-30;
-        ASSERT_NEAR(data[0][i], want[i] / n, tol) << "n=" << n << " numel=" << numel << " element " << i;
+        ASSERT_NEAR(data[0][i], want[i] / n, tol)
+            << "n=" << n << " numel=" << numel << " element " << i;
       }
       expect_same_bits(data);
     }
@@ -227,7 +240,9 @@ TEST_P(RingTest, SparseContributionsAreGatheredAndSummedInRankOrder) {
       for (uint64_t off = 0; off < numel; off += chunk) {
         std::vector<std::byte> payload;
         std::vector<float> sent(chunk);
-        ASSERT_TRUE(copy.encode(std::span<const float>(data[r]).subspan(off, chunk), off, {}, payload, sent).is_ok());
+        ASSERT_TRUE(
+            copy.encode(std::span<const float>(data[r]).subspan(off, chunk), off, {}, payload, sent)
+                .is_ok());
         for (uint64_t i = 0; i < chunk; ++i) want[off + i] += sent[i];
       }
     }

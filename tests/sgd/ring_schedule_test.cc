@@ -65,7 +65,8 @@ TEST(RingSchedule, EachReceiveIsTheLeftNeighborsSendAndIsForwardedNextStep) {
       EXPECT_EQ(me.send_segment(RingPhase::kAllGather, 0), me.owned_segment());
       // Every rank owns a different segment.
       std::set<uint32_t> sent;
-      for (uint32_t k = 0; k < me.steps(); ++k) sent.insert(me.send_segment(RingPhase::kReduceScatter, k));
+      for (uint32_t k = 0; k < me.steps(); ++k)
+        sent.insert(me.send_segment(RingPhase::kReduceScatter, k));
       EXPECT_EQ(sent.size(), n - 1) << "a segment sent twice in one phase";
     }
   }
@@ -119,7 +120,8 @@ void simulate(uint32_t n, uint64_t numel, uint64_t chunk) {
         const uint32_t seg = s[r].send_segment(phase, k);
         for (uint64_t c = 0; c < s[r].chunks(seg); ++c) {
           const Segment ck = s[r].chunk(seg, c);
-          outbox[r].emplace_back(data[r].begin() + ck.offset, data[r].begin() + ck.offset + ck.numel);
+          outbox[r].emplace_back(data[r].begin() + ck.offset,
+                                 data[r].begin() + ck.offset + ck.numel);
         }
       }
       for (uint32_t r = 0; r < n; ++r) {
@@ -138,7 +140,8 @@ void simulate(uint32_t n, uint64_t numel, uint64_t chunk) {
         }
       }
     }
-  for (uint32_t r = 0; r < n; ++r) EXPECT_EQ(data[r], want) << "n=" << n << " numel=" << numel << " rank " << r;
+  for (uint32_t r = 0; r < n; ++r)
+    EXPECT_EQ(data[r], want) << "n=" << n << " numel=" << numel << " rank " << r;
 }
 
 TEST(RingSchedule, SimulatedRingSumsExactlyOnEveryRank) {

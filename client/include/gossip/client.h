@@ -65,9 +65,9 @@ struct StepResult {
   // synchronization it is the node's step, which jumps when an elastic ring takes
   // the node back at the members' step. A trainer loops until it reaches its total.
   uint64_t step = 0;
-  bool synced = false;   // this step was a synchronization point
-  uint64_t round = 0;    // rounds completed by the node
-  Traffic traffic;       // node totals as of the last synchronization
+  bool synced = false;  // this step was a synchronization point
+  uint64_t round = 0;   // rounds completed by the node
+  Traffic traffic;      // node totals as of the last synchronization
 };
 
 struct PeerStatus {

@@ -13,11 +13,11 @@ extern "C" {
 
 enum {
   GOSSIP_OK = 0,
-  GOSSIP_EINVAL = -1,    /* bad argument */
-  GOSSIP_EIO = -2,       /* socket or shared-memory failure */
-  GOSSIP_ETIMEOUT = -3,  /* the daemon did not answer in time */
-  GOSSIP_EREFUSED = -4,  /* the daemon refused (e.g. layout mismatch) */
-  GOSSIP_ECLOSED = -5    /* the daemon shut down */
+  GOSSIP_EINVAL = -1,   /* bad argument */
+  GOSSIP_EIO = -2,      /* socket or shared-memory failure */
+  GOSSIP_ETIMEOUT = -3, /* the daemon did not answer in time */
+  GOSSIP_EREFUSED = -4, /* the daemon refused (e.g. layout mismatch) */
+  GOSSIP_ECLOSED = -5   /* the daemon shut down */
 };
 
 typedef struct gossip_client gossip_client;
