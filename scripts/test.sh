@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
-# Installs, builds, and runs the whole test suite (unit, multi-process integration,
-# and training on Fashion-MNIST), then the unit and integration tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer (scripts/test-sanitizers.sh, build-asan/).
-# This is what CI runs.
-#   GOSSIP_SKIP_SANITIZERS=1  stop after the main suite (a quick local run)
+# Installs, builds, and runs the whole test suite. This is what CI runs.
+#   0. scripts/check-format.sh: every C++ source formatted by .clang-format;
+#   1. scripts/test-sanitizers.sh: build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer
+#      + LeakSanitizer) and every unit and integration test under it;
+#   2. build/ (optimized), only what the rest needs, and the timed training runs, the
+#      experiments, the Python client and the fuzzing smoke test on it
+#      (scripts/optimized-tests.sh).
+# Each test runs once, so the suite fits CI's time on two cores.
+#   GOSSIP_SKIP_SANITIZERS=1  a quick local run instead: build/ in full and every test on it
 #   NO_INSTALL=1              skip scripts/install-deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+start=$SECONDS
+[[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh
+export NO_INSTALL=1
+bash scripts/check-format.sh
+source scripts/optimized-tests.sh
 # Tests that time a training run or start many processes are marked RUN_SERIAL.
-(cd build && ctest --output-on-failure -j 2 --timeout 600)
 if [[ "${GOSSIP_SKIP_SANITIZERS:-}" == 1 ]]; then
-  echo "test.sh: GOSSIP_SKIP_SANITIZERS=1: the sanitizer stage is skipped"
+  echo "test.sh: GOSSIP_SKIP_SANITIZERS=1: every test on the optimized build, none under the sanitizers"
+  bash scripts/build.sh
+  (cd build && ctest --output-on-failure -j 2 --timeout 600)
   exit 0
 fi
 bash scripts/test-sanitizers.sh
+sanitized=$SECONDS
+targets=()
+for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
+bash scripts/build.sh "${targets[@]}"
+built=$SECONDS
+(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests")
+echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \
+  "$((built - sanitized)) s, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"

@@ -1,0 +1,22 @@
+# Sourced by scripts/test.sh and scripts/test-sanitizers.sh: the tests that run on the
+# optimized build (build/) only. Every other test runs once, under AddressSanitizer +
+# UndefinedBehaviorSanitizer (build-asan/), which checks more than the optimized build
+# and runs the same code.
+#   Training.*       timed training runs on Fashion-MNIST (4-8 nodes, 600-1200 steps): about
+#                    10x slower under ASan, so they overrun gossipctl's fixed 120 s bound
+#                    (the 4-node one alone takes 90 s); the integration tests run the same
+#                    daemon, strategy and codec code on smaller models.
+#   Experiments.*    the experiment matrix, churn and the namespace testbed: Python driving
+#                    the same binaries through long training runs and rate measurements.
+#   PythonClient.*   loads libgossip.so into Debian's python3, which ASan refuses for an
+#                    instrumented library (its runtime must be loaded first); CApi.* covers
+#                    the C ABI under ASan.
+#   Fuzz.Short       builds its own clang ASan+UBSan build (build-fuzz/) and fuzzes; the
+#                    corpus replays (Fuzz.Replay.*) run under ASan.
+# shellcheck disable=SC2034
+optimized_tests='^(Training|Experiments|PythonClient)\.|^Fuzz\.Short$'
+# What those tests need built: the programs they drive, the C ABI, their test binaries;
+# and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
+# shellcheck disable=SC2034
+optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_test
+                   sync_trainer compression_bench ring_bench)
