@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "base/isa.h"
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
-#include "compression/isa.h"
 #include "compression/thread_pool.h"
 
 namespace {
@@ -89,19 +89,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"portable", "avx2", "avx512"}));
   CLI11_PARSE(app, argc, argv);
 
-  using gossip::compression::Isa;
+  using gossip::Isa;
   if (!isa_arg.empty()) {
     const Isa want = isa_arg == "portable" ? Isa::kPortable
                      : isa_arg == "avx2"   ? Isa::kAvx2
                                            : Isa::kAvx512;
-    gossip::compression::set_active_isa(want);
-    if (gossip::compression::active_isa() != want) {
+    gossip::set_active_isa(want);
+    if (gossip::active_isa() != want) {
       std::cerr << "--isa " << isa_arg << ": this CPU has only "
-                << gossip::compression::isa_name(gossip::compression::detected_isa()) << "\n";
+                << gossip::isa_name(gossip::detected_isa()) << "\n";
       return 1;
     }
   }
-  const char* isa = gossip::compression::isa_name(gossip::compression::active_isa());
+  const char* isa = gossip::isa_name(gossip::active_isa());
 
   std::ofstream json;
   if (!json_path.empty()) {

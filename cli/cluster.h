@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "cli/command.h"
-#include "proto/status.h"
 
 namespace gossip::cli {
 

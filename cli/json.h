@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::cli {
 

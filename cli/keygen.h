@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "base/status.h"
 #include "cli/command.h"
-#include "proto/status.h"
 
 namespace gossip::cli {
 

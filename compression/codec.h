@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "proto/message.h"
-#include "proto/status.h"
 
 namespace gossip::compression {
 

@@ -23,9 +23,9 @@
 #include <cmath>
 #include <limits>
 
+#include "base/split_mix64.h"
 #include "compression/bytes.h"
 #include "compression/codec.h"
-#include "compression/rng.h"
 #include "compression/thread_pool.h"
 
 namespace gossip::compression {

@@ -22,6 +22,7 @@
 #include <bit>
 #include <cstring>
 
+#include "base/split_mix64.h"
 #include "compression/codec.h"
 #include "compression/randk_indices.h"
 #include "compression/sparse_encoding.h"
@@ -33,17 +34,11 @@ namespace {
 
 constexpr size_t kGrain = size_t{1} << 18;
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 class Xoshiro256ss {
  public:
   explicit Xoshiro256ss(uint64_t seed) {
-    for (auto& w : s_) w = splitmix64(seed);
+    SplitMix64 expand(seed);  // the seeding xoshiro's authors recommend
+    for (auto& w : s_) w = expand.next();
   }
   uint64_t next() {
     uint64_t result = std::rotl(s_[1] * 5, 7) * 9;
@@ -80,7 +75,7 @@ class Xoshiro256ss {
 std::vector<uint64_t> randk_indices(uint64_t seed, uint64_t n, uint64_t k) {
   std::vector<uint64_t> out;
   if (k == 0 || n == 0) return out;
-  Xoshiro256ss rng(seed ^ (n * 0x9e3779b97f4a7c15ull) ^ 0x72616e646b5f7631ull);
+  Xoshiro256ss rng(seed ^ (n * kWeyl) ^ 0x72616e646b5f7631ull);
   std::vector<uint64_t> bits((n + 63) / 64, 0);
   for (uint64_t j = n - k; j < n; ++j) {
     uint64_t t = rng.below(j + 1);

@@ -22,9 +22,9 @@
 #include <immintrin.h>
 #endif
 
+#include "base/isa.h"
 #include "compression/bytes.h"
 #include "compression/codec.h"
-#include "compression/isa.h"
 #include "compression/thread_pool.h"
 
 namespace gossip::compression {

@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "compression/codec.h"
-#include "proto/status.h"
 
 namespace gossip::compression {
 

@@ -42,6 +42,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "base/split_mix64.h"
 #include "compression/codec.h"
 #include "compression/half.h"
 #include "compression/sparse_encoding.h"
@@ -64,21 +65,12 @@ inline uint32_t mag_key(float f) { return float_bits(f) & 0x7fffffffu; }
 // Tolerated shortfall of the approximate count: floor(k * 0.1).
 inline uint64_t approx_slack(uint64_t k) { return k / 10; }
 
-// splitmix64 (Steele, Lea & Flood 2014): positions of the threshold sample.
-struct SplitMix64 {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, bound), Lemire's multiply-shift (the tiny bias is irrelevant for
-  // a threshold estimate).
-  uint64_t below(uint64_t bound) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * bound) >> 64);
-  }
-};
+// A position of the threshold sample, uniform in [0, bound): Lemire's multiply-shift
+// of SplitMix64's next draw (the tiny bias is irrelevant for a threshold estimate, and
+// unlike rejection it takes exactly one draw).
+inline uint64_t sample_below(SplitMix64& rng, uint64_t bound) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(rng.next()) * bound) >> 64);
+}
 
 // Candidates: indices (ascending) with the fp32 bits of their values side by side,
 // so that selecting among them, and gathering the kept values, reads a compact
@@ -263,13 +255,13 @@ Status select_approx(std::span<const float> x, uint64_t k, uint64_t seed, Thread
   if (n < kMinApproxN || k == 0 || k == n) return select_exact(x, k, pool, out);
   out = Candidates{};
   uint64_t s = std::max(kMinSample, n / 100);
-  SplitMix64 rng{seed ^ (n * 0xd1b54a32d192ed03ull) ^ 0x746f706b5f617070ull};
+  SplitMix64 rng(seed ^ (n * 0xd1b54a32d192ed03ull) ^ 0x746f706b5f617070ull);
   // Runs of kSampleRun consecutive elements at random starts: a fraction of the
   // cache misses of single positions, at little cost in independence.
   s = (s + kSampleRun - 1) / kSampleRun * kSampleRun;
   std::vector<uint32_t> sample(s);
   for (uint64_t r = 0; r < s; r += kSampleRun) {
-    uint64_t start = rng.below(n - kSampleRun + 1);
+    uint64_t start = sample_below(rng, n - kSampleRun + 1);
     for (uint64_t j = 0; j < kSampleRun; ++j) sample[r + j] = mag_key(x[start + j]);
   }
   // Aim above k by two standard deviations of the estimate (a sample rank r has a

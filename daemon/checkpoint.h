@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/status.h"
+#include "base/status.h"
 #include "sgd/strategy.h"
 
 namespace gossip::daemon {

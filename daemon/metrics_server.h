@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::daemon {
 

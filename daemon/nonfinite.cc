@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "proto/finite.h"
+#include "base/finite.h"
 
 namespace gossip::daemon {
 
@@ -22,7 +22,7 @@ bool parse_nonfinite_policy(std::string_view text, NonFinitePolicy* out) {
 NonFiniteReport sanitize_update(std::span<float> x, std::span<const float> last_good,
                                 NonFinitePolicy policy) {
   NonFiniteReport r;
-  if (!proto::any_nonfinite(x)) return r;
+  if (!any_nonfinite(x)) return r;
   const bool have_good = last_good.size() == x.size();
   for (size_t i = 0; i < x.size(); ++i) {
     if (std::isfinite(x[i])) continue;

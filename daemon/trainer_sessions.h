@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::daemon {
 

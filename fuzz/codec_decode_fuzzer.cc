@@ -24,8 +24,8 @@
 #include <limits>
 #include <vector>
 
+#include "base/isa.h"
 #include "compression/codec_spec.h"
-#include "compression/isa.h"
 #include "compression/randk_indices.h"
 #include "fuzz/codec_case.h"
 #include "fuzz/invariant.h"
@@ -35,7 +35,6 @@ namespace {
 
 using compression::Codec;
 using compression::CodecContext;
-using compression::Isa;
 
 // Fill patterns: NaNs no encoder writes, different in every bit that matters.
 constexpr uint32_t kFills[2] = {0x7fa5a5a5u, 0xffd25a5au};
@@ -55,16 +54,15 @@ std::vector<Isa> isa_levels(CodecFamily family) {
       return levels;
   }
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
-    if (static_cast<uint8_t>(isa) <= static_cast<uint8_t>(compression::detected_isa()))
-      levels.push_back(isa);
+    if (static_cast<uint8_t>(isa) <= static_cast<uint8_t>(detected_isa())) levels.push_back(isa);
   return levels;
 }
 
 // Puts back the instruction set the process had, however the target returns.
 class IsaRestore {
  public:
-  IsaRestore() : saved_(compression::active_isa()) {}
-  ~IsaRestore() { compression::set_active_isa(saved_); }
+  IsaRestore() : saved_(active_isa()) {}
+  ~IsaRestore() { set_active_isa(saved_); }
   IsaRestore(const IsaRestore&) = delete;
   IsaRestore& operator=(const IsaRestore&) = delete;
 
@@ -156,7 +154,7 @@ std::optional<std::span<const float>> decode_everywhere(CodecFamily family, cons
   std::optional<bool> accepted;
   std::span<const float> first;
   for (size_t r = 0; r < runs; ++r) {
-    compression::set_active_isa(levels[r % levels.size()]);
+    set_active_isa(levels[r % levels.size()]);
     const uint32_t fill = kFills[r % 2];
     const std::span<float> y = outputs().take(r == 0 ? slot : slot + 1, numel, fill);
     const Status st = codec.decode(payload, ctx, y);
@@ -219,7 +217,7 @@ void check_reencode(const CodecChoice& choice, const Codec& codec,
   std::vector<std::byte> first;
   std::optional<bool> accepted;
   for (Isa isa : isa_levels(choice.family)) {
-    compression::set_active_isa(isa);
+    set_active_isa(isa);
     std::vector<std::byte> out;
     const Status st = codec.encode(y, ctx, out);
     if (!accepted) {

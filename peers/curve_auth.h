@@ -15,7 +15,7 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::peers {
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/status.h"
 #include "peers/topology.h"
-#include "proto/status.h"
 
 namespace gossip::peers {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::peers {
 

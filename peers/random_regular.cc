@@ -7,7 +7,7 @@
 #include <numeric>
 #include <utility>
 
-#include "peers/split_mix64.h"
+#include "base/split_mix64.h"
 #include "peers/topologies.h"
 
 namespace gossip::peers {

@@ -23,8 +23,8 @@
 #include <span>
 #include <string>
 
+#include "base/status.h"
 #include "peers/traffic.h"
-#include "proto/status.h"
 
 namespace gossip::peers {
 

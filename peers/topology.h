@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::peers {
 

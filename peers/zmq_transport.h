@@ -16,11 +16,11 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "base/status.h"
 #include "peers/curve_auth.h"
 #include "peers/peer.h"
 #include "peers/traffic.h"
 #include "proto/message.h"
-#include "proto/status.h"
 
 namespace gossip::peers {
 

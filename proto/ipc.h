@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "base/status.h"
 #include "proto/layout.h"
-#include "proto/status.h"
 
 namespace gossip::proto::ipc {
 

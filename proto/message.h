@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::proto {
 

@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <span>
 
-#include "proto/status.h"
+#include "base/split_mix64.h"
+#include "base/status.h"
 
 namespace gossip::compression {
 class Codec;
@@ -32,10 +33,7 @@ struct Compression {
 // function of what both sender and receiver know (the round, the sender, the
 // payload's place in the round), so the receiver derives the sender's seed.
 inline uint64_t chunk_seed(uint64_t round, uint32_t node, uint64_t seq) {
-  uint64_t z = round * 0x9e3779b97f4a7c15ull ^ (uint64_t{node} << 40) ^ seq;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return mix64(round * kWeyl ^ (uint64_t{node} << 40) ^ seq);
 }
 
 struct CollectiveOptions {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
-#include "proto/status.h"
 #include "sgd/all_reduce.h"
 #include "sgd/strategy.h"
 

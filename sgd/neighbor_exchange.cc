@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "proto/finite.h"
+#include "base/finite.h"
 
 namespace gossip::sgd {
 
@@ -268,7 +268,7 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
   }
   // A node's own guard (daemon/nonfinite.h) keeps NaN/Inf from leaving it; this one
   // keeps a peer without that guard from poisoning this node.
-  if (proto::any_nonfinite(values)) {
+  if (any_nonfinite(values)) {
     size_t e = 0;
     while (std::isfinite(values[e])) ++e;
     live.refused[s] = true;

@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "compression/codec.h"
 #include "peers/router.h"
-#include "proto/status.h"
 #include "sgd/outgoing_model.h"
 #include "sgd/state_transfer.h"
 #include "sgd/strategy.h"

@@ -9,9 +9,9 @@
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "peers/zmq_transport.h"
 #include "proto/message.h"
-#include "proto/status.h"
 #include "sgd/all_reduce.h"
 
 namespace gossip::sgd {

@@ -20,9 +20,9 @@
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "peers/ring_channel.h"
 #include "proto/message.h"
-#include "proto/status.h"
 #include "sgd/all_reduce.h"
 #include "sgd/ring_schedule.h"
 

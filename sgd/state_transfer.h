@@ -21,8 +21,8 @@
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "peers/router.h"
-#include "proto/status.h"
 #include "sgd/outgoing_model.h"
 
 namespace gossip::sgd {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::compression::cuda {
 

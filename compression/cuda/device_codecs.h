@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
-#include "proto/status.h"
 
 namespace gossip::compression::cuda {
 

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "experiments/trainer/dataset.h"
-#include "proto/status.h"
 
 namespace gossip::trainer {
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::trainer {
 

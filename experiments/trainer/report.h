@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "proto/status.h"
+#include "base/status.h"
 
 namespace gossip::trainer {
 

@@ -3,14 +3,11 @@
 #include <cmath>
 #include <numbers>
 
+#include "base/split_mix64.h"
+
 namespace gossip::trainer {
 
-uint64_t mix_seed(uint64_t seed, uint64_t stream) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (stream + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+uint64_t mix_seed(uint64_t seed, uint64_t stream) { return counter_bits(seed, stream); }
 
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 

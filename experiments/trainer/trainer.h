@@ -7,12 +7,12 @@
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "experiments/trainer/batch_sampler.h"
 #include "experiments/trainer/dataset.h"
 #include "experiments/trainer/evaluation.h"
 #include "experiments/trainer/mlp.h"
 #include "experiments/trainer/sgd.h"
-#include "proto/status.h"
 
 namespace gossip::trainer {
 

@@ -18,8 +18,8 @@
 #include <span>
 #include <string>
 
+#include "base/status.h"
 #include "peers/ring_hello.h"
-#include "proto/status.h"
 
 namespace gossip::peers::rdma {
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/status.h"
+#include "base/status.h"
 #include "sgd/all_reduce.h"
 
 struct ncclComm;  // nccl.h's ncclComm_t is ncclComm*; nccl.h stays out of this header

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "base/isa.h"
+#include "base/split_mix64.h"
 #include "compression/bytes.h"
 #include "compression/codec.h"
 #include "compression/half.h"
-#include "compression/isa.h"
-#include "compression/rng.h"
 #include "compression/thread_pool.h"
 
 namespace gossip::compression {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "base/split_mix64.h"
 #include "compression/codec.h"
 #include "compression/randk_indices.h"
-#include "compression/rng.h"
 #include "compression/sparse_encoding.h"
 
 namespace gossip::compression::cuda {
@@ -690,18 +690,21 @@ TEST(DeviceMath, RandkIndicesAreTheCpuIndices) {
   }
 }
 
-// The counter RNG (rng.h) and the code width of qsgd_codec.cc.
+// The device copy of the counter RNG against base/split_mix64.h's, and the code width
+// of qsgd_codec.cc.
 TEST(DeviceMath, CounterStreamAndCodeBits) {
   EXPECT_EQ(qsgd_code_bits(1), 2u);
   EXPECT_EQ(qsgd_code_bits(2), 3u);
   EXPECT_EQ(qsgd_code_bits(16), 6u);
   EXPECT_EQ(qsgd_code_bits(32767), 16u);
+  for (uint64_t z : {uint64_t{0}, uint64_t{1}, uint64_t{0x9e3779b97f4a7c15}, ~uint64_t{0}})
+    EXPECT_EQ(mix64(z), gossip::mix64(z));
   for (uint64_t seed : {uint64_t{0}, uint64_t{5}, ~uint64_t{0}}) {
-    ASSERT_EQ(stream_key(seed), compression::stream_key(seed));
+    ASSERT_EQ(stream_key(seed), gossip::stream_key(seed));
     for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{12345}, ~uint64_t{0} - 1}) {
       const uint64_t key = stream_key(seed);
-      EXPECT_EQ(counter_bits(key, i), compression::counter_bits(key, i));
-      EXPECT_EQ(f64_bits(counter_uniform(key, i)), f64_bits(compression::counter_uniform(key, i)));
+      EXPECT_EQ(counter_bits(key, i), gossip::counter_bits(key, i));
+      EXPECT_EQ(f64_bits(counter_uniform(key, i)), f64_bits(gossip::counter_uniform(key, i)));
     }
   }
 }

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "base/split_mix64.h"
 #include "peers/mixing_matrix.h"
 #include "peers/node_ids.h"
 #include "peers/random_regular.h"
-#include "peers/split_mix64.h"
 
 namespace gossip::peers {
 namespace {

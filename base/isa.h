@@ -16,7 +16,7 @@
 #define GOSSIP_TARGET_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 #endif
 
-namespace gossip::compression {
+namespace gossip {
 
 // Ordered: each level includes the ones before it. A codec without kernels for a
 // level uses those of the highest level below it.
@@ -72,4 +72,4 @@ inline const char* isa_name(Isa isa) {
   return "?";
 }
 
-}  // namespace gossip::compression
+}  // namespace gossip

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-namespace gossip::proto {
+namespace gossip {
 
 // Exponent bits all set: NaN or ±Inf. An integer OR over the bits, with no early
 // exit, vectorizes where a floating-point test with a branch would not.
@@ -16,4 +16,4 @@ inline bool any_nonfinite(std::span<const float> x) {
   return bad != 0;
 }
 
-}  // namespace gossip::proto
+}  // namespace gossip
