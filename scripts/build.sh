@@ -8,6 +8,11 @@
 # RelWithDebInfo with line tables only (-g1): stacks and sanitizer reports keep their
 # file:line, and the build takes about a third less time than with full debug info.
 # A -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=... of the caller's replaces it.
+#
+# With ccache (installed by install-deps), compilations are cached across builds and
+# across clones in other folders (paths under the checkout are hashed relative to it),
+# so a second CI run on the same machine recompiles only what changed. GOSSIP_NO_CCACHE=1
+# turns it off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build
@@ -22,6 +27,12 @@ done
 [[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+if [[ -z "${GOSSIP_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
+  flags+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+else
+  flags+=(-UCMAKE_C_COMPILER_LAUNCHER -UCMAKE_CXX_COMPILER_LAUNCHER)
+fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}" "$@" >"$dir.cmake.log" 2>&1 || {
   cat "$dir.cmake.log" >&2; exit 1; }
 cmake --build "$dir" -j "$jobs" "${targets[@]}"

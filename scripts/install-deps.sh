@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config ninja-build
+  build-essential cmake pkg-config ninja-build ccache
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/json.h"
+#include "tests/bin_dir.h"
 #include "tests/cli/test_support.h"
 
 namespace gossip::cli {
@@ -81,7 +82,7 @@ TEST(ClusterOptions, PicksDistinctFreePorts) {
 
 // --- gossipctl against stand-ins ------------------------------------------------------
 
-const std::string kGossipctl = std::string(GOSSIP_BIN_DIR) + "/gossipctl";
+const std::string kGossipctl = ::gossip::test_bin_dir() + "/gossipctl";
 
 class GossipctlCluster : public ::testing::Test {
  protected:

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "temp_dir.h"
+#include "tests/bin_dir.h"
 
 extern char** environ;
 
@@ -32,7 +33,7 @@ namespace {
 using ::gossip::trainer::testing::TempDir;
 using namespace std::chrono_literals;
 
-const std::string kBin = GOSSIP_BIN_DIR;
+const std::string kBin = ::gossip::test_bin_dir();
 
 // A child process, stopped and reaped at the end if still running: SIGTERM first, so a
 // daemon can unlink its shared memory, then SIGKILL.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "temp_dir.h"
+#include "tests/bin_dir.h"
 
 namespace gossip::trainer {
 namespace {
@@ -40,7 +41,7 @@ std::vector<std::string> lines(const std::string& text) {
 Outcome gossip_train(const TempDir& dir, const std::string& args) {
   const std::string out = dir.file("stdout"), err = dir.file("stderr");
   const std::string command =
-      std::string(GOSSIP_BIN_DIR) + "/gossip-train " + args + " >" + out + " 2>" + err;
+      ::gossip::test_bin_dir() + "/gossip-train " + args + " >" + out + " 2>" + err;
   const int status = std::system(command.c_str());
   Outcome outcome;
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/bin_dir.h"
+
 namespace gossip::testing {
 
 using namespace std::chrono_literals;
@@ -54,7 +56,7 @@ std::vector<int> free_ports(int n) {
   return ports;
 }
 
-std::string binary(const std::string& name) { return std::string(GOSSIP_BIN_DIR) + "/" + name; }
+std::string binary(const std::string& name) { return ::gossip::test_bin_dir() + "/" + name; }
 
 Cluster::Cluster(int nodes, std::vector<std::string> extra)
     : n_(nodes),

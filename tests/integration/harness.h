@@ -68,6 +68,6 @@ class Cluster {
 // Names of /dev/shm objects that gossipd creates, for leak checks.
 std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid);
 
-std::string binary(const std::string& name);  // GOSSIP_BIN_DIR/name
+std::string binary(const std::string& name);  // test_bin_dir()/name
 
 }  // namespace gossip::testing
