@@ -31,6 +31,7 @@
 #include "compression/codec_spec.h"
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
+#include "sgd/registry.h"
 
 namespace gossip::cli {
 namespace {
@@ -44,12 +45,23 @@ constexpr size_t kLogTailLines = 5;
 constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
 constexpr double kAccuracyAgreement = 1e-3;
 
-const std::vector<std::string> kStrategies = {"local-sgd", "gossip",       "choco",
-                                              "push-sum",  "async-gossip", "allreduce"};
+// The registry's names (sgd/registry.h), for the flag's check.
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& d : sgd::strategies()) names.emplace_back(d.name);
+  return names;
+}
 
 // The strategies that average over all nodes (an all-reduce) rather than gossip.
 bool averages_all(const std::string& strategy) {
-  return strategy == "local-sgd" || strategy == "allreduce";
+  const sgd::StrategyDescriptor* d = sgd::find_strategy(strategy);
+  return d && d->fabric == sgd::Fabric::kAllReduce;
+}
+
+// Those whose trainers hand in gradients every step (period 1).
+bool averages_gradients(const std::string& strategy) {
+  const sgd::StrategyDescriptor* d = sgd::find_strategy(strategy);
+  return d && d->gradients;
 }
 const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
@@ -387,7 +399,7 @@ class ClusterRun {
       }
       cmd.add("--strategy", options_.strategy)
           // allreduce averages gradients at every step.
-          .add("--period", options_.strategy == "allreduce" ? 1 : options_.period)
+          .add("--period", averages_gradients(options_.strategy) ? 1 : options_.period)
           .add("--post-local", options_.post_local)
           .add("--codec", options_.codec)
           .add("--transport", options_.transport)
@@ -739,7 +751,8 @@ void print_table(const Outcome& outcome, const Totals& totals) {
 std::string topology_label(const ClusterOptions& o) {
   if (averages_all(o.strategy)) return "complete";
   if (!o.topology.empty()) return o.topology;
-  return o.strategy == "push-sum" ? "one-peer-exponential" : "ring";
+  const sgd::StrategyDescriptor* d = sgd::find_strategy(o.strategy);
+  return std::string(d ? d->default_topology : "ring");
 }
 
 double spectral_gap_of(const ClusterOptions& o) {
@@ -769,7 +782,7 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
   }
   w.add_int("nodes", o.nodes)
       .add_string("strategy", o.strategy)
-      .add_int("period", o.strategy == "allreduce" ? 1 : o.period)
+      .add_int("period", averages_gradients(o.strategy) ? 1 : o.period)
       .add_int("steps", o.steps)
       .add_uint("seed", o.seed)
       .add_string("partition", o.partition)
@@ -849,13 +862,15 @@ Status validate_cluster_options(const ClusterOptions& o) {
     return bad("--nodes",
                fmt::format("must be between 1 and {}, got {}", kMaxClusterNodes, o.nodes));
   }
-  if (!contains(kStrategies, o.strategy)) {
-    return bad("--strategy", fmt::format("unknown strategy '{}' (known: {})", o.strategy,
-                                         join(kStrategies, ", ")));
+  const sgd::StrategyDescriptor* strategy = sgd::find_strategy(o.strategy);
+  if (!strategy) {
+    return bad("--strategy",
+               fmt::format("unknown strategy '{}' (known: {})", o.strategy, sgd::strategy_names()));
   }
   if (o.period < 1) return bad("--period", fmt::format("must be at least 1, got {}", o.period));
-  if (o.strategy == "allreduce" && o.post_local != 0)
-    return bad("--post-local", "allreduce averages gradients at every step already");
+  if (strategy->gradients && o.post_local != 0)
+    return bad("--post-local",
+               fmt::format("{} averages gradients at every step already", o.strategy));
   if (o.steps < 1) return bad("--steps", fmt::format("must be at least 1, got {}", o.steps));
   if (Status st = validate_partition(o.partition); !st) return bad("--partition", st.message());
   if (o.post_local < 0) {
@@ -865,10 +880,9 @@ Status validate_cluster_options(const ClusterOptions& o) {
   if (!averages_all(o.strategy)) {
     auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
     if (!t) return bad("--topology", t.status().message());
-    if (o.strategy == "choco" && (*t)->time_varying())
-      return bad("--topology",
-                 fmt::format("choco needs a static topology; '{}' changes every round",
-                             topology_label(o)));
+    if (strategy->static_topology && (*t)->time_varying())
+      return bad("--topology", fmt::format("{} needs a static topology; '{}' changes every round",
+                                           o.strategy, topology_label(o)));
   }
   if (!std::isfinite(o.gamma) || o.gamma < 0 || o.gamma > 1)
     return bad("--gamma", "must be in [0, 1] (0: the codec's default)");
@@ -970,7 +984,7 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--nodes", o->nodes, "Number of nodes (daemon + trainer each)")
       ->check(CLI::Range(1, kMaxClusterNodes));
   app->add_option("--strategy", o->strategy, "Synchronization strategy")
-      ->check(CLI::IsMember(kStrategies));
+      ->check(CLI::IsMember(strategy_names()));
   app->add_option("--period", o->period, "Local steps between synchronizations (T)")
       ->check(CLI::PositiveNumber);
   app->add_option("--steps", o->steps, "Training steps per node")->check(CLI::PositiveNumber);

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -32,6 +33,7 @@
 #include "peers/curve_auth.h"
 #include "peers/node_ids.h"
 #include "peers/topology.h"
+#include "sgd/registry.h"
 #include "sgd/ring_schedule.h"
 
 namespace gossip::daemon {
@@ -43,8 +45,6 @@ constexpr uint64_t kMaxI64 = std::numeric_limits<int64_t>::max();  // TOML integ
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
 constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 
-constexpr std::string_view kStrategies[] = {"local-sgd", "gossip",       "choco",
-                                            "push-sum",  "async-gossip", "allreduce"};
 constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
@@ -184,6 +184,33 @@ struct Field {
   std::variant<IntegerSpec, NumberSpec, TextSpec> spec;
 };
 
+// The registry's strategy names (sgd/registry.h), and the flag's help that lists them.
+std::span<const std::string_view> strategy_choices() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> v;
+    for (const auto& d : sgd::strategies()) v.push_back(d.name);
+    return v;
+  }();
+  return names;
+}
+
+std::string strategies_taking(std::string_view option) {
+  std::string out;
+  for (const auto& d : sgd::strategies())
+    if (d.takes(option)) out += fmt::format("{}{}", out.empty() ? "" : ", ", d.name);
+  return out;
+}
+
+std::string_view strategy_help() {
+  static const std::string help = [] {
+    std::string h = "synchronization strategy: ";
+    for (const auto& d : sgd::strategies())
+      h += fmt::format("{}{}", h.back() == ' ' ? "" : "|", d.name);
+    return h;
+  }();
+  return help;
+}
+
 const std::array<Field, 32>& fields() {
   using C = DaemonConfig;
   static const std::array<Field, 32> kFields = {{
@@ -227,9 +254,8 @@ const std::array<Field, 32>& fields() {
                 secret_key_problem,
                 [](const C& c) -> const std::string& { return c.secret_key; },
                 [](C& c, std::string v) { c.secret_key = std::move(v); }}},
-      {"strategy.name", "--strategy", "NAME",
-       "synchronization strategy: local-sgd|gossip|choco|push-sum|async-gossip|allreduce",
-       TextSpec{kStrategies, "", nullptr,
+      {"strategy.name", "--strategy", "NAME", strategy_help(),
+       TextSpec{strategy_choices(), "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.name; },
                 [](C& c, std::string v) { c.strategy.name = std::move(v); }}},
       {"strategy.period", "--period", "T", "synchronize every T steps (T >= 1)",
@@ -642,7 +668,10 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
   if (c.nodes() > kMaxNodes)
     return key_error(o, "peers",
                      fmt::format("{} nodes; at most {} are supported", c.nodes(), kMaxNodes));
-  const bool over_ring = (c.strategy.name == "local-sgd" || c.strategy.name == "allreduce") &&
+  const sgd::StrategyDescriptor* strategy = sgd::find_strategy(c.strategy.name);
+  if (!strategy)  // the field's choices are the registry's: a bug, not a user's error
+    return key_error(o, "strategy.name", "unknown strategy " + c.strategy.name);
+  const bool over_ring = strategy->fabric == sgd::Fabric::kAllReduce &&
                          c.strategy.transport != "allgather" && c.strategy.transport != "nccl";
   if (over_ring && c.nodes() > sgd::RingSchedule::kMaxRanks)
     return key_error(
@@ -656,13 +685,13 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("an elastic ring is for the ring all-reduce (strategy local-sgd or allreduce, "
                     "transport tcp, rdma or auto), not strategy {} with transport {}",
                     c.strategy.name, c.strategy.transport));
-  if (c.strategy.name == "allreduce" && (c.strategy.period != 1 || c.strategy.post_local != 0))
+  if (strategy->gradients && (c.strategy.period != 1 || c.strategy.post_local != 0))
     return key_error(
         o, "strategy.period",
-        fmt::format("allreduce averages the trainers' gradients at every step: period must be 1 "
+        fmt::format("{} averages the trainers' gradients at every step: period must be 1 "
                     "and post_local 0, got {} and {}",
-                    c.strategy.period, c.strategy.post_local));
-  if (c.strategy.name != "local-sgd" && c.strategy.name != "allreduce") {
+                    c.strategy.name, c.strategy.period, c.strategy.post_local));
+  if (strategy->fabric == sgd::Fabric::kOverlay) {
     // The gossip family: every node must derive the same graph over the same ids.
     std::vector<uint32_t> ids{c.node_id};
     for (const auto& p : c.remote_peers()) ids.push_back(p.id);
@@ -672,10 +701,10 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
     auto topology = peers::make_topology(c.topology_spec(), c.nodes(), c.seed);
     if (!topology) return key_error(o, "strategy.topology", topology.status().message());
     if (c.strategy.trim > 0) {
-      if (c.strategy.name != "gossip")
-        return key_error(
-            o, "strategy.trim",
-            fmt::format("trimmed-mean mixing is for strategy gossip, not {}", c.strategy.name));
+      if (!strategy->takes("trim"))
+        return key_error(o, "strategy.trim",
+                         fmt::format("trimmed-mean mixing is not for strategy {} (only for: {})",
+                                     c.strategy.name, strategies_taking("trim")));
       // Every round must leave at least one value per coordinate after trimming.
       for (uint64_t r = 0; r < ((*topology)->time_varying() ? 64u : 1u); ++r) {
         const size_t values = (*topology)->mixing_row(c.node_id, r).peers.size() + 1;
@@ -688,11 +717,11 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                           values, r));
       }
     }
-    if (c.strategy.name == "choco" && (*topology)->time_varying())
+    if (strategy->static_topology && (*topology)->time_varying())
       return key_error(o, "strategy.topology",
-                       fmt::format("choco keeps public copies of fixed neighbors and needs a "
-                                   "static topology; '{}' changes every round",
-                                   c.topology_spec()));
+                       fmt::format("{} keeps state per neighbor and needs a static topology; "
+                                   "'{}' changes every round",
+                                   c.strategy.name, c.topology_spec()));
   }
   return Status::ok();
 }
@@ -871,12 +900,105 @@ std::vector<PeerConfig> DaemonConfig::remote_peers() const {
 
 std::string DaemonConfig::topology_spec() const {
   if (!strategy.topology.empty()) return strategy.topology;
-  return strategy.name == "push-sum" ? "one-peer-exponential" : "ring";
+  const sgd::StrategyDescriptor* d = sgd::find_strategy(strategy.name);
+  return std::string(d ? d->default_topology : "ring");
 }
 
 std::string DaemonConfig::ipc_endpoint() const {
   return "ipc://" +
          (std::filesystem::path(run_dir) / fmt::format("gossipd-{}.sock", node_id)).string();
+}
+
+namespace {
+
+// The strategies that read a strategy option (sgd/registry.h), or every strategy.
+std::vector<std::string> readers_of(std::string_view key) {
+  std::string_view option;
+  if (key == "strategy.gamma" || key == "strategy.delay" || key == "strategy.staleness" ||
+      key == "strategy.trim")
+    option = key.substr(key.find('.') + 1);
+  else if (key.starts_with("strategy.outer."))
+    option = "outer";
+  std::vector<std::string> out;
+  for (const auto& d : sgd::strategies())
+    if (option.empty() || d.takes(option)) out.emplace_back(d.name);
+  return out;
+}
+
+struct OptionRow {
+  std::string key, flag, arg, type, valid, fallback, help;
+  std::vector<std::string> strategies;
+};
+
+std::vector<OptionRow> option_rows() {
+  const DaemonConfig defaults;
+  std::vector<OptionRow> rows;
+  for (const Field& f : fields()) {
+    OptionRow r{std::string(f.key),  std::string(f.flag), std::string(f.flag_arg), "", "", "",
+                std::string(f.help), readers_of(f.key)};
+    std::visit(
+        [&](const auto& s) {
+          using S = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<S, IntegerSpec>) {
+            r.type = "integer";
+            r.valid = s.range.describe();
+            r.fallback = fmt::format("{}", s.get(defaults));
+          } else if constexpr (std::is_same_v<S, NumberSpec>) {
+            r.type = "number";
+            r.valid = s.range.describe();
+            r.fallback = fmt::format("{}", s.get(defaults));
+          } else {
+            r.type = "string";
+            r.valid = s.choices.empty() ? std::string(s.what) : join(s.choices);
+            r.fallback = s.get(defaults);
+          }
+        },
+        f.spec);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+// A markdown table cell: pipes escaped, never empty.
+std::string cell(std::string_view v) {
+  std::string out;
+  for (char c : v) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out.empty() ? "—" : out;
+}
+
+}  // namespace
+
+std::string describe_options(bool json) {
+  const auto rows = option_rows();
+  if (json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const OptionRow& r : rows)
+      all.push_back({{"key", r.key},
+                     {"flag", r.flag},
+                     {"arg", r.arg},
+                     {"type", r.type},
+                     {"valid", r.valid},
+                     {"default", r.fallback},
+                     {"strategies", r.strategies},
+                     {"help", r.help}});
+    return all.dump(2) + "\n";
+  }
+  const size_t every = sgd::strategies().size();
+  std::string out =
+      "| key (TOML) | flag | valid values | default | strategies | what |\n"
+      "| --- | --- | --- | --- | --- | --- |\n";
+  for (const OptionRow& r : rows) {
+    std::string readers;
+    if (r.strategies.size() == every)
+      readers = "all";
+    else
+      for (const std::string& name : r.strategies)
+        readers += fmt::format("{}{}", readers.empty() ? "" : ", ", name);
+    out += fmt::format("| `{}` | `{} {}` | {} | {} | {} | {} |\n", r.key, r.flag, r.arg,
+                       cell(r.valid), r.fallback.empty() ? "—" : fmt::format("`{}`", r.fallback),
+                       readers, cell(r.help));
+  }
+  return out;
 }
 
 Result<DaemonConfig> parse_config(const std::string& toml_text, const std::string& source) {
@@ -911,6 +1033,10 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
   std::string config_path;
   CLI::Option* config_option =
       app.add_option("--config", config_path, "TOML config file")->type_name("FILE");
+  bool print_options = false, as_json = false;
+  app.add_flag("--print-options", print_options,
+               "print every setting (key, flag, valid values, default, strategies) and exit");
+  app.add_flag("--json", as_json, "with --print-options: as JSON, for programs");
   // Every value is taken as text and checked here, so that an error names the flag.
   std::array<std::string, std::tuple_size_v<std::decay_t<decltype(fields())>>> texts;
   std::array<CLI::Option*, texts.size()> options{};
@@ -946,6 +1072,7 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     return Status::invalid(fmt::format("{}: {}", kCommandLine, e.what()));
   }
+  if (print_options) return Status::closed(describe_options(as_json));
 
   Document d;
   if (config_option->count() > 0) {

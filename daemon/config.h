@@ -90,6 +90,12 @@ struct DaemonConfig {
   std::string topology_spec() const;  // "ipc://<run_dir>/gossipd-<node_id>.sock"
 };
 
+// Every setting of gossipd, from the one table that the TOML reader and the flags
+// use: key, flag, valid values, default, the strategies that read it, help. As a
+// markdown table (docs/options.md is this, verbatim) or as JSON for programs (the
+// Python package, gossipctl): `gossipd --print-options [--json]`.
+std::string describe_options(bool json);
+
 // Nodes in a cluster, this one included.
 inline constexpr uint32_t kMaxNodes = 4096;
 

@@ -25,7 +25,10 @@ void block_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), sessions_(config_.max_trainers) {
+Daemon::Daemon(DaemonConfig config)
+    : config_(std::move(config)),
+      strategy_(sgd::find_strategy(config_.strategy.name)),
+      sessions_(config_.max_trainers) {
   parse_nonfinite_policy(config_.strategy.nonfinite, &nonfinite_policy_);  // validated by config
 }
 
@@ -36,6 +39,9 @@ Daemon::~Daemon() {
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
+  if (!sgd::find_strategy(config.strategy.name))
+    return Status::invalid(fmt::format("unknown strategy '{}' (valid: {})", config.strategy.name,
+                                       sgd::strategy_names()));
   std::unique_ptr<Daemon> d(new Daemon(config));
 
   std::error_code ec;
@@ -354,7 +360,7 @@ void Daemon::finish_join() {
     round_ = step_ = 0;
   }
   // Synchronous SGD's arena holds gradients: the trainers keep their own parameters.
-  const bool hand_over = model != nullptr && config_.strategy.name != "allreduce";
+  const bool hand_over = model != nullptr && !strategy_->gradients;
   if (hand_over) last_good_ = *model;
   for (const auto& route : pending_attach_) {
     TrainerSession* s = sessions_.find(route);
@@ -442,9 +448,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.strategy = config_.strategy.name;
   s.codec = config_.strategy.codec;
   s.transport = config_.strategy.transport;
-  const bool averages =
-      config_.strategy.name == "local-sgd" || config_.strategy.name == "allreduce";
-  s.topology = averages ? "complete" : config_.topology_spec();
+  s.topology = strategy_->fabric == sgd::Fabric::kAllReduce ? "complete" : config_.topology_spec();
   s.rounds = gauge_rounds_.load(kRelaxed);
   s.step = gauge_step_.load(kRelaxed);
   s.trainers = gauge_trainers_.load(kRelaxed);
@@ -555,8 +559,7 @@ void Daemon::handle_round_done() {
   }
   if (result->status.is_ok()) {
     // What the NaN/Inf guard falls back to; gradients have no such model.
-    if (config_.strategy.name != "allreduce")
-      last_good_.assign(round_model_.begin(), round_model_.end());
+    if (!strategy_->gradients) last_good_.assign(round_model_.begin(), round_model_.end());
     ipc::SyncOk ok;
     ok.round = round_;
     ok.step = step_;

@@ -22,6 +22,7 @@
 #include "daemon/trainer_sessions.h"
 #include "proto/ipc.h"
 #include "proto/layout.h"
+#include "sgd/registry.h"
 
 namespace gossip::daemon {
 
@@ -55,6 +56,7 @@ class Daemon {
   void shutdown(const std::string& reason);
 
   DaemonConfig config_;
+  const sgd::StrategyDescriptor* strategy_;  // of config_.strategy.name (validated)
   zmq::context_t context_{1};
   zmq::socket_t ipc_;
   std::string ipc_path_;
@@ -78,7 +80,7 @@ class Daemon {
   std::vector<std::string> participants_;    // routes waiting on the running round
   // async-gossip: trainers do not wait for their round. It runs on a copy of the node's
   // model; the change it made (staged_) is added to the replicas at the next sync point.
-  bool async() const { return config_.strategy.name == "async-gossip"; }
+  bool async() const { return strategy_->asynchronous; }
   void stage_async_change();
   std::vector<float> async_model_;  // the round's copy, mixed in place
   std::vector<float> staged_;       // before the round: its input; after: the change it made

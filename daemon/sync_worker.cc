@@ -10,13 +10,8 @@
 
 #include "peers/mixing_matrix.h"
 #include "sgd/all_gather_all_reduce.h"
-#include "sgd/async_gossip.h"
-#include "sgd/choco_sgd.h"
-#include "sgd/dpsgd.h"
-#include "sgd/local_sgd.h"
 #include "sgd/peer_ring.h"
-#include "sgd/push_sum.h"
-#include "sgd/synchronous_sgd.h"
+#include "sgd/registry.h"
 #ifdef GOSSIP_WITH_NCCL
 #include "sgd/nccl/nccl_peer_group.h"
 #endif
@@ -69,7 +64,9 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   return w;
 }
 
-Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression::Codec* codec) {
+Status SyncWorker::make_all_reduce(const DaemonConfig& config,
+                                   const sgd::StrategyDescriptor& strategy,
+                                   const compression::Codec* codec) {
   const auto& sc = config.strategy;
   std::string name = sc.transport;
   if (name == "allgather") {
@@ -114,9 +111,9 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
   po.chunk_bytes = std::min<uint64_t>(sc.chunk_bytes, 1 << 20);
   po.elastic = sc.elastic_ring();
   po.reform_wait = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
-  // Only local SGD hands the daemon the model a restarted node can resume from;
-  // synchronous SGD's trainers keep theirs.
-  po.admit_joiners = sc.name == "local-sgd";
+  // Where the daemon holds the model (local SGD), a restarted node can resume from a
+  // member's; synchronous SGD's trainers keep theirs.
+  po.admit_joiners = strategy.takes_nodes_back;
   auto peer_ring = std::make_unique<sgd::PeerRing>(*router_, *ring_, po);
   peer_ring_ = peer_ring.get();
   spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}",
@@ -128,27 +125,35 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config, const compression
 
 Status SyncWorker::make_strategy(const DaemonConfig& config) {
   const auto& sc = config.strategy;
+  const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(sc.name);
+  if (!descriptor)
+    return Status::invalid(
+        fmt::format("unknown strategy '{}' (valid: {})", sc.name, sgd::strategy_names()));
   const compression::Codec* codec = codec_.codec.get();
-  if (sc.name == "local-sgd" || sc.name == "allreduce") {
+  sgd::StrategyResources r;
+  r.codec = codec;
+  r.pool = pool_.get();
+  r.params.gamma = sc.gamma;
+  r.params.delay = sc.delay;
+  r.params.staleness = sc.staleness;
+  r.params.trim = sc.trim;
+  auto outer_kind = sgd::parse_outer_kind(sc.outer.kind);
+  if (!outer_kind) return outer_kind.status();
+  r.params.outer = {*outer_kind, sc.outer.lr, sc.outer.momentum};
+  std::string detail;
+  if (descriptor->fabric == sgd::Fabric::kAllReduce) {
     if (codec->biased() && !codec_.error_feedback) {
       // A biased codec without error feedback does not converge (Karimireddy et al. 2019).
       codec_.error_feedback = true;
       spdlog::info("codec {} is biased: error feedback turned on", codec->spec());
     }
-    auto kind = sgd::parse_outer_kind(sc.outer.kind);
-    if (!kind) return kind.status();
-    GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, codec));
-    if (sc.name == "allreduce") {
-      strategy_ = std::make_unique<sgd::SynchronousSgd>(*all_reduce_, codec, codec_.error_feedback,
-                                                        pool_.get());
-      spdlog::info("synchronous SGD: gradients averaged every step, exchanging {}",
-                   codec_.canonical());
-      return Status::ok();
-    }
-    strategy_ = std::make_unique<sgd::LocalSgd>(
-        *all_reduce_, sgd::OuterOptimizer{*kind, sc.outer.lr, sc.outer.momentum}, codec,
-        codec_.error_feedback, pool_.get());
-    spdlog::info("local SGD, exchanging {}", codec_.canonical());
+    r.error_feedback = codec_.error_feedback;
+    GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, *descriptor, codec));
+    r.all_reduce = all_reduce_.get();
+    auto strategy = descriptor->make(r, &detail);
+    if (!strategy) return strategy.status();
+    strategy_ = std::move(strategy).value();
+    spdlog::info("{}{}, exchanging {}", sc.name, detail, codec_.canonical());
     return Status::ok();
   }
 
@@ -159,36 +164,19 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
-  sgd::GossipOptions options;
-  options.chunk_elems = sc.chunk_bytes / sizeof(float);
-  options.compression = {codec, nullptr, pool_.get()};
-  options.patience = std::chrono::milliseconds(static_cast<int64_t>(sc.patience_s * 1000.0));
-  std::string detail;
+  r.exchange = exchange_.get();
+  r.topology = topology_.get();
+  r.gossip.chunk_elems = sc.chunk_bytes / sizeof(float);
+  r.gossip.compression = {codec, nullptr, pool_.get()};
+  r.gossip.patience = std::chrono::milliseconds(static_cast<int64_t>(sc.patience_s * 1000.0));
   if (codec_.error_feedback)
     spdlog::warn(
         "+ef ignored: {} sends models (or CHOCO's self-correcting differences), not "
         "updates whose residual could be carried over",
         sc.name);
-  if (sc.name == "gossip") {
-    if (codec->biased())
-      spdlog::warn("gossip with the biased codec {} only approaches consensus; choco converges",
-                   codec->spec());
-    if (sc.trim > 0)
-      detail = fmt::format(", trimmed mean without the {} largest and smallest", sc.trim);
-    strategy_ = std::make_unique<sgd::Dpsgd>(*exchange_, *topology_, options, sc.trim);
-  } else if (sc.name == "choco") {
-    double gamma = sc.gamma > 0 ? sc.gamma : sgd::default_choco_gamma(codec);
-    detail = fmt::format(", gamma {}", gamma);
-    strategy_ = std::make_unique<sgd::ChocoSgd>(*exchange_, *topology_, options, gamma);
-  } else if (sc.name == "async-gossip") {
-    detail = fmt::format(", staleness {}", sc.staleness);
-    strategy_ = std::make_unique<sgd::AsyncGossip>(*exchange_, *topology_, options, sc.staleness);
-  } else if (sc.name == "push-sum") {
-    detail = fmt::format(", delay {}", sc.delay);
-    strategy_ = std::make_unique<sgd::PushSum>(*exchange_, *topology_, options, sc.delay);
-  } else {
-    return Status::invalid(fmt::format("unknown strategy '{}'", sc.name));
-  }
+  auto strategy = descriptor->make(r, &detail);
+  if (!strategy) return strategy.status();
+  strategy_ = std::move(strategy).value();
   auto gap = peers::spectral_gap(*topology_);
   spdlog::info("{} on {}{}, exchanging {}", sc.name, topology_->describe(), detail, codec->spec());
   if (gap)

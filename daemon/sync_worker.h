@@ -24,6 +24,7 @@
 #include "sgd/all_reduce.h"
 #include "sgd/neighbor_exchange.h"
 #include "sgd/peer_ring.h"
+#include "sgd/registry.h"
 #include "sgd/state_transfer.h"
 #include "sgd/strategy.h"
 
@@ -76,7 +77,8 @@ class SyncWorker {
  private:
   SyncWorker() = default;
   Status make_strategy(const DaemonConfig& config);
-  Status make_all_reduce(const DaemonConfig& config, const compression::Codec* codec);
+  Status make_all_reduce(const DaemonConfig& config, const sgd::StrategyDescriptor& strategy,
+                         const compression::Codec* codec);
   void run();
   void run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
   // A peer's state fresher than `min_round` (nullopt: none offered); on an elastic

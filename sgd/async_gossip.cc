@@ -1,10 +1,13 @@
 #include "sgd/async_gossip.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+
+#include "sgd/registry.h"
 
 namespace gossip::sgd {
 
@@ -55,6 +58,21 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
     spdlog::warn("round {}: mixing round {} without {}", round, due, delivery->missing);
   for (size_t e = 0; e < n; ++e) model[e] += mix_[e];
   return Status::ok();
+}
+
+StrategyDescriptor async_gossip_strategy() {
+  StrategyDescriptor d;
+  d.name = "async-gossip";
+  d.summary = "gossip with bounded staleness: trainers do not wait for the round";
+  d.asynchronous = true;
+  d.options = {"staleness"};
+  d.make = [](const StrategyResources& r,
+              std::string* detail) -> Result<std::unique_ptr<Strategy>> {
+    *detail = fmt::format(", staleness {}", r.params.staleness);
+    return std::unique_ptr<Strategy>(
+        std::make_unique<AsyncGossip>(*r.exchange, *r.topology, r.gossip, r.params.staleness));
+  };
+  return d;
 }
 
 }  // namespace gossip::sgd

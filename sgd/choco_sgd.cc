@@ -1,11 +1,14 @@
 #include "sgd/choco_sgd.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "sgd/registry.h"
 
 namespace gossip::sgd {
 
@@ -187,6 +190,22 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
     for (size_t e = 0; e < n; ++e) model[e] += w * (xj[e] - public_self_[e]);
   }
   return Status::ok();
+}
+
+StrategyDescriptor choco_strategy() {
+  StrategyDescriptor d;
+  d.name = "choco";
+  d.summary = "CHOCO-SGD: compressed gossip through public copies of the neighbors";
+  d.static_topology = true;
+  d.options = {"gamma"};
+  d.make = [](const StrategyResources& r,
+              std::string* detail) -> Result<std::unique_ptr<Strategy>> {
+    const double gamma = r.params.gamma > 0 ? r.params.gamma : default_choco_gamma(r.codec);
+    *detail = fmt::format(", gamma {}", gamma);
+    return std::unique_ptr<Strategy>(
+        std::make_unique<ChocoSgd>(*r.exchange, *r.topology, r.gossip, gamma));
+  };
+  return d;
 }
 
 }  // namespace gossip::sgd

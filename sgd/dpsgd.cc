@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "sgd/registry.h"
+
 namespace gossip::sgd {
 
 Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
@@ -83,6 +85,24 @@ Status Dpsgd::trimmed_mean(std::span<float> model, uint64_t round,
     model[e] = sum * inv;
   }
   return Status::ok();
+}
+
+StrategyDescriptor dpsgd_strategy() {
+  StrategyDescriptor d;
+  d.name = "gossip";
+  d.summary = "D-PSGD: mix with the round's neighbors after the local steps";
+  d.options = {"trim"};
+  d.make = [](const StrategyResources& r,
+              std::string* detail) -> Result<std::unique_ptr<Strategy>> {
+    if (r.codec->biased())
+      spdlog::warn("gossip with the biased codec {} only approaches consensus; choco converges",
+                   r.codec->spec());
+    if (r.params.trim > 0)
+      *detail = fmt::format(", trimmed mean without the {} largest and smallest", r.params.trim);
+    return std::unique_ptr<Strategy>(
+        std::make_unique<Dpsgd>(*r.exchange, *r.topology, r.gossip, r.params.trim));
+  };
+  return d;
 }
 
 }  // namespace gossip::sgd

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "sgd/registry.h"
+
 namespace gossip::sgd {
 
 Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name) {
@@ -109,6 +111,20 @@ void LocalSgd::apply(std::span<float> model, std::span<const float> delta) {
     model[i] = x;
     previous_[i] = x;
   }
+}
+
+StrategyDescriptor local_sgd_strategy() {
+  StrategyDescriptor d;
+  d.name = "local-sgd";
+  d.summary = "average the models every `period` steps, with an optional outer optimizer (DiLoCo)";
+  d.fabric = Fabric::kAllReduce;
+  d.takes_nodes_back = true;
+  d.options = {"outer"};
+  d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
+    return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, r.params.outer,
+                                                                r.codec, r.error_feedback, r.pool));
+  };
+  return d;
 }
 
 }  // namespace gossip::sgd

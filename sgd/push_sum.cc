@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sgd/registry.h"
+
 namespace gossip::sgd {
 
 Status PushSum::load_state(const StrategyState& state) {
@@ -76,6 +78,21 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
   const float inv = static_cast<float>(1.0 / weight_);
   for (size_t e = 0; e < n; ++e) model[e] = numerator_[e] * inv;
   return Status::ok();
+}
+
+StrategyDescriptor push_sum_strategy() {
+  StrategyDescriptor d;
+  d.name = "push-sum";
+  d.summary = "SGP: push-sum on a directed, time-varying graph, messages `delay` rounds in flight";
+  d.default_topology = "one-peer-exponential";
+  d.options = {"delay"};
+  d.make = [](const StrategyResources& r,
+              std::string* detail) -> Result<std::unique_ptr<Strategy>> {
+    *detail = fmt::format(", delay {}", r.params.delay);
+    return std::unique_ptr<Strategy>(
+        std::make_unique<PushSum>(*r.exchange, *r.topology, r.gossip, r.params.delay));
+  };
+  return d;
 }
 
 }  // namespace gossip::sgd

@@ -1,5 +1,7 @@
 #include "sgd/synchronous_sgd.h"
 
+#include "sgd/registry.h"
+
 namespace gossip::sgd {
 
 SynchronousSgd::SynchronousSgd(AllReduce& all_reduce, const compression::Codec* codec,
@@ -17,6 +19,21 @@ Status SynchronousSgd::synchronize(std::span<float> gradients, uint64_t round,
     options.compression = {codec_, residual_.get(), pool_};
   }
   return all_reduce_.all_reduce_mean(gradients, round, options);
+}
+
+StrategyDescriptor synchronous_sgd_strategy() {
+  StrategyDescriptor d;
+  d.name = "allreduce";
+  d.summary = "synchronous SGD: the trainers' gradients averaged at every step";
+  d.fabric = Fabric::kAllReduce;
+  d.gradients = true;
+  d.make = [](const StrategyResources& r,
+              std::string* detail) -> Result<std::unique_ptr<Strategy>> {
+    *detail = ": gradients averaged every step";
+    return std::unique_ptr<Strategy>(
+        std::make_unique<SynchronousSgd>(*r.all_reduce, r.codec, r.error_feedback, r.pool));
+  };
+  return d;
 }
 
 }  // namespace gossip::sgd
