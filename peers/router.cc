@@ -48,7 +48,12 @@ void Router::dispatch(Incoming& in) {
           in.peer, proto::kind_name(in.header.kind));
     return;
   }
-  // A copy of the list: a handler may end a subscription (its own too).
+  // Each handler is held while it runs: it may end a subscription (its own too).
+  if (handlers_[k].size() == 1) {
+    const std::shared_ptr<Handler> only = handlers_[k].front().handler;
+    (*only)(in);
+    return;
+  }
   std::vector<std::shared_ptr<Handler>> targets;
   targets.reserve(handlers_[k].size());
   for (const Entry& e : handlers_[k]) targets.push_back(e.handler);

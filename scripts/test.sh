@@ -23,12 +23,19 @@ if [[ "${GOSSIP_SKIP_SANITIZERS:-}" == 1 ]]; then
   (cd build && ctest --output-on-failure -j 2 --timeout 600)
   exit 0
 fi
-bash scripts/test-sanitizers.sh
+# Both stages' ctest lines, for the one count at the end.
+log=$(mktemp -t gossip-test-XXXXXX)
+trap 'rm -f "$log"' EXIT
+bash scripts/test-sanitizers.sh | tee "$log"
 sanitized=$SECONDS
 targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
 bash scripts/build.sh "${targets[@]}"
 built=$SECONDS
-(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests")
+(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests") | tee -a "$log"
 echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \
   "$((built - sanitized)) s, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"
+# A failure stops the script above (pipefail), so what is left passed or was skipped.
+passed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed ' "$log" || true)
+skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped ' "$log" || true)
+echo "suite: $passed passed, 0 failed, $skipped skipped"

@@ -19,6 +19,8 @@ constexpr auto kTransferSilence = std::chrono::seconds(10);
 
 }  // namespace
 
+StateTransfer::Fetch::Fetch() = default;
+
 StateTransfer::StateTransfer(peers::Router& router, std::function<bool(uint32_t)> took_part)
     : router_(router),
       transport_(router.transport()),

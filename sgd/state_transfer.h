@@ -80,6 +80,9 @@ class StateTransfer {
   };
   // A join in progress: the offers heard, then the download of one.
   struct Fetch {
+    // Out of line: clang (14) takes a nested class with member initializers for not
+    // default-constructible inside std::optional of its enclosing class.
+    Fetch();
     size_t numel = 0;
     uint64_t layout = 0;
     const JoinOptions* options = nullptr;
