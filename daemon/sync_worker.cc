@@ -55,10 +55,8 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->done_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (w->done_fd_ < 0) return Status::io_error(fmt::format("eventfd: {}", std::strerror(errno)));
 
-  proto::Header hello;
-  hello.kind = proto::Kind::kHello;
-  hello.from = config.node_id;
-  for (const auto& p : remote) (void)w->transport_->send(p.id, hello);  // queued until p is up
+  for (const auto& p : remote)
+    (void)w->transport_->send(p.id, 0, proto::Hello{});  // queued until p is up
 
   w->thread_ = std::thread([raw = w.get()] { raw->run(); });
   return w;
@@ -195,10 +193,7 @@ SyncWorker::~SyncWorker() {
   if (thread_.joinable()) thread_.join();
   write_checkpoint_now();  // the state after the last completed round
   if (transport_) {
-    proto::Header bye;
-    bye.kind = proto::Kind::kBye;
-    bye.from = transport_->self();
-    for (const auto& p : transport_->peers()) (void)transport_->send(p.id, bye);
+    for (const auto& p : transport_->peers()) (void)transport_->send(p.id, 0, proto::Bye{});
   }
   strategy_.reset();
   exchange_.reset();

@@ -59,56 +59,45 @@ class CorpusWriter {
 bool write_wire_headers(const fs::path& root) {
   CorpusWriter out(root, "wire_header");
   bool ok = true;
-  proto::Header base;
-  base.from = 3;
-  base.round = 17;
-  base.seq = 2;
-  base.layout = 0x1234abcd5678ef00ull;
-  // Every kind the wire knows, in whichever shape of header it takes: kinds are
-  // tried against a few shapes and the shapes that decode are kept, so new kinds
-  // get seeds without an edit here.
-  struct Shape {
-    const char* name;
-    proto::CodecId codec;
-    uint64_t offset, numel, bytes;
-    double weight;
-  };
-  const Shape shapes[] = {
-      {"empty", proto::CodecId::kNone, 0, 0, 0, 1.0},
-      {"port", proto::CodecId::kNone, 7001, 0, 0, 1.0},
-      {"nccl_id", proto::CodecId::kNone, 0, 0, proto::kNcclIdBytes, 1.0},
-      {"raw", proto::CodecId::kNone, 4096, 1000, 4000, 1.0},
-      {"raw_weighted", proto::CodecId::kNone, 0, 256, 1024, 0.5},
-      {"raw_weight0", proto::CodecId::kNone, 0, 256, 1024, 0.0},
-  };
-  for (uint8_t k = 1; k <= proto::kMaxKind; ++k) {
-    for (const Shape& s : shapes) {
-      proto::Header h = base;
-      h.kind = static_cast<proto::Kind>(k);
-      h.codec = s.codec;
-      h.offset = s.offset;
-      h.numel = s.numel;
-      h.bytes = s.bytes;
-      h.weight = s.weight;
-      const std::string frame = proto::encode_header(h);
-      if (!proto::decode_header(frame.data(), frame.size())) continue;
-      ok &= out.write(fmt::format("{}_{}", proto::kind_name(h.kind), s.name), frame);
-    }
-  }
-  // A model chunk per codec, with the payload size that codec writes for 1000 elements.
-  for (uint8_t id = 1; id <= proto::kMaxCodecId; ++id) {
-    proto::Header h = base;
-    h.kind = proto::Kind::kModelChunk;
-    h.codec = static_cast<proto::CodecId>(id);
-    h.numel = 1000;
-    h.bytes = 517;
-    const std::string frame = proto::encode_header(h);
-    if (auto back = proto::decode_header(frame.data(), frame.size()); !back) {
-      std::fprintf(stderr, "make_corpus: a %s model chunk does not decode: %s\n",
-                   proto::codec_name(h.codec), back.status().message().c_str());
+  constexpr uint32_t kFrom = 3;
+  constexpr uint64_t kRound = 17, kLayout = 0x1234abcd5678ef00ull;
+  auto write = [&](const std::string& name, const proto::Body& body, uint64_t length) {
+    const std::string frame = proto::encode_head(kFrom, kRound, body, length);
+    if (auto back = proto::decode_head(frame.data(), frame.size()); !back) {
+      std::fprintf(stderr, "make_corpus: %s does not decode: %s\n", name.c_str(),
+                   back.status().message().c_str());
       ok = false;
     }
-    ok &= out.write(fmt::format("model-chunk_{}", proto::codec_name(h.codec)), frame);
+    ok &= out.write(name, frame);
+  };
+  // Every kind with its fields set, then the variants that matter to the decoder.
+  write("hello", proto::Hello{kLayout}, 0);
+  write("bye", proto::Bye{}, 0);
+  write("ring-address", proto::RingAddress{7001, 0x5eed, 4, kLayout}, 0);
+  write("nccl-id", proto::NcclId{2, kLayout}, proto::kNcclIdBytes);
+  write("heartbeat", proto::Heartbeat{}, 0);
+  write("join", proto::Join{}, 0);
+  write("state-offer", proto::StateOffer{true, 1234, kLayout}, 0);
+  write("state-offer_none", proto::StateOffer{}, 0);
+  write("state-request", proto::StateRequest{}, 0);
+  write("state-chunk", proto::StateChunk{1, 4096, 1000, 1.0, kLayout}, 4000);
+  write("state-chunk_weighted", proto::StateChunk{0, 0, 256, 0.5, kLayout}, 1024);
+  write("ring-probe", proto::RingProbe{3, 9, false}, 0);
+  write("ring-probe_restarted", proto::RingProbe{3, 9, true}, 0);
+  write("copy-request", proto::CopyRequest{}, 0);
+  static_assert(proto::kMaxKind == 12, "a new kind: add its seed above");
+  write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
+        4000);
+  write("model-chunk_raw_weight0",
+        proto::ModelChunk{0, 0, 0, 256, proto::CodecId::kNone, 0.0, kLayout}, 1024);
+  write("model-chunk_public_copy",
+        proto::ModelChunk{0, proto::kPublicCopyTensor, 0, 256, proto::CodecId::kNone, 1.0, kLayout},
+        1024);
+  // A model chunk per codec; only the codec knows its payload's exact size.
+  for (uint8_t id = 1; id <= proto::kMaxCodecId; ++id) {
+    const auto codec = static_cast<proto::CodecId>(id);
+    write(fmt::format("model-chunk_{}", proto::codec_name(codec)),
+          proto::ModelChunk{2, 0, 0, 1000, codec, 0.5, kLayout}, 517);
   }
   return ok;
 }

@@ -1,17 +1,19 @@
-// The peer wire header decoder (proto/message.h: decode_header) on hostile frames.
+// The peer wire's head decoder (proto/message.h: decode_head) on hostile frames.
 //
 // Checked beyond "no crash, no sanitizer report", for a frame that decodes:
-//  - the header keeps decode_header's promises: a known version, kind and codec, a
-//    payload within kMaxPayloadBytes, raw fp32 sizes that match, no offset overflow, a
-//    finite non-negative weight;
-//  - it re-encodes (encode_header) to a frame within kMaxHeaderBytes that decodes to
-//    the same fields, and encoding that gives the same bytes again (one encoding per
-//    header);
-//  - validate_payload accepts exactly the payload the header announces.
+//  - the message keeps decode_head's promises: this daemon's version, a known kind
+//    whose body is that kind's struct, a payload within kMaxPayloadBytes, raw fp32
+//    sizes that match, no slice overflow, a finite non-negative weight, no payload
+//    for the kinds without one;
+//  - it re-encodes (encode_head) to a frame within kMaxHeaderBytes that decodes to
+//    the same message, and encoding that gives the same bytes again (one encoding
+//    per message);
+//  - validate_payload accepts exactly the payload the envelope announces.
 
-#include <cstring>
+#include <cmath>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "fuzz/invariant.h"
 #include "proto/message.h"
@@ -20,30 +22,35 @@ namespace gossip::fuzz {
 namespace {
 
 using proto::CodecId;
-using proto::Header;
 
-bool same_fields(const Header& a, const Header& b) {
-  // The weight bit for bit: -0.0 must stay -0.0.
-  return a.v == b.v && a.kind == b.kind && a.from == b.from && a.round == b.round &&
-         a.seq == b.seq && a.tensor == b.tensor && a.offset == b.offset && a.codec == b.codec &&
-         a.numel == b.numel && a.bytes == b.bytes && a.layout == b.layout &&
-         std::memcmp(&a.weight, &b.weight, sizeof(double)) == 0;
+void check_slice(const proto::Envelope& e, uint64_t offset, uint64_t numel, CodecId codec,
+                 double weight) {
+  expect(numel > 0, "a decoded slice has elements");
+  expect(offset <= UINT64_MAX - numel, "a decoded slice does not overflow");
+  if (codec == CodecId::kNone)
+    expect(e.length % 4 == 0 && e.length / 4 == numel, "a raw fp32 slice is numel * 4 bytes");
+  else
+    expect(e.length > 0, "a compressed slice has a payload");
+  expect(std::string_view(proto::codec_name(codec)) != "?", "a decoded slice has a known codec");
+  expect(std::isfinite(weight) && weight >= 0.0, "a decoded weight is finite and >= 0");
 }
 
-void check_promises(const Header& h) {
-  expect(h.v == proto::kWireVersion, "a decoded header has this daemon's version");
-  expect(std::string_view(proto::kind_name(h.kind)) != "?", "a decoded header has a known kind");
-  expect(std::string_view(proto::codec_name(h.codec)) != "?", "a decoded header has a known codec");
-  expect(h.bytes <= proto::kMaxPayloadBytes, "a decoded header's payload is within the limit");
-  if (h.numel > 0) {
-    expect(h.offset <= UINT64_MAX - h.numel, "a decoded slice does not overflow");
-    if (h.codec == CodecId::kNone)
-      expect(h.bytes % 4 == 0 && h.bytes / 4 == h.numel, "a raw fp32 slice is numel * 4 bytes");
-    else
-      expect(h.bytes > 0, "a compressed slice has a payload");
-  }
-  expect(h.weight >= 0.0 && h.weight <= 1.7976931348623157e308,
-         "a decoded weight is finite and >= 0");
+void check_promises(const proto::Message& m) {
+  const proto::Envelope& e = m.envelope;
+  expect(e.version == proto::kWireVersion, "a decoded head has this daemon's version");
+  expect(std::string_view(proto::kind_name(e.kind)) != "?", "a decoded head has a known kind");
+  expect(proto::kind_of(m.body) == e.kind, "the body is the envelope's kind");
+  expect(e.length <= proto::kMaxPayloadBytes, "a decoded payload is within the limit");
+  if (const auto* c = std::get_if<proto::ModelChunk>(&m.body))
+    check_slice(e, c->offset, c->numel, c->codec, c->weight);
+  else if (const auto* s = std::get_if<proto::StateChunk>(&m.body))
+    check_slice(e, s->offset, s->numel, CodecId::kNone, s->weight);
+  else if (std::holds_alternative<proto::NcclId>(m.body))
+    expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
+  else
+    expect(e.length == 0, "a kind without payload announces none");
+  if (const auto* a = std::get_if<proto::RingAddress>(&m.body))
+    expect(a->port != 0, "a ring address has a port");
 }
 
 }  // namespace
@@ -52,24 +59,28 @@ void check_promises(const Header& h) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gossip;
   using namespace gossip::fuzz;
-  auto h = proto::decode_header(data, size);
-  if (!h) {
-    expect(!h.status().message().empty(), "a refused header comes with a message");
+  auto m = proto::decode_head(data, size);
+  if (!m) {
+    expect(!m.status().message().empty(), "a refused head comes with a message");
     return 0;
   }
-  check_promises(*h);
+  check_promises(*m);
 
-  const std::string frame = proto::encode_header(*h);
-  expect(frame.size() <= proto::kMaxHeaderBytes, "an encoded header fits the header limit");
-  auto again = proto::decode_header(frame.data(), frame.size());
-  if (!again) fail("a decoded header re-encodes to one that decodes: " + again.status().message());
-  expect(same_fields(*h, *again), "a decoded header re-encodes to the same fields");
-  expect(proto::encode_header(*again) == frame, "a header has one encoding");
+  const proto::Envelope& e = m->envelope;
+  const std::string frame = proto::encode_head(e.from, e.round, m->body, e.length);
+  expect(frame.size() <= proto::kMaxHeaderBytes, "an encoded head fits the head limit");
+  auto again = proto::decode_head(frame.data(), frame.size());
+  if (!again) fail("a decoded head re-encodes to one that decodes: " + again.status().message());
+  const proto::Envelope& e2 = again->envelope;
+  expect(e2.kind == e.kind && e2.from == e.from && e2.round == e.round && e2.length == e.length,
+         "a decoded head re-encodes to the same envelope");
+  expect(proto::encode_head(e2.from, e2.round, again->body, e2.length) == frame,
+         "a message has one encoding (so its body came back field for field)");
 
-  const size_t frames = h->bytes == 0 ? 0 : 1;
-  const Status st = proto::validate_payload(*h, frames, static_cast<size_t>(h->bytes));
-  if (!st) fail("validate_payload accepts the payload its header announces: " + st.message());
-  expect(!proto::validate_payload(*h, frames, static_cast<size_t>(h->bytes) + 1).is_ok(),
+  const size_t frames = e.length == 0 ? 0 : 1;
+  const Status st = proto::validate_payload(e, frames, static_cast<size_t>(e.length));
+  if (!st) fail("validate_payload accepts the payload its envelope announces: " + st.message());
+  expect(!proto::validate_payload(e, frames, static_cast<size_t>(e.length) + 1).is_ok(),
          "validate_payload refuses a payload longer than announced");
   return 0;
 }

@@ -37,15 +37,15 @@ void Router::unsubscribe(uint64_t id) {
 uint64_t Router::unhandled(proto::Kind kind) const { return transport_.traffic().unhandled(kind); }
 
 void Router::dispatch(Incoming& in) {
-  const auto k = static_cast<size_t>(in.header.kind);
+  const auto k = static_cast<size_t>(in.kind());
   if (handlers_[k].empty()) {
-    transport_.traffic_counters().count_unhandled(in.header.kind);
+    transport_.traffic_counters().count_unhandled(in.kind());
     if (!std::exchange(logged_unhandled_[k], true))
       spdlog::warn(
           "peer {} sent a {} message, which nothing on this node handles (logged once per kind, "
           "counted in gossipd_messages_unhandled_total): do all nodes run the same strategy and "
           "transport?",
-          in.peer, proto::kind_name(in.header.kind));
+          in.peer, proto::kind_name(in.kind()));
     return;
   }
   // Each handler is held while it runs: it may end a subscription (its own too).
@@ -58,7 +58,7 @@ void Router::dispatch(Incoming& in) {
   targets.reserve(handlers_[k].size());
   for (const Entry& e : handlers_[k]) targets.push_back(e.handler);
   for (size_t i = 0; i + 1 < targets.size(); ++i) {
-    Incoming copy{in.peer, in.header, {}};
+    Incoming copy{in.peer, in.envelope, in.body, {}};
     copy.payload.copy(in.payload);  // shares the buffer: ZeroMQ counts references
     (*targets[i])(copy);
   }

@@ -134,11 +134,11 @@ uint64_t ZmqTransport::pending_sends(uint32_t peer) const {
   return 0;
 }
 
-Status ZmqTransport::send_frames(Outbound& out, const proto::Header& header,
+Status ZmqTransport::send_frames(Outbound& out, uint64_t round, const proto::Body& body,
                                  zmq::message_t* payload) {
-  std::string head = proto::encode_header(header);
+  const uint64_t payload_bytes = payload ? payload->size() : 0;
+  std::string head = proto::encode_head(self_, round, body, payload_bytes);
   uint64_t wire = proto::zmtp_frame_overhead(head.size()) + head.size();
-  uint64_t payload_bytes = payload ? payload->size() : 0;
   if (payload) wire += proto::zmtp_frame_overhead(payload_bytes) + payload_bytes;
   try {
     // A peer that is down accumulates a queue that drains once it is up; at the
@@ -158,13 +158,13 @@ Status ZmqTransport::send_frames(Outbound& out, const proto::Header& header,
   return Status::ok();
 }
 
-Status ZmqTransport::send(uint32_t peer, const proto::Header& header) {
+Status ZmqTransport::send(uint32_t peer, uint64_t round, const proto::Body& body) {
   Outbound* out = outbound(peer);
   if (!out) return Status::not_found(fmt::format("no peer {}", peer));
-  return send_frames(*out, header, nullptr);
+  return send_frames(*out, round, body, nullptr);
 }
 
-Status ZmqTransport::send_zero_copy(uint32_t peer, const proto::Header& header,
+Status ZmqTransport::send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
                                     std::span<const std::byte> payload) {
   Outbound* out = outbound(peer);
   if (!out) return Status::not_found(fmt::format("no peer {}", peer));
@@ -172,10 +172,10 @@ Status ZmqTransport::send_zero_copy(uint32_t peer, const proto::Header& header,
   // ZeroMQ calls release_pending from its I/O thread once the bytes are in the kernel.
   zmq::message_t msg(const_cast<std::byte*>(payload.data()), payload.size(), release_pending,
                      &out->pending);
-  return send_frames(*out, header, &msg);
+  return send_frames(*out, round, body, &msg);
 }
 
-Status ZmqTransport::send_shared(uint32_t peer, const proto::Header& header,
+Status ZmqTransport::send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                                  std::shared_ptr<const std::vector<std::byte>> buffer) {
   Outbound* out = outbound(peer);
   if (!out) return Status::not_found(fmt::format("no peer {}", peer));
@@ -184,7 +184,7 @@ Status ZmqTransport::send_shared(uint32_t peer, const proto::Header& header,
   auto* hint = new std::shared_ptr<const std::vector<std::byte>>(std::move(buffer));
   // On failure message_t's destructor still calls release_shared, so nothing leaks.
   zmq::message_t msg(const_cast<std::byte*>(data), size, release_shared, hint);
-  return send_frames(*out, header, &msg);
+  return send_frames(*out, round, body, &msg);
 }
 
 void ZmqTransport::note_dropped(uint32_t peer, const std::string& why) {
@@ -264,23 +264,23 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
       drop(fmt::format("{} frames (expected header and at most one payload)", total_frames - 1));
       continue;
     }
-    auto header = proto::decode_header(frames[1].data(), frames[1].size());
-    if (!header) {
-      drop(header.status().message());
+    auto head = proto::decode_head(frames[1].data(), frames[1].size());
+    if (!head) {
+      drop(head.status().message());
       continue;
     }
-    if (header->from != *sender) {
-      drop(fmt::format("header says it is from node {}", header->from));
+    if (head->envelope.from != *sender) {
+      drop(fmt::format("its envelope says it is from node {}", head->envelope.from));
       continue;
     }
     size_t payload_frames = frames.size() - 2;
     size_t payload_bytes = payload_frames ? frames[2].size() : 0;
-    if (auto st = proto::validate_payload(*header, payload_frames, payload_bytes); !st) {
+    if (auto st = proto::validate_payload(head->envelope, payload_frames, payload_bytes); !st) {
       drop(st.message());
       continue;
     }
     traffic_.count_recv(*sender, payload_bytes, wire);
-    Incoming in{*sender, *header, {}};
+    Incoming in{*sender, head->envelope, std::move(head->body), {}};
     if (payload_frames) in.payload = std::move(frames[2]);
     return in;
   }

@@ -25,9 +25,18 @@
 namespace gossip::peers {
 
 struct Incoming {
-  uint32_t peer = 0;
-  proto::Header header;
-  zmq::message_t payload;  // empty when header.bytes == 0
+  uint32_t peer = 0;  // the sender, as authenticated by the transport
+  proto::Envelope envelope;
+  proto::Body body;
+  zmq::message_t payload;  // empty when envelope.length == 0
+
+  proto::Kind kind() const { return envelope.kind; }
+  uint64_t round() const { return envelope.round; }
+  // The body of kind T; only for a message of that kind.
+  template <class T>
+  const T& as() const {
+    return std::get<T>(body);
+  }
 };
 
 struct TransportOptions {
@@ -54,17 +63,19 @@ class ZmqTransport {
   // The node's one traffic table: the ring transports count into it too.
   TrafficCounters& traffic_counters() { return traffic_; }
 
-  // Queues a header-only message (hello, bye).
-  Status send(uint32_t peer, const proto::Header& header);
-  // Queues header + payload without copying the payload: the caller keeps it alive
-  // and unchanged until pending_sends(peer) drops to 0.
-  Status send_zero_copy(uint32_t peer, const proto::Header& header,
+  // Each send queues one message of `body`'s kind for `round` (proto/message.h); the
+  // transport fills in the rest of the envelope (sender, version, payload length).
+  // A message without payload (hello, bye, heartbeat...).
+  Status send(uint32_t peer, uint64_t round, const proto::Body& body);
+  // With a payload, not copied: the caller keeps it alive and unchanged until
+  // pending_sends(peer) drops to 0.
+  Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
                         std::span<const std::byte> payload);
   uint64_t pending_sends(uint32_t peer) const;
   // Queues header + the whole of `buffer`, without copying it: ZeroMQ holds a
   // reference until the bytes are written, so one encoded payload can go to several
   // peers and the caller need not wait for any of them.
-  Status send_shared(uint32_t peer, const proto::Header& header,
+  Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                      std::shared_ptr<const std::vector<std::byte>> buffer);
 
   // For protocol violations only the strategy can see (stale round, bad sequence).
@@ -84,7 +95,8 @@ class ZmqTransport {
   };
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
   Outbound* outbound(uint32_t peer);
-  Status send_frames(Outbound& out, const proto::Header& header, zmq::message_t* payload);
+  Status send_frames(Outbound& out, uint64_t round, const proto::Body& body,
+                     zmq::message_t* payload);
   std::optional<uint32_t> peer_of(const zmq::message_t& routing_id) const;
 
   uint32_t self_;

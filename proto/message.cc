@@ -2,12 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <array>
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <msgpack.hpp>
-#include <optional>
 #include <string_view>
+#include <type_traits>
 
 namespace gossip::proto {
 
@@ -65,13 +66,12 @@ const char* codec_name(CodecId c) {
 
 namespace {
 
-constexpr std::array<std::string_view, 11> kKeys = {
-    "v", "kind", "from", "round", "seq", "tensor", "offset", "codec", "numel", "bytes", "layout"};
+using Packer = msgpack::packer<msgpack::sbuffer>;
+constexpr uint32_t kEnvelopeFields = 6;
 
 // A msgpack float64, whatever its value. pack_double sends integral doubles as
-// integers: -0.0 would arrive as +0, and 2^64 (a weight decode_header accepts) is
-// converted to uint64_t out of range, undefined behaviour (both found by
-// fuzz/wire_header_fuzzer.cc).
+// integers: -0.0 would arrive as +0, and 2^64 is converted to uint64_t out of range,
+// undefined behaviour (both found by fuzz/wire_header_fuzzer.cc).
 void pack_float64(msgpack::sbuffer& buf, double d) {
   const auto bits = std::bit_cast<uint64_t>(d);
   char out[9] = {static_cast<char>(0xcb)};
@@ -79,160 +79,267 @@ void pack_float64(msgpack::sbuffer& buf, double d) {
   buf.write(out, sizeof out);
 }
 
+struct FieldCounter {
+  uint32_t n = 0;
+  template <class T>
+  void operator()(const char*, const T&) {
+    ++n;
+  }
+};
+
+template <class T>
+uint32_t field_count() {
+  FieldCounter c;
+  T{}.fields(c);
+  return c.n;
+}
+
+struct FieldPacker {
+  msgpack::sbuffer& buf;
+  Packer pk{buf};
+  void operator()(const char*, bool v) { v ? pk.pack_true() : pk.pack_false(); }
+  void operator()(const char*, double v) { pack_float64(buf, v); }
+  void operator()(const char*, CodecId v) { pk.pack_uint8(static_cast<uint8_t>(v)); }
+  template <class T>
+  requires std::is_unsigned_v<T>
+  void operator()(const char*, T v) { pk.pack_uint64(v); }
+};
+
+// Reads one body's fields in order, each of exactly its type; the first problem is
+// kept and named.
+struct FieldReader {
+  const msgpack::object* items;
+  const char* kind;
+  uint32_t next = 0;
+  Status status;
+
+  const msgpack::object* take() {
+    if (!status) return nullptr;
+    return &items[next++];
+  }
+  void bad(const char* name, std::string_view want) {
+    status = Status::protocol(fmt::format("{} field '{}' is not {}", kind, name, want));
+  }
+  void operator()(const char* name, bool& v) {
+    const auto* o = take();
+    if (!o) return;
+    if (o->type != msgpack::type::BOOLEAN) return bad(name, "a boolean");
+    v = o->via.boolean;
+  }
+  void operator()(const char* name, double& v) {
+    const auto* o = take();
+    if (!o) return;
+    // msgpack-cxx may hand back an integral float as an integer (0.0 -> 0).
+    if (o->type == msgpack::type::FLOAT64 || o->type == msgpack::type::FLOAT32)
+      v = o->via.f64;
+    else if (o->type == msgpack::type::POSITIVE_INTEGER)
+      v = static_cast<double>(o->via.u64);
+    else if (o->type == msgpack::type::NEGATIVE_INTEGER)
+      v = static_cast<double>(o->via.i64);
+    else
+      return bad(name, "a number");
+    if (!std::isfinite(v) || v < 0.0)
+      status = Status::protocol(fmt::format("{} {} {} is not finite and >= 0", kind, name, v));
+  }
+  void operator()(const char* name, CodecId& v) {
+    const auto* o = take();
+    if (!o) return;
+    if (o->type != msgpack::type::POSITIVE_INTEGER) return bad(name, "an unsigned integer");
+    if (o->via.u64 > kMaxCodecId)
+      return void(status = Status::protocol(fmt::format("unknown codec id {}", o->via.u64)));
+    v = static_cast<CodecId>(o->via.u64);
+  }
+  template <class T>
+  requires std::is_unsigned_v<T>
+  void operator()(const char* name, T& v) {
+    const auto* o = take();
+    if (!o) return;
+    if (o->type != msgpack::type::POSITIVE_INTEGER) return bad(name, "an unsigned integer");
+    if (o->via.u64 > std::numeric_limits<T>::max())
+      return void(status = Status::protocol(
+                      fmt::format("{} field '{}' is {}, out of range", kind, name, o->via.u64)));
+    v = static_cast<T>(o->via.u64);
+  }
+};
+
+template <size_t I = 0>
+Body body_of_kind(size_t index) {
+  if constexpr (I + 1 < std::variant_size_v<Body>)
+    if (index != I) return body_of_kind<I + 1>(index);
+  return Body(std::in_place_index<I>);
+}
+
+// The rules of each kind beyond its fields' types.
+Status check_payload_less(const Envelope& e) {
+  if (e.length != 0)
+    return Status::protocol(
+        fmt::format("{} carries no payload but says length={}", kind_name(e.kind), e.length));
+  return Status::ok();
+}
+
+Status check_slice(const Envelope& e, uint64_t offset, uint64_t numel, CodecId codec) {
+  const char* kind = kind_name(e.kind);
+  if (numel == 0) return Status::protocol(fmt::format("{} with numel=0", kind));
+  // Divide rather than multiply: numel * 4 wraps for numel >= 2^62.
+  if (codec == CodecId::kNone &&
+      (e.length % sizeof(float) != 0 || e.length / sizeof(float) != numel))
+    return Status::protocol(fmt::format("{} says numel={} but length={} (raw fp32 needs numel * 4)",
+                                        kind, numel, e.length));
+  if (codec != CodecId::kNone && e.length == 0)
+    return Status::protocol(fmt::format("{} {} with an empty payload", codec_name(codec), kind));
+  if (offset > UINT64_MAX - numel)
+    return Status::protocol(fmt::format("{} offset overflows", kind));
+  return Status::ok();
+}
+
+Status check(const Envelope& e, const Body& body) {
+  return std::visit(
+      [&](const auto& m) -> Status {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, ModelChunk>) {
+          return check_slice(e, m.offset, m.numel, m.codec);
+        } else if constexpr (std::is_same_v<T, StateChunk>) {
+          return check_slice(e, m.offset, m.numel, CodecId::kNone);
+        } else if constexpr (std::is_same_v<T, NcclId>) {
+          if (e.length != kNcclIdBytes)
+            return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes, says {}",
+                                                kNcclIdBytes, e.length));
+          return Status::ok();
+        } else if constexpr (std::is_same_v<T, RingAddress>) {
+          if (m.port == 0) return Status::protocol("ring-address with port 0");
+          return check_payload_less(e);
+        } else if constexpr (std::is_same_v<T, StateOffer>) {
+          if (m.has_state && e.round == 0)
+            return Status::protocol("state-offer of a state before round 0");
+          return check_payload_less(e);
+        } else {
+          return check_payload_less(e);
+        }
+      },
+      body);
+}
+
 }  // namespace
 
-std::string encode_header(const Header& h) {
+std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_t length) {
   msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  const bool weighted = h.weight != 1.0;
-  pk.pack_map(kKeys.size() + (weighted ? 1 : 0));
-  pk.pack("v"), pk.pack(h.v);
-  pk.pack("kind"), pk.pack(static_cast<uint32_t>(h.kind));
-  pk.pack("from"), pk.pack(h.from);
-  pk.pack("round"), pk.pack(h.round);
-  pk.pack("seq"), pk.pack(h.seq);
-  pk.pack("tensor"), pk.pack(h.tensor);
-  pk.pack("offset"), pk.pack(h.offset);
-  pk.pack("codec"), pk.pack(static_cast<uint32_t>(h.codec));
-  pk.pack("numel"), pk.pack(h.numel);
-  pk.pack("bytes"), pk.pack(h.bytes);
-  pk.pack("layout"), pk.pack(h.layout);
-  if (weighted) pk.pack("weight"), pack_float64(buf, h.weight);
+  Packer pk(buf);
+  pk.pack_array(kEnvelopeFields);
+  pk.pack_uint32(kWireMagic);
+  pk.pack_uint32(kWireVersion);
+  pk.pack_uint8(static_cast<uint8_t>(kind_of(body)));
+  pk.pack_uint32(from);
+  pk.pack_uint64(round);
+  pk.pack_uint64(length);
+  std::visit(
+      [&](auto m) {
+        pk.pack_array(field_count<decltype(m)>());
+        m.fields(FieldPacker{buf});
+      },
+      body);
   return std::string(buf.data(), buf.size());
 }
 
-Result<Header> decode_header(const void* data, size_t size) {
+Result<Message> decode_head(const void* data, size_t size) {
   if (size == 0) return Status::protocol("empty header frame");
   if (size > kMaxHeaderBytes)
     return Status::protocol(
         fmt::format("header frame is {} bytes, limit {}", size, kMaxHeaderBytes));
-  msgpack::object_handle oh;
+  const char* bytes = static_cast<const char*>(data);
+  // The envelope is read with loose limits (the frame's size bounds what it can
+  // hold), so that another version's envelope, whatever it carries after its version,
+  // and a version-1 header (a map) are named rather than refused as garbage. This
+  // version's body is a flat array of a few scalars.
+  const msgpack::unpack_limit loose(/*array*/ 64, /*map*/ 64, /*str*/ kMaxHeaderBytes,
+                                    /*bin*/ kMaxHeaderBytes, /*ext*/ kMaxHeaderBytes, /*depth*/ 4);
+  const msgpack::unpack_limit tight(/*array*/ 16, /*map*/ 0, /*str*/ 16, /*bin*/ 0, /*ext*/ 0,
+                                    /*depth*/ 2);
+  size_t off = 0;
+  msgpack::object_handle env;
   try {
-    // Tight limits: a header is one flat map of small integers.
-    msgpack::unpack_limit limit(/*array*/ 0, /*map*/ kKeys.size() + 1, /*str*/ 16, /*bin*/ 0,
-                                /*ext*/ 0, /*depth*/ 2);
-    size_t off = 0;
-    oh = msgpack::unpack(static_cast<const char*>(data), size, off, nullptr, nullptr, limit);
-    if (off != size)
-      return Status::protocol(fmt::format("{} trailing bytes after header", size - off));
+    env = msgpack::unpack(bytes, size, off, nullptr, nullptr, loose);
   } catch (const std::exception& e) {
     return Status::protocol(fmt::format("header is not valid msgpack: {}", e.what()));
   }
-  const msgpack::object& o = oh.get();
-  if (o.type != msgpack::type::MAP) return Status::protocol("header is not a msgpack map");
-
-  std::array<bool, kKeys.size()> seen{};
-  std::array<uint64_t, kKeys.size()> val{};
-  std::optional<double> weight;
-  for (uint32_t i = 0; i < o.via.map.size; ++i) {
-    const auto& kv = o.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) return Status::protocol("header key is not a string");
-    std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (key == "weight") {
-      if (weight) return Status::protocol("duplicate header key 'weight'");
-      // msgpack-cxx hands integral floats back as integers (0.0 -> 0).
-      if (kv.val.type == msgpack::type::POSITIVE_INTEGER)
-        weight = static_cast<double>(kv.val.via.u64);
-      else if (kv.val.type == msgpack::type::FLOAT64 || kv.val.type == msgpack::type::FLOAT32)
-        weight = kv.val.via.f64;
-      else
-        return Status::protocol("header key 'weight' is not a number");
-      if (!std::isfinite(*weight) || *weight < 0.0)
-        return Status::protocol(fmt::format("header weight {} is not finite and >= 0", *weight));
-      continue;
-    }
-    size_t idx = kKeys.size();
-    for (size_t k = 0; k < kKeys.size(); ++k)
-      if (kKeys[k] == key) idx = k;
-    if (idx == kKeys.size()) return Status::protocol(fmt::format("unknown header key '{}'", key));
-    if (seen[idx]) return Status::protocol(fmt::format("duplicate header key '{}'", key));
-    if (kv.val.type != msgpack::type::POSITIVE_INTEGER)
-      return Status::protocol(fmt::format("header key '{}' is not an unsigned integer", key));
-    seen[idx] = true;
-    val[idx] = kv.val.via.u64;
+  const msgpack::object& eo = env.get();
+  if (eo.type == msgpack::type::MAP)
+    return Status::protocol(fmt::format(
+        "a wire version 1 header (gossipd before typed messages); this daemon speaks version {}: "
+        "run one gossipd version on every node",
+        kWireVersion));
+  if (eo.type != msgpack::type::ARRAY || eo.via.array.size < 2)
+    return Status::protocol("header does not start with an envelope array");
+  // The envelope's fields, all unsigned; the magic and version are checked before
+  // anything else is read, so that a message of another version is named, not misread.
+  const auto& ev = eo.via.array;
+  uint64_t field[kEnvelopeFields] = {};
+  constexpr const char* kNames[kEnvelopeFields] = {"magic", "version", "kind",
+                                                   "from",  "round",   "length"};
+  for (uint32_t i = 0; i < std::min(ev.size, kEnvelopeFields); ++i) {
+    if (ev.ptr[i].type != msgpack::type::POSITIVE_INTEGER)
+      return Status::protocol(
+          fmt::format("envelope field '{}' is not an unsigned integer", kNames[i]));
+    field[i] = ev.ptr[i].via.u64;
   }
-  for (size_t k = 0; k < kKeys.size(); ++k)
-    if (!seen[k]) return Status::protocol(fmt::format("header lacks key '{}'", kKeys[k]));
-
-  Header h;
-  if (val[0] != kWireVersion)
+  if (field[0] != kWireMagic) return Status::protocol("header lacks the gossipd magic");
+  if (field[1] != kWireVersion)
+    return Status::protocol(fmt::format(
+        "wire version {} ({} than this daemon's {}): run one gossipd version on every node",
+        field[1], field[1] > kWireVersion ? "newer" : "older", kWireVersion));
+  if (ev.size != kEnvelopeFields)
     return Status::protocol(
-        fmt::format("wire version {} (this daemon speaks {})", val[0], kWireVersion));
-  h.v = static_cast<uint32_t>(val[0]);
-  if (val[1] < 1 || val[1] > kMaxKind)
-    return Status::protocol(fmt::format("unknown message kind {}", val[1]));
-  h.kind = static_cast<Kind>(val[1]);
-  if (val[2] > UINT32_MAX) return Status::protocol("header 'from' out of range");
-  h.from = static_cast<uint32_t>(val[2]);
-  h.round = val[3];
-  h.seq = val[4];
-  if (val[5] > UINT32_MAX) return Status::protocol("header 'tensor' out of range");
-  h.tensor = static_cast<uint32_t>(val[5]);
-  h.offset = val[6];
-  if (val[7] > kMaxCodecId) return Status::protocol(fmt::format("unknown codec id {}", val[7]));
-  h.codec = static_cast<CodecId>(val[7]);
-  h.numel = val[8];
-  h.bytes = val[9];
-  h.layout = val[10];
-  if (weight) {
-    if (h.kind != Kind::kModelChunk && h.kind != Kind::kStateChunk)
-      return Status::protocol("only model-chunk and state-chunk messages carry a weight");
-    h.weight = *weight;
-  }
+        fmt::format("envelope has {} fields, expected {}", ev.size, kEnvelopeFields));
 
-  if (h.bytes > kMaxPayloadBytes)
+  Message m;
+  Envelope& e = m.envelope;
+  if (field[2] < 1 || field[2] > kMaxKind)
+    return Status::protocol(fmt::format("unknown message kind {}", field[2]));
+  e.kind = static_cast<Kind>(field[2]);
+  if (field[3] > UINT32_MAX) return Status::protocol("envelope 'from' out of range");
+  e.from = static_cast<uint32_t>(field[3]);
+  e.round = field[4];
+  e.length = field[5];
+  if (e.length > kMaxPayloadBytes)
     return Status::protocol(
-        fmt::format("payload of {} bytes exceeds limit {}", h.bytes, kMaxPayloadBytes));
-  switch (h.kind) {
-    case Kind::kHello:
-    case Kind::kBye:
-    case Kind::kRingAddress:
-    case Kind::kHeartbeat:
-    case Kind::kJoin:
-    case Kind::kStateOffer:
-    case Kind::kStateRequest:
-    case Kind::kRingProbe:
-    case Kind::kCopyRequest:
-      if (h.numel != 0 || h.bytes != 0)
-        return Status::protocol(fmt::format("{} carries no payload but says numel={} bytes={}",
-                                            kind_name(h.kind), h.numel, h.bytes));
-      if (h.kind == Kind::kRingAddress && (h.offset == 0 || h.offset > 65535))
-        return Status::protocol(
-            fmt::format("ring-address with port {} (must be 1..65535)", h.offset));
-      break;
-    case Kind::kNcclId:
-      if (h.numel != 0 || h.bytes != kNcclIdBytes)
-        return Status::protocol(
-            fmt::format("nccl-id must carry exactly {} bytes and numel=0, says numel={} bytes={}",
-                        kNcclIdBytes, h.numel, h.bytes));
-      break;
-    case Kind::kStateChunk:
-      if (h.codec != CodecId::kNone) return Status::protocol("state-chunk must be raw fp32");
-      [[fallthrough]];
-    case Kind::kModelChunk:
-      if (h.numel == 0) return Status::protocol(fmt::format("{} with numel=0", kind_name(h.kind)));
-      // Divide rather than multiply: numel * 4 wraps for numel >= 2^62.
-      if (h.codec == CodecId::kNone &&
-          (h.bytes % sizeof(float) != 0 || h.bytes / sizeof(float) != h.numel))
-        return Status::protocol(fmt::format(
-            "model-chunk says numel={} but bytes={} (raw fp32 needs numel * 4)", h.numel, h.bytes));
-      if (h.codec != CodecId::kNone && h.bytes == 0)
-        return Status::protocol(
-            fmt::format("{} model-chunk with an empty payload", codec_name(h.codec)));
-      if (h.offset > UINT64_MAX - h.numel) return Status::protocol("model-chunk offset overflows");
-      break;
+        fmt::format("payload of {} bytes exceeds limit {}", e.length, kMaxPayloadBytes));
+
+  if (off == size) return Status::protocol(fmt::format("{} lacks its body", kind_name(e.kind)));
+  msgpack::object_handle body;
+  try {
+    body = msgpack::unpack(bytes, size, off, nullptr, nullptr, tight);
+  } catch (const std::exception& ex) {
+    return Status::protocol(
+        fmt::format("{} body is not valid msgpack: {}", kind_name(e.kind), ex.what()));
   }
-  return h;
+  if (off != size)
+    return Status::protocol(fmt::format("{} trailing bytes after the body", size - off));
+  m.body = body_of_kind(field[2] - 1);
+  const msgpack::object& bo = body.get();
+  Status st = std::visit(
+      [&](auto& msg) -> Status {
+        using T = std::decay_t<decltype(msg)>;
+        const uint32_t want = field_count<T>();
+        if (bo.type != msgpack::type::ARRAY || bo.via.array.size != want)
+          return Status::protocol(
+              fmt::format("{} body must be an array of {} fields", kind_name(e.kind), want));
+        FieldReader reader{bo.via.array.ptr, kind_name(e.kind), 0, Status::ok()};
+        msg.fields(reader);
+        return reader.status;
+      },
+      m.body);
+  GOSSIP_RETURN_IF_ERROR(st);
+  GOSSIP_RETURN_IF_ERROR(check(e, m.body));
+  return m;
 }
 
-Status validate_payload(const Header& h, size_t payload_frames, size_t payload_bytes) {
-  size_t want_frames = h.bytes == 0 ? 0 : 1;
+Status validate_payload(const Envelope& e, size_t payload_frames, size_t payload_bytes) {
+  const size_t want_frames = e.length == 0 ? 0 : 1;
   if (payload_frames != want_frames)
-    return Status::protocol(fmt::format("{} has {} payload frames, expected {}", kind_name(h.kind),
+    return Status::protocol(fmt::format("{} has {} payload frames, expected {}", kind_name(e.kind),
                                         payload_frames, want_frames));
-  if (payload_bytes != h.bytes)
-    return Status::protocol(fmt::format("{} payload is {} bytes but header says {}",
-                                        kind_name(h.kind), payload_bytes, h.bytes));
+  if (payload_bytes != e.length)
+    return Status::protocol(fmt::format("{} payload is {} bytes but its envelope says {}",
+                                        kind_name(e.kind), payload_bytes, e.length));
   return Status::ok();
 }
 

@@ -1,50 +1,49 @@
 #pragma once
-// The peer wire (daemon <-> daemon): a ZeroMQ multipart message whose first frame
-// is a msgpack map header and whose following frames are raw payload, so large
-// arrays are never copied through msgpack.
+// The peer wire (daemon <-> daemon): a ZeroMQ multipart message.
 //
-//   frame 0: {v, kind, from, round, seq, tensor, offset, codec, numel, bytes, layout}
-//   frame 1: payload of exactly `bytes` bytes (absent when bytes == 0)
+//   frame 0: the envelope, then the body: two msgpack arrays back to back
+//            envelope = [magic, version, kind, from, round, length]
+//            body     = the fields of the kind's struct below, in declaration order
+//   frame 1: the payload, exactly `length` bytes (absent when length == 0)
+//
+// The envelope carries only what every message carries; each kind has a struct of
+// its own with its own fields. Large arrays (model slices) travel in the payload
+// frame, never through msgpack.
+//
+// Every version keeps [magic, version, ...] as the start of its envelope, so that a
+// daemon refuses another version's message by number instead of misreading it.
+//
+// This file is the one list of kinds: adding one is an enum value, a struct with
+// kKind and fields(), its place in Body, and its checks in message.cc.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <variant>
 
 #include "base/status.h"
 
 namespace gossip::proto {
 
-inline constexpr uint32_t kWireVersion = 1;
+inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
+// Version 1 (a flat msgpack map header, before typed messages) is refused by name.
+inline constexpr uint32_t kWireVersion = 2;
 
 enum class Kind : uint8_t {
-  kHello = 1,       // first message on a connection: who I am and my layout fingerprint
-  kModelChunk = 2,  // a slice [offset, offset+numel) of a node's flat model for `round`
-  kBye = 3,         // the sender is shutting down
-  kRingAddress =
-      4,        // to the left ring neighbor: the sender's ring transport listens on port `offset`;
-                // `seq`: a token the neighbor must present when it connects (0: none)
-  kNcclId = 5,  // from the lowest id to every node: the ncclUniqueId (kNcclIdBytes) of the
-                // communicator for `round`
-  // Churn (sgd/state_transfer.h). None of them makes the receiver wait for the sender in rounds.
-  kHeartbeat = 6,  // the sender is alive; `round`: its next round
-  kJoin = 7,       // the sender starts without state and asks who has one
-  kStateOffer =
-      8,  // answer to join: the sender's next `round` and its step (`offset`); 0, 0: no state
-  kStateRequest = 9,  // send me the state you offered for `round`
-  kStateChunk = 10,   // raw fp32 slice [offset, offset+numel) of the sender's model before `round`;
-                      // in an elastic ring, of the all-reduce result of `round`
-  kRingProbe = 11,  // elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
-                    // epoch `offset` (view `seq`); `round`: its next round; `tensor` 1: it
-                    // restarted and asks back in
-  kCopyRequest =
-      12,  // CHOCO (sgd/choco_sgd.h): the receiver's public copy at the sender is stale; send
-           // the copy itself (a model-chunk with tensor kPublicCopyTensor) from your next round on
+  kHello = 1,
+  kModelChunk = 2,
+  kBye = 3,
+  kRingAddress = 4,
+  kNcclId = 5,
+  kHeartbeat = 6,
+  kJoin = 7,
+  kStateOffer = 8,
+  kStateRequest = 9,
+  kStateChunk = 10,
+  kRingProbe = 11,
+  kCopyRequest = 12,
 };
 inline constexpr uint8_t kMaxKind = 12;
-// model-chunk `tensor` values: 0 is the flat model (or, for CHOCO, a correction to
-// the sender's public copy); kPublicCopyTensor is CHOCO's public copy itself, raw.
-inline constexpr uint32_t kPublicCopyTensor = 1;
-inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -61,21 +60,163 @@ enum class CodecId : uint8_t {
 inline constexpr uint8_t kMaxCodecId = 7;
 const char* codec_name(CodecId c);
 
-struct Header {
-  uint32_t v = kWireVersion;
+// model-chunk `tensor` values: 0 is the flat model (or, for CHOCO, a correction to
+// the sender's public copy); kPublicCopyTensor is CHOCO's public copy itself, raw.
+inline constexpr uint32_t kPublicCopyTensor = 1;
+inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
+
+// What every message carries. `round` is the round the message belongs to (a
+// model or state chunk) or the sender's next round (everything else; 0 before its
+// first). `length` is the payload frame's size; the transport sets it, and
+// `version` and `from`.
+struct Envelope {
+  uint32_t version = kWireVersion;
   Kind kind = Kind::kHello;
-  uint32_t from = 0;    // sender's node id
-  uint64_t round = 0;   // synchronization round the payload belongs to
-  uint64_t seq = 0;     // per (sender, round) chunk sequence, starts at 0
-  uint32_t tensor = 0;  // reserved for per-tensor exchanges; 0 for the flat model
-  uint64_t offset = 0;  // first element of the slice in the flat model
+  uint32_t from = 0;
+  uint64_t round = 0;
+  uint64_t length = 0;
+};
+
+// The first message on a connection, and "I am alive, wait for me again".
+struct Hello {
+  static constexpr Kind kKind = Kind::kHello;
+  uint64_t layout = 0;  // sender's layout fingerprint (0 while no trainer attached)
+  template <class F>
+  void fields(F&& f) {
+    f("layout", layout);
+  }
+};
+
+// A slice [offset, offset + numel) of the sender's flat model for the envelope's
+// round; payload: the slice in `codec`.
+struct ModelChunk {
+  static constexpr Kind kKind = Kind::kModelChunk;
+  uint64_t seq = 0;     // per (sender, round), from 0
+  uint32_t tensor = 0;  // 0, or kPublicCopyTensor (CHOCO)
+  uint64_t offset = 0;
+  uint64_t numel = 0;
   CodecId codec = CodecId::kNone;
-  uint64_t numel = 0;   // elements in the slice
-  uint64_t bytes = 0;   // payload frame size in bytes
-  uint64_t layout = 0;  // sender's layout fingerprint (0 while unknown)
-  // Push-sum weight carried with a model chunk (SGP). Optional on the wire: absent
-  // means 1.0, which every other strategy sends. Finite and >= 0 when present.
-  double weight = 1.0;
+  double weight = 1.0;  // push-sum's weight (SGP); 1 for every other strategy
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("seq", seq), f("tensor", tensor), f("offset", offset), f("numel", numel);
+    f("codec", codec), f("weight", weight), f("layout", layout);
+  }
+};
+
+// The sender is shutting down.
+struct Bye {
+  static constexpr Kind kKind = Kind::kBye;
+  template <class F>
+  void fields(F&&) {}
+};
+
+// To the left ring neighbor: the sender's ring transport listens on `port`.
+struct RingAddress {
+  static constexpr Kind kKind = Kind::kRingAddress;
+  uint16_t port = 0;
+  uint64_t token = 0;  // the neighbor presents it when it connects (0: none)
+  uint64_t view = 0;   // the membership view the address belongs to (sgd/ring_membership.h)
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("port", port), f("token", token), f("view", view), f("layout", layout);
+  }
+};
+
+// From rank 0 to every rank: the ncclUniqueId of communicator `generation`;
+// payload: kNcclIdBytes.
+struct NcclId {
+  static constexpr Kind kKind = Kind::kNcclId;
+  uint64_t generation = 0;
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("generation", generation), f("layout", layout);
+  }
+};
+
+// Churn (sgd/state_transfer.h). None of them makes the receiver wait for the sender.
+// The sender is alive.
+struct Heartbeat {
+  static constexpr Kind kKind = Kind::kHeartbeat;
+  template <class F>
+  void fields(F&&) {}
+};
+
+// The sender starts without state and asks who has one.
+struct Join {
+  static constexpr Kind kKind = Kind::kJoin;
+  template <class F>
+  void fields(F&&) {}
+};
+
+// The answer to a join or a state request: the state before the envelope's round.
+struct StateOffer {
+  static constexpr Kind kKind = Kind::kStateOffer;
+  bool has_state = false;  // false: the sender offers nothing
+  uint64_t step = 0;       // the trainers' step the state belongs to
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("has_state", has_state), f("step", step), f("layout", layout);
+  }
+};
+
+// Send me the state you offered.
+struct StateRequest {
+  static constexpr Kind kKind = Kind::kStateRequest;
+  template <class F>
+  void fields(F&&) {}
+};
+
+// A slice of the sender's model before the envelope's round (in an elastic ring,
+// of the all-reduce result of that round); payload: raw fp32.
+struct StateChunk {
+  static constexpr Kind kKind = Kind::kStateChunk;
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  uint64_t numel = 0;
+  double weight = 1.0;  // push-sum's weight of the state
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("seq", seq), f("offset", offset), f("numel", numel), f("weight", weight);
+    f("layout", layout);
+  }
+};
+
+// Elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
+// `epoch` (view `view`); the envelope's round is its next round.
+struct RingProbe {
+  static constexpr Kind kKind = Kind::kRingProbe;
+  uint64_t epoch = 0;
+  uint64_t view = 0;
+  bool restarted = false;  // it restarted and asks back in
+  template <class F>
+  void fields(F&& f) {
+    f("epoch", epoch), f("view", view), f("restarted", restarted);
+  }
+};
+
+// CHOCO (sgd/choco_sgd.h): the receiver's public copy at the sender is stale; send
+// the copy itself (a model-chunk of tensor kPublicCopyTensor) from your next round on.
+struct CopyRequest {
+  static constexpr Kind kKind = Kind::kCopyRequest;
+  template <class F>
+  void fields(F&&) {}
+};
+
+// In Kind order: Body's index is the kind minus one.
+using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
+                          StateRequest, StateChunk, RingProbe, CopyRequest>;
+static_assert(std::variant_size_v<Body> == kMaxKind);
+inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
+
+struct Message {
+  Envelope envelope;
+  Body body;
 };
 
 // Upper bound of one payload frame; ZMQ_MAXMSGSIZE is set from it so an oversized
@@ -83,16 +224,16 @@ struct Header {
 inline constexpr uint64_t kMaxPayloadBytes = uint64_t{256} << 20;
 inline constexpr size_t kMaxHeaderBytes = 512;
 
-std::string encode_header(const Header& h);
+// Frame 0 of a message from `from` for `round` whose payload is `length` bytes.
+std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_t length);
 
-// Strict decoding: a msgpack map with exactly the known keys (plus the optional
-// float 'weight'), each an unsigned integer in range, a known version, kind and codec, and
-// self-consistent sizes (bytes == numel * 4 for raw fp32, a non-empty payload for the other codecs,
-// whose exact size only the codec can check, and no payload for hello/bye).
-Result<Header> decode_header(const void* data, size_t size);
+// Strict decoding of frame 0: the magic, this daemon's version (a newer or older
+// one is refused by number, never read), a known kind, exactly the kind's fields
+// with the types they have, and the kind's own rules (payload sizes, ranges).
+Result<Message> decode_head(const void* data, size_t size);
 
-// Checks the frames that followed a decoded header: how many and how large.
-Status validate_payload(const Header& h, size_t payload_frames, size_t payload_bytes);
+// Checks the frames that followed a decoded head: how many and how large.
+Status validate_payload(const Envelope& e, size_t payload_frames, size_t payload_bytes);
 
 // ZMTP 3 framing: 1 flag byte plus a 1-byte or 8-byte length.
 inline constexpr uint64_t zmtp_frame_overhead(uint64_t frame_bytes) {

@@ -67,59 +67,59 @@ AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, si
 void AllGatherAllReduce::absorb(peers::Incoming& in) {
   const uint64_t current = current_;
   const size_t numel = numel_;
-  const auto& h = in.header;
   size_t pi = peer_index(in.peer);
-  if (h.kind == proto::Kind::kHello) {
+  if (in.kind() == proto::Kind::kHello) {
     spdlog::info("peer {} is up", in.peer);
     return;
   }
-  if (h.kind == proto::Kind::kBye) {
+  if (in.kind() == proto::Kind::kBye) {
     spdlog::warn("peer {} shut down", in.peer);
     RoundState& s = state_for(current, numel);
     if (s.received[pi] < numel) s.left[pi] = true;
     return;
   }
+  const auto& h = in.as<proto::ModelChunk>();
+  const uint64_t round = in.round();
   auto drop = [&](const std::string& why) { transport_.note_dropped(in.peer, why); };
-  auto doom = [&](uint64_t round, Status st) {
+  auto doom = [&](uint64_t r, Status st) {
     transport_.note_dropped(in.peer, st.message());
-    RoundState& s = state_for(round, numel);
+    RoundState& s = state_for(r, numel);
     if (s.failure.is_ok()) s.failure = std::move(st);
   };
-  if (h.round != current && h.round != current + 1)
-    return drop(fmt::format("chunk for round {} while this node is in round {}", h.round, current));
+  if (round != current && round != current + 1)
+    return drop(fmt::format("chunk for round {} while this node is in round {}", round, current));
   if (layout_ != 0 && h.layout != layout_)
     return doom(
-        h.round,
+        round,
         Status::mismatch(fmt::format(
             "peer {} trains a model with another layout (fingerprint {:016x}, ours {:016x}); "
             "every node must attach the same tensors",
             in.peer, h.layout, layout_)));
   if (h.offset + h.numel > numel)
-    return doom(h.round, Status::mismatch(fmt::format(
-                             "peer {} sent elements [{}, {}) but the model has {} elements",
-                             in.peer, h.offset, h.offset + h.numel, numel)));
-  RoundState& s = state_for(h.round, numel);
+    return doom(round, Status::mismatch(fmt::format(
+                           "peer {} sent elements [{}, {}) but the model has {} elements", in.peer,
+                           h.offset, h.offset + h.numel, numel)));
+  RoundState& s = state_for(round, numel);
   if (h.seq != s.next_seq[pi])
-    return drop(
-        fmt::format("chunk seq {} in round {}, expected {}", h.seq, h.round, s.next_seq[pi]));
+    return drop(fmt::format("chunk seq {} in round {}, expected {}", h.seq, round, s.next_seq[pi]));
   s.next_seq[pi]++;
   if (s.received[pi] + h.numel > numel)
-    return doom(h.round, Status::mismatch(fmt::format(
-                             "peer {} sent more than the model's {} elements in round {}", in.peer,
-                             numel, h.round)));
+    return doom(round, Status::mismatch(
+                           fmt::format("peer {} sent more than the model's {} elements in round {}",
+                                       in.peer, numel, round)));
   s.received[pi] += h.numel;
   double* sum = s.sum.data() + h.offset;
   const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
   if (h.codec != proto::CodecId::kNone) {
     if (!codec_ || h.codec != codec_->id())
-      return doom(h.round, Status::mismatch(fmt::format(
-                               "peer {} sends {} payloads; this node decodes none and {}", in.peer,
-                               proto::codec_name(h.codec),
-                               codec_ ? codec_->spec() : std::string("nothing else"))));
+      return doom(round, Status::mismatch(
+                             fmt::format("peer {} sends {} payloads; this node decodes none and {}",
+                                         in.peer, proto::codec_name(h.codec),
+                                         codec_ ? codec_->spec() : std::string("nothing else"))));
     scratch_.resize(h.numel);
-    compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), pool_};
+    compression::CodecContext ctx{chunk_seed(round, in.peer, h.seq), pool_};
     if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
-      return doom(h.round, st.with_context(fmt::format("payload from peer {}", in.peer)));
+      return doom(round, st.with_context(fmt::format("payload from peer {}", in.peer)));
     for (uint64_t i = 0; i < h.numel; ++i) sum[i] += scratch_[i];
   } else if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
     const float* x = reinterpret_cast<const float*>(bytes);
@@ -161,10 +161,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     uint64_t seq = 0;
     for (uint64_t off = 0; off < numel; off += chunk_elems_, ++seq) {
       uint64_t len = std::min<uint64_t>(chunk_elems_, numel - off);
-      proto::Header h;
-      h.kind = proto::Kind::kModelChunk;
-      h.from = transport_.self();
-      h.round = round;
+      proto::ModelChunk h;
       h.seq = seq;
       h.offset = off;
       h.numel = len;
@@ -174,8 +171,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
         h.codec = codec->id();
         payload = encoded_[seq];
       }
-      h.bytes = payload.size();
-      GOSSIP_RETURN_IF_ERROR(transport_.send_zero_copy(p.id, h, payload));
+      GOSSIP_RETURN_IF_ERROR(transport_.send_zero_copy(p.id, round, h, payload));
     }
   }
 

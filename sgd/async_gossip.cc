@@ -47,7 +47,7 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
   mix_.assign(n, 0.0f);
   auto delivery =
       exchange_.receive(due, sources, n, start + options_.patience, options,
-                        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+                        [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
                           const float w = step_ * static_cast<float>(row.peers[s].weight);
                           float* acc = mix_.data() + h.offset;
                           const float* x = own.data() + h.offset;

@@ -161,7 +161,7 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
   }
   auto delivery =
       exchange_.receive(round, sources, n, start_time + options_.patience, options,
-                        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+                        [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
                           Copy& copy = copies_[s];
                           copy.heard = true;
                           float* x = copy.x.data() + h.offset;

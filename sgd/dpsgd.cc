@@ -31,7 +31,7 @@ Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOpt
   mix_.assign(model.size(), 0.0f);
   auto delivery =
       exchange_.receive(round, sources, model.size(), start + options_.patience, options,
-                        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+                        [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
                           const float w = static_cast<float>(row.peers[s].weight);
                           float* acc = mix_.data() + h.offset;
                           const float* x = model.data() + h.offset;
@@ -52,7 +52,7 @@ Status Dpsgd::trimmed_mean(std::span<float> model, uint64_t round,
   received_.resize(sources.size());
   auto delivery = exchange_.receive(
       round, sources, n, start + options_.patience, options,
-      [&](size_t s, const proto::Header& h, std::span<const float> v) {
+      [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
         received_[s].resize(n);
         std::copy(v.begin(), v.end(), received_[s].begin() + static_cast<ptrdiff_t>(h.offset));
       });

@@ -65,23 +65,14 @@ void NeighborExchange::beat(uint64_t next_round) {
   const auto now = Clock::now();
   if (now - last_beat_ < limits_.heartbeat) return;
   last_beat_ = now;
-  proto::Header h;
-  h.kind = proto::Kind::kHeartbeat;
-  h.from = transport_.self();
-  h.round = next_round;
-  h.layout = layout_;
   // A full queue to a dead peer is expected; its silence is what we detect.
-  for (const auto& p : transport_.peers()) (void)transport_.send(p.id, h);
+  for (const auto& p : transport_.peers())
+    (void)transport_.send(p.id, next_round, proto::Heartbeat{});
 }
 
 void NeighborExchange::request_copy(uint32_t peer, uint64_t next_round) {
-  proto::Header h;
-  h.kind = proto::Kind::kCopyRequest;
-  h.from = transport_.self();
-  h.round = next_round;
-  h.layout = layout_;
   // Lost with a dead peer's queue: the strategy asks again once the peer is heard.
-  (void)transport_.send(peer, h);
+  (void)transport_.send(peer, next_round, proto::CopyRequest{});
 }
 
 std::vector<uint32_t> NeighborExchange::take_copy_requests() {
@@ -108,12 +99,8 @@ bool NeighborExchange::absent(uint32_t peer) const {
 }
 
 void NeighborExchange::greet(uint32_t peer) {
-  proto::Header hello;
-  hello.kind = proto::Kind::kHello;
-  hello.from = transport_.self();
-  hello.layout = layout_;
   // A full queue to a dead peer is expected: it is why the peer is absent.
-  (void)transport_.send(peer, hello);
+  (void)transport_.send(peer, next_round_, proto::Hello{layout_});
 }
 
 bool NeighborExchange::presumed_gone(size_t pi) const {
@@ -150,19 +137,20 @@ void NeighborExchange::mark_present(size_t pi) {
 }
 
 void NeighborExchange::dispatch(peers::Incoming& in) {
-  const auto& h = in.header;
+  const proto::Kind kind = in.kind();
+  const uint64_t round = in.round();
   size_t pi = peer_index(in.peer);
   if (pi == transport_.peers().size()) return;  // the transport knows only peers
   const bool joining = state_.fetching();
-  if (joining && h.kind == proto::Kind::kModelChunk) {
-    newest_[pi] = std::max(newest_[pi], h.round + 1);
+  if (joining && kind == proto::Kind::kModelChunk) {
+    newest_[pi] = std::max(newest_[pi], round + 1);
     // Early rounds of a cluster that starts: kept for when this node runs them. Later
     // ones belong to a cluster this node will take the state of, and skip past.
-    if (h.round >= limits_.max_rounds_ahead) return;
+    if (round >= limits_.max_rounds_ahead) return;
   }
   const uint64_t next_round = joining ? 0 : next_round_;
   Live* live = joining ? nullptr : live_;
-  if (h.kind == proto::Kind::kBye) {
+  if (kind == proto::Kind::kBye) {
     mark_absent(pi, "shut down");
     left_[pi] = true;
     if (live) {
@@ -173,47 +161,48 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
   }
   // Heard (the transport notes when), but not a sign that the peer takes part in
   // rounds again.
-  if (h.kind == proto::Kind::kHeartbeat) return;
+  if (kind == proto::Kind::kHeartbeat) return;
   mark_present(pi);
-  if (h.kind == proto::Kind::kHello) return;
-  if (h.kind == proto::Kind::kCopyRequest) {
+  if (kind == proto::Kind::kHello) return;
+  if (kind == proto::Kind::kCopyRequest) {
     if (public_copies_)
       copy_requested_[pi] = true;
     else  // a peer configured for another strategy
       transport_.note_dropped(in.peer, "a copy-request, which only CHOCO uses");
     return;
   }
-  newest_[pi] = std::max(newest_[pi], h.round + 1);
-  if (h.round < next_round && !(live && h.round == live->round)) {
+  newest_[pi] = std::max(newest_[pi], round + 1);
+  if (round < next_round && !(live && round == live->round)) {
     // A round we are done with: we stopped waiting for this peer. Expected after
     // an absence, so not counted as an error.
-    spdlog::debug("late chunk from peer {} for round {} (this node is at round {})", in.peer,
-                  h.round, next_round);
+    spdlog::debug("late chunk from peer {} for round {} (this node is at round {})", in.peer, round,
+                  next_round);
     return;
   }
-  if (live && h.round == live->round) {
+  if (live && round == live->round) {
     if (live->failure) live->failure = consume(in, *live);
     return;
   }
-  if (h.round - next_round >= limits_.max_rounds_ahead ||
+  if (round - next_round >= limits_.max_rounds_ahead ||
       ahead_bytes_ + in.payload.size() > limits_.max_buffered_bytes) {
-    transport_.note_dropped(in.peer, fmt::format("chunk for round {} is too far ahead of round {}",
-                                                 h.round, next_round));
+    transport_.note_dropped(
+        in.peer, fmt::format("chunk for round {} is too far ahead of round {}", round, next_round));
     return;
   }
   ahead_bytes_ += in.payload.size();
-  ahead_[h.round].push_back(std::move(in));
+  ahead_[round].push_back(std::move(in));
 }
 
 Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
-  const auto& h = in.header;
+  const auto& h = in.as<proto::ModelChunk>();
+  const uint64_t round = in.round();
   size_t s = live.source_of(in.peer);
   if (s == live.sources.size()) {
     // Every node derives the same graph; a chunk from a non-neighbor means the peers
     // disagree about the topology or its seed.
     transport_.note_dropped(in.peer, fmt::format("peer {} is not an in-neighbor in round {}; "
                                                  "do all nodes use the same topology and seed?",
-                                                 in.peer, h.round));
+                                                 in.peer, round));
     return Status::ok();
   }
   auto bad = [&](std::string why) {
@@ -236,12 +225,12 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
                            h.offset, h.offset + h.numel, live.numel));
   if (h.seq != live.next_seq[s]) {
     transport_.note_dropped(in.peer, fmt::format("chunk seq {} in round {}, expected {}", h.seq,
-                                                 h.round, live.next_seq[s]));
+                                                 round, live.next_seq[s]));
     return Status::ok();
   }
   if (live.received[s] + h.numel > live.numel)
     return bad(fmt::format("peer {} sent more than the model's {} elements in round {}", in.peer,
-                           live.numel, h.round));
+                           live.numel, round));
   live.next_seq[s]++;
   live.received[s] += h.numel;
   ever_delivered_[peer_index(in.peer)] = true;
@@ -255,7 +244,7 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
                              proto::codec_name(h.codec),
                              codec_ ? codec_->spec() : std::string("nothing else")));
     scratch_.resize(h.numel);
-    compression::CodecContext ctx{chunk_seed(h.round, in.peer, h.seq), pool_};
+    compression::CodecContext ctx{chunk_seed(round, in.peer, h.seq), pool_};
     if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
       return bad(st.with_context(fmt::format("payload from peer {}", in.peer)).message());
     values = scratch_;
@@ -275,7 +264,7 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
     transport_.note_dropped(in.peer,
                             fmt::format("round {}: element {} is {}; the rest of this peer's round "
                                         "is ignored",
-                                        h.round, h.offset + e, values[e]));
+                                        round, h.offset + e, values[e]));
     return Status::ok();
   }
   (*live.on_chunk)(s, h, values);

@@ -89,10 +89,10 @@ class NeighborExchange {
   // peer nothing else (push-sum gives it no share of its mass).
   void greet(uint32_t peer);
 
-  // values are the decoded elements [h.offset, h.offset + h.numel) of source
+  // values are the decoded elements [c.offset, c.offset + c.numel) of source
   // `source` (an index into the sources passed to receive()).
   using ChunkFn =
-      std::function<void(size_t source, const proto::Header& h, std::span<const float> values)>;
+      std::function<void(size_t source, const proto::ModelChunk& c, std::span<const float> values)>;
   struct Delivery {
     std::vector<bool> complete;  // per source: all numel elements arrived
     std::string missing;         // who did not deliver, and why; empty when all did

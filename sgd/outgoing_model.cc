@@ -44,19 +44,12 @@ Status OutgoingModel::send(peers::ZmqTransport& transport, uint32_t peer, uint64
                            double weight) const {
   for (size_t seq = 0; seq < chunks.size(); ++seq) {
     const Chunk& c = chunks[seq];
-    proto::Header h;
-    h.kind = kind;
-    h.from = transport.self();
-    h.round = round;
-    h.seq = seq;
-    h.tensor = tensor;
-    h.offset = c.offset;
-    h.numel = c.numel;
-    h.codec = codec;
-    h.bytes = c.payload->size();
-    h.layout = layout;
-    h.weight = weight;
-    GOSSIP_RETURN_IF_ERROR(transport.send_shared(peer, h, c.payload));
+    proto::Body body;
+    if (kind == proto::Kind::kStateChunk)
+      body = proto::StateChunk{seq, c.offset, c.numel, weight, layout};
+    else
+      body = proto::ModelChunk{seq, tensor, c.offset, c.numel, codec, weight, layout};
+    GOSSIP_RETURN_IF_ERROR(transport.send_shared(peer, round, body, c.payload));
   }
   return Status::ok();
 }

@@ -68,14 +68,8 @@ PeerRing::~PeerRing() { channel_.reset(); }
 
 void PeerRing::announce() {
   if (order().ids.size() < 2) return;
-  proto::Header h;
-  h.kind = proto::Kind::kRingAddress;
-  h.from = control_.self();
-  h.offset = transport_.port();
-  h.seq = token_;
-  h.layout = layout_;
-  h.round = membership_.view_id();
-  (void)control_.send(order().left_id(), h);  // queued until the neighbor is up
+  const proto::RingAddress address{transport_.port(), token_, membership_.view_id(), layout_};
+  (void)control_.send(order().left_id(), next_round_, address);  // queued until it is up
 }
 
 void PeerRing::set_layout_fingerprint(uint64_t fingerprint) {
@@ -92,16 +86,16 @@ const PeerRing::Address* PeerRing::right_address() const {
 }
 
 void PeerRing::absorb(const peers::Incoming& in) {
-  const proto::Header& h = in.header;
-  switch (h.kind) {
+  switch (in.kind()) {
     case proto::Kind::kRingAddress: {
       // Kept whoever sends it: after a re-forming, it may be our right neighbor.
-      Address a{static_cast<uint16_t>(h.offset), h.seq, h.layout, h.round};
+      const auto& h = in.as<proto::RingAddress>();
+      Address a{h.port, h.token, h.layout, h.view};
       auto it = addresses_.find(in.peer);
       const bool moved = it == addresses_.end() || it->second.port != a.port;
       addresses_[in.peer] = a;
       if (in.peer == order().right_id() && a.view == membership_.view_id() && moved) {
-        spdlog::info("peer {} is up, its ring listens on port {}", in.peer, h.offset);
+        spdlog::info("peer {} is up, its ring listens on port {}", in.peer, h.port);
         drop_channel();
       }
       return;
@@ -142,9 +136,10 @@ void PeerRing::absorb(const peers::Incoming& in) {
       // that ZeroMQ queued for this node's previous process and delivers to this one.
       if (!started_) return;
       {
-        const bool joining = h.tensor == 1;
-        const bool joiner = membership_.joiner(in.peer, h.offset, joining);
-        const auto effect = membership_.on_probe(in.peer, h.offset, h.round, Clock::now(),
+        const auto& h = in.as<proto::RingProbe>();
+        const bool joining = h.restarted;
+        const bool joiner = membership_.joiner(in.peer, h.epoch, joining);
+        const auto effect = membership_.on_probe(in.peer, h.epoch, in.round(), Clock::now(),
                                                  options_.reform_wait, joining);
         if (effect == RingMembership::Probe::kIgnored) return;
         if (effect == RingMembership::Probe::kStarted) {
@@ -152,30 +147,33 @@ void PeerRing::absorb(const peers::Incoming& in) {
             spdlog::info(
                 "peer {} asks back into the ring (restarted, or left out; its next round {}): "
                 "re-forming",
-                in.peer, h.round);
+                in.peer, in.round());
           else
-            spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.offset);
+            spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.epoch);
           drop_channel();
           send_probes();
         }
         if (joiner) send_probe(in.peer);  // outside our view: it would not hear us otherwise
         return;
       }
-    case proto::Kind::kStateChunk:
+    case proto::Kind::kStateChunk: {
       // A result this node lost to a break (or missed while it was down), from a
       // member that completed the round.
-      if (fetch_ && h.round >= fetch_->round &&
-          (!fetch_->from || (*fetch_->from == in.peer && h.round == fetch_->of_round)) &&
+      const auto& h = in.as<proto::StateChunk>();
+      const uint64_t round = in.round();
+      if (fetch_ && round >= fetch_->round &&
+          (!fetch_->from || (*fetch_->from == in.peer && round == fetch_->of_round)) &&
           h.offset == fetch_->got && h.numel <= fetch_->numel - fetch_->got &&
           in.payload.size() == h.numel * sizeof(float)) {
         if (fetched_.size() != fetch_->numel) fetched_.assign(fetch_->numel, 0.0f);
         fetch_->from = in.peer;
-        fetch_->of_round = h.round;
+        fetch_->of_round = round;
         std::memcpy(fetched_.data() + h.offset, in.payload.data(), in.payload.size());
         fetch_->got += h.numel;
       }
       return;  // late or duplicate copies are harmless
-    default:   // heartbeats: the transport notes when a peer was heard
+    }
+    default:  // heartbeats: the transport notes when a peer was heard
       return;
   }
 }
@@ -360,15 +358,8 @@ Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadlin
 }
 
 void PeerRing::send_probe(uint32_t to) {
-  proto::Header h;
-  h.kind = proto::Kind::kRingProbe;
-  h.from = control_.self();
-  h.round = next_round_;
-  h.offset = membership_.epoch();
-  h.seq = membership_.view_id();
-  h.tensor = membership_.rejoining() ? 1 : 0;
-  h.layout = layout_;
-  (void)control_.send(to, h);
+  const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining()};
+  (void)control_.send(to, next_round_, probe);
 }
 
 void PeerRing::send_probes() {

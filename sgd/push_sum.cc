@@ -59,7 +59,7 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
     std::vector<double> weights(sources.size(), 0.0);
     auto delivery = exchange_.receive(
         from_round, sources, n, start + options_.patience, options,
-        [&](size_t s, const proto::Header& h, std::span<const float> v) {
+        [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
           staged_[s].resize(n);
           std::copy(v.begin(), v.end(), staged_[s].begin() + static_cast<ptrdiff_t>(h.offset));
           weights[s] = h.weight;

@@ -52,18 +52,13 @@ void StateTransfer::publish(std::span<const float> model, uint64_t next_round, u
 
 void StateTransfer::send_offer(uint32_t peer, bool with_state) {
   with_state = with_state && has_state();
-  proto::Header h;
-  h.kind = proto::Kind::kStateOffer;
-  h.from = transport_.self();
-  h.round = with_state ? next_round_ : 0;
-  h.offset = with_state ? step_ : 0;
-  h.layout = layout_;
-  if (Status st = transport_.send(peer, h); !st)
+  const proto::StateOffer offer{with_state, with_state ? step_ : 0, layout_};
+  if (Status st = transport_.send(peer, with_state ? next_round_ : 0, offer); !st)
     spdlog::warn("state offer to peer {}: {}", peer, st.message());
 }
 
 void StateTransfer::on_message(peers::Incoming& in) {
-  switch (in.header.kind) {
+  switch (in.kind()) {
     case proto::Kind::kJoin: {
       const bool took_part = took_part_(in.peer);
       spdlog::info("peer {} {}: offering {}", in.peer, took_part ? "rejoins" : "starts",
@@ -99,23 +94,24 @@ void StateTransfer::on_message(peers::Incoming& in) {
 
 void StateTransfer::on_offer(const peers::Incoming& in) {
   Fetch& f = *fetch_;
-  const auto& h = in.header;
+  const auto& h = in.as<proto::StateOffer>();
+  const uint64_t round = in.round();
   if (f.from) {  // downloading: the offer that the chunks of our request belong to
     if (in.peer != *f.from || f.offered || !f.failure) return;
-    if (h.round == 0) {
+    if (!h.has_state) {
       f.failure = Status::not_found("it no longer has a state");
       return;
     }
     f.offered = true;
-    f.state.round = h.round;
-    f.state.step = h.offset;
+    f.state.round = round;
+    f.state.step = h.step;
     return;
   }
   const JoinOptions& options = *f.options;
   f.answered.insert(in.peer);
-  if (h.round == 0) return;
+  if (!h.has_state) return;
   running_.push_back(in.peer);
-  if (h.round <= options.min_round) return;
+  if (round <= options.min_round) return;
   if (!options.only.empty() &&
       std::find(options.only.begin(), options.only.end(), in.peer) == options.only.end())
     return;
@@ -125,13 +121,13 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
         in.peer, h.layout, f.layout);
     return;
   }
-  f.offers.push_back({in.peer, h.round, h.offset, h.layout});
+  f.offers.push_back({in.peer, round, h.step, h.layout});
 }
 
 void StateTransfer::on_chunk(const peers::Incoming& in) {
   Fetch& f = *fetch_;
-  const auto& h = in.header;
-  if (!f.failure || !f.offered || h.round != f.state.round)
+  const auto& h = in.as<proto::StateChunk>();
+  if (!f.failure || !f.offered || in.round() != f.state.round)
     return;  // a transfer we did not ask for
   if (f.layout != 0 && h.layout != f.layout) {
     f.failure = Status::mismatch(
@@ -163,11 +159,7 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t lay
   fetch_->numel = numel;
   fetch_->layout = layout;
   fetch_->options = &options;
-  proto::Header join;
-  join.kind = proto::Kind::kJoin;
-  join.from = transport_.self();
-  join.layout = layout;
-  for (const auto& p : peers) (void)transport_.send(p.id, join);
+  for (const auto& p : peers) (void)transport_.send(p.id, 0, proto::Join{});
 
   const auto offers_end = std::min(options.deadline, Clock::now() + options.offer_wait);
   while (fetch_->answered.size() < peers.size() && Clock::now() < offers_end) {
@@ -209,11 +201,7 @@ Result<NodeState> StateTransfer::download(const Offer& offer) {
   f.state = NodeState{};
   f.state.from = offer.peer;
   f.state.model.assign(f.numel, 0.0f);
-  proto::Header req;
-  req.kind = proto::Kind::kStateRequest;
-  req.from = transport_.self();
-  req.layout = f.layout;
-  GOSSIP_RETURN_IF_ERROR(transport_.send(offer.peer, req));
+  GOSSIP_RETURN_IF_ERROR(transport_.send(offer.peer, 0, proto::StateRequest{}));
 
   // Silence is counted from the request: the peer's every message (heartbeats too)
   // says it is alive.

@@ -6,7 +6,7 @@
 //
 //   joiner                         each peer
 //   join            ──────────►
-//                   ◄──────────    state-offer {round, step}   (0, 0: no state yet)
+//                   ◄──────────    state-offer {has_state, step} for round r
 //   state-request   ──────────►    (to the freshest offer only)
 //                   ◄──────────    state-offer, then state-chunks (raw fp32)
 //

@@ -30,17 +30,17 @@ void NcclPeerGroup::set_layout_fingerprint(uint64_t fingerprint) {
 }
 
 void NcclPeerGroup::absorb(const peers::Incoming& in) {
-  const proto::Header& h = in.header;
-  if (h.kind == proto::Kind::kHello || h.kind == proto::Kind::kBye) return;
-  if (h.kind != proto::Kind::kNcclId || in.peer != order_.ids[0] ||
+  if (in.kind() == proto::Kind::kHello || in.kind() == proto::Kind::kBye) return;
+  if (in.kind() != proto::Kind::kNcclId || in.peer != order_.ids[0] ||
       in.payload.size() != proto::kNcclIdBytes) {
     control_.note_dropped(
         in.peer, fmt::format("an nccl-id message from peer {}, which is not rank 0 here", in.peer));
     return;
   }
-  if (offer_ && offer_->generation >= h.round) return;  // an older id, overtaken
+  const auto& h = in.as<proto::NcclId>();
+  if (offer_ && offer_->generation >= h.generation) return;  // an older id, overtaken
   Offer o;
-  o.generation = h.round;
+  o.generation = h.generation;
   o.layout = h.layout;
   std::memcpy(o.id.data(), in.payload.data(), o.id.size());
   offer_ = o;
@@ -63,16 +63,11 @@ Status NcclPeerGroup::join(const CollectiveOptions& options) {
     auto id = nccl_unique_id();
     if (!id.is_ok()) return id.status();
     o.unique_id = *id;
-    proto::Header h;
-    h.kind = proto::Kind::kNcclId;
-    h.from = control_.self();
-    h.round = generation_;
-    h.layout = layout_;
-    h.bytes = proto::kNcclIdBytes;
+    const proto::NcclId h{generation_, layout_};
     auto payload = std::make_shared<std::vector<std::byte>>(proto::kNcclIdBytes);
     std::memcpy(payload->data(), id->data(), id->size());
     for (size_t i = 1; i < order_.ids.size(); ++i)
-      GOSSIP_RETURN_IF_ERROR(control_.send_shared(order_.ids[i], h, payload));
+      GOSSIP_RETURN_IF_ERROR(control_.send_shared(order_.ids[i], 0, h, payload));
   } else {
     // The newest id we have not used yet.
     while (!offer_ || offer_->generation <= generation_) {

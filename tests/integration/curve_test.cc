@@ -258,10 +258,7 @@ TEST(Curve, AStrangersKeyIsRefused) {
       peers::ZmqTransport::create(1, "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
                                   {{0, c.peer_endpoint(0), k0.pub}}, o);
   ASSERT_TRUE(impostor.is_ok()) << impostor.status().message();
-  proto::Header hello;
-  hello.kind = proto::Kind::kHello;
-  hello.from = 1;
-  ASSERT_TRUE((*impostor)->send(0, hello).is_ok());
+  ASSERT_TRUE((*impostor)->send(0, 0, proto::Hello{}).is_ok());
   const std::string stranger_pub = stranger.pub;
   std::string log;
   for (auto end = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < end;) {

@@ -92,6 +92,16 @@ TEST(DaemonFaults, TrainerWithAnotherLayoutIsRefusedNamingTheTensor) {
   EXPECT_NE(r2.status().message().find("fc.bias"), std::string::npos) << r2.status().message();
 }
 
+// The head of a model-chunk of 8 bytes from `from` that claims wire version `v` (a
+// small number), with a body this version would not know.
+std::string head_of_version(uint8_t v, uint8_t from) {
+  std::string head = "\x96\xce";  // the envelope: an array of 6; the magic as a uint32
+  for (int shift = 24; shift >= 0; shift -= 8)
+    head += static_cast<char>((proto::kWireMagic >> shift) & 0xff);
+  head += {static_cast<char>(v), '\x02', static_cast<char>(from), '\x00', '\x08'};
+  return head + "\x93\x01\x02\x03";
+}
+
 TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   Cluster cluster(2, {});
   cluster.start(0);
@@ -110,41 +120,42 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
       s.send(zmq::buffer(frames[i]),
              i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   };
-  proto::Header h;
-  h.kind = proto::Kind::kModelChunk;
-  h.from = 1;
-  h.numel = 2;
-  h.bytes = 8;
+  proto::ModelChunk chunk;
+  chunk.numel = 2;
   auto node1 = connect_as("node-1");
   send(node1, {"\xc1 not msgpack"});
-  send(node1, {proto::encode_header(h), std::string(4, '\0')});  // payload shorter than header says
-  proto::Header spoof = h;
-  spoof.from = 0;
-  send(node1, {proto::encode_header(spoof), std::string(8, '\0')});  // claims to be node 0
+  // payload shorter than the envelope says
+  send(node1, {proto::encode_head(1, 0, chunk, 8), std::string(4, '\0')});
+  // claims to be node 0
+  send(node1, {proto::encode_head(0, 0, chunk, 8), std::string(8, '\0')});
   auto stranger = connect_as("node-9");
-  send(stranger, {proto::encode_header(h), std::string(8, '\0')});  // not in the peer list
+  // not in the peer list
+  send(stranger, {proto::encode_head(1, 0, chunk, 8), std::string(8, '\0')});
+  // A newer daemon's message, and an old one's (version 1: a msgpack map): refused
+  // by their version, never read as this version's.
+  send(node1, {head_of_version(3, 1), std::string(8, '\0')});
+  send(node1, {std::string("\x81\xa1v\x01"), std::string(8, '\0')});
   // Valid, but of a kind nothing here handles (no NCCL all-reduce runs): counted and
   // logged once per kind by the router, not as invalid, and never lost in silence.
-  proto::Header nccl;
-  nccl.kind = proto::Kind::kNcclId;
-  nccl.from = 1;
-  nccl.bytes = proto::kNcclIdBytes;
   for (int i = 0; i < 2; ++i)
-    send(node1, {proto::encode_header(nccl), std::string(proto::kNcclIdBytes, '\0')});
+    send(node1, {proto::encode_head(1, 0, proto::NcclId{}, proto::kNcclIdBytes),
+                 std::string(proto::kNcclIdBytes, '\0')});
 
   auto client = connect_to(cluster, 0);
   uint64_t dropped = 0;
   auto deadline = std::chrono::steady_clock::now() + 10s;
   // The daemon reads its peer socket during rounds; run rounds until all four are seen.
   ASSERT_TRUE(client->attach({{"w", 2}}).is_ok());
-  while (dropped < 4 && std::chrono::steady_clock::now() < deadline) {
+  while (dropped < 6 && std::chrono::steady_clock::now() < deadline) {
     auto t = client->traffic();
     ASSERT_TRUE(t.is_ok());
     dropped = t->dropped;
     std::this_thread::sleep_for(50ms);
   }
-  EXPECT_EQ(dropped, 4u) << cluster.log(0);
+  EXPECT_EQ(dropped, 6u) << cluster.log(0);
   std::string log = cluster.log(0);
+  EXPECT_NE(log.find("wire version 3 (newer than this daemon's 2)"), std::string::npos) << log;
+  EXPECT_NE(log.find("a wire version 1 header"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped message from peer 1"), std::string::npos) << log;
   EXPECT_NE(log.find("unknown sender 'node-9'"), std::string::npos) << log;
   const std::string unhandled = "sent a nccl-id message, which nothing on this node handles";

@@ -32,23 +32,13 @@ struct Pair {
     a = ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
     b = ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
   }
-  void send(proto::Kind kind, uint64_t round) {
-    proto::Header h;
-    h.kind = kind;
-    h.from = 0;
-    h.round = round;
-    ASSERT_TRUE(a->send(1, h));
-  }
+  void send(const proto::Body& body, uint64_t round) { ASSERT_TRUE(a->send(1, round, body)); }
   void send_chunk(uint64_t round, std::vector<float> x) {
-    proto::Header h;
-    h.kind = proto::Kind::kModelChunk;
-    h.from = 0;
-    h.round = round;
-    h.numel = x.size();
-    h.bytes = x.size() * sizeof(float);
-    auto buf = std::make_shared<std::vector<std::byte>>(h.bytes);
-    std::memcpy(buf->data(), x.data(), h.bytes);
-    ASSERT_TRUE(a->send_shared(1, h, buf));
+    proto::ModelChunk c;
+    c.numel = x.size();
+    auto buf = std::make_shared<std::vector<std::byte>>(x.size() * sizeof(float));
+    std::memcpy(buf->data(), x.data(), buf->size());
+    ASSERT_TRUE(a->send_shared(1, round, c, buf));
   }
 };
 
@@ -68,8 +58,8 @@ TEST(Router, EverySubscriberOfAKindGetsEachMessageInSubscriptionOrder) {
     std::memcpy(into.data(), in.payload.data(), in.payload.size());
   };
   auto s1 = r.subscribe({proto::Kind::kModelChunk, proto::Kind::kBye}, [&](Incoming& in) {
-    calls.push_back(std::string("first ") + proto::kind_name(in.header.kind));
-    if (in.header.kind == proto::Kind::kModelChunk) take(first, in);
+    calls.push_back(std::string("first ") + proto::kind_name(in.kind()));
+    if (in.kind() == proto::Kind::kModelChunk) take(first, in);
   });
   auto s2 = r.subscribe({proto::Kind::kModelChunk}, [&](Incoming& in) {
     calls.push_back("second model-chunk");
@@ -77,7 +67,7 @@ TEST(Router, EverySubscriberOfAKindGetsEachMessageInSubscriptionOrder) {
     in.payload = zmq::message_t();  // the last subscriber may keep it
   });
   p.send_chunk(4, {1.5f, -2.0f, 3.25f});
-  p.send(proto::Kind::kBye, 0);
+  p.send(proto::Bye{}, 0);
   poll_until(r, [&] { return calls.size() == 3; });
   EXPECT_EQ(calls,
             (std::vector<std::string>{"first model-chunk", "second model-chunk", "first bye"}));
@@ -94,8 +84,8 @@ TEST(Router, AKindNobodyHandlesIsCountedAndLoggedOncePerKind) {
   spdlog::default_logger()->sinks().push_back(sink);
   int hellos = 0;
   auto s = r.subscribe({proto::Kind::kHello}, [&](Incoming&) { ++hellos; });
-  for (int i = 0; i < 3; ++i) p.send(proto::Kind::kRingProbe, i);
-  p.send(proto::Kind::kHello, 0);
+  for (int i = 0; i < 3; ++i) p.send(proto::RingProbe{}, i);
+  p.send(proto::Hello{}, 0);
   poll_until(r, [&] { return hellos == 1 && r.unhandled(proto::Kind::kRingProbe) == 3; });
   spdlog::default_logger()->sinks().pop_back();
   EXPECT_EQ(hellos, 1);
@@ -115,10 +105,10 @@ TEST(Router, ASubscriptionEndsWithItsHandle) {
   int beats = 0;
   {
     auto s = r.subscribe({proto::Kind::kHeartbeat}, [&](Incoming&) { ++beats; });
-    p.send(proto::Kind::kHeartbeat, 0);
+    p.send(proto::Heartbeat{}, 0);
     poll_until(r, [&] { return beats == 1; });
   }
-  p.send(proto::Kind::kHeartbeat, 1);
+  p.send(proto::Heartbeat{}, 1);
   poll_until(r, [&] { return r.unhandled(proto::Kind::kHeartbeat) == 1; });
   EXPECT_EQ(beats, 1);
   EXPECT_EQ(r.unhandled(proto::Kind::kHeartbeat), 1u);
@@ -129,7 +119,7 @@ TEST(Router, PollDispatchesAtMostItsLimitAndNothingAfterItsWait) {
   Router r(*p.b);
   int n = 0;
   auto s = r.subscribe({proto::Kind::kHeartbeat}, [&](Incoming&) { ++n; });
-  for (int i = 0; i < 10; ++i) p.send(proto::Kind::kHeartbeat, i);
+  for (int i = 0; i < 10; ++i) p.send(proto::Heartbeat{}, i);
   for (auto end = Clock::now() + 5s; n == 0 && Clock::now() < end;) r.poll(20ms, 1);
   ASSERT_EQ(n, 1) << "one at a time";
   std::this_thread::sleep_for(200ms);  // the other nine arrive meanwhile

@@ -164,7 +164,7 @@ TEST(ChocoResync, APublicCopyIsRefusedWhereChocoDoesNotRunAndACopyRequestIsHande
   send_copy(1);
   size_t got = 0;
   auto d = choco.receive(1, from_a, 64, Clock::now() + 3s, o,
-                         [&](size_t, const proto::Header& h, std::span<const float> v) {
+                         [&](size_t, const proto::ModelChunk& h, std::span<const float> v) {
                            EXPECT_EQ(h.tensor, proto::kPublicCopyTensor);
                            got += v.size();
                          });

@@ -177,19 +177,15 @@ struct Trio {
     for (uint32_t i = 1; i < 3; ++i) inbox[i] = std::make_unique<Inbox>(*t[i]);
   }
   void probe(uint32_t from, uint64_t epoch, uint64_t next_round) {
-    proto::Header h;
-    h.kind = proto::Kind::kRingProbe;
-    h.from = from;
-    h.offset = epoch;
-    h.round = next_round;
-    h.layout = kLayout;
-    ASSERT_TRUE(t[from]->send(0, h));
+    proto::RingProbe probe;
+    probe.epoch = epoch;
+    ASSERT_TRUE(t[from]->send(0, next_round, probe));
   }
   // The next message of `kind` that node `at` receives from node 0, within 10 s.
   std::optional<peers::Incoming> await(uint32_t at, proto::Kind kind) {
     const auto end = Clock::now() + 10s;
     while (Clock::now() < end)
-      if (auto in = inbox[at]->next(50ms); in && in->header.kind == kind) return in;
+      if (auto in = inbox[at]->next(50ms); in && in->kind() == kind) return in;
     return std::nullopt;
   }
 };
@@ -228,8 +224,8 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   trio.probe(2, 0, 3);
   auto answer = trio.await(1, proto::Kind::kRingProbe);
   ASSERT_TRUE(answer) << "node 0 re-forms and probes the members";
-  EXPECT_EQ(answer->header.round, 3u) << "its next round";
-  EXPECT_EQ(answer->header.offset, 0u) << "the epoch it leaves";
+  EXPECT_EQ(answer->round(), 3u) << "its next round";
+  EXPECT_EQ(answer->as<proto::RingProbe>().epoch, 0u) << "the epoch it leaves";
   std::vector<float> result(100);
   for (size_t k = 0; k < result.size(); ++k) result[k] = 0.5f * static_cast<float>(k);
   OutgoingModel m;
@@ -251,15 +247,16 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   while (received < got.size() && Clock::now() < end) {
     ring.progress(4, x.size(), 20ms);  // node 0 between rounds
     while (auto in = trio.inbox[2]->next(0ms)) {
-      if (in->header.kind != proto::Kind::kStateChunk) continue;
-      EXPECT_EQ(in->header.round, 3u);
-      std::memcpy(got.data() + in->header.offset, in->payload.data(), in->payload.size());
-      received += in->header.numel;
+      if (in->kind() != proto::Kind::kStateChunk) continue;
+      EXPECT_EQ(in->round(), 3u);
+      const auto& c = in->as<proto::StateChunk>();
+      std::memcpy(got.data() + c.offset, in->payload.data(), in->payload.size());
+      received += c.numel;
     }
   }
   EXPECT_EQ(got, result);
   while (auto in = trio.inbox[1]->next(0ms))
-    EXPECT_NE(in->header.kind, proto::Kind::kStateChunk)
+    EXPECT_NE(in->kind(), proto::Kind::kStateChunk)
         << "node 1 completed the round: it gets no copy";
 }
 

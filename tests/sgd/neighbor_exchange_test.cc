@@ -59,8 +59,9 @@ TEST(NeighborExchange, ChunkWithNaNOrInfIsRefusedAndCounted) {
     ASSERT_TRUE(send_model(*p.a, 1, 0, x));
     const uint32_t sources[] = {0};
     size_t chunks = 0;
-    auto d = ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
-                        [&](size_t, const proto::Header&, std::span<const float>) { ++chunks; });
+    auto d =
+        ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
+                   [&](size_t, const proto::ModelChunk&, std::span<const float>) { ++chunks; });
     ASSERT_TRUE(d) << d.status().message();
     EXPECT_EQ(chunks, 0u) << "no value of the poisoned chunk reaches the strategy";
     EXPECT_FALSE(d->complete[0]);
@@ -79,7 +80,7 @@ TEST(NeighborExchange, FiniteChunkIsDelivered) {
   std::vector<float> got(100, 0.0f);
   auto d =
       ex.receive(0, sources, x.size(), Clock::now() + 3s, within(5s),
-                 [&](size_t, const proto::Header& h, std::span<const float> v) {
+                 [&](size_t, const proto::ModelChunk& h, std::span<const float> v) {
                    std::copy(v.begin(), v.end(), got.begin() + static_cast<ptrdiff_t>(h.offset));
                  });
   ASSERT_TRUE(d) << d.status().message();
