@@ -45,30 +45,10 @@ constexpr size_t kLogTailLines = 5;
 constexpr size_t kMaxSocketPath = 107;  // sockaddr_un::sun_path, less the NUL
 constexpr double kAccuracyAgreement = 1e-3;
 
-// The registry's names (sgd/registry.h), for the flag's check.
-std::vector<std::string> strategy_names() {
-  std::vector<std::string> names;
-  for (const auto& d : sgd::strategies()) names.emplace_back(d.name);
-  return names;
-}
-
 // The strategies that average over all nodes (an all-reduce) rather than gossip.
-bool averages_all(const std::string& strategy) {
-  const sgd::StrategyDescriptor* d = sgd::find_strategy(strategy);
-  return d && d->fabric == sgd::Fabric::kAllReduce;
-}
-
-// Those whose trainers hand in gradients every step (period 1).
-bool averages_gradients(const std::string& strategy) {
-  const sgd::StrategyDescriptor* d = sgd::find_strategy(strategy);
-  return d && d->gradients;
-}
-const std::vector<std::string> kOuterOptimizers = {"none", "nesterov"};
-const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
-                                             "error", "critical", "off"};
-
-bool contains(const std::vector<std::string>& list, std::string_view v) {
-  return std::find(list.begin(), list.end(), v) != list.end();
+bool averages_all(const daemon::DaemonConfig& d) {
+  const sgd::StrategyDescriptor* s = sgd::find_strategy(d.strategy.name);
+  return s && s->fabric == sgd::Fabric::kAllReduce;
 }
 
 std::string join(const std::vector<std::string>& list, std::string_view sep) {
@@ -397,24 +377,8 @@ class ClusterRun {
       for (int j = 0; j < options_.nodes; ++j) {
         if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
       }
-      cmd.add("--strategy", options_.strategy)
-          // allreduce averages gradients at every step.
-          .add("--period", averages_gradients(options_.strategy) ? 1 : options_.period)
-          .add("--post-local", options_.post_local)
-          .add("--codec", options_.codec)
-          .add("--transport", options_.transport)
-          .add("--outer-optimizer", options_.outer_optimizer)
-          .add("--outer-lr", options_.outer_lr)
-          .add("--outer-momentum", options_.outer_momentum)
-          .add("--seed", options_.seed)
-          .add("--log-level", options_.log_level);
-      if (!averages_all(options_.strategy)) {
-        if (!options_.topology.empty()) cmd.add("--topology", options_.topology);
-        cmd.add("--gamma", options_.gamma)
-            .add("--delay", options_.delay)
-            .add("--staleness", options_.staleness)
-            .add("--patience", options_.patience_s);
-      }
+      // gossipd's settings as given; the rest are gossipd's defaults.
+      for (const auto& [flag, value] : options_.daemon_flags) cmd.add(flag, value);
       auto f = spawn(daemons_, fmt::format("gossipd {}", i), daemon_log_name(i), cmd.take());
       if (f) return f;
     }
@@ -463,7 +427,7 @@ class ClusterRun {
           .add("--node", i)
           .add("--nodes", options_.nodes)
           .add("--steps", options_.steps)
-          .add("--seed", options_.seed)
+          .add("--seed", options_.daemon.seed)
           .add("--partition", options_.partition)
           .add("--batch", options_.batch)
           .add("--lr", options_.lr)
@@ -749,14 +713,11 @@ void print_table(const Outcome& outcome, const Totals& totals) {
 
 // Local SGD averages over all nodes: its "topology" is the complete graph.
 std::string topology_label(const ClusterOptions& o) {
-  if (averages_all(o.strategy)) return "complete";
-  if (!o.topology.empty()) return o.topology;
-  const sgd::StrategyDescriptor* d = sgd::find_strategy(o.strategy);
-  return std::string(d ? d->default_topology : "ring");
+  return averages_all(o.daemon) ? "complete" : o.daemon.topology_spec();
 }
 
 double spectral_gap_of(const ClusterOptions& o) {
-  auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
+  auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.daemon.seed);
   if (!t) return std::nan("");
   auto gap = peers::spectral_gap(**t);
   return gap ? gap->gap : std::nan("");
@@ -781,13 +742,13 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
     w.add_raw("log_tail", tail + "]");
   }
   w.add_int("nodes", o.nodes)
-      .add_string("strategy", o.strategy)
-      .add_int("period", averages_gradients(o.strategy) ? 1 : o.period)
+      .add_string("strategy", o.daemon.strategy.name)
+      .add_uint("period", o.daemon.strategy.period)
       .add_int("steps", o.steps)
-      .add_uint("seed", o.seed)
+      .add_uint("seed", o.daemon.seed)
       .add_string("partition", o.partition)
-      .add_string("codec", o.codec)
-      .add_string("transport", o.transport)
+      .add_string("codec", o.daemon.strategy.codec)
+      .add_string("transport", o.daemon.strategy.transport)
       .add_string("topology", topology_label(o))
       .add_number("spectral_gap", spectral_gap_of(o))
       .add_number("wall_seconds", std::round(outcome.wall_seconds * 1000) / 1000);
@@ -854,6 +815,36 @@ Status validate_partition(std::string_view partition) {
   return Status::invalid(fmt::format("expected iid or dirichlet:ALPHA, got '{}'", partition));
 }
 
+// Node 0's gossipd settings as gossipd reads them: its parser, its checks, its
+// defaults, over the cluster's shape (the ids and loopback stand-ins for addresses).
+// Errors come back as "--flag: problem".
+Result<daemon::DaemonConfig> daemon_settings(const ClusterOptions& o) {
+  std::vector<std::string> args = {"gossipd",           "--id",      "0", "--listen",
+                                   "tcp://127.0.0.1:1", "--run-dir", "/"};
+  for (int j = 1; j < std::max(o.nodes, 1); ++j) {
+    args.emplace_back("--peer");
+    args.push_back(fmt::format("{}=tcp://127.0.0.1:{}", j, j + 1));
+  }
+  for (const auto& [flag, value] : o.daemon_flags) {
+    args.push_back(flag);
+    args.push_back(value);
+  }
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  auto d = daemon::config_from_args(static_cast<int>(argv.size()), argv.data());
+  if (d) return d;
+  // "command line: flag '--period': problem" -> "--period: problem"
+  std::string message = d.status().message();
+  constexpr std::string_view kPrefix = "command line: flag '";
+  if (message.starts_with(kPrefix)) {
+    const size_t end = message.find("': ", kPrefix.size());
+    if (end != std::string::npos)
+      message =
+          message.substr(kPrefix.size(), end - kPrefix.size()) + ": " + message.substr(end + 3);
+  }
+  return Status::invalid(message);
+}
+
 Status validate_cluster_options(const ClusterOptions& o) {
   auto bad = [](std::string_view flag, std::string what) {
     return Status::invalid(fmt::format("{}: {}", flag, what));
@@ -862,47 +853,12 @@ Status validate_cluster_options(const ClusterOptions& o) {
     return bad("--nodes",
                fmt::format("must be between 1 and {}, got {}", kMaxClusterNodes, o.nodes));
   }
-  const sgd::StrategyDescriptor* strategy = sgd::find_strategy(o.strategy);
-  if (!strategy) {
-    return bad("--strategy",
-               fmt::format("unknown strategy '{}' (known: {})", o.strategy, sgd::strategy_names()));
-  }
-  if (o.period < 1) return bad("--period", fmt::format("must be at least 1, got {}", o.period));
-  if (strategy->gradients && o.post_local != 0)
-    return bad("--post-local",
-               fmt::format("{} averages gradients at every step already", o.strategy));
+  if (auto d = daemon_settings(o); !d) return d.status();
   if (o.steps < 1) return bad("--steps", fmt::format("must be at least 1, got {}", o.steps));
   if (Status st = validate_partition(o.partition); !st) return bad("--partition", st.message());
-  if (o.post_local < 0) {
-    return bad("--post-local", fmt::format("must not be negative, got {}", o.post_local));
-  }
-  if (auto c = compression::make_codec(o.codec); !c) return bad("--codec", c.status().message());
-  if (!averages_all(o.strategy)) {
-    auto t = peers::make_topology(topology_label(o), static_cast<uint32_t>(o.nodes), o.seed);
-    if (!t) return bad("--topology", t.status().message());
-    if (strategy->static_topology && (*t)->time_varying())
-      return bad("--topology", fmt::format("{} needs a static topology; '{}' changes every round",
-                                           o.strategy, topology_label(o)));
-  }
-  if (!std::isfinite(o.gamma) || o.gamma < 0 || o.gamma > 1)
-    return bad("--gamma", "must be in [0, 1] (0: the codec's default)");
-  if (o.delay < 0 || o.delay > 64) return bad("--delay", "must be in 0..64");
-  if (o.staleness < 0 || o.staleness > 64) return bad("--staleness", "must be in 0..64");
   if (!o.straggler.empty()) {
     if (auto s = parse_straggler(o.straggler, o.nodes); !s)
       return bad("--straggler", s.status().message());
-  }
-  if (!std::isfinite(o.patience_s) || o.patience_s <= 0)
-    return bad("--patience", "must be a positive number of seconds");
-  if (!contains(kOuterOptimizers, o.outer_optimizer)) {
-    return bad("--outer-optimizer",
-               fmt::format("expected none or nesterov, got '{}'", o.outer_optimizer));
-  }
-  if (!std::isfinite(o.outer_lr) || o.outer_lr <= 0) {
-    return bad("--outer-lr", "must be a positive number");
-  }
-  if (!std::isfinite(o.outer_momentum) || o.outer_momentum < 0 || o.outer_momentum >= 1) {
-    return bad("--outer-momentum", "must be in [0, 1)");
   }
   if (o.batch < 1) return bad("--batch", fmt::format("must be at least 1, got {}", o.batch));
   if (!std::isfinite(o.lr) || o.lr <= 0) return bad("--lr", "must be a positive number");
@@ -918,10 +874,6 @@ Status validate_cluster_options(const ClusterOptions& o) {
   }
   if (!std::isfinite(o.stop_grace_s) || o.stop_grace_s < 0) {
     return bad("--stop-grace", "must not be negative");
-  }
-  if (!contains(kLogLevels, o.log_level)) {
-    return bad("--log-level",
-               fmt::format("expected one of {}, got '{}'", join(kLogLevels, ", "), o.log_level));
   }
   if (!o.hosts.empty() && o.hosts.size() != static_cast<size_t>(o.nodes)) {
     return bad("--hosts", fmt::format("names {} hosts for {} nodes", o.hosts.size(), o.nodes));
@@ -983,12 +935,7 @@ Subcommand add_cluster_command(CLI::App& parent) {
 
   app->add_option("--nodes", o->nodes, "Number of nodes (daemon + trainer each)")
       ->check(CLI::Range(1, kMaxClusterNodes));
-  app->add_option("--strategy", o->strategy, "Synchronization strategy")
-      ->check(CLI::IsMember(strategy_names()));
-  app->add_option("--period", o->period, "Local steps between synchronizations (T)")
-      ->check(CLI::PositiveNumber);
   app->add_option("--steps", o->steps, "Training steps per node")->check(CLI::PositiveNumber);
-  app->add_option("--seed", o->seed, "Random seed");
   app->add_option("--partition", o->partition, "Data split across nodes: iid or dirichlet:ALPHA")
       ->check(partition);
   app->add_option("--out", o->out,
@@ -996,38 +943,9 @@ Subcommand add_cluster_command(CLI::App& parent) {
       ->default_str("");
   app->add_flag("--json", o->json, "Print one JSON object on stdout instead of the table")
       ->default_str("");
-  app->add_option("--post-local", o->post_local, "Synchronize every step for the first K steps")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--codec", o->codec,
-                  "Compression of what is exchanged: none, fp16, bf16, int8[:BLOCK], qsgd:LEVELS, "
-                  "sign[:BLOCK], topk:RATIO[:approx][:fp16], randk:RATIO[:fp16], optionally +ef");
-  app->add_option("--transport", o->transport,
-                  "How local SGD averages: auto (rdma where a device is, else tcp), tcp (ring "
-                  "all-reduce), rdma, nccl, allgather (every model to every node over ZeroMQ)")
-      ->check(CLI::IsMember({"auto", "tcp", "rdma", "nccl", "allgather"}));
-  app->add_option("--topology", o->topology,
-                  "Gossip overlay: ring, torus, exponential, one-peer-exponential, "
-                  "random-regular:D, complete; default: ring (push-sum: one-peer-exponential)")
-      ->default_str("");
-  app->add_option("--gamma", o->gamma, "CHOCO consensus step size; default: per codec")
-      ->check(CLI::Range(0.0, 1.0))
-      ->default_str("");
-  app->add_option("--delay", o->delay, "push-sum: rounds a message may be in flight")
-      ->check(CLI::Range(0, 64));
-  app->add_option("--staleness", o->staleness,
-                  "async-gossip: rounds a node may run ahead of its slowest neighbor")
-      ->check(CLI::Range(0, 64));
   app->add_option("--straggler", o->straggler,
                   "NODE:FACTOR: slow that node's trainer down FACTOR times (experiments)")
       ->default_str("");
-  app->add_option("--patience", o->patience_s,
-                  "gossip: seconds a round waits for a silent neighbor before going on without it")
-      ->check(CLI::PositiveNumber);
-  app->add_option("--outer-optimizer", o->outer_optimizer, "Outer optimizer on the averaged delta")
-      ->check(CLI::IsMember(kOuterOptimizers));
-  app->add_option("--outer-lr", o->outer_lr, "Outer learning rate")->check(CLI::PositiveNumber);
-  app->add_option("--outer-momentum", o->outer_momentum, "Outer (Nesterov) momentum")
-      ->check(CLI::Range(0.0, 1.0));
   app->add_option("--batch", o->batch, "Mini-batch size")->check(CLI::PositiveNumber);
   app->add_option("--lr", o->lr, "Learning rate")->check(CLI::PositiveNumber);
   app->add_option("--eval-every", o->eval_every,
@@ -1048,8 +966,6 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--trainer", o->trainer,
                   "The trainer executable; default: gossip-train beside gossipctl")
       ->default_str("");
-  app->add_option("--log-level", o->log_level, "Log level of gossipctl and the daemons")
-      ->check(CLI::IsMember(kLogLevels));
   app->add_flag("--evaluations", o->evaluations,
                 "Also write evaluations.csv to the run directory: per evaluation step the bytes "
                 "sent, training loss, the nodes' mean accuracy, the average model's accuracy and "
@@ -1064,15 +980,38 @@ Subcommand add_cluster_command(CLI::App& parent) {
                   "--hosts; experiments/testbed.py makes them)")
       ->default_str("");
 
+  // Every gossipd setting that is the same on all nodes, from gossipd's own schema:
+  // its flag, its help and its default; the value goes to every daemon as given.
+  for (const daemon::Setting& setting : daemon::settings()) {
+    if (setting.per_node) continue;
+    app->add_option_function<std::string>(
+           setting.flag,
+           [o, flag = setting.flag](const std::string& value) { o->daemon_flags[flag] = value; },
+           fmt::format("gossipd: {}", setting.help))
+        ->type_name(setting.arg)
+        ->default_str(setting.fallback)
+        ->group("gossipd settings (passed to every node; see docs/options.md)");
+  }
+
   return Subcommand{app, [o] { return run_cluster(*o); }};
 }
 
-int run_cluster(const ClusterOptions& options) {
-  if (Status st = validate_cluster_options(options); !st) {
+Status resolve_cluster_options(ClusterOptions& o) {
+  GOSSIP_RETURN_IF_ERROR(validate_cluster_options(o));
+  auto d = daemon_settings(o);
+  if (!d) return d.status();
+  o.daemon = std::move(*d);
+  return Status::ok();
+}
+
+int run_cluster(const ClusterOptions& given) {
+  ClusterOptions options = given;
+  if (Status st = resolve_cluster_options(options); !st) {
     std::fprintf(stderr, "gossipctl cluster: %s\n", st.message().c_str());
     return kExitUsage;
   }
-  spdlog::set_level(spdlog::level::from_str(options.log_level));
+  // "off" and the rest are spdlog's names too.
+  spdlog::set_level(spdlog::level::from_str(options.daemon.log_level));
 
   auto gossipd = resolve_program(options.gossipd, "gossipd", "--gossipd");
   if (!gossipd) return report_setup_failure(options, gossipd.status());
@@ -1112,8 +1051,9 @@ int run_cluster(const ClusterOptions& options) {
   }
 
   spdlog::info("{} nodes, {} (period {}), {} steps, partition {}; run directory {}{}",
-               options.nodes, options.strategy, options.period, options.steps, options.partition,
-               dir->path(), dir->temporary() ? " (temporary)" : "");
+               options.nodes, options.daemon.strategy.name, options.daemon.strategy.period,
+               options.steps, options.partition, dir->path(),
+               dir->temporary() ? " (temporary)" : "");
 
   Outcome outcome;
   {
@@ -1139,7 +1079,7 @@ int run_cluster(const ClusterOptions& options) {
     if (!dir->temporary()) std::fprintf(stderr, "gossipctl: logs are in %s\n", dir->path().c_str());
   }
   // Only the all-reduce strategies leave every node with the same model at the end.
-  if (!outcome.results.empty() && averages_all(options.strategy)) {
+  if (!outcome.results.empty() && averages_all(options.daemon)) {
     double lo = INFINITY, hi = -INFINITY;
     for (const TrainerResult& r : outcome.results) {
       lo = std::min(lo, r.accuracy_average);

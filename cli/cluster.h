@@ -3,12 +3,14 @@
 // progress, stops everything, and prints a summary (or one JSON object with --json).
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "cli/command.h"
+#include "daemon/config.h"
 
 namespace gossip::cli {
 
@@ -16,25 +18,11 @@ inline constexpr int kMaxClusterNodes = 64;
 
 struct ClusterOptions {
   int nodes = 4;
-  std::string strategy = "local-sgd";
-  int period = 4;
   int64_t steps = 600;
-  uint64_t seed = 1;
   std::string partition = "iid";  // iid | dirichlet:ALPHA
   std::string out;                // run directory kept afterwards; empty: a temp dir, removed
   bool json = false;
-  int post_local = 0;
-  std::string outer_optimizer = "none";  // none | nesterov
-  std::string codec = "none";            // compression/codec_spec.h; canonicalized by validation
-  std::string transport = "auto";  // local SGD's averaging: auto | tcp | rdma | nccl | allgather
-  std::string topology;            // gossip family: peers/topology.h; "" the strategy's default
-  double gamma = 0;                // choco consensus step size; 0: the codec's default
-  int delay = 0;                   // push-sum: rounds a message may be in flight
-  int staleness = 1;               // async-gossip: rounds ahead of the slowest neighbor
-  std::string straggler;           // "NODE:FACTOR": that node's trainer runs FACTOR x slower
-  double patience_s = 5;           // gossip: wait for a silent neighbor at most this long
-  double outer_lr = 1.0;
-  double outer_momentum = 0.9;
+  std::string straggler;  // "NODE:FACTOR": that node's trainer runs FACTOR x slower
   int batch = 64;
   double lr = 0.05;
   int64_t eval_every = 0;     // 0: steps / 10
@@ -44,16 +32,25 @@ struct ClusterOptions {
   double socket_wait_s = 10;  // for every daemon's IPC socket to appear
   std::string gossipd;        // empty: `gossipd` beside gossipctl
   std::string trainer;        // empty: `gossip-train` beside gossipctl
-  std::string log_level = "info";
-  bool evaluations = false;  // evaluations.csv: the average model and consensus at each evaluation
+  bool evaluations = false;   // evaluations.csv: the average model and consensus at each evaluation
   std::vector<std::string> hosts;  // node i's daemon listens on hosts[i]; empty: 127.0.0.1
   std::string netns;               // daemon i runs in network namespace <netns><i> (ip netns exec)
+
+  // gossipd's settings, flag -> value as given, passed unchanged to every node: any
+  // setting of gossipd's schema that is the same on all nodes (daemon::settings(),
+  // not per_node). What is not set takes gossipd's default; gossipd's checks judge it.
+  std::map<std::string, std::string> daemon_flags;
+  // The settings every gossipd of the cluster runs with, as gossipd reads them
+  // (strategy, period, codec, seed, log level...); resolve_cluster_options fills it.
+  daemon::DaemonConfig daemon;
 
   int64_t effective_eval_every() const;
 };
 
-// Checks every value; the error names the flag ("--nodes: ...").
+// Checks every value; the error names the flag ("--nodes: ...", "--period: ...").
 Status validate_cluster_options(const ClusterOptions& options);
+// validate_cluster_options, then fills options.daemon.
+Status resolve_cluster_options(ClusterOptions& options);
 // "iid" or "dirichlet:ALPHA" with ALPHA a positive number.
 Status validate_partition(std::string_view partition);
 

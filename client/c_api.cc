@@ -116,6 +116,7 @@ int gossip_model(const gossip_client* c, gossip_model_info* out) {
   out->initialized = c->model->initialized ? 1 : 0;
   std::memset(out->strategy, 0, sizeof out->strategy);
   std::strncpy(out->strategy, c->model->strategy.c_str(), sizeof out->strategy - 1);
+  out->gradients = c->model->gradients ? 1 : 0;
   return GOSSIP_OK;
 }
 

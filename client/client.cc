@@ -154,6 +154,7 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   m.node = ok->node;
   m.nodes = ok->nodes;
   m.strategy = ok->strategy;
+  m.gradients = ok->gradients;
   return m;
 }
 

@@ -925,17 +925,19 @@ std::vector<std::string> readers_of(std::string_view key) {
   return out;
 }
 
-struct OptionRow {
-  std::string key, flag, arg, type, valid, fallback, help;
-  std::vector<std::string> strategies;
-};
+bool per_node(std::string_view key) {
+  return key == "node.id" || key == "node.listen" || key == "node.run_dir" ||
+         key == "node.metrics_port" || key == "node.secret_key" || key == "node.checkpoint";
+}
 
-std::vector<OptionRow> option_rows() {
+}  // namespace
+
+std::vector<Setting> settings() {
   const DaemonConfig defaults;
-  std::vector<OptionRow> rows;
+  std::vector<Setting> rows;
   for (const Field& f : fields()) {
-    OptionRow r{std::string(f.key),  std::string(f.flag), std::string(f.flag_arg), "", "", "",
-                std::string(f.help), readers_of(f.key)};
+    Setting r{std::string(f.key),  std::string(f.flag), std::string(f.flag_arg), "", "", "",
+              std::string(f.help), readers_of(f.key),   per_node(f.key)};
     std::visit(
         [&](const auto& s) {
           using S = std::decay_t<decltype(s)>;
@@ -959,6 +961,8 @@ std::vector<OptionRow> option_rows() {
   return rows;
 }
 
+namespace {
+
 // A markdown table cell: pipes escaped, never empty.
 std::string cell(std::string_view v) {
   std::string out;
@@ -969,10 +973,10 @@ std::string cell(std::string_view v) {
 }  // namespace
 
 std::string describe_options(bool json) {
-  const auto rows = option_rows();
+  const auto rows = settings();
   if (json) {
     nlohmann::json all = nlohmann::json::array();
-    for (const OptionRow& r : rows)
+    for (const Setting& r : rows)
       all.push_back({{"key", r.key},
                      {"flag", r.flag},
                      {"arg", r.arg},
@@ -980,6 +984,7 @@ std::string describe_options(bool json) {
                      {"valid", r.valid},
                      {"default", r.fallback},
                      {"strategies", r.strategies},
+                     {"per_node", r.per_node},
                      {"help", r.help}});
     return all.dump(2) + "\n";
   }
@@ -987,7 +992,7 @@ std::string describe_options(bool json) {
   std::string out =
       "| key (TOML) | flag | valid values | default | strategies | what |\n"
       "| --- | --- | --- | --- | --- | --- |\n";
-  for (const OptionRow& r : rows) {
+  for (const Setting& r : rows) {
     std::string readers;
     if (r.strategies.size() == every)
       readers = "all";

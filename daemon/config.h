@@ -96,6 +96,16 @@ struct DaemonConfig {
 // Python package, gossipctl): `gossipd --print-options [--json]`.
 std::string describe_options(bool json);
 
+// One row of that table, for programs that pass settings on to gossipd.
+struct Setting {
+  std::string key, flag, arg, type, valid, fallback, help;
+  std::vector<std::string> strategies;  // the strategies that read it
+  // Differs from node to node (its id, addresses, key, files): a launcher sets it per
+  // node rather than passing one value to all (gossipctl cluster).
+  bool per_node = false;
+};
+std::vector<Setting> settings();
+
 // Nodes in a cluster, this one included.
 inline constexpr uint32_t kMaxNodes = 4096;
 

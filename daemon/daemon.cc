@@ -326,6 +326,7 @@ void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   ok.slot_offset = arena_->slot_offset(s->slot);
   ok.offsets = proto::tensor_offsets(*layout_);
   ok.strategy = config_.strategy.name;
+  ok.gradients = strategy_->gradients;
   ok.period = config_.strategy.period;
   ok.post_local = config_.strategy.post_local;
   ok.step = step_;

@@ -28,9 +28,9 @@ struct Schema<Attach> {
 template <>
 struct Schema<AttachOk> {
   static constexpr const char* kName = "attach_ok";
-  static constexpr std::array<std::string_view, 12> kKeys = {
-      "node",    "nodes",    "slot",   "arena",      "arena_bytes", "slot_offset",
-      "offsets", "strategy", "period", "post_local", "step",        "initialized"};
+  static constexpr std::array<std::string_view, 13> kKeys = {
+      "node",     "nodes",     "slot",   "arena",      "arena_bytes", "slot_offset", "offsets",
+      "strategy", "gradients", "period", "post_local", "step",        "initialized"};
 };
 template <>
 struct Schema<Sync> {
@@ -200,7 +200,8 @@ void pack_body(Packer& pk, const Attach& m) {
 }
 void pack_body(Packer& pk, const AttachOk& m) {
   pack_fields(pk, Schema<AttachOk>::kKeys, m.node, m.nodes, m.slot, m.arena, m.arena_bytes,
-              m.slot_offset, m.offsets, m.strategy, m.period, m.post_local, m.step, m.initialized);
+              m.slot_offset, m.offsets, m.strategy, m.gradients, m.period, m.post_local, m.step,
+              m.initialized);
 }
 void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys, m.step); }
 void pack_body(Packer& pk, const SyncOk& m) {
@@ -479,6 +480,7 @@ Status read_body(const FieldReader& r, AttachOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("slot_offset", &m->slot_offset));
   GOSSIP_RETURN_IF_ERROR(r.read("offsets", &m->offsets));
   GOSSIP_RETURN_IF_ERROR(r.read("strategy", &m->strategy));
+  GOSSIP_RETURN_IF_ERROR(r.read("gradients", &m->gradients));
   GOSSIP_RETURN_IF_ERROR(r.read("period", &m->period));
   GOSSIP_RETURN_IF_ERROR(r.read("post_local", &m->post_local));
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));

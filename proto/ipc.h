@@ -13,7 +13,7 @@
 
 namespace gossip::proto::ipc {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
 
 // trainer -> daemon: join this node with a model of this layout.
@@ -36,6 +36,9 @@ struct AttachOk {
   uint64_t slot_offset = 0;       // byte offset of the trainer's replica
   std::vector<uint64_t> offsets;  // element offset of each tensor inside the replica
   std::string strategy;
+  // The arena carries gradients, averaged at every step (synchronous SGD); otherwise
+  // the model, synchronized in place. From the strategy's descriptor (sgd/registry.h).
+  bool gradients = false;
   uint64_t period = 1;       // synchronize after every `period` steps
   uint64_t post_local = 0;   // ... and after every step while step <= post_local
   uint64_t step = 0;         // the node's current step; a late trainer starts here

@@ -134,7 +134,7 @@ int run(const RunOptions& o) {
       layout.push_back({std::string(shape.name), shape.numel()});
     auto model = client->attach(layout);
     if (!model) return fail(model.status().with_context("attaching to " + o.endpoint));
-    if (model->strategy == "allreduce") {
+    if (model->gradients) {
       // Synchronous SGD: the arena carries gradients; the parameters are our own copy,
       // initialized from the seed like every other node's, and stay equal to theirs
       // because every node applies the same averaged gradients.

@@ -203,5 +203,22 @@ TEST(Operations, GossipctlStatusReportsTheNodeAndItsPeers) {
   EXPECT_NE(err.find("no gossipd socket at"), std::string::npos) << err;
 }
 
+// A trainer learns from the daemon whether its tensors carry gradients or the model,
+// from the strategy's descriptor; it never compares strategy names.
+TEST(Operations, AttachSaysWhetherTheArenaCarriesGradients) {
+  for (const auto& [strategy, gradients] :
+       {std::pair{"allreduce", true}, std::pair{"gossip", false}, std::pair{"local-sgd", false}}) {
+    SCOPED_TRACE(strategy);
+    Cluster c(1, {"--strategy", strategy});
+    c.start_all();
+    auto client = connect_to(c, 0);
+    ASSERT_TRUE(client);
+    auto model = client->attach({{"w", 8}});
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    EXPECT_EQ(model->gradients, gradients);
+    EXPECT_EQ(model->strategy, strategy);
+  }
+}
+
 }  // namespace
 }  // namespace gossip::testing

@@ -183,6 +183,7 @@ AttachOk sample_attach_ok() {
   ok.slot_offset = uint64_t{1} << 35;
   ok.offsets = {0, 2400, 2432, 1050976, 1050992};
   ok.strategy = "local-sgd";
+  ok.gradients = true;
   ok.period = 8;
   ok.post_local = 100;
   ok.step = 123456789;
@@ -247,6 +248,7 @@ void expect_eq(const AttachOk& a, const AttachOk& b) {
   EXPECT_EQ(a.slot_offset, b.slot_offset);
   EXPECT_EQ(a.offsets, b.offsets);
   EXPECT_EQ(a.strategy, b.strategy);
+  EXPECT_EQ(a.gradients, b.gradients);
   EXPECT_EQ(a.period, b.period);
   EXPECT_EQ(a.post_local, b.post_local);
   EXPECT_EQ(a.step, b.step);
@@ -420,7 +422,7 @@ TEST(Ipc, TrailingBytes) {
 }
 
 TEST(Ipc, WrongVersion) {
-  for (uint64_t v : {0ull, 2ull, 1ull << 40}) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{kProtocolVersion} + 1, uint64_t{1} << 40}) {
     Val t = tree(Sync{5});
     at(t, "v") = U(v);
     auto d = decode(t);
@@ -439,8 +441,9 @@ TEST(Ipc, WrongVersion) {
 
 TEST(Ipc, AttachProtocolField) {
   Val t = tree(sample_attach());
-  at(t, "protocol") = U(2);
-  EXPECT_REFUSED(decode(t), AllOf(HasSubstr("attach: field 'protocol' is 2"),
+  at(t, "protocol") = U(kProtocolVersion + 1);
+  EXPECT_REFUSED(decode(t), AllOf(HasSubstr("attach: field 'protocol' is " +
+                                            std::to_string(kProtocolVersion + 1)),
                                   HasSubstr("speaks " + std::to_string(kProtocolVersion))));
 }
 

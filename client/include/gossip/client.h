@@ -47,10 +47,11 @@ struct Model {
   uint64_t start_step = 0;   // the node's step count at attach (a late trainer starts there)
   uint32_t node = 0;
   uint32_t nodes = 0;
-  // The node's strategy. "allreduce" (synchronous SGD) averages what the tensors hold
-  // at every step: the trainer writes its gradients there, steps, and applies its
-  // optimizer to the mean. Every other strategy synchronizes the model in place.
-  std::string strategy;
+  std::string strategy;  // the node's strategy, for logs
+  // The tensors carry gradients (synchronous SGD): the trainer writes its gradients
+  // there, steps, and applies its optimizer to the mean, averaged at every step.
+  // Otherwise the strategy synchronizes the model in place.
+  bool gradients = false;
 };
 
 struct Traffic {

@@ -36,14 +36,15 @@ int gossip_connect(const char* endpoint, const char* trainer, uint32_t local_ran
  * *initialized says whether it already holds the node's model. */
 int gossip_attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
                   float** tensors, int* initialized);
-/* What the node said at attach; GOSSIP_EINVAL before a successful attach. strategy
- * "allreduce" means the tensors carry gradients (averaged at every step), every
- * other strategy synchronizes the model in place. */
+/* What the node said at attach; GOSSIP_EINVAL before a successful attach. gradients
+ * 1 means the tensors carry gradients (averaged at every step: synchronous SGD); 0
+ * that the strategy synchronizes the model in place. */
 typedef struct gossip_model_info {
   uint32_t node, nodes;
   uint64_t start_step; /* the node's step count at attach */
   int initialized;     /* 1: the arena already held the node's model */
-  char strategy[32];
+  char strategy[32];   /* the node's strategy, for logs */
+  int gradients;
 } gossip_model_info;
 int gossip_model(const gossip_client* c, gossip_model_info* out);
 /* 1 when the next gossip_step is a synchronization point, 0 when not, negative on error. */

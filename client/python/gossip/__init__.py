@@ -45,7 +45,7 @@ class _StepResult(ctypes.Structure):
 
 class _ModelInfo(ctypes.Structure):
     _fields_ = [("node", ctypes.c_uint32), ("nodes", ctypes.c_uint32), ("start_step", ctypes.c_uint64),
-                ("initialized", ctypes.c_int), ("strategy", ctypes.c_char * 32)]
+                ("initialized", ctypes.c_int), ("strategy", ctypes.c_char * 32), ("gradients", ctypes.c_int)]
 
 
 @dataclass
@@ -67,7 +67,8 @@ class Model:
     node: int
     nodes: int
     start_step: int        # the node's step at attach (a late trainer starts there)
-    strategy: str          # "allreduce": the buffers carry gradients, averaged every step
+    strategy: str          # the node's strategy, for logs
+    gradients: bool        # the buffers carry gradients, averaged every step (synchronous SGD)
 
 
 _lib = None
@@ -154,7 +155,7 @@ class Client:
         buffers = [(ctypes.c_float * int(numel)).from_address(ctypes.addressof(ptrs[i].contents))
                    for i, (_, numel) in enumerate(layout)]
         self.model = Model([name for name, _ in layout], buffers, bool(initialized.value), info.node, info.nodes,
-                           info.start_step, info.strategy.decode())
+                           info.start_step, info.strategy.decode(), bool(info.gradients))
         return self.model
 
     def next_step_syncs(self):

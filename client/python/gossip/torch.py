@@ -38,7 +38,7 @@ class AttachedModule:
 
     @property
     def gradient_mode(self):
-        return self.model.strategy == "allreduce"
+        return self.model.gradients
 
     def to_arena(self):
         if self.gradient_mode:
@@ -104,7 +104,7 @@ def attach_module(client, module, names=None):
         _pin(model.buffers)
     with torch.no_grad():
         for p, a in zip(params, arena):
-            if model.strategy == "allreduce":
+            if model.gradients:
                 continue  # the arena carries gradients; the parameters stay where they are
             if model.initialized:
                 p.copy_(a)  # the node's model wins over this trainer's init
