@@ -228,36 +228,34 @@ inline void set_block_scale(const BlockArgs& args, size_t b, uint32_t max_bits, 
   store_f32(args.scales + 4 * b, scale);
 }
 
-template <void (*Scales)(const BlockArgs&, size_t, size_t, ChunkScales&),
-          void (*Values)(const BlockArgs&, size_t, size_t, const ChunkScales&)>
-void encode_blocks_chunked(const BlockArgs& args, size_t b0, size_t b1) {
+// Blocks [b0, b1) with one instruction set's kernels: MaxAbs gives a block's largest
+// |x| (its bits), Quantize writes its bytes. Always inlined into the target-attributed
+// encode_blocks_* below, so that it is compiled once per instruction set.
+template <uint32_t (*MaxAbs)(const float*, size_t, size_t),
+          void (*Quantize)(const float*, std::byte*, size_t, float, float)>
+[[gnu::always_inline]] inline void encode_blocks_chunked(const BlockArgs& args, size_t b0,
+                                                         size_t b1) {
   ChunkScales cs;
   for (size_t c0 = b0; c0 < b1; c0 += kChunkBlocks) {
     const size_t c1 = std::min(b1, c0 + kChunkBlocks);
-    Scales(args, c0, c1, cs);
-    Values(args, c0, c1, cs);
-  }
-}
-
-GOSSIP_TARGET_AVX2 void chunk_scales_avx2(const BlockArgs& args, size_t c0, size_t c1,
-                                          ChunkScales& cs) {
-  for (size_t b = c0; b < c1; ++b) {
-    const size_t lo = b * args.block, hi = std::min(args.n, lo + args.block);
-    set_block_scale(args, b, max_abs_bits_avx2(args.x, lo, hi), cs, b - c0);
-  }
-}
-
-GOSSIP_TARGET_AVX2 void chunk_values_avx2(const BlockArgs& args, size_t c0, size_t c1,
-                                          const ChunkScales& cs) {
-  for (size_t b = c0; b < c1; ++b) {
-    const size_t lo = b * args.block, hi = std::min(args.n, lo + args.block);
-    const float scale = cs.scale[b - c0];
-    if (scale > 0.0f) {
-      quantize_avx2(args.x + lo, args.values + lo, hi - lo, scale, cs.inv[b - c0]);
-    } else if (scale == 0.0f) {
-      std::fill(args.values + lo, args.values + hi, std::byte{0});
+    for (size_t b = c0; b < c1; ++b) {
+      const size_t lo = b * args.block, hi = std::min(args.n, lo + args.block);
+      set_block_scale(args, b, MaxAbs(args.x, lo, hi), cs, b - c0);
+    }
+    for (size_t b = c0; b < c1; ++b) {
+      const size_t lo = b * args.block, hi = std::min(args.n, lo + args.block);
+      const float scale = cs.scale[b - c0];
+      if (scale > 0.0f) {
+        Quantize(args.x + lo, args.values + lo, hi - lo, scale, cs.inv[b - c0]);
+      } else if (scale == 0.0f) {
+        std::fill(args.values + lo, args.values + hi, std::byte{0});
+      }
     }
   }
+}
+
+GOSSIP_TARGET_AVX2 void encode_blocks_avx2(const BlockArgs& args, size_t b0, size_t b1) {
+  encode_blocks_chunked<max_abs_bits_avx2, quantize_avx2>(args, b0, b1);
 }
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() and trip
@@ -333,25 +331,8 @@ GOSSIP_TARGET_AVX512 void quantize_avx512(const float* x, std::byte* q, size_t c
   }
 }
 
-GOSSIP_TARGET_AVX512 void chunk_scales_avx512(const BlockArgs& args, size_t c0, size_t c1,
-                                              ChunkScales& cs) {
-  for (size_t b = c0; b < c1; ++b) {
-    const size_t lo = b * args.block, hi = std::min(args.n, lo + args.block);
-    set_block_scale(args, b, max_abs_bits_avx512(args.x, lo, hi), cs, b - c0);
-  }
-}
-
-GOSSIP_TARGET_AVX512 void chunk_values_avx512(const BlockArgs& args, size_t c0, size_t c1,
-                                              const ChunkScales& cs) {
-  for (size_t b = c0; b < c1; ++b) {
-    const size_t lo = b * args.block, hi = std::min(args.n, lo + args.block);
-    const float scale = cs.scale[b - c0];
-    if (scale > 0.0f) {
-      quantize_avx512(args.x + lo, args.values + lo, hi - lo, scale, cs.inv[b - c0]);
-    } else if (scale == 0.0f) {
-      std::fill(args.values + lo, args.values + hi, std::byte{0});
-    }
-  }
+GOSSIP_TARGET_AVX512 void encode_blocks_avx512(const BlockArgs& args, size_t b0, size_t b1) {
+  encode_blocks_chunked<max_abs_bits_avx512, quantize_avx512>(args, b0, b1);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -400,10 +381,8 @@ class Int8Codec final : public Codec {
     const Isa isa = active_isa();
     parallel_for(ctx.pool, nb, block_grain(), [&args, isa](size_t b0, size_t b1) {
 #ifdef GOSSIP_HAVE_X86_KERNELS
-      if (isa >= Isa::kAvx512)
-        return encode_blocks_chunked<chunk_scales_avx512, chunk_values_avx512>(args, b0, b1);
-      if (isa >= Isa::kAvx2)
-        return encode_blocks_chunked<chunk_scales_avx2, chunk_values_avx2>(args, b0, b1);
+      if (isa >= Isa::kAvx512) return encode_blocks_avx512(args, b0, b1);
+      if (isa >= Isa::kAvx2) return encode_blocks_avx2(args, b0, b1);
 #endif
       (void)isa;
       encode_blocks_portable(args, b0, b1);
