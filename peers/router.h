@@ -22,7 +22,7 @@
 #include <memory>
 #include <vector>
 
-#include "peers/zmq_transport.h"
+#include "peers/channel.h"
 #include "proto/message.h"
 
 namespace gossip::peers {
@@ -33,13 +33,13 @@ class Router {
   // same payload (ZeroMQ shares the buffer), and any of them may keep it.
   using Handler = std::function<void(Incoming&)>;
 
-  explicit Router(ZmqTransport& transport) : transport_(transport) {}
+  explicit Router(PeerChannel& transport) : transport_(transport) {}
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
   // Sending goes to the transport directly; only receiving goes through the router.
-  ZmqTransport& transport() { return transport_; }
-  const ZmqTransport& transport() const { return transport_; }
+  PeerChannel& transport() { return transport_; }
+  const PeerChannel& transport() const { return transport_; }
   uint32_t self() const { return transport_.self(); }
   const std::vector<Peer>& peers() const { return transport_.peers(); }
 
@@ -77,7 +77,7 @@ class Router {
   void dispatch(Incoming& in);
   void unsubscribe(uint64_t id);
 
-  ZmqTransport& transport_;
+  PeerChannel& transport_;
   std::array<std::vector<Entry>, proto::kMaxKind + 1> handlers_;
   std::array<bool, proto::kMaxKind + 1> logged_unhandled_{};
   uint64_t next_id_ = 1;

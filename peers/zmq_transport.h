@@ -17,27 +17,13 @@
 #include <zmq.hpp>
 
 #include "base/status.h"
+#include "peers/channel.h"
 #include "peers/curve_auth.h"
 #include "peers/peer.h"
 #include "peers/traffic.h"
 #include "proto/message.h"
 
 namespace gossip::peers {
-
-struct Incoming {
-  uint32_t peer = 0;  // the sender, as authenticated by the transport
-  proto::Envelope envelope;
-  proto::Body body;
-  zmq::message_t payload;  // empty when envelope.length == 0
-
-  proto::Kind kind() const { return envelope.kind; }
-  uint64_t round() const { return envelope.round; }
-  // The body of kind T; only for a message of that kind.
-  template <class T>
-  const T& as() const {
-    return std::get<T>(body);
-  }
-};
 
 struct TransportOptions {
   std::chrono::milliseconds reconnect_min{100};
@@ -49,44 +35,28 @@ struct TransportOptions {
   std::string secret_key;
 };
 
-class ZmqTransport {
+class ZmqTransport final : public PeerChannel {
  public:
   // Binds `listen` and connects to every peer (none needs to be up yet).
   static Result<std::unique_ptr<ZmqTransport>> create(uint32_t self, const std::string& listen,
                                                       const std::vector<Peer>& peers,
                                                       const TransportOptions& options = {});
-  ~ZmqTransport();
+  ~ZmqTransport() override;
 
-  uint32_t self() const { return self_; }
-  const std::vector<Peer>& peers() const { return peers_; }
-  const TrafficCounters& traffic() const { return traffic_; }
-  // The node's one traffic table: the ring transports count into it too.
-  TrafficCounters& traffic_counters() { return traffic_; }
-
-  // Each send queues one message of `body`'s kind for `round` (proto/message.h); the
-  // transport fills in the rest of the envelope (sender, version, payload length).
-  // A message without payload (hello, bye, heartbeat...).
-  Status send(uint32_t peer, uint64_t round, const proto::Body& body);
-  // With a payload, not copied: the caller keeps it alive and unchanged until
-  // pending_sends(peer) drops to 0.
+  uint32_t self() const override { return self_; }
+  const std::vector<Peer>& peers() const override { return peers_; }
+  const TrafficCounters& traffic() const override { return traffic_; }
+  TrafficCounters& traffic_counters() override { return traffic_; }
+  Status send(uint32_t peer, uint64_t round, const proto::Body& body) override;
   Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
-                        std::span<const std::byte> payload);
-  uint64_t pending_sends(uint32_t peer) const;
-  // Queues header + the whole of `buffer`, without copying it: ZeroMQ holds a
-  // reference until the bytes are written, so one encoded payload can go to several
-  // peers and the caller need not wait for any of them.
+                        std::span<const std::byte> payload) override;
+  uint64_t pending_sends(uint32_t peer) const override;
   Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
-                     std::shared_ptr<const std::vector<std::byte>> buffer);
-
-  // For protocol violations only the strategy can see (stale round, bad sequence).
-  void note_dropped(uint32_t peer, const std::string& why);
+                     std::shared_ptr<const std::vector<std::byte>> buffer) override;
+  void note_dropped(uint32_t peer, const std::string& why) override;
 
  private:
-  // The router (peers/router.h) is the one reader of the socket.
-  friend class Router;
-  // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
-  // counted against their sender and logged; they never reach the caller.
-  std::optional<Incoming> recv(std::chrono::milliseconds timeout);
+  std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
 
   struct Outbound {
     Peer peer;

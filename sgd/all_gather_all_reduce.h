@@ -49,7 +49,7 @@ class AllGatherAllReduce final : public AllReduce {
   Status compress(std::span<float> data, uint64_t round, const Compression& c);
 
   peers::Router& router_;
-  peers::ZmqTransport& transport_;
+  peers::PeerChannel& transport_;
   uint64_t chunk_elems_;
   const compression::Codec* codec_;
   compression::ThreadPool* pool_;                // decodes received chunks

@@ -59,7 +59,7 @@ class NeighborExchange {
 
   void set_layout_fingerprint(uint64_t fingerprint) { layout_ = fingerprint; }
   uint64_t layout_fingerprint() const { return layout_; }
-  peers::ZmqTransport& transport() { return transport_; }
+  peers::PeerChannel& transport() { return transport_; }
   peers::Router& router() { return router_; }
   StateTransfer& state() { return state_; }
   // After a join: these peers run rounds, so they are waited for with patience (not
@@ -127,7 +127,7 @@ class NeighborExchange {
   bool presumed_gone(size_t pi) const;  // left, never heard, or silent for dead_after
 
   peers::Router& router_;
-  peers::ZmqTransport& transport_;
+  peers::PeerChannel& transport_;
   const compression::Codec* codec_;
   compression::ThreadPool* pool_;
   ExchangeLimits limits_;

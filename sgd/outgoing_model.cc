@@ -40,7 +40,7 @@ Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_rou
   return Status::ok();
 }
 
-Status OutgoingModel::send(peers::ZmqTransport& transport, uint32_t peer, uint64_t layout,
+Status OutgoingModel::send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,
                            double weight) const {
   for (size_t seq = 0; seq < chunks.size(); ++seq) {
     const Chunk& c = chunks[seq];

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "peers/zmq_transport.h"
+#include "peers/channel.h"
 #include "proto/message.h"
 #include "sgd/all_reduce.h"
 
@@ -35,7 +35,7 @@ struct OutgoingModel {
                 const Compression& compression);
   // Queues every chunk to `peer`, each header carrying `weight` (push-sum) and the
   // layout fingerprint.
-  Status send(peers::ZmqTransport& transport, uint32_t peer, uint64_t layout,
+  Status send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,
               double weight = 1.0) const;
   uint64_t payload_bytes() const;
 };

@@ -12,7 +12,7 @@ namespace gossip::sgd {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::vector<uint32_t> peer_ids(const peers::ZmqTransport& control) {
+std::vector<uint32_t> peer_ids(const peers::PeerChannel& control) {
   std::vector<uint32_t> ids;
   for (const auto& p : control.peers()) ids.push_back(p.id);
   return ids;

@@ -107,7 +107,7 @@ class PeerRing final : public AllReduce {
   void keep_result(std::span<float> data, uint64_t round);
 
   peers::Router& router_;
-  peers::ZmqTransport& control_;
+  peers::PeerChannel& control_;
   peers::RingTransport& transport_;
   PeerRingOptions options_;
   RingMembership membership_;

@@ -102,7 +102,7 @@ class StateTransfer {
   Result<NodeState> download(const Offer& offer);
 
   peers::Router& router_;
-  peers::ZmqTransport& transport_;
+  peers::PeerChannel& transport_;
   std::function<bool(uint32_t)> took_part_;
   OutgoingModel snapshot_;  // raw fp32 chunks, shared with ZeroMQ while they are sent
   uint64_t next_round_ = 0;

@@ -34,7 +34,7 @@ class NcclPeerGroup final : public AllReduce {
   Status join(const CollectiveOptions& options);  // makes comm_ for the next generation
 
   peers::Router& router_;
-  peers::ZmqTransport& control_;
+  peers::PeerChannel& control_;
   int device_;
   size_t staging_bytes_;
   RingOrder order_;  // rank = position of our id; rank 0 makes the ids

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "peers/zmq_transport.h"
 #include "tests/sgd/loopback_port.h"
 
 namespace gossip::peers {

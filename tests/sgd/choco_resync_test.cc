@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "peers/zmq_transport.h"
 #include "sgd/choco_sgd.h"
 #include "tests/sgd/loopback_port.h"
 

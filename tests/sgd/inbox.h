@@ -13,7 +13,7 @@ namespace gossip::sgd {
 
 class Inbox {
  public:
-  explicit Inbox(peers::ZmqTransport& transport) : router_(transport) {
+  explicit Inbox(peers::PeerChannel& transport) : router_(transport) {
     for (uint8_t k = 1; k <= proto::kMaxKind; ++k)
       subscriptions_.push_back(
           router_.subscribe({static_cast<proto::Kind>(k)},

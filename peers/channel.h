@@ -1,0 +1,81 @@
+#pragma once
+// The control channel between daemons as the router and the strategies see it:
+// typed messages out (proto/message.h), validated messages in, traffic accounting.
+// Two implementations: ZmqTransport (peers/zmq_transport.h), ZeroMQ over TCP between
+// daemons, and MemoryChannel (peers/memory_channel.h), the nodes of one process
+// joined by queues, for tests of the strategies that need no sockets.
+//
+// Owned and used by one thread; only the traffic counters are read from others.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "base/status.h"
+#include "peers/peer.h"
+#include "peers/traffic.h"
+#include "proto/message.h"
+
+namespace gossip::peers {
+
+// A message that passed the channel's checks: the sender is a configured peer, the
+// head decoded (proto::decode_head) and the payload is the size the envelope says.
+struct Incoming {
+  uint32_t peer = 0;  // the sender, as authenticated by the channel
+  proto::Envelope envelope;
+  proto::Body body;
+  zmq::message_t payload;  // empty when envelope.length == 0; a refcounted buffer
+
+  proto::Kind kind() const { return envelope.kind; }
+  uint64_t round() const { return envelope.round; }
+  // The body of kind T; only for a message of that kind.
+  template <class T>
+  const T& as() const {
+    return std::get<T>(body);
+  }
+};
+
+class PeerChannel {
+ public:
+  virtual ~PeerChannel() = default;
+
+  virtual uint32_t self() const = 0;
+  virtual const std::vector<Peer>& peers() const = 0;
+  virtual const TrafficCounters& traffic() const = 0;
+  // The node's one traffic table: the ring transports count into it too.
+  virtual TrafficCounters& traffic_counters() = 0;
+
+  // Each send queues one message of `body`'s kind for `round`; the channel fills in
+  // the rest of the envelope (sender, version, payload length). A full queue to a
+  // peer (one that is down) is an error, never a wait.
+  // A message without payload (hello, bye, heartbeat...).
+  virtual Status send(uint32_t peer, uint64_t round, const proto::Body& body) = 0;
+  // With a payload, not copied: the caller keeps it alive and unchanged until
+  // pending_sends(peer) drops to 0.
+  virtual Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
+                                std::span<const std::byte> payload) = 0;
+  virtual uint64_t pending_sends(uint32_t peer) const = 0;
+  // With the whole of `buffer` as payload, held (not copied) until it is sent, so one
+  // encoded payload can go to several peers and the caller need not wait for any.
+  virtual Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
+                             std::shared_ptr<const std::vector<std::byte>> buffer) = 0;
+
+  // For protocol violations only the strategy can see (stale round, bad sequence):
+  // counted against the peer and logged.
+  virtual void note_dropped(uint32_t peer, const std::string& why) = 0;
+
+ private:
+  // The router (peers/router.h) is the one reader.
+  friend class Router;
+  // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
+  // counted against their sender and logged; they never reach the caller.
+  virtual std::optional<Incoming> recv(std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace gossip::peers
