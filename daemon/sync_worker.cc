@@ -113,7 +113,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
   // member's; synchronous SGD's trainers keep theirs.
   po.admit_joiners = strategy.takes_nodes_back;
   auto peer_ring = std::make_unique<sgd::PeerRing>(*router_, *ring_, po);
-  peer_ring_ = peer_ring.get();
+  if (peer_ring->admits_joiners()) membership_ = peer_ring.get();
   spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}",
                po.elastic ? "elastic " : "", ring_->name(), ring_->port(), peer_ring->order().rank,
                peer_ring->order().ids.size());
@@ -162,6 +162,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
+  membership_ = exchange_.get();
   r.exchange = exchange_.get();
   r.topology = topology_.get();
   r.gossip.chunk_elems = sc.chunk_bytes / sizeof(float);
@@ -262,20 +263,20 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   o.min_round = min_round;
   o.deadline = std::chrono::steady_clock::now() + round_timeout_;
   o.cancel = &stop_;
-  if (exchange_) o.tick = [this] { exchange_->beat(next_round_); };
+  o.tick = [this] { membership_->tick(next_round_); };
   // What arrives meanwhile goes to its subscribers, as in a round.
-  sgd::StateTransfer& transfer = exchange_ ? exchange_->state() : peer_ring_->state();
+  sgd::StateTransfer& transfer = membership_->state();
   auto fetched = transfer.fetch(numel, layout, o);
-  if (!fetched || !*fetched || exchange_) return fetched;
-  // Back into the ring, where the members now wait for this node; they went on
-  // while it fetched, so the state it resumes from is the one they hold now.
-  auto members_next = peer_ring_->rejoin((*fetched)->round, o.deadline, &stop_);
-  if (members_next && *members_next > (*fetched)->round) {
-    o.min_round = (*fetched)->round;
-    o.only = peer_ring_->order().ids;  // the ring it is in now, not a node left out
-    if (auto fresher = transfer.fetch(numel, layout, o); fresher && *fresher) return fresher;
-  } else if (!members_next) {
+  if (!fetched || !*fetched) return fetched;
+  // Back in (into the ring, where the members now wait for this node); if they went
+  // on while it fetched, the state it resumes from is the one they hold now.
+  auto members_next = membership_->rejoin((*fetched)->round, o.deadline, &stop_);
+  if (!members_next) {
     spdlog::warn("{}", members_next.status().message());
+  } else if (*members_next) {
+    o.min_round = (*fetched)->round;
+    o.only = membership_->members();
+    if (auto fresher = transfer.fetch(numel, layout, o); fresher && *fresher) return fresher;
   }
   return fetched;
 }
@@ -289,20 +290,19 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     numel = numel_;
     layout = layout_;
   }
-  const bool ring_joins = peer_ring_ && peer_ring_->admits_joiners();
-  if ((exchange_ || ring_joins) && join_options_.offer_wait.count() > 0) {
+  if (membership_ && membership_->admits_joiners() && join_options_.offer_wait.count() > 0) {
     auto fetched = fetch_state(numel, layout, min_round);
     if (!fetched) {
       r.status = fetched.status();
     } else if (*fetched) {
-      if (exchange_) exchange_->assume_running(exchange_->state().running_peers());
+      membership_->joined();
       r.state = std::move(**fetched);
       next_round_ = r.state->round;
       strategy_->took_model(r.state->model);
       spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
                    r.state->round, r.state->step);
-    } else if (exchange_) {
-      exchange_->assume_running(exchange_->state().running_peers());
+    } else {
+      membership_->joined();
     }
   }
   if (r.status && !r.state && resume) r.status = strategy_->load_state(*resume);
@@ -334,7 +334,7 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
   const sgd::NodeState& state = **fetched;
   std::copy(state.model.begin(), state.model.end(), model.begin());
   strategy_->took_model(model);
-  if (peer_ring_->left_out()) {
+  if (membership_->left_out()) {
     back_off(fmt::format(
         "took the model of peer {} before round {}, but the members did not take this node back",
         state.from, state.round));
@@ -351,13 +351,10 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
 }
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
-  if (exchange_) {
-    // What a joiner gets: a copy per round, for the gossip family and an elastic
-    // local-SGD ring only.
-    exchange_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
-  } else if (peer_ring_ && peer_ring_->admits_joiners()) {
-    peer_ring_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
-  }
+  // What a joiner gets: a copy per round, for the gossip family and an elastic
+  // local-SGD ring only.
+  if (membership_ && membership_->admits_joiners())
+    membership_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
   if (checkpoint_path_.empty()) return;
   if (!last_) last_.emplace();
   last_->node = node_;
@@ -425,7 +422,7 @@ void SyncWorker::run() {
     opts.cancel = &stop_;
     Status st = strategy_->synchronize(job.model, round, opts);
     RoundResult result{std::move(st), round, std::nullopt};
-    if (result.status && peer_ring_ && peer_ring_->left_out()) {
+    if (result.status && membership_ && membership_->left_out()) {
       if (auto back = come_back(job.model)) {
         result = std::move(*back);
         next_round_ = result.round + 1;

@@ -104,7 +104,9 @@ class SyncWorker {
   // over a topology (the gossip family). Declared before the strategy, which uses them.
   std::unique_ptr<peers::RingTransport> ring_;  // the ring's fabric (tcp, rdma), if any
   std::unique_ptr<sgd::AllReduce> all_reduce_;
-  sgd::PeerRing* peer_ring_ = nullptr;  // all_reduce_, when it is the daemon's ring
+  // Who takes part (sgd/membership.h): the exchange, or all_reduce_ when it is an
+  // elastic ring that takes nodes back; null for a fabric without churn.
+  sgd::Membership* membership_ = nullptr;
   std::unique_ptr<peers::Topology> topology_;
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;

@@ -75,6 +75,12 @@ void NeighborExchange::request_copy(uint32_t peer, uint64_t next_round) {
   (void)transport_.send(peer, next_round, proto::CopyRequest{});
 }
 
+std::vector<uint32_t> NeighborExchange::members() const {
+  std::vector<uint32_t> ids;
+  for (const auto& p : transport_.peers()) ids.push_back(p.id);
+  return ids;
+}
+
 std::vector<uint32_t> NeighborExchange::take_copy_requests() {
   std::vector<uint32_t> out;
   const auto& ps = transport_.peers();

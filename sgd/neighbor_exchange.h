@@ -35,6 +35,7 @@
 #include "base/status.h"
 #include "compression/codec.h"
 #include "peers/router.h"
+#include "sgd/membership.h"
 #include "sgd/outgoing_model.h"
 #include "sgd/state_transfer.h"
 #include "sgd/strategy.h"
@@ -49,7 +50,7 @@ struct ExchangeLimits {
       5000};  // a neighbor silent this long is dropped from the round
 };
 
-class NeighborExchange {
+class NeighborExchange final : public Membership {
  public:
   // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes
   // to hello, bye, heartbeat, copy-request and model-chunk on `router` (its state
@@ -61,7 +62,17 @@ class NeighborExchange {
   uint64_t layout_fingerprint() const { return layout_; }
   peers::PeerChannel& transport() { return transport_; }
   peers::Router& router() { return router_; }
-  StateTransfer& state() { return state_; }
+  // Membership (sgd/membership.h): every peer that delivers or heartbeats is in; a
+  // joiner takes a live peer's state and goes on from its round, nothing more.
+  bool admits_joiners() const override { return true; }
+  StateTransfer& state() override { return state_; }
+  void tick(uint64_t next_round) override { beat(next_round); }
+  Result<std::optional<uint64_t>> rejoin(uint64_t, std::chrono::steady_clock::time_point,
+                                         const std::atomic<bool>*) override {
+    return std::optional<uint64_t>();
+  }
+  std::vector<uint32_t> members() const override;
+  void joined() override { assume_running(state_.running_peers()); }
   // After a join: these peers run rounds, so they are waited for with patience (not
   // until the deadline, as nodes that may still be starting are).
   void assume_running(std::span<const uint32_t> peers);

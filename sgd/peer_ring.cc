@@ -338,8 +338,8 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
   }
 }
 
-Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline,
-                                  const std::atomic<bool>* cancel) {
+Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline,
+                                                 const std::atomic<bool>* cancel) {
   started_ = true;
   next_round_ = next_round;
   has_result_ = false;  // a left-out node's last result is its own, not the ring's
@@ -354,7 +354,8 @@ Result<uint64_t> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadlin
   }
   uint64_t members_next = next_round;
   for (const auto& [id, next] : apply_view()) members_next = std::max(members_next, next);
-  return members_next;
+  if (members_next > next_round) return std::optional<uint64_t>(members_next);
+  return std::optional<uint64_t>();
 }
 
 void PeerRing::send_probe(uint32_t to) {

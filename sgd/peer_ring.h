@@ -26,6 +26,7 @@
 #include "peers/ring_channel.h"
 #include "peers/router.h"
 #include "sgd/all_reduce.h"
+#include "sgd/membership.h"
 #include "sgd/outgoing_model.h"
 #include "sgd/ring_all_reduce.h"
 #include "sgd/ring_membership.h"
@@ -46,7 +47,7 @@ struct PeerRingOptions {
   bool admit_joiners = false;
 };
 
-class PeerRing final : public AllReduce {
+class PeerRing final : public AllReduce, public Membership {
  public:
   // `control` and `transport` must outlive this object. Subscribes to hello, bye,
   // heartbeat, ring-address, ring-probe and state-chunk on `control` (and, where it
@@ -64,17 +65,20 @@ class PeerRing final : public AllReduce {
 
   // Rejoining (options.admit_joiners): the state this node offers to a restarted (or
   // left out) peer, published by the owner after every round, and fetched by such a node.
-  bool admits_joiners() const { return options_.elastic && options_.admit_joiners; }
-  StateTransfer& state() { return *state_; }  // admits_joiners() only
-  // After a restarted or left-out node fetched a state for `next_round`: asks back into the ring
-  // and returns the members' next round (later when they went on meanwhile: the
-  // caller then fetches again, a state they hold while they wait for this node).
-  Result<uint64_t> rejoin(uint64_t next_round, std::chrono::steady_clock::time_point deadline,
-                          const std::atomic<bool>* cancel);
+  // Membership (sgd/membership.h), for an elastic ring that admits joiners.
+  bool admits_joiners() const override { return options_.elastic && options_.admit_joiners; }
+  StateTransfer& state() override { return *state_; }  // admits_joiners() only
+  // After a restarted or left-out node fetched a state for `next_round`: asks back into
+  // the ring; the members' next round when they went on meanwhile.
+  Result<std::optional<uint64_t>> rejoin(uint64_t next_round,
+                                         std::chrono::steady_clock::time_point deadline,
+                                         const std::atomic<bool>* cancel) override;
+  // The ring this node is in now, not a node left out.
+  std::vector<uint32_t> members() const override { return order().ids; }
   // After its first round: the others left this node out (its sync thread stalled
   // past --dead-after, say) and it runs rounds alone. Like a restarted node, it can
   // fetch a member's state and rejoin() (admitted joiners only).
-  bool left_out() const { return admits_joiners() && started_ && membership_.alone(); }
+  bool left_out() const override { return admits_joiners() && started_ && membership_.alone(); }
 
  private:
   // A peer's last ring-address: where its ring listens, for which view.
