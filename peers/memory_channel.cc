@@ -28,7 +28,8 @@ std::shared_ptr<MemoryHub::Mailbox> MemoryHub::mailbox(uint32_t node) {
 std::unique_ptr<MemoryChannel> MemoryHub::join(uint32_t self, const std::vector<uint32_t>& peers) {
   std::vector<Peer> ps;
   for (uint32_t p : peers) ps.push_back({p, fmt::format("mem://{}", p), ""});
-  return std::unique_ptr<MemoryChannel>(new MemoryChannel(*this, self, std::move(ps), mailbox(self)));
+  return std::unique_ptr<MemoryChannel>(
+      new MemoryChannel(*this, self, std::move(ps), mailbox(self)));
 }
 
 void MemoryHub::cut(uint32_t node) {
@@ -129,7 +130,8 @@ std::optional<Incoming> MemoryChannel::recv(std::chrono::milliseconds timeout) {
       continue;
     }
     if (head->envelope.from != f.from) {
-      note_dropped(f.from, fmt::format("its envelope says it is from node {}", head->envelope.from));
+      note_dropped(f.from,
+                   fmt::format("its envelope says it is from node {}", head->envelope.from));
       continue;
     }
     const size_t payload_bytes = f.has_payload ? f.payload.size() : 0;

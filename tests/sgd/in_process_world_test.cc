@@ -52,7 +52,8 @@ struct WorldOptions {
 
 // Node i starts from x_i[e] = i + sin(0.01 e (i + 1)): different on every node.
 float initial(uint32_t i, size_t e) {
-  return static_cast<float>(i) + std::sin(0.01f * static_cast<float>(e) * static_cast<float>(i + 1));
+  return static_cast<float>(i) +
+         std::sin(0.01f * static_cast<float>(e) * static_cast<float>(i + 1));
 }
 
 class World {
@@ -162,8 +163,7 @@ TEST_P(Dpsgd_InProcess, IsTheMixingMatrixRoundAfterRound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, Dpsgd_InProcess,
-                         ::testing::Values("ring", "complete", "exponential",
-                                           "random-regular:3"));
+                         ::testing::Values("ring", "complete", "exponential", "random-regular:3"));
 
 // A node that dies mid-run: its neighbors find it silent (no heartbeat) for
 // dead_after and go on without it, giving its weight back to their own models. The
