@@ -8,16 +8,6 @@
 
 namespace gossip::peers {
 
-namespace {
-
-std::vector<uint32_t> ids_of(const std::vector<Peer>& peers) {
-  std::vector<uint32_t> ids;
-  for (const Peer& p : peers) ids.push_back(p.id);
-  return ids;
-}
-
-}  // namespace
-
 std::shared_ptr<MemoryHub::Mailbox> MemoryHub::mailbox(uint32_t node) {
   std::lock_guard lock(mu_);
   auto& box = boxes_[node];

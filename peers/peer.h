@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gossip::peers {
 
@@ -10,6 +11,12 @@ struct Peer {
   std::string endpoint;         // tcp://host:port
   std::string public_key = {};  // CURVE (Z85), when the channel is encrypted (peers/curve_auth.h)
 };
+
+inline std::vector<uint32_t> ids_of(const std::vector<Peer>& peers) {
+  std::vector<uint32_t> ids;
+  for (const Peer& p : peers) ids.push_back(p.id);
+  return ids;
+}
 
 // The host of a validated endpoint: "tcp://host:port" -> host, "tcp://[v6]:port" -> v6.
 inline std::string endpoint_host(const std::string& endpoint) {

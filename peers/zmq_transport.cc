@@ -11,12 +11,6 @@ namespace gossip::peers {
 
 namespace {
 
-std::vector<uint32_t> ids_of(const std::vector<Peer>& peers) {
-  std::vector<uint32_t> ids;
-  for (const auto& p : peers) ids.push_back(p.id);
-  return ids;
-}
-
 // Printable form of an untrusted routing id, for logs.
 std::string printable(const zmq::message_t& m) {
   std::string s;

@@ -76,9 +76,7 @@ void NeighborExchange::request_copy(uint32_t peer, uint64_t next_round) {
 }
 
 std::vector<uint32_t> NeighborExchange::members() const {
-  std::vector<uint32_t> ids;
-  for (const auto& p : transport_.peers()) ids.push_back(p.id);
-  return ids;
+  return peers::ids_of(transport_.peers());
 }
 
 std::vector<uint32_t> NeighborExchange::take_copy_requests() {

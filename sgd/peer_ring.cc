@@ -12,12 +12,6 @@ namespace gossip::sgd {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::vector<uint32_t> peer_ids(const peers::PeerChannel& control) {
-  std::vector<uint32_t> ids;
-  for (const auto& p : control.peers()) ids.push_back(p.id);
-  return ids;
-}
-
 // What a peer's death or departure does to a round: the ring breaks. A peer with
 // another model or a cancelled round is not cured by re-forming.
 bool breaks_the_ring(const Status& st) {
@@ -46,7 +40,8 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
       control_(control.transport()),
       transport_(transport),
       options_(options),
-      membership_(control.self(), peer_ids(control_), options.elastic && options.admit_joiners),
+      membership_(control.self(), peers::ids_of(control.peers()),
+                  options.elastic && options.admit_joiners),
       subscription_(control.subscribe(
           {proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
            proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
