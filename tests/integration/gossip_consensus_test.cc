@@ -1,8 +1,8 @@
 // Consensus without training, across real gossipd processes on loopback: random
 // vectors on 8 nodes, synchronized round after round with no local change.
-// - gossip (D-PSGD) on ring, torus and exponential graphs: the mean is preserved to
-//   fp32 rounding and the distance to it shrinks at the rate the spectral gap
-//   predicts;
+// - gossip (D-PSGD) on a ring: the mean is preserved to fp32 rounding and the
+//   distance to it shrinks at the rate the spectral gap predicts (the other topologies
+//   run in-process, tests/sgd/in_process_world_test.cc);
 // - push-sum on the one-peer exponential graph: the sum is preserved and every node
 //   holds the exact mean after log2(n) rounds;
 // - choco with top-k 1% reaches consensus where naive compressed gossip stalls.
@@ -134,9 +134,10 @@ TEST_P(GossipConsensus, ShrinksAtTheRateTheSpectralGapPredicts) {
   EXPECT_GE(measured, lambda * 0.8);
 }
 
+// One case through real daemons; the others (torus, exponential, 16 nodes) run in one
+// process over queues, with the same strategy code (tests/sgd/in_process_world_test.cc).
 INSTANTIATE_TEST_SUITE_P(Topologies, GossipConsensus,
-                         ::testing::Combine(::testing::Values("ring", "torus", "exponential"),
-                                            ::testing::Values(8, 16)),
+                         ::testing::Combine(::testing::Values("ring"), ::testing::Values(8)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::to_string(std::get<1>(info.param));

@@ -8,13 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "compression/codec_spec.h"
@@ -48,6 +51,7 @@ struct WorldOptions {
   std::chrono::milliseconds dead_after{5000};
   std::string codec = "none";
   uint64_t chunk_elems = 1 << 20;
+  uint64_t seed = 1;  // the topology's
 };
 
 // Node i starts from x_i[e] = i + sin(0.01 e (i + 1)): different on every node.
@@ -59,7 +63,7 @@ float initial(uint32_t i, size_t e) {
 class World {
  public:
   explicit World(const WorldOptions& o) : options_(o) {
-    topology_ = peers::make_topology(o.topology, o.nodes, 1).value();
+    topology_ = peers::make_topology(o.topology, o.nodes, o.seed).value();
     codec_ = compression::make_codec(o.codec).value();
     nodes_.resize(o.nodes);
     for (uint32_t i = 0; i < o.nodes; ++i) {
@@ -164,6 +168,69 @@ TEST_P(Dpsgd_InProcess, IsTheMixingMatrixRoundAfterRound) {
 
 INSTANTIATE_TEST_SUITE_P(Topologies, Dpsgd_InProcess,
                          ::testing::Values("ring", "complete", "exponential", "random-regular:3"));
+
+// Consensus from a random start: the mean is preserved to fp32 rounding and the
+// distance to it shrinks at the rate the spectral gap of the topology predicts.
+// (tests/integration/gossip_consensus_test.cc runs one case through real daemons.)
+class GossipRate_InProcess : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+double distance_to(World& w, uint32_t nodes, const std::vector<double>& mean0) {
+  double d = 0;
+  for (uint32_t i = 0; i < nodes; ++i)
+    for (size_t e = 0; e < mean0.size(); ++e) {
+      const double diff = w.node(i).x[e] - mean0[e];
+      d += diff * diff;
+    }
+  return d / nodes;
+}
+
+TEST_P(GossipRate_InProcess, ShrinksAtTheRateTheSpectralGapPredicts) {
+  const auto& [topology, n] = GetParam();
+  WorldOptions o;
+  o.nodes = static_cast<uint32_t>(n);
+  o.topology = topology;
+  o.seed = 7;
+  World w(o);
+  std::vector<uint32_t> all;
+  for (uint32_t i = 0; i < o.nodes; ++i) {
+    all.push_back(i);
+    std::mt19937_64 rng(100 + i);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : w.node(i).x) v = normal(rng);
+  }
+  const auto gap = peers::spectral_gap(w.topology());
+  ASSERT_TRUE(gap.is_ok()) << gap.status().message();
+  const double lambda = 1.0 - gap->gap;
+  // Rounds until the predicted distance is ~1e-8 of the start (well above fp32's floor).
+  const int rounds =
+      std::clamp(static_cast<int>(std::ceil(std::log(1e-4) / std::log(lambda))), 4, 40);
+  std::vector<double> mean0(o.numel);
+  for (size_t e = 0; e < o.numel; ++e) mean0[e] = mean_of(w, all, e);
+  std::vector<double> distance = {distance_to(w, o.nodes, mean0)};
+  for (int r = 0; r < rounds; ++r) {
+    w.run(r, r + 1);
+    for (uint32_t i = 0; i < o.nodes; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+    for (size_t e = 0; e < o.numel; ++e)
+      ASSERT_NEAR(mean_of(w, all, e), mean0[e], 1e-5) << "round " << r << " element " << e;
+    distance.push_back(distance_to(w, o.nodes, mean0));
+  }
+  // The slowest mode dominates after a few rounds: the per-round rate of ||x - mean||
+  // from there on is bounded by lambda = 1 - gap and, from a random start, close to it.
+  const size_t t0 = 2, t1 = distance.size() - 1;
+  ASSERT_GT(distance[t0], 0);
+  const double measured =
+      std::pow(distance[t1] / distance[t0], 1.0 / (2.0 * static_cast<double>(t1 - t0)));
+  EXPECT_LE(measured, lambda * 1.02 + 1e-3);
+  EXPECT_GE(measured, lambda * 0.8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, GossipRate_InProcess,
+                         ::testing::Combine(::testing::Values("ring", "torus", "exponential"),
+                                            ::testing::Values(8, 16)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // A node that dies mid-run: its neighbors find it silent (no heartbeat) for
 // dead_after and go on without it, giving its weight back to their own models. The
