@@ -24,8 +24,8 @@
 #include "peers/memory_channel.h"
 #include "peers/mixing_matrix.h"
 #include "peers/router.h"
-#include "sgd/dpsgd.h"
 #include "sgd/neighbor_exchange.h"
+#include "sgd/registry.h"
 
 namespace gossip::sgd {
 namespace {
@@ -38,14 +38,16 @@ struct Node {
   std::unique_ptr<peers::MemoryChannel> channel;
   std::unique_ptr<peers::Router> router;
   std::unique_ptr<NeighborExchange> exchange;
-  std::unique_ptr<Dpsgd> strategy;
+  std::unique_ptr<Strategy> strategy;
   std::vector<float> x;
   std::string failure;
 };
 
 struct WorldOptions {
   uint32_t nodes = 6;
-  std::string topology = "ring";
+  std::string strategy = "gossip";  // any of the overlay family, made by the registry
+  StrategyParams params;
+  std::string topology;  // "": the strategy's default
   size_t numel = 1000;
   std::chrono::milliseconds patience{5000};
   std::chrono::milliseconds dead_after{5000};
@@ -63,7 +65,11 @@ float initial(uint32_t i, size_t e) {
 class World {
  public:
   explicit World(const WorldOptions& o) : options_(o) {
-    topology_ = peers::make_topology(o.topology, o.nodes, o.seed).value();
+    const StrategyDescriptor* descriptor = find_strategy(o.strategy);
+    EXPECT_TRUE(descriptor && descriptor->fabric == Fabric::kOverlay) << o.strategy;
+    const std::string topology =
+        o.topology.empty() ? std::string(descriptor->default_topology) : o.topology;
+    topology_ = peers::make_topology(topology, o.nodes, o.seed).value();
     codec_ = compression::make_codec(o.codec).value();
     nodes_.resize(o.nodes);
     for (uint32_t i = 0; i < o.nodes; ++i) {
@@ -76,13 +82,19 @@ class World {
       ExchangeLimits limits;
       limits.heartbeat = 50ms;
       limits.dead_after = o.dead_after;
-      const compression::Codec* codec = o.codec == "none" ? nullptr : codec_.codec.get();
+      // As the sync worker builds them (daemon/sync_worker.cc).
+      const compression::Codec* codec = codec_.codec.get();
       n.exchange = std::make_unique<NeighborExchange>(*n.router, codec, nullptr, limits);
-      GossipOptions g;
-      g.patience = o.patience;
-      g.chunk_elems = o.chunk_elems;
-      g.compression.codec = codec;
-      n.strategy = std::make_unique<Dpsgd>(*n.exchange, *topology_, g);
+      StrategyResources r;
+      r.exchange = n.exchange.get();
+      r.topology = topology_.get();
+      r.gossip.patience = o.patience;
+      r.gossip.chunk_elems = o.chunk_elems;
+      r.gossip.compression.codec = codec;
+      r.codec = codec;
+      r.params = o.params;
+      std::string detail;
+      n.strategy = descriptor->make(r, &detail).value();
       n.strategy->set_layout_fingerprint(kLayout);
       n.x.resize(o.numel);
       for (size_t e = 0; e < o.numel; ++e) n.x[e] = initial(i, e);
@@ -127,6 +139,12 @@ double mean_of(World& w, const std::vector<uint32_t>& who, size_t e) {
   return s / static_cast<double>(who.size());
 }
 
+std::vector<double> means(World& w, const std::vector<uint32_t>& who) {
+  std::vector<double> m(w.node(who[0]).x.size());
+  for (size_t e = 0; e < m.size(); ++e) m[e] = mean_of(w, who, e);
+  return m;
+}
+
 double spread(World& w, const std::vector<uint32_t>& who) {
   double worst = 0;
   for (size_t e = 0; e < w.node(who[0]).x.size(); ++e) {
@@ -169,6 +187,21 @@ TEST_P(Dpsgd_InProcess, IsTheMixingMatrixRoundAfterRound) {
 INSTANTIATE_TEST_SUITE_P(Topologies, Dpsgd_InProcess,
                          ::testing::Values("ring", "complete", "exponential", "random-regular:3"));
 
+// Random N(0, 1) starts, as the process-based consensus tests had them.
+void random_start(World& w, uint32_t nodes) {
+  for (uint32_t i = 0; i < nodes; ++i) {
+    std::mt19937_64 rng(100 + i);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : w.node(i).x) v = normal(rng);
+  }
+}
+
+std::vector<uint32_t> all_of(uint32_t nodes) {
+  std::vector<uint32_t> all(nodes);
+  for (uint32_t i = 0; i < nodes; ++i) all[i] = i;
+  return all;
+}
+
 // Consensus from a random start: the mean is preserved to fp32 rounding and the
 // distance to it shrinks at the rate the spectral gap of the topology predicts.
 // (tests/integration/gossip_consensus_test.cc runs one case through real daemons.)
@@ -191,21 +224,15 @@ TEST_P(GossipRate_InProcess, ShrinksAtTheRateTheSpectralGapPredicts) {
   o.topology = topology;
   o.seed = 7;
   World w(o);
-  std::vector<uint32_t> all;
-  for (uint32_t i = 0; i < o.nodes; ++i) {
-    all.push_back(i);
-    std::mt19937_64 rng(100 + i);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& v : w.node(i).x) v = normal(rng);
-  }
+  random_start(w, o.nodes);
+  const auto all = all_of(o.nodes);
   const auto gap = peers::spectral_gap(w.topology());
   ASSERT_TRUE(gap.is_ok()) << gap.status().message();
   const double lambda = 1.0 - gap->gap;
   // Rounds until the predicted distance is ~1e-8 of the start (well above fp32's floor).
   const int rounds =
       std::clamp(static_cast<int>(std::ceil(std::log(1e-4) / std::log(lambda))), 4, 40);
-  std::vector<double> mean0(o.numel);
-  for (size_t e = 0; e < o.numel; ++e) mean0[e] = mean_of(w, all, e);
+  const std::vector<double> mean0 = means(w, all);
   std::vector<double> distance = {distance_to(w, o.nodes, mean0)};
   for (int r = 0; r < rounds; ++r) {
     w.run(r, r + 1);
@@ -242,6 +269,7 @@ INSTANTIATE_TEST_SUITE_P(Topologies, GossipRate_InProcess,
 TEST(InProcessWorld, ADeadNodeIsDroppedWhenSilentAndTheSurvivorsKeepTheirMean) {
   WorldOptions o;
   o.nodes = 5;
+  o.topology = "ring";
   o.dead_after = 200ms;
   World w(o);
   w.run(0, 3);
@@ -294,6 +322,77 @@ TEST(InProcessWorld, AStochasticCodecsSeedsMakeARunReproduceBitForBit) {
   World w(raw);
   w.run(0, 6);
   EXPECT_NE(std::memcmp(first[0].data(), w.node(0).x.data(), o.numel * sizeof(float)), 0);
+}
+
+// Push-sum on the one-peer exponential graph, n = 8: the sum is preserved and, after
+// rounds 1, 2 and 4 apart, every node has mixed with every other with equal weight,
+// so every node holds the exact mean from round 3 on.
+TEST(PushSum_InProcess, SumIsPreservedAndTheMeanIsExactAfterLog2NRounds) {
+  WorldOptions o;
+  o.nodes = 8;
+  o.strategy = "push-sum";
+  o.seed = 7;
+  World w(o);
+  random_start(w, o.nodes);
+  const auto all = all_of(o.nodes);
+  const std::vector<double> mean0 = means(w, all);
+  for (uint64_t r = 0; r < 6; ++r) {
+    w.run(r, r + 1);
+    for (uint32_t i : all) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+    for (size_t e = 0; e < o.numel; ++e)
+      ASSERT_NEAR(mean_of(w, all, e), mean0[e], 1e-5) << "round " << r;
+    if (r + 1 < 3) continue;
+    for (uint32_t i : all)
+      for (size_t e = 0; e < o.numel; ++e)
+        ASSERT_NEAR(w.node(i).x[e], mean0[e], 1e-5) << "node " << i << " round " << r;
+  }
+}
+
+// With delay 2 a message is consumed two rounds after it was sent: slower, but the
+// nodes still converge to the mean, since no mass is lost, only late.
+TEST(PushSum_InProcess, ConvergesToTheMeanWithDelayedMessages) {
+  WorldOptions o;
+  o.nodes = 8;
+  o.strategy = "push-sum";
+  o.params.delay = 2;
+  o.seed = 7;
+  World w(o);
+  random_start(w, o.nodes);
+  const auto all = all_of(o.nodes);
+  const std::vector<double> mean0 = means(w, all);
+  const double start = distance_to(w, o.nodes, mean0);
+  w.run(0, 20);
+  const double half = distance_to(w, o.nodes, mean0);
+  w.run(20, 40);
+  for (uint32_t i : all) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+  const double end = distance_to(w, o.nodes, mean0);
+  EXPECT_LT(end, 1e-4 * start);
+  EXPECT_LT(end, half);
+}
+
+// Top-k 1%: CHOCO reaches the mean; naive compressed gossip mixes in Q(x_j), whose
+// dropped entries read as zeros, and the nodes agree, eventually, on a vector pulled
+// towards 0, not on the mean.
+TEST(Choco_InProcess, TopkReachesConsensusWhereNaiveCompressedGossipStalls) {
+  constexpr uint64_t kRounds = 600;
+  double start = 0, end[2] = {};
+  for (int naive = 0; naive < 2; ++naive) {
+    WorldOptions o;
+    o.nodes = 8;
+    o.strategy = naive ? "gossip" : "choco";
+    o.codec = "topk:0.01";
+    o.seed = 7;
+    World w(o);
+    random_start(w, o.nodes);
+    const auto all = all_of(o.nodes);
+    const std::vector<double> mean0 = means(w, all);
+    start = distance_to(w, o.nodes, mean0);
+    w.run(0, kRounds);
+    for (uint32_t i : all) ASSERT_EQ(w.node(i).failure, "") << o.strategy << " node " << i;
+    end[naive] = distance_to(w, o.nodes, mean0);
+  }
+  EXPECT_LT(end[0], 1e-3 * start) << "choco";
+  EXPECT_GT(end[1], 1e-2 * start) << "naive gossip";
 }
 
 }  // namespace
