@@ -815,6 +815,8 @@ Status validate_partition(std::string_view partition) {
   return Status::invalid(fmt::format("expected iid or dirichlet:ALPHA, got '{}'", partition));
 }
 
+namespace {
+
 // Node 0's gossipd settings as gossipd reads them: its parser, its checks, its
 // defaults, over the cluster's shape (the ids and loopback stand-ins for addresses).
 // Errors come back as "--flag: problem".
@@ -845,7 +847,8 @@ Result<daemon::DaemonConfig> daemon_settings(const ClusterOptions& o) {
   return Status::invalid(message);
 }
 
-Status validate_cluster_options(const ClusterOptions& o) {
+// Every check; the gossipd settings they make go to *settings when it is not null.
+Status check_cluster_options(const ClusterOptions& o, daemon::DaemonConfig* settings) {
   auto bad = [](std::string_view flag, std::string what) {
     return Status::invalid(fmt::format("{}: {}", flag, what));
   };
@@ -853,7 +856,9 @@ Status validate_cluster_options(const ClusterOptions& o) {
     return bad("--nodes",
                fmt::format("must be between 1 and {}, got {}", kMaxClusterNodes, o.nodes));
   }
-  if (auto d = daemon_settings(o); !d) return d.status();
+  auto d = daemon_settings(o);
+  if (!d) return d.status();
+  if (settings) *settings = std::move(*d);
   if (o.steps < 1) return bad("--steps", fmt::format("must be at least 1, got {}", o.steps));
   if (Status st = validate_partition(o.partition); !st) return bad("--partition", st.message());
   if (!o.straggler.empty()) {
@@ -887,6 +892,8 @@ Status validate_cluster_options(const ClusterOptions& o) {
   }
   return Status::ok();
 }
+
+}  // namespace
 
 Result<std::vector<int>> pick_loopback_ports(int n) {
   std::vector<int> fds;
@@ -996,11 +1003,14 @@ Subcommand add_cluster_command(CLI::App& parent) {
   return Subcommand{app, [o] { return run_cluster(*o); }};
 }
 
+Status validate_cluster_options(const ClusterOptions& o) {
+  return check_cluster_options(o, nullptr);
+}
+
 Status resolve_cluster_options(ClusterOptions& o) {
-  GOSSIP_RETURN_IF_ERROR(validate_cluster_options(o));
-  auto d = daemon_settings(o);
-  if (!d) return d.status();
-  o.daemon = std::move(*d);
+  daemon::DaemonConfig settings;
+  GOSSIP_RETURN_IF_ERROR(check_cluster_options(o, &settings));
+  o.daemon = std::move(settings);
   return Status::ok();
 }
 
