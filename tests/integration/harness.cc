@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -39,8 +41,14 @@ std::string ChildProcess::log() const {
 }
 
 std::vector<int> free_ports(int n) {
+  // Never the same port twice in one process: a test that picks ports (for metrics, a
+  // relay) and then starts a Cluster, which picks its own, would otherwise get a port
+  // back that it already holds for something else, now and then.
+  static std::mutex mu;
+  static std::set<int> given;
+  std::lock_guard lock(mu);
   std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
+  for (int attempt = 0; static_cast<int>(ports.size()) < n && attempt < 1000; ++attempt) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -49,8 +57,8 @@ std::vector<int> free_ports(int n) {
     ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
     socklen_t len = sizeof a;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ports.push_back(ntohs(a.sin_port));
-    fds.push_back(fd);
+    fds.push_back(fd);  // held until the end, so the kernel does not offer it again now
+    if (given.insert(ntohs(a.sin_port)).second) ports.push_back(ntohs(a.sin_port));
   }
   for (int fd : fds) ::close(fd);
   return ports;

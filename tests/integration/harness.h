@@ -34,7 +34,8 @@ class ChildProcess {
   std::filesystem::path log_;
 };
 
-// Free loopback TCP ports (bound and released; fine for tests on one machine).
+// Free loopback TCP ports (bound and released; fine for tests on one machine), none
+// handed out before by this process.
 std::vector<int> free_ports(int n);
 
 class Cluster {
