@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace gossip::peers {
 
@@ -27,19 +26,12 @@ void MemoryHub::cut(uint32_t node) {
   cut_.insert(node);
 }
 
-void MemoryHub::mend(uint32_t node) {
-  std::lock_guard lock(mu_);
-  cut_.erase(node);
-}
-
 bool MemoryHub::deliver(uint32_t to, Frame frame) {
-  std::shared_ptr<Mailbox> box;
   {
     std::lock_guard lock(mu_);
     if (cut_.count(to) || cut_.count(frame.from)) return true;  // lost with the node
-    box = boxes_[to];
-    if (!box) box = boxes_[to] = std::make_shared<Mailbox>();
   }
+  const std::shared_ptr<Mailbox> box = mailbox(to);
   {
     std::lock_guard lock(box->mu);
     if (box->frames.size() >= kMaxQueued) return false;

@@ -36,9 +36,8 @@ class MemoryHub {
   // must outlive it.
   std::unique_ptr<MemoryChannel> join(uint32_t self, const std::vector<uint32_t>& peers);
   // From now on what `node` sends and what is sent to it vanishes, as with a node that
-  // died; mend() lets it through again.
+  // died.
   void cut(uint32_t node);
-  void mend(uint32_t node);
 
  private:
   friend class MemoryChannel;
