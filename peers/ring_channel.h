@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "peers/traffic.h"
@@ -57,6 +58,12 @@ class RingChannel {
   virtual Result<size_t> wait_recv(const WaitOptions& wait) = 0;
   // Waits until every posted send has left this process's hands.
   virtual Status wait_sends(const WaitOptions& wait) = 0;
+  // Moves what it can without waiting: queued sends out, arrived messages into
+  // posted receives. An algorithm that waits on one of several channels pokes the
+  // others, so that none stalls for lack of a caller (the TCP channel has no thread).
+  // Fails, and poisons the channel, only as a wait would (a broken connection, a
+  // message that does not fit); never for lack of time.
+  virtual Status poke() { return Status::ok(); }
 
  protected:
   RingChannel(uint32_t left, uint32_t right) : left_(left), right_(right) {}
@@ -78,6 +85,15 @@ struct RingEnds {
   uint64_t right_session = 0;
 };
 
+// One link of a mesh: a peer this node both sends to and receives from.
+struct MeshEnd {
+  uint32_t peer = 0;
+  std::string host;
+  uint16_t port = 0;
+  uint64_t session = 0;       // what the peer must present to us
+  uint64_t peer_session = 0;  // what we present to it
+};
+
 class RingTransport {
  public:
   virtual ~RingTransport() = default;
@@ -89,6 +105,12 @@ class RingTransport {
   // logged, and the wait goes on.
   virtual Result<std::unique_ptr<RingChannel>> connect(const RingEnds& ends,
                                                        const WaitOptions& wait) = 0;
+  // Links to several peers at once (the tree, butterfly and master all-reduces,
+  // sgd/collectives/): one channel per end, whose left and right are that peer, in
+  // the order of `ends`. Every peer must ask for its link to this node at the same
+  // time. Connections from anyone not in `ends` are refused and logged.
+  virtual Result<std::vector<std::unique_ptr<RingChannel>>> connect_mesh(
+      uint32_t self, const std::vector<MeshEnd>& ends, const WaitOptions& wait);
 };
 
 struct RingTransportOptions {

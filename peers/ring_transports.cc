@@ -9,6 +9,14 @@
 
 namespace gossip::peers {
 
+Result<std::vector<std::unique_ptr<RingChannel>>> RingTransport::connect_mesh(
+    uint32_t, const std::vector<MeshEnd>&, const WaitOptions&) {
+  return Status::invalid(
+      fmt::format("the {} ring transport links rings only: the tree, butterfly and master "
+                  "all-reduces need --transport tcp (or --allreduce-algorithm ring)",
+                  name()));
+}
+
 Result<std::unique_ptr<RingTransport>> make_ring_transport(const std::string& name,
                                                            const RingTransportOptions& options) {
   if (name == "tcp") return make_tcp_ring_transport(options);

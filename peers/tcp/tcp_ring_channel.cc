@@ -77,6 +77,12 @@ class TcpRingChannel final : public RingChannel {
     return bytes;
   }
 
+  Status poke() override {
+    if (!failure_.is_ok()) return failure_;
+    GOSSIP_RETURN_IF_ERROR(check(flush_sends()));
+    return check(fill_recvs());
+  }
+
   Status wait_sends(const WaitOptions& wait) override {
     return wait_until(
         wait, [&] { return sends_.empty(); },

@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "peers/ring_hello.h"
 #include "peers/tcp/tcp_ring_channel.h"
@@ -75,8 +76,31 @@ class TcpRingTransport final : public RingTransport {
 
   Result<std::unique_ptr<RingChannel>> connect(const RingEnds& ends,
                                                const WaitOptions& wait) override;
+  Result<std::vector<std::unique_ptr<RingChannel>>> connect_mesh(uint32_t self,
+                                                                 const std::vector<MeshEnd>& ends,
+                                                                 const WaitOptions& wait) override;
 
  private:
+  struct Out {  // a peer we connect to and send to
+    uint32_t peer;
+    std::string host;
+    uint16_t port;
+    uint64_t session;  // what we present
+    const char* side;  // for messages: "right", "partner"
+  };
+  struct In {  // a peer that connects to us, whose messages we receive
+    uint32_t peer;
+    uint64_t session;  // what it must present
+    const char* side;
+  };
+  struct Fds {
+    std::vector<int> in, out;  // in the order of ins and outs
+  };
+  // Connects to every `outs` and accepts every `ins`, all by the deadline; connections
+  // from anyone else are refused and logged, and the wait goes on.
+  Result<Fds> rendezvous(uint32_t self, const std::vector<Out>& outs, const std::vector<In>& ins,
+                         const WaitOptions& wait);
+
   RingTransportOptions options_;
   // The rendezvous runs on the caller's thread; the finished connections leave
   // Asio for the channel (peers/tcp/tcp_ring_channel.h), which its caller drives.
@@ -85,105 +109,142 @@ class TcpRingTransport final : public RingTransport {
   uint16_t port_ = 0;
 };
 
-Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& ends,
-                                                               const WaitOptions& wait) {
+Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
+                                                           const std::vector<Out>& outs,
+                                                           const std::vector<In>& ins,
+                                                           const WaitOptions& wait) {
   error_code ec;
-  tcp::resolver resolver(rendezvous_);
-  const auto found = resolver.resolve(ends.right_host, std::to_string(ends.right_port), ec);
-  if (ec || found.empty())
-    return Status::invalid(fmt::format("ring: cannot resolve peer {}'s host '{}': {}", ends.right,
-                                       ends.right_host, ec.message()));
-  const tcp::endpoint right_ep = *found.begin();
+  std::vector<tcp::endpoint> endpoints;
+  for (const Out& o : outs) {
+    tcp::resolver resolver(rendezvous_);
+    const auto found = resolver.resolve(o.host, std::to_string(o.port), ec);
+    if (ec || found.empty())
+      return Status::invalid(fmt::format("ring: cannot resolve peer {}'s host '{}': {}", o.peer,
+                                         o.host, ec.message()));
+    endpoints.push_back(*found.begin());
+  }
 
   rendezvous_.restart();
   bool stop = false;
-  bool right_done = false;
-  bool left_done = false;
-  const RingHello out{.from = ends.self,
-                      .to = ends.right,
-                      .session = ends.right_session != 0 ? ends.right_session : ends.session};
-  RingHello in;
-  tcp::socket right(rendezvous_);
-  tcp::socket left(rendezvous_);
+  struct Link {
+    std::unique_ptr<tcp::socket> socket;
+    std::unique_ptr<asio::steady_timer> retry;
+    RingHello hello;
+    bool done = false;
+    std::string error = "no answer";
+  };
+  std::vector<Link> out_links(outs.size());
+  std::vector<std::unique_ptr<tcp::socket>> in_sockets(ins.size());
+  size_t outs_done = 0, ins_done = 0;
   tcp::socket candidate(rendezvous_);
-  asio::steady_timer retry(rendezvous_);
-  std::string right_error = "no answer";
+  RingHello in;
   std::string refused;  // why the last stranger was turned away, for the timeout's message
 
-  // Connect to the right neighbor, retrying until the deadline (it may be restarting).
-  std::function<void()> connect_right = [&] {
+  // Connect to each peer we send to, retrying until the deadline (it may be restarting).
+  std::function<void(size_t)> connect_out = [&](size_t i) {
+    Link& l = out_links[i];
     error_code ignored;
-    right.close(ignored);
-    right.open(right_ep.protocol(), ignored);
-    tune(right, options_.socket_buffer_bytes);
-    right.async_connect(right_ep, [&](error_code ec) {
+    l.socket->close(ignored);
+    l.socket->open(endpoints[i].protocol(), ignored);
+    tune(*l.socket, options_.socket_buffer_bytes);
+    l.socket->async_connect(endpoints[i], [&, i](error_code ec) {
+      Link& l = out_links[i];
       if (stop) return;
       if (ec) {
-        right_error = ec.message();
-        retry.expires_after(kConnectRetry);
-        retry.async_wait([&](error_code ec) {
-          if (!ec && !stop) connect_right();
+        l.error = ec.message();
+        l.retry->expires_after(kConnectRetry);
+        l.retry->async_wait([&, i](error_code ec) {
+          if (!ec && !stop) connect_out(i);
         });
         return;
       }
-      asio::async_write(right, asio::buffer(&out, sizeof out), [&](error_code ec, size_t) {
-        if (stop) return;
-        if (ec) {
-          right_error = ec.message();
-          return connect_right();
-        }
-        right_done = true;
-      });
+      asio::async_write(*l.socket, asio::buffer(&l.hello, sizeof l.hello),
+                        [&, i](error_code ec, size_t) {
+                          Link& l = out_links[i];
+                          if (stop) return;
+                          if (ec) {
+                            l.error = ec.message();
+                            return connect_out(i);
+                          }
+                          l.done = true;
+                          ++outs_done;
+                        });
     });
   };
 
-  // Accept until the left neighbor of this session says hello; refuse anyone else.
-  std::function<void()> accept_left = [&] {
+  // Accept until every peer we receive from said hello in its session; refuse anyone else.
+  std::function<void()> accept_in = [&] {
     error_code ignored;
     candidate.close(ignored);
     acceptor_.async_accept(candidate, [&](error_code ec) {
       if (stop) return;
       if (ec) {
         spdlog::warn("ring: accept failed: {}", ec.message());
-        return accept_left();
+        return accept_in();
       }
       asio::async_read(candidate, asio::buffer(&in, sizeof in), [&](error_code ec, size_t) {
         if (stop) return;
-        std::string why =
-            ec ? ec.message() : ring_hello_refusal(in, ends.self, ends.left, ends.session);
-        // A connection the neighbor gave up on (it timed out an earlier attempt) may
+        std::string why;
+        size_t slot = ins.size();
+        if (ec) {
+          why = ec.message();
+        } else {
+          bool expected = false;
+          for (size_t i = 0; i < ins.size(); ++i)
+            if (ins[i].peer == in.from) {
+              expected = true;
+              if (!in_sockets[i]) slot = i;
+            }
+          if (slot < ins.size())
+            why = ring_hello_refusal(in, self, ins[slot].peer, ins[slot].session);
+          else if (ins.size() == 1 || !expected)  // as a ring's refusal: whom we wait for
+            why = ring_hello_refusal(in, self, ins.front().peer, ins.front().session);
+          if (why.empty() && slot == ins.size())
+            why = expected ? fmt::format("node {} is connected already", in.from)
+                           : fmt::format("node {} is not a partner of this node", in.from);
+        }
+        // A connection the peer gave up on (it timed out an earlier attempt) may
         // wait in the backlog: take the next one.
         if (why.empty() && closed_by_peer(candidate))
           why = fmt::format("node {} had closed this connection already", in.from);
         if (!why.empty()) {
           spdlog::warn("ring: refused a connection: {}", why);
           refused = why;
-          return accept_left();
+          return accept_in();
         }
-        left = std::move(candidate);
+        in_sockets[slot] = std::make_unique<tcp::socket>(std::move(candidate));
         candidate = tcp::socket(rendezvous_);
-        tune(left, options_.socket_buffer_bytes);
-        left_done = true;
+        tune(*in_sockets[slot], options_.socket_buffer_bytes);
+        if (++ins_done < ins.size()) accept_in();
       });
     });
   };
 
-  connect_right();
-  accept_left();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    out_links[i].socket = std::make_unique<tcp::socket>(rendezvous_);
+    out_links[i].retry = std::make_unique<asio::steady_timer>(rendezvous_);
+    out_links[i].hello = RingHello{.from = self, .to = outs[i].peer, .session = outs[i].session};
+    connect_out(i);
+  }
+  if (!ins.empty()) accept_in();
   Status failure;
-  while (!(right_done && left_done)) {
+  while (outs_done < outs.size() || ins_done < ins.size()) {
     if (wait.cancelled()) {
       failure = Status::closed("ring: connecting cancelled");
       break;
     }
     const auto now = Clock::now();
     if (now >= wait.deadline) {
-      failure = Status::timeout(
-          !right_done
-              ? fmt::format("ring: could not connect to peer {} (right) at {}:{}: {}", ends.right,
-                            ends.right_host, ends.right_port, right_error)
-              : fmt::format("ring: peer {} (left) did not connect in time{}", ends.left,
-                            refused.empty() ? "" : " (refused a connection: " + refused + ")"));
+      for (size_t i = 0; i < outs.size() && failure.is_ok(); ++i)
+        if (!out_links[i].done)
+          failure = Status::timeout(
+              fmt::format("ring: could not connect to peer {} ({}) at {}:{}: {}", outs[i].peer,
+                          outs[i].side, outs[i].host, outs[i].port, out_links[i].error));
+      for (size_t i = 0; i < ins.size() && failure.is_ok(); ++i)
+        if (!in_sockets[i])
+          failure = Status::timeout(
+              fmt::format("ring: peer {} ({}) did not connect in time{}", ins[i].peer, ins[i].side,
+                          refused.empty() ? "" : " (refused a connection: " + refused + ")"));
       break;
     }
     rendezvous_.run_one_until(std::min(wait.deadline, now + kCancelPoll));
@@ -193,32 +254,65 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   // Abort whatever is left and let the aborted handlers run (they see `stop`).
   stop = true;
   acceptor_.cancel(ec);
-  retry.cancel();
   candidate.close(ec);
-  if (!right_done) right.close(ec);
+  for (Link& l : out_links) {
+    l.retry->cancel();
+    if (!l.done) l.socket->close(ec);
+  }
   rendezvous_.restart();
   rendezvous_.run();
   if (!failure.is_ok()) return failure;
 
-  // The channel owns descriptors of its own: Asio's sockets (and the rendezvous
-  // context they belong to) may go before it does.
-  const auto take = [](tcp::socket& from) -> Result<int> {
+  // The channels own descriptors of their own: Asio's sockets (and the rendezvous
+  // context they belong to) may go before they do.
+  Fds fds;
+  const auto take = [&](tcp::socket& from, std::vector<int>& into) -> Status {
     const int fd = ::dup(from.native_handle());
     if (fd < 0) return Status::io_error(fmt::format("ring: dup: {}", std::strerror(errno)));
     error_code ignored;
     from.close(ignored);
-    return fd;
+    into.push_back(fd);
+    return Status::ok();
   };
-  auto left_fd = take(left);
-  if (!left_fd.is_ok()) return left_fd.status();
-  auto right_fd = take(right);
-  if (!right_fd.is_ok()) {
-    ::close(*left_fd);
-    return right_fd.status();
+  Status st;
+  for (size_t i = 0; i < ins.size() && st.is_ok(); ++i) st = take(*in_sockets[i], fds.in);
+  for (size_t i = 0; i < outs.size() && st.is_ok(); ++i) st = take(*out_links[i].socket, fds.out);
+  if (!st.is_ok()) {
+    for (int fd : fds.in) ::close(fd);
+    for (int fd : fds.out) ::close(fd);
+    return st;
   }
+  return fds;
+}
+
+Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& ends,
+                                                               const WaitOptions& wait) {
+  const Out right{ends.right, ends.right_host, ends.right_port,
+                  ends.right_session != 0 ? ends.right_session : ends.session, "right"};
+  const In left{ends.left, ends.session, "left"};
+  auto fds = rendezvous(ends.self, {right}, {left}, wait);
+  if (!fds.is_ok()) return fds.status();
   spdlog::info("ring: connected, left peer {}, right peer {} at {}:{}", ends.left, ends.right,
                ends.right_host, ends.right_port);
-  return make_tcp_ring_channel(ends.left, *left_fd, ends.right, *right_fd, options_.traffic);
+  return make_tcp_ring_channel(ends.left, fds->in[0], ends.right, fds->out[0], options_.traffic);
+}
+
+Result<std::vector<std::unique_ptr<RingChannel>>> TcpRingTransport::connect_mesh(
+    uint32_t self, const std::vector<MeshEnd>& ends, const WaitOptions& wait) {
+  std::vector<Out> outs;
+  std::vector<In> ins;
+  for (const MeshEnd& e : ends) {
+    outs.push_back({e.peer, e.host, e.port, e.peer_session, "partner"});
+    ins.push_back({e.peer, e.session, "partner"});
+  }
+  auto fds = rendezvous(self, outs, ins, wait);
+  if (!fds.is_ok()) return fds.status();
+  std::vector<std::unique_ptr<RingChannel>> channels;
+  for (size_t i = 0; i < ends.size(); ++i)
+    channels.push_back(make_tcp_ring_channel(ends[i].peer, fds->in[i], ends[i].peer, fds->out[i],
+                                             options_.traffic));
+  spdlog::debug("ring: linked to {} partner(s)", ends.size());
+  return channels;
 }
 
 }  // namespace
