@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Our TCP ring all-reduce against OpenMPI and Gloo, on loopback, one process per
-# rank; see bench/allreduce/README.md.
+# Our TCP all-reduces (ring, tree, butterfly, master, and auto's choice) against
+# OpenMPI and Gloo, on loopback, one process per rank; see bench/allreduce/README.md.
 #
-#   bench/allreduce.sh                                   # 2 and 4 ranks, 4K..256M, 3 runs
+#   bench/allreduce.sh                                   # 2, 3, 4, 8 ranks, 4K..256M, 3 runs
 #   bench/allreduce.sh --ranks 2 --sizes 1M,16M --runs 1 # a quick look
+#   bench/allreduce.sh --algorithms ring,auto            # only these of ours
+#   bench/allreduce.sh --write-table FILE                # auto's table from this run (--allreduce-table)
 #   NO_INSTALL=1 NO_BUILD=1 BUILD_DIR=build-bench bench/allreduce.sh   # no apt-get, no ninja
 #
 # Installs openmpi-bin, libopenmpi-dev, libgloo-dev and iperf3 with apt-get when
@@ -20,10 +22,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 [[ "$build" = /* ]] || build="$root/$build"
-ranks="2,4"
-sizes="4K,1M,16M,64M,256M"
-reps="200,50,15,6,3"     # timed calls per size: fewer for the big ones
-warmup="20,5,2,1,1"
+ranks="2,3,4,8"
+sizes="4K,64K,1M,16M,64M,256M"
+reps="200,100,50,15,6,3"     # timed calls per size: fewer for the big ones
+warmup="20,10,5,2,1,1"
+algorithms="ring,tree,butterfly,master,auto"
+write_table=""
 runs=3
 chunk_bytes=1048576       # ring_bench's pipeline chunk (see README: 1 MiB measured best)
 keep=""
@@ -36,7 +40,9 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="$2"; shift 2 ;;
     --chunk-bytes) chunk_bytes="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;   # directory to keep the raw JSON lines and logs in
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --algorithms) algorithms="$2"; shift 2 ;;
+    --write-table) write_table="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -95,15 +101,16 @@ results="$tmp/results.jsonl"
 : > "$results"
 launch_timeout=300   # seconds for one launch of all sizes
 
-# Starts n ranks of a file-rendezvous bench ($1 = ring_bench or gloo_bench), waits.
+# Starts n ranks of a file-rendezvous bench ($1 = ring_bench or gloo_bench), waits;
+# $4: ring_bench's algorithm.
 run_ranks() {
-  local prog="$1" n="$2" tag="$3" r
+  local prog="$1" n="$2" tag="$3" algorithm="${4:-}" r
   local dir="$tmp/rdv-$tag"
   mkdir -p "$dir"
   local mine=()
   for ((r = 0; r < n; r++)); do
     local extra=()
-    [[ "$prog" == ring_bench ]] && extra=(--chunk-bytes "$chunk_bytes")
+    [[ "$prog" == ring_bench ]] && extra=(--chunk-bytes "$chunk_bytes" --algorithm "$algorithm")
     if [[ $r -eq 0 ]]; then
       timeout -k 5 "$launch_timeout" "$bin/$prog" --rank "$r" --size "$n" --dir "$dir" \
         --sizes "$sizes" --reps "$reps" --warmup "$warmup" "${extra[@]}" \
@@ -141,8 +148,11 @@ IFS=',' read -r -a rank_list <<< "$ranks"
 for n in "${rank_list[@]}"; do
   for ((run = 1; run <= runs; run++)); do
     # The three in turn, so that background load falls on all of them alike.
-    echo "# n=$n run $run/$runs: ours, openmpi, gloo ($((SECONDS - start)) s)" >&2
-    run_ranks ring_bench "$n" "ring-n$n-r$run"
+    echo "# n=$n run $run/$runs: ours ($algorithms), openmpi, gloo ($((SECONDS - start)) s)" >&2
+    IFS=',' read -r -a algorithm_list <<< "$algorithms"
+    for algorithm in "${algorithm_list[@]}"; do
+      run_ranks ring_bench "$n" "$algorithm-n$n-r$run" "$algorithm"
+    done
     run_mpi "$n" "mpi-n$n-r$run"
     run_ranks gloo_bench "$n" "gloo-n$n-r$run"
   done
@@ -164,9 +174,11 @@ fi
 echo "# done in $((SECONDS - start)) s, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # --- table ---------------------------------------------------------------------------
-python3 - "$results" "$iperf_json" "$iperf_bidir_json" <<'PY'
+python3 - "$results" "$iperf_json" "$iperf_bidir_json" "$algorithms" "$write_table" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ours = sys.argv[4].split(",")
+table_out = sys.argv[5]
 def iperf(path, key):
     try:
         j = json.load(open(path))
@@ -181,33 +193,49 @@ for r in rows:
 def t(impl, n, b):
     v = cells.get((impl, n, b))
     return statistics.median(v) if v else None
-def busbw(n, b, s):
-    return 2 * (n - 1) / n * b / s / 1e9 if s else None
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 def ms(s):
     return "—" if s is None else (f"{s * 1e3:.3f} ms" if s < 0.01 else f"{s * 1e3:.1f} ms")
-def gb(x):
-    return "—" if x is None else f"{x:.3f}"
 runs = max((len(v) for v in cells.values()), default=0)
-print(f"\n| size | ranks | ours: time | ours: busbw GB/s | OpenMPI: time | OpenMPI: busbw | Gloo: time | Gloo: busbw | ours / best | ours / iperf3 |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+head = " | ".join(ours)
+print(f"\n| size | ranks | {head} | OpenMPI | Gloo | auto picks | auto / best of MPI, Gloo |")
+print("| --- | --- | " + " | ".join("---" for _ in ours) + " | --- | --- | --- | --- |")
+choices = {}
 for n in sorted({k[1] for k in cells}):
     for b in sorted({k[2] for k in cells if k[1] == n}):
-        o, m, g = t("gossipd-ring", n, b), t("openmpi", n, b), t("gloo", n, b)
-        bo, bm, bg = busbw(n, b, o), busbw(n, b, m), busbw(n, b, g)
-        best = max([x for x in (bm, bg) if x is not None], default=None)
-        ratio = f"{bo / best:.2f}x" if bo and best else "—"
-        goal = 1.2 if b >= 16 << 20 else 1.0
-        if bo and best:
-            ratio += " ✓" if bo / best >= goal else " ✗"
-        near = f"{100 * bo / uni:.0f}%" if bo and uni else "—"
-        print(f"| {size(b)} | {n} | {ms(o)} | {gb(bo)} | {ms(m)} | {gb(bm)} | {ms(g)} | {gb(bg)} | {ratio} | {near} |")
-print(f"\nEach cell: median over {runs} run(s) of rank 0's median call. busbw = 2(n-1)/n · bytes / time.")
-print("ours / best: our bus bandwidth over the better of OpenMPI and Gloo (goal: ≥ 1.2x at ≥ 16 MiB, ≥ 1.0x below; ✓/✗).")
+        mine = {a: t("gossipd-" + a, n, b) for a in ours}
+        m, g = t("openmpi", n, b), t("gloo", n, b)
+        fastest = min(((v, a) for a, v in mine.items() if v and a != "auto"), default=(None, None))
+        if fastest[1]:
+            choices.setdefault(n, []).append((b, fastest[1]))
+        best = min([x for x in (m, g) if x is not None], default=None)
+        auto = mine.get("auto")
+        ratio = "—"
+        if auto and best:
+            goal = 1.3 if b >= 64 << 20 else 1.0
+            ratio = f"{best / auto:.2f}x " + ("✓" if best / auto >= goal else "✗")
+        cols = " | ".join(("**" + ms(v) + "**") if a == fastest[1] else ms(v) for a, v in mine.items())
+        print(f"| {size(b)} | {n} | {cols} | {ms(m)} | {ms(g)} | {fastest[1] or '—'} | {ratio} |")
+print(f"\nEach cell: median over {runs} run(s) of rank 0's median call; bold: our fastest, which 'auto picks' names.")
+print("auto / best: the better of OpenMPI and Gloo's time over auto's (goal: >= 1.0x, and >= 1.3x at 64 MiB and above).")
 if uni:
-    print(f"iperf3 loopback TCP, one stream: {uni:.2f} GB/s" + (f"; --bidir: {bidir:.2f} GB/s each way" if bidir else "") +
-          ". ours / iperf3 compares our bus bandwidth with the one-stream figure.")
-else:
-    print("iperf3: no result.")
+    print(f"iperf3 loopback TCP, one stream: {uni:.2f} GB/s" + (f"; --bidir: {bidir:.2f} GB/s each way" if bidir else "") + ".")
+if table_out:
+    with open(table_out, "w") as f:
+        f.write("# --allreduce-table: RANKS BYTES ALGORITHM, first row that bounds both wins\n")
+        f.write("# measured by bench/allreduce.sh: our fastest algorithm per (ranks, size)\n")
+        for n in sorted(choices):
+            picks = sorted(choices[n])
+            merged = []
+            for i, (b, a) in enumerate(picks):
+                # up to halfway (geometrically) to the next measured size
+                limit = int((b * picks[i + 1][0]) ** 0.5) if i + 1 < len(picks) else 2**64 - 1
+                if merged and merged[-1][1] == a:
+                    merged[-1] = (limit, a)
+                else:
+                    merged.append((limit, a))
+            for limit, a in merged:
+                f.write(f"{n} {limit} {a}\n")
+    print(f"auto's table written to {table_out}")
 PY

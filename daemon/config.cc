@@ -20,11 +20,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string_view>
 #include <utility>
 #include <variant>
@@ -48,6 +50,7 @@ constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less its NUL
 constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
+constexpr std::string_view kAllReduceAlgorithms[] = {"auto", "ring", "tree", "butterfly", "master"};
 constexpr std::string_view kOnOff[] = {"off", "on"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -112,6 +115,25 @@ Problem codec_problem(std::string_view spec) {
   auto c = compression::make_codec(spec);
   if (c) return std::nullopt;
   return c.status().message();
+}
+
+}  // namespace
+
+Result<sgd::AlgorithmTable> read_allreduce_table(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return Status::invalid(fmt::format("cannot read the all-reduce table '{}'", path));
+  std::stringstream text;
+  text << f.rdbuf();
+  return sgd::AlgorithmTable::parse(text.str(), path);
+}
+
+namespace {
+
+Problem allreduce_table_problem(std::string_view path) {
+  if (path.empty()) return std::nullopt;  // the built-in table
+  auto table = read_allreduce_table(std::string(path));
+  if (table) return std::nullopt;
+  return table.status().message();
 }
 
 Problem secret_key_problem(std::string_view key) {
@@ -211,9 +233,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 32>& fields() {
+const std::array<Field, 34>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 32> kFields = {{
+  static const std::array<Field, 34> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -280,6 +302,20 @@ const std::array<Field, 32>& fields() {
        TextSpec{kTransports, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.transport; },
                 [](C& c, std::string v) { c.strategy.transport = std::move(v); }}},
+      {"strategy.allreduce_algorithm", "--allreduce-algorithm", "NAME",
+       "the all-reduce over the tcp transport: ring|tree|butterfly|master, or auto (picked per "
+       "round by size and node count from --allreduce-table)",
+       TextSpec{kAllReduceAlgorithms, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.allreduce_algorithm; },
+                [](C& c, std::string v) { c.strategy.allreduce_algorithm = std::move(v); }}},
+      {"strategy.allreduce_table", "--allreduce-table", "FILE",
+       "auto's table, one \"RANKS BYTES ALGORITHM\" row a line (bench/allreduce.sh "
+       "--write-table); the same file on every node; empty: the built-in one",
+       TextSpec{{},
+                "a path (or empty)",
+                allreduce_table_problem,
+                [](const C& c) -> const std::string& { return c.strategy.allreduce_table; },
+                [](C& c, std::string v) { c.strategy.allreduce_table = std::move(v); }}},
       {"strategy.codec", "--codec", "SPEC",
        "compression of what is exchanged, e.g. none, int8, topk:0.01+ef",
        TextSpec{{},
@@ -685,6 +721,14 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("an elastic ring is for the ring all-reduce (strategy local-sgd or allreduce, "
                     "transport tcp, rdma or auto), not strategy {} with transport {}",
                     c.strategy.name, c.strategy.transport));
+  const bool mesh_algorithm =
+      c.strategy.allreduce_algorithm != "auto" && c.strategy.allreduce_algorithm != "ring";
+  if (mesh_algorithm && (!over_ring || c.strategy.transport == "rdma"))
+    return key_error(
+        o, "strategy.allreduce_algorithm",
+        fmt::format("the {} all-reduce runs over the tcp transport (strategy local-sgd or "
+                    "allreduce, transport tcp or auto), not strategy {} with transport {}",
+                    c.strategy.allreduce_algorithm, c.strategy.name, c.strategy.transport));
   if (strategy->gradients && (c.strategy.period != 1 || c.strategy.post_local != 0))
     return key_error(
         o, "strategy.period",

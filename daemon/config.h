@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "sgd/collectives/choice.h"
 
 namespace gossip::daemon {
 
@@ -41,6 +42,11 @@ struct StrategyConfig {
   // ZeroMQ channel, the first release's baseline), or "auto" (rdma where a device is,
   // else tcp).
   std::string transport = "auto";
+  // Which all-reduce runs over a tcp ring transport (sgd/collectives/algorithm.h):
+  // ring, tree, butterfly, master, or auto (picked per round by size from the table).
+  std::string allreduce_algorithm = "auto";
+  // auto's table (sgd/collectives/choice.h); "": the built-in one.
+  std::string allreduce_table;
   // The gossip family (peers/topology.h): the overlay, re-derived by every node for
   // every round; "" picks ring, or one-peer-exponential for push-sum.
   std::string topology;
@@ -115,6 +121,9 @@ Result<DaemonConfig> load_config_file(const std::string& path);
 // Cross-field checks: peer ids unique, endpoints well-formed tcp://host:port,
 // listen set, run_dir set, strategy known, period >= 1, timeouts > 0, ...
 Status validate_config(const DaemonConfig& config);
+
+// --allreduce-table's file, read and parsed; an error names the file and the line.
+Result<sgd::AlgorithmTable> read_allreduce_table(const std::string& path);
 
 // argv -> config: --config FILE plus flags that override it. On --help it returns
 // Status::closed with the help text as message (the caller prints it and exits 0).

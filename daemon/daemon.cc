@@ -468,6 +468,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   for (uint8_t k = 1; k <= proto::kMaxKind; ++k)
     s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)),
                            traffic.unhandled(static_cast<proto::Kind>(k))});
+  s.allreduce_rounds = worker_->allreduce_rounds();
   return s;
 }
 

@@ -86,6 +86,13 @@ std::string render_metrics(const MetricsSnapshot& s) {
     if (p.silent_seconds)
       out += fmt::format("gossipd_peer_silent_seconds{{peer=\"{}\"}} {:.3f}\n", label(p.peer),
                          *p.silent_seconds);
+  if (!s.allreduce_rounds.empty()) {
+    header(out, "gossipd_allreduce_rounds_total", "counter",
+           "All-reduce rounds completed, by the algorithm that ran them (--allreduce-algorithm).");
+    for (const auto& [algorithm, n] : s.allreduce_rounds)
+      out += fmt::format("gossipd_allreduce_rounds_total{{algorithm=\"{}\"}} {}\n",
+                         label(algorithm), n);
+  }
   return out;
 }
 

@@ -31,6 +31,8 @@ struct MetricsSnapshot {
   std::vector<PeerMetrics> peers;
   // Valid peer messages of a kind nothing on the node handles, by kind name (peers/router.h).
   std::vector<std::pair<std::string, uint64_t>> unhandled;
+  // All-reduce rounds by algorithm (ring, tree, ...); empty without a ring transport.
+  std::vector<std::pair<std::string, uint64_t>> allreduce_rounds;
 };
 
 std::string render_metrics(const MetricsSnapshot& s);

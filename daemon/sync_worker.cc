@@ -112,13 +112,44 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
   // Where the daemon holds the model (local SGD), a restarted node can resume from a
   // member's; synchronous SGD's trainers keep theirs.
   po.admit_joiners = strategy.takes_nodes_back;
+  if (sc.allreduce_algorithm == "auto") {
+    po.algorithm.reset();
+    if (!sc.allreduce_table.empty()) {
+      auto table = read_allreduce_table(sc.allreduce_table);
+      if (!table) return table.status();
+      po.table = std::move(table).value();
+    }
+  } else {
+    po.algorithm = sgd::parse_algorithm(sc.allreduce_algorithm);
+    if (!po.algorithm) return Status::invalid("unknown all-reduce " + sc.allreduce_algorithm);
+  }
+  if (std::string_view(ring_->name()) != "tcp" && po.algorithm != sgd::Algorithm::kRing) {
+    // The mesh algorithms need links the verbs transport does not make.
+    if (po.algorithm)
+      return Status::invalid(fmt::format(
+          "--allreduce-algorithm {} runs over the tcp transport, and this node's is {} (set "
+          "--transport tcp)",
+          sc.allreduce_algorithm, ring_->name()));
+    po.algorithm = sgd::Algorithm::kRing;
+    spdlog::info("--allreduce-algorithm auto over {}: the ring only", ring_->name());
+  }
   auto peer_ring = std::make_unique<sgd::PeerRing>(*router_, *ring_, po);
   if (peer_ring->admits_joiners()) membership_ = peer_ring.get();
-  spdlog::info("averaging: {}ring all-reduce over {} (port {}), rank {} of {}",
-               po.elastic ? "elastic " : "", ring_->name(), ring_->port(), peer_ring->order().rank,
-               peer_ring->order().ids.size());
+  peer_ring_ = peer_ring.get();
+  spdlog::info("averaging: {}all-reduce ({}) over {} (port {}), rank {} of {}",
+               po.elastic ? "elastic " : "",
+               po.algorithm ? sgd::algorithm_name(*po.algorithm) : "auto", ring_->name(),
+               ring_->port(), peer_ring->order().rank, peer_ring->order().ids.size());
   all_reduce_ = std::move(peer_ring);
   return Status::ok();
+}
+
+std::vector<std::pair<std::string, uint64_t>> SyncWorker::allreduce_rounds() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  if (peer_ring_)
+    for (sgd::Algorithm a : sgd::kAlgorithms)
+      out.emplace_back(std::string(sgd::algorithm_name(a)), peer_ring_->rounds_by(a));
+  return out;
 }
 
 Status SyncWorker::make_strategy(const DaemonConfig& config) {

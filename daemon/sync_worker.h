@@ -73,6 +73,9 @@ class SyncWorker {
 
   const peers::TrafficCounters& traffic() const { return transport_->traffic(); }
   const std::vector<peers::Peer>& peers() const { return transport_->peers(); }
+  // Rounds each all-reduce algorithm completed, by name; empty without a ring
+  // transport (any thread).
+  std::vector<std::pair<std::string, uint64_t>> allreduce_rounds() const;
 
  private:
   SyncWorker() = default;
@@ -107,6 +110,7 @@ class SyncWorker {
   // Who takes part (sgd/membership.h): the exchange, or all_reduce_ when it is an
   // elastic ring that takes nodes back; null for a fabric without churn.
   sgd::Membership* membership_ = nullptr;
+  const sgd::PeerRing* peer_ring_ = nullptr;  // the all-reduce, where it is a PeerRing
   std::unique_ptr<peers::Topology> topology_;
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;

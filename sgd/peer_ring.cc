@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include "base/split_mix64.h"
+
 namespace gossip::sgd {
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -53,32 +55,69 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
     state_ = std::make_unique<StateTransfer>(control,
                                              [this](uint32_t) { return order().ids.size() > 1; });
   std::random_device entropy;
-  token_ = (uint64_t{entropy()} << 32) | entropy();
+  secret_ = (uint64_t{entropy()} << 32) | entropy();
+  for (Algorithm a : kAlgorithms)
+    if (a != Algorithm::kRing && (!options_.algorithm || *options_.algorithm == a))
+      meshes_[a] = make_mesh_all_reduce(a);
   for (const auto& p : control_.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
   result_.kind = proto::Kind::kStateChunk;
   announce();
 }
 
-PeerRing::~PeerRing() { channel_.reset(); }
+PeerRing::~PeerRing() { reset_links(); }
+
+uint64_t PeerRing::token_for(uint32_t peer) const { return mix64(secret_ ^ (peer + 1) * kWeyl); }
+
+std::vector<uint32_t> PeerRing::mesh_peers() const {
+  std::vector<uint32_t> out;
+  const auto n = static_cast<uint32_t>(order().ids.size());
+  for (const auto& [a, algorithm] : meshes_)
+    for (uint32_t q : mesh_partners(a, n, order().rank)) out.push_back(order().ids[q]);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Algorithm PeerRing::pick(size_t bytes) const {
+  return options_.algorithm
+             ? *options_.algorithm
+             : options_.table.choose(static_cast<uint32_t>(order().ids.size()), bytes);
+}
+
+void PeerRing::announce_to(uint32_t peer) {
+  const proto::RingAddress address{transport_.port(), token_for(peer), membership_.view_id(),
+                                   layout_};
+  (void)control_.send(peer, next_round_, address);  // queued until it is up
+}
 
 void PeerRing::announce() {
   if (order().ids.size() < 2) return;
-  const proto::RingAddress address{transport_.port(), token_, membership_.view_id(), layout_};
-  (void)control_.send(order().left_id(), next_round_, address);  // queued until it is up
+  if (!options_.algorithm || *options_.algorithm == Algorithm::kRing)
+    announce_to(order().left_id());
+  for (uint32_t peer : mesh_peers())
+    if (options_.algorithm || peer != order().left_id()) announce_to(peer);
+}
+
+void PeerRing::reset_links() {
+  channel_.reset();
+  links_.clear();
+  mesh_.clear();
 }
 
 void PeerRing::set_layout_fingerprint(uint64_t fingerprint) {
   if (fingerprint == layout_) return;
   layout_ = fingerprint;
-  channel_.reset();
+  reset_links();
   announce();
 }
 
-const PeerRing::Address* PeerRing::right_address() const {
-  auto it = addresses_.find(order().right_id());
+const PeerRing::Address* PeerRing::address_of(uint32_t peer) const {
+  auto it = addresses_.find(peer);
   if (it == addresses_.end() || it->second.view != membership_.view_id()) return nullptr;
   return &it->second;
 }
+
+const PeerRing::Address* PeerRing::right_address() const { return address_of(order().right_id()); }
 
 void PeerRing::absorb(const peers::Incoming& in) {
   switch (in.kind()) {
@@ -89,7 +128,9 @@ void PeerRing::absorb(const peers::Incoming& in) {
       auto it = addresses_.find(in.peer);
       const bool moved = it == addresses_.end() || it->second.port != a.port;
       addresses_[in.peer] = a;
-      if (in.peer == order().right_id() && a.view == membership_.view_id() && moved) {
+      const auto partners = mesh_peers();
+      const bool partner = std::binary_search(partners.begin(), partners.end(), in.peer);
+      if ((in.peer == order().right_id() || partner) && a.view == membership_.view_id() && moved) {
         spdlog::info("peer {} is up, its ring listens on port {}", in.peer, h.port);
         drop_channel();
       }
@@ -97,8 +138,11 @@ void PeerRing::absorb(const peers::Incoming& in) {
     }
     case proto::Kind::kHello:
       spdlog::info("peer {} is up", in.peer);
-      // The left neighbor (re)started: it needs our port again.
-      if (in.peer == order().left_id()) announce();
+      // The left neighbor or a mesh partner (re)started: it needs our port again.
+      if (const auto partners = mesh_peers();
+          in.peer == order().left_id() ||
+          std::binary_search(partners.begin(), partners.end(), in.peer))
+        announce_to(in.peer);
       if (options_.elastic && !membership_.member(in.peer)) {
         if (admits_joiners())
           spdlog::info(
@@ -111,9 +155,11 @@ void PeerRing::absorb(const peers::Incoming& in) {
               in.peer, membership_.epoch());
       }
       return;
-    case proto::Kind::kBye:
-      if (in.peer == order().right_id()) addresses_.erase(in.peer);
-      if (in.peer == order().right_id() || in.peer == order().left_id()) drop_channel();
+    case proto::Kind::kBye: {
+      const auto partners = mesh_peers();
+      const bool partner = std::binary_search(partners.begin(), partners.end(), in.peer);
+      if (in.peer == order().right_id() || partner) addresses_.erase(in.peer);
+      if (in.peer == order().right_id() || in.peer == order().left_id() || partner) drop_channel();
       // A member that leaves in order is left out at once rather than at the next round.
       if (options_.elastic && membership_.member(in.peer) &&
           membership_.start(Clock::now(), options_.reform_wait)) {
@@ -121,6 +167,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
         send_probes();
       }
       return;
+    }
     case proto::Kind::kRingProbe:
       if (!options_.elastic) {
         control_.note_dropped(in.peer,
@@ -177,7 +224,7 @@ void PeerRing::drop_channel() {
   if (busy_)
     stale_ = true;  // the operation in flight uses it: dropped when it returns
   else
-    channel_.reset();
+    reset_links();
 }
 
 bool PeerRing::interrupted() {
@@ -235,7 +282,7 @@ Status PeerRing::connect(const CollectiveOptions& options) {
                              .right = order().right_id(),
                              .right_host = hosts_[order().right_id()],
                              .right_port = right.port,
-                             .session = layout_ ^ token_ ^ view,
+                             .session = layout_ ^ token_for(order().left_id()) ^ view,
                              .right_session = right.token != 0 ? layout_ ^ right.token ^ view : 0};
   peers::WaitOptions wait{options.deadline, options.cancel, {}};
   // Elastic: a member blocked here (its neighbor died before connecting) still
@@ -259,9 +306,74 @@ Status PeerRing::connect(const CollectiveOptions& options) {
   return Status::ok();
 }
 
+Status PeerRing::connect_mesh(const CollectiveOptions& options) {
+  drain(std::chrono::milliseconds(0));  // the freshest addresses
+  const auto address_deadline =
+      options_.elastic && membership_.epoch() > 0
+          ? std::min(options.deadline, view_since_ + 2 * options_.reform_wait)
+          : options.deadline;
+  const std::vector<uint32_t> partners = mesh_peers();
+  const auto missing = [&]() -> std::optional<uint32_t> {
+    for (uint32_t peer : partners)
+      if (!address_of(peer)) return peer;
+    return std::nullopt;
+  };
+  while (auto peer = missing()) {
+    if (options.cancel && options.cancel->load(std::memory_order_relaxed))
+      return Status::closed("all-reduce: cancelled");
+    if (membership_.reforming())
+      return Status::closed("all-reduce: re-forming (a member's probe arrived)");
+    if (Clock::now() >= address_deadline)
+      return Status::timeout(fmt::format(
+          "all-reduce: peer {} has not told its ring address{} (is it up, with the same strategy, "
+          "transport and --allreduce-algorithm?)",
+          *peer,
+          membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch())
+                                  : ""));
+    router_.poll(std::min(until(address_deadline), std::chrono::milliseconds(50)));
+  }
+  const uint64_t view = membership_.view_id();
+  std::vector<peers::MeshEnd> ends;
+  for (uint32_t peer : partners) {
+    const Address& a = *address_of(peer);
+    if (a.layout != 0 && layout_ != 0 && a.layout != layout_)
+      return Status::mismatch(fmt::format(
+          "all-reduce: peer {} has another model layout (fingerprint {:#x}, ours {:#x})", peer,
+          a.layout, layout_));
+    ends.push_back({.peer = peer,
+                    .host = hosts_[peer],
+                    .port = a.port,
+                    .session = layout_ ^ token_for(peer) ^ view,
+                    .peer_session = layout_ ^ a.token ^ view});
+  }
+  peers::WaitOptions wait{options.deadline, options.cancel, {}};
+  if (options_.elastic) wait.interrupt = [this] { return interrupted(); };
+  busy_ = true;
+  auto channels = transport_.connect_mesh(control_.self(), ends, wait);
+  busy_ = false;
+  if (std::exchange(stale_, false) && channels.is_ok())
+    return Status::closed("all-reduce: a partner moved while connecting");
+  if (!channels.is_ok()) return channels.status();
+  mesh_ = std::move(channels).value();
+  links_.assign(order().ids.size(), nullptr);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const auto it = std::lower_bound(order().ids.begin(), order().ids.end(), ends[i].peer);
+    links_[static_cast<size_t>(it - order().ids.begin())] = mesh_[i].get();
+  }
+  return Status::ok();
+}
+
 Status PeerRing::attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
   if (order().ids.size() == 1 || data.empty()) return Status::ok();
-  if (!channel_) GOSSIP_RETURN_IF_ERROR(connect(options));
+  const Algorithm algorithm = pick(data.size_bytes());
+  if (algorithm != last_algorithm_)
+    spdlog::info("round {}: all-reduce of {} bytes over {} nodes by the {}{}", round,
+                 data.size_bytes(), order().ids.size(), algorithm_name(algorithm),
+                 options_.algorithm ? "" : " (auto)");
+  last_algorithm_ = algorithm;
+  const bool ring = algorithm == Algorithm::kRing;
+  if (ring && !channel_) GOSSIP_RETURN_IF_ERROR(connect(options));
+  if (!ring && mesh_.empty()) GOSSIP_RETURN_IF_ERROR(connect_mesh(options));
   RingOptions ro;
   ro.size = static_cast<uint32_t>(order().ids.size());
   ro.rank = order().rank;
@@ -272,13 +384,20 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
   if (options_.elastic) ro.wait.interrupt = [this] { return interrupted(); };
   ro.compression = options.compression;
   busy_ = true;
-  Status st = ring_.mean(*channel_, data, ro);
+  Status st =
+      ring ? ring_.mean(*channel_, data, ro) : meshes_.at(algorithm)->mean(links_, data, ro);
   busy_ = false;
-  if (std::exchange(stale_, false) && st.is_ok()) channel_.reset();  // reconnects next time
+  if (std::exchange(stale_, false) && st.is_ok()) reset_links();  // reconnects next time
+  if (st.is_ok())
+    rounds_by_[static_cast<size_t>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   if (!st.is_ok()) {
-    spdlog::warn("round {}: {}; the ring reconnects for the next {}", round, st.message(),
-                 options_.elastic ? "try" : "round");
-    channel_.reset();  // which fails the neighbors' rounds at once, rather than at their deadline
+    if (!options_.algorithm && st.code() == Status::Code::kProtocol)
+      st = Status::protocol(st.message() +
+                            " (with --allreduce-algorithm auto, every node must hold the same "
+                            "--allreduce-table)");
+    spdlog::warn("round {}: {}; the {} reconnects for the next {}", round, st.message(),
+                 algorithm_name(algorithm), options_.elastic ? "try" : "round");
+    reset_links();  // which fails the neighbors' rounds at once, rather than at their deadline
   }
   return st;
 }
@@ -366,7 +485,7 @@ void PeerRing::send_probes() {
 std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   RingMembership::Change change = membership_.decide();
   view_since_ = Clock::now();
-  channel_.reset();
+  reset_links();
   if (change.lost.empty() && change.joined.empty())
     spdlog::info("ring re-formed at epoch {} with all {} members", membership_.epoch(),
                  order().ids.size());

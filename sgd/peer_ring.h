@@ -1,10 +1,13 @@
 #pragma once
-// The daemon's ring all-reduce: the node and its peers in a ring (ascending ids),
-// over a ring transport (TCP, RDMA). The transports' ports travel over the ZeroMQ
-// control channel: each node tells its left neighbor where to connect (a
-// ring-address message, repeated whenever that neighbor says hello again, e.g.
-// after a restart). A failed operation drops the ring's connections; the next one
-// connects again.
+// The daemon's all-reduce over a ring transport (TCP, RDMA): the node and its peers
+// ranked by ascending id, averaging by the ring or, over TCP, by a tree, butterfly or
+// master-worker (sgd/collectives/algorithm.h), one algorithm per round, fixed or
+// picked by size (--allreduce-algorithm auto, sgd/collectives/choice.h). The
+// transports' ports travel over the ZeroMQ control channel: each node tells every
+// node that connects to it (its left neighbor, its mesh partners) where to connect,
+// with a token of that link's own (a ring-address message, repeated whenever that
+// node says hello again, e.g. after a restart). A failed operation drops the
+// connections; the next one connects again.
 //
 // Elastic (options.elastic): a round that a peer breaks (it died, or closed its
 // connections) is not failed. The node re-forms the ring with the members that
@@ -16,16 +19,21 @@
 // without closing its connections is noticed when a try's wait runs out: each try
 // gets half of the round's time left.
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "peers/ring_channel.h"
 #include "peers/router.h"
 #include "sgd/all_reduce.h"
+#include "sgd/collectives/algorithm.h"
+#include "sgd/collectives/choice.h"
 #include "sgd/membership.h"
 #include "sgd/outgoing_model.h"
 #include "sgd/ring_all_reduce.h"
@@ -45,6 +53,9 @@ struct PeerRingOptions {
   // Elastic, where the daemon holds the model (local SGD): a restarted node takes a
   // member's state at its first attach (state()) and is then taken back into the ring.
   bool admit_joiners = false;
+  // The algorithm of every round; none: picked per round from `table` by size.
+  std::optional<Algorithm> algorithm = Algorithm::kRing;
+  AlgorithmTable table = AlgorithmTable::measured();
 };
 
 class PeerRing final : public AllReduce, public Membership {
@@ -61,6 +72,10 @@ class PeerRing final : public AllReduce, public Membership {
   void set_layout_fingerprint(uint64_t fingerprint) override;
 
   const RingOrder& order() const { return membership_.order(); }
+  // Rounds completed by each algorithm, by Algorithm's value; read from any thread.
+  uint64_t rounds_by(Algorithm a) const {
+    return rounds_by_[static_cast<size_t>(a)].load(std::memory_order_relaxed);
+  }
   uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
 
   // Rejoining (options.admit_joiners): the state this node offers to a restarted (or
@@ -88,14 +103,22 @@ class PeerRing final : public AllReduce, public Membership {
     uint64_t layout = 0;
     uint64_t view = 0;
   };
-  void announce();                             // tells the left neighbor our ring port
+  void announce();  // tells who connects to us our ring port
+  void announce_to(uint32_t peer);
+  uint64_t token_for(uint32_t peer) const;  // the secret a link's far end presents
+  // The node ids this node links with under the mesh algorithms it may run.
+  std::vector<uint32_t> mesh_peers() const;
+  Algorithm pick(size_t bytes) const;
+  Status connect_mesh(const CollectiveOptions& options);
   void absorb(const peers::Incoming& in);      // the router's handler
   void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`
   void drop_channel();                         // now, or when the operation in flight returns
+  void reset_links();                          // the ring's channel and the mesh's links
   bool
   interrupted();  // elastic: reads the control channel during a ring wait; true once re-forming
   Status connect(const CollectiveOptions& options);
-  const Address* right_address() const;  // the right neighbor's, for the current view
+  const Address* right_address() const;            // the right neighbor's, for the current view
+  const Address* address_of(uint32_t peer) const;  // for the current view
   Status attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options);
 
   // Elastic.
@@ -117,14 +140,22 @@ class PeerRing final : public AllReduce, public Membership {
   RingMembership membership_;
   std::map<uint32_t, std::string> hosts_;
   std::map<uint32_t, Address> addresses_;
-  // A random token we hand our left neighbor in our ring-address and require in its
-  // ring hello, and the one our right neighbor handed us. The ring's links are plain
-  // TCP or verbs; with CURVE on the control channel, only an authenticated neighbor
-  // learns the token, so nobody else can take its place in the ring.
-  uint64_t token_ = 0;
+  // A random secret from which the token of each link comes (token_for): we hand a
+  // node that connects to us its link's token in our ring-address and require it in
+  // its ring hello; the one our right neighbor (or a mesh partner) handed us we
+  // present. The links are plain TCP or verbs; with CURVE on the control channel,
+  // only that authenticated node learns its token, so nobody else (another peer
+  // included) can take its place.
+  uint64_t secret_ = 0;
   uint64_t layout_ = 0;
   std::unique_ptr<peers::RingChannel> channel_;
   RingAllReduce ring_;
+  // The mesh algorithms' links, to mesh_peers(), and by rank for the algorithms.
+  std::vector<std::unique_ptr<peers::RingChannel>> mesh_;
+  std::vector<peers::RingChannel*> links_;
+  std::map<Algorithm, std::unique_ptr<MeshAllReduce>> meshes_;
+  std::array<std::atomic<uint64_t>, std::size(kAlgorithms)> rounds_by_{};
+  std::optional<Algorithm> last_algorithm_;
 
   uint64_t next_round_ = 0;  // what a probe tells
   bool started_ = false;     // the first round began (probes before it are not answered)

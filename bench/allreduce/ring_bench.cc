@@ -1,12 +1,15 @@
-// One rank of our ring all-reduce (sgd/ring_all_reduce.h) over the TCP ring
-// transport, one process per rank, on loopback. Measures, never asserts.
+// One rank of our all-reduces (sgd/ring_all_reduce.h, sgd/collectives/) over the TCP
+// ring transport, one process per rank, on loopback. Measures, never asserts.
 //
 //   ring_bench --rank 0 --size 4 --dir /tmp/rdv --sizes 4K,1M,16M --reps 50,20,10 --warmup 2
+//   ring_bench --algorithm butterfly ...      # tree, butterfly, master; or auto
 //
 // Rendezvous through files: each rank listens on 127.0.0.1 (any free port), writes
 // the port to DIR/<rank>.port (write, then rename, so a reader never sees half a
-// number), waits for its right neighbor's file and connects. Rank 0 prints one JSON
-// line per size (bench/allreduce/bench_loop.h); bench/allreduce.sh runs the ranks.
+// number), waits for its right neighbor's file (the ring) or its partners' (the mesh
+// algorithms) and connects. With auto, it links both and picks per size as the
+// daemon does (sgd/collectives/choice.h). Rank 0 prints one JSON line per size
+// (bench/allreduce/bench_loop.h); bench/allreduce.sh runs the ranks.
 
 #include <spdlog/spdlog.h>
 
@@ -15,12 +18,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "bench/allreduce/bench_loop.h"
 #include "peers/ring_channel.h"
+#include "sgd/collectives/algorithm.h"
+#include "sgd/collectives/choice.h"
 #include "sgd/ring_all_reduce.h"
 
 namespace {
@@ -82,6 +90,10 @@ int main(int argc, char** argv) {
       "--socket-buffer", socket_buffer,
       "SO_SNDBUF / SO_RCVBUF in bytes (RingTransportOptions; 0: the kernel's autotuning)");
   app.add_option("--timeout", timeout_s, "seconds for the rendezvous and for each call");
+  std::string algorithm = "ring", table_file;
+  app.add_option("--algorithm", algorithm, "ring, tree, butterfly, master, or auto");
+  app.add_option("--table", table_file,
+                 "auto's table (sgd/collectives/choice.h); default built in");
   CLI11_PARSE(app, argc, argv);
   o.sizes = gossip::bench::parse_sizes(sizes);
   o.reps = gossip::bench::parse_ints(reps);
@@ -101,10 +113,24 @@ int main(int argc, char** argv) {
   if (!transport.is_ok()) return fail(transport.status());
   if (Status st = publish_port(dir, o.rank, (*transport)->port()); !st.is_ok()) return fail(st);
 
+  const bool automatic = algorithm == "auto";
+  const auto fixed = gossip::sgd::parse_algorithm(algorithm);
+  if (!automatic && !fixed) return fail(Status::invalid("unknown --algorithm " + algorithm));
+  gossip::sgd::AlgorithmTable table = gossip::sgd::AlgorithmTable::measured();
+  if (!table_file.empty()) {
+    std::ifstream f(table_file);
+    std::stringstream text;
+    text << f.rdbuf();
+    auto parsed = gossip::sgd::AlgorithmTable::parse(text.str(), table_file);
+    if (!f || !parsed.is_ok()) return fail(parsed.status());
+    table = std::move(parsed).value();
+  }
+
   const uint32_t n = static_cast<uint32_t>(o.size), r = static_cast<uint32_t>(o.rank);
+  const uint64_t session = 0x62656e6368000000ull | n;  // "bench" | n
+  const auto deadline = Clock::now() + timeout;
   std::unique_ptr<gossip::peers::RingChannel> channel;
-  if (n > 1) {
-    const auto deadline = Clock::now() + timeout;
+  if (n > 1 && (automatic || fixed == gossip::sgd::Algorithm::kRing)) {
     auto right_port = await_port(dir, static_cast<int>((r + 1) % n), deadline);
     if (!right_port.is_ok()) return fail(right_port.status());
     const gossip::peers::RingEnds ends{.self = r,
@@ -112,10 +138,36 @@ int main(int argc, char** argv) {
                                        .right = (r + 1) % n,
                                        .right_host = "127.0.0.1",
                                        .right_port = *right_port,
-                                       .session = 0x62656e6368000000ull | n};  // "bench" | n
+                                       .session = session};
     auto ch = (*transport)->connect(ends, {deadline, nullptr});
     if (!ch.is_ok()) return fail(ch.status());
     channel = std::move(ch).value();
+  }
+  // The mesh algorithms' links: with auto, the union of every mesh algorithm's partners.
+  std::vector<std::unique_ptr<gossip::peers::RingChannel>> mesh;
+  std::vector<gossip::peers::RingChannel*> links(n, nullptr);
+  std::map<gossip::sgd::Algorithm, std::unique_ptr<gossip::sgd::MeshAllReduce>> meshes;
+  if (n > 1 && (automatic || fixed != gossip::sgd::Algorithm::kRing)) {
+    std::set<uint32_t> partners;
+    for (gossip::sgd::Algorithm a : gossip::sgd::kAlgorithms) {
+      if (a == gossip::sgd::Algorithm::kRing || (!automatic && a != fixed)) continue;
+      meshes[a] = gossip::sgd::make_mesh_all_reduce(a);
+      for (uint32_t q : gossip::sgd::mesh_partners(a, n, r)) partners.insert(q);
+    }
+    std::vector<gossip::peers::MeshEnd> ends;
+    for (uint32_t q : partners) {
+      auto port = await_port(dir, static_cast<int>(q), deadline);
+      if (!port.is_ok()) return fail(port.status());
+      ends.push_back({.peer = q,
+                      .host = "127.0.0.1",
+                      .port = *port,
+                      .session = session,
+                      .peer_session = session});
+    }
+    auto chs = (*transport)->connect_mesh(r, ends, {deadline, nullptr});
+    if (!chs.is_ok()) return fail(chs.status());
+    mesh = std::move(chs).value();
+    for (size_t i = 0; i < ends.size(); ++i) links[ends[i].peer] = mesh[i].get();
   }
 
   gossip::sgd::RingAllReduce ring, barrier_ring;
@@ -132,16 +184,22 @@ int main(int argc, char** argv) {
     ro.wait = {Clock::now() + timeout, nullptr};
     return ro;
   };
+  const auto run = [&](gossip::sgd::Algorithm a, std::vector<float>& data,
+                       gossip::sgd::RingAllReduce& on_ring) {
+    if (a == gossip::sgd::Algorithm::kRing) return on_ring.mean(*channel, data, options());
+    return meshes.at(a)->mean(links, data, options());
+  };
   const auto allreduce = [&](std::vector<float>& data) {
     if (n == 1) return true;
-    Status st = ring.mean(*channel, data, options());
+    const auto a = automatic ? table.choose(n, data.size() * sizeof(float)) : *fixed;
+    Status st = run(a, data, ring);
     if (!st.is_ok()) fail(st);
     return st.is_ok();
   };
   std::vector<float> token(n);
   const auto barrier = [&] {
     if (n == 1) return true;
-    Status st = barrier_ring.mean(*channel, token, options());
+    Status st = run(automatic ? gossip::sgd::Algorithm::kRing : *fixed, token, barrier_ring);
     if (!st.is_ok()) fail(st);
     return st.is_ok();
   };
@@ -149,5 +207,6 @@ int main(int argc, char** argv) {
                             ",\"depth\":" + std::to_string(depth) +
                             ",\"gather_below\":" + std::to_string(gather_below) +
                             ",\"socket_buffer\":" + std::to_string(socket_buffer);
-  return gossip::bench::run_loop("gossipd-ring", o, extra, allreduce, barrier);
+  const std::string impl = "gossipd-" + algorithm;
+  return gossip::bench::run_loop(impl.c_str(), o, extra, allreduce, barrier);
 }

@@ -7,6 +7,7 @@
 
 #include <boost/asio.hpp>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -106,6 +107,13 @@ class TcpRingTransport final : public RingTransport {
   // Asio for the channel (peers/tcp/tcp_ring_channel.h), which its caller drives.
   asio::io_context rendezvous_;
   tcp::acceptor acceptor_;
+  // Connections that said hello before this node was waiting for them (bounded).
+  struct Parked {
+    RingHello hello;
+    std::unique_ptr<tcp::socket> socket;
+  };
+  static constexpr size_t kMaxParked = 16;
+  std::deque<Parked> parked_;
   uint16_t port_ = 0;
 };
 
@@ -173,6 +181,48 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
   };
 
   // Accept until every peer we receive from said hello in its session; refuse anyone else.
+  // Takes a connection that said hello: as the link of an expected peer; parked for a
+  // later rendezvous when it is a well-formed hello to this node from a node this call
+  // does not wait for (a partner that finished the previous rendezvous sooner and
+  // already asks for the next one); refused otherwise.
+  const auto admit = [&](const RingHello& hello, std::unique_ptr<tcp::socket> socket) {
+    size_t slot = ins.size();
+    bool expected = false;
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (ins[i].peer == hello.from) {
+        expected = true;
+        if (!in_sockets[i]) slot = i;
+      }
+    std::string why;
+    if (slot < ins.size()) why = ring_hello_refusal(hello, self, ins[slot].peer, ins[slot].session);
+    // A connection the peer gave up on (it timed out an earlier attempt) may wait in
+    // the backlog: take the next one.
+    if (why.empty() && closed_by_peer(*socket))
+      why = fmt::format("node {} had closed this connection already", hello.from);
+    if (slot < ins.size() && why.empty()) {
+      tune(*socket, options_.socket_buffer_bytes);
+      in_sockets[slot] = std::move(socket);
+      ++ins_done;
+      return;
+    }
+    const bool well_formed =
+        hello.magic == kRingHelloMagic && hello.version == kRingVersion && hello.to == self;
+    if (slot == ins.size() && !expected && well_formed && !closed_by_peer(*socket)) {
+      if (parked_.size() >= kMaxParked) parked_.pop_front();
+      spdlog::debug("ring: node {} connected ahead of its turn; kept for the next rendezvous",
+                    hello.from);
+      parked_.push_back({hello, std::move(socket)});
+      return;
+    }
+    if (why.empty())
+      why = slot < ins.size() ? std::string("?")
+            : expected        ? fmt::format("node {} is connected already", hello.from)
+            : ins.empty()     ? fmt::format("not a ring hello to node {}", self)
+                          : ring_hello_refusal(hello, self, ins.front().peer, ins.front().session);
+    spdlog::warn("ring: refused a connection: {}", why);
+    refused = why;
+  };
+
   std::function<void()> accept_in = [&] {
     error_code ignored;
     candidate.close(ignored);
@@ -184,38 +234,14 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
       }
       asio::async_read(candidate, asio::buffer(&in, sizeof in), [&](error_code ec, size_t) {
         if (stop) return;
-        std::string why;
-        size_t slot = ins.size();
         if (ec) {
-          why = ec.message();
-        } else {
-          bool expected = false;
-          for (size_t i = 0; i < ins.size(); ++i)
-            if (ins[i].peer == in.from) {
-              expected = true;
-              if (!in_sockets[i]) slot = i;
-            }
-          if (slot < ins.size())
-            why = ring_hello_refusal(in, self, ins[slot].peer, ins[slot].session);
-          else if (ins.size() == 1 || !expected)  // as a ring's refusal: whom we wait for
-            why = ring_hello_refusal(in, self, ins.front().peer, ins.front().session);
-          if (why.empty() && slot == ins.size())
-            why = expected ? fmt::format("node {} is connected already", in.from)
-                           : fmt::format("node {} is not a partner of this node", in.from);
-        }
-        // A connection the peer gave up on (it timed out an earlier attempt) may
-        // wait in the backlog: take the next one.
-        if (why.empty() && closed_by_peer(candidate))
-          why = fmt::format("node {} had closed this connection already", in.from);
-        if (!why.empty()) {
-          spdlog::warn("ring: refused a connection: {}", why);
-          refused = why;
+          spdlog::warn("ring: refused a connection: {}", ec.message());
+          refused = ec.message();
           return accept_in();
         }
-        in_sockets[slot] = std::make_unique<tcp::socket>(std::move(candidate));
+        admit(in, std::make_unique<tcp::socket>(std::move(candidate)));
         candidate = tcp::socket(rendezvous_);
-        tune(*in_sockets[slot], options_.socket_buffer_bytes);
-        if (++ins_done < ins.size()) accept_in();
+        if (ins_done < ins.size()) accept_in();
       });
     });
   };
@@ -226,7 +252,12 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
     out_links[i].hello = RingHello{.from = self, .to = outs[i].peer, .session = outs[i].session};
     connect_out(i);
   }
-  if (!ins.empty()) accept_in();
+  if (!ins.empty()) {
+    std::deque<Parked> parked = std::move(parked_);
+    parked_.clear();
+    for (Parked& p : parked) admit(p.hello, std::move(p.socket));
+    if (ins_done < ins.size()) accept_in();
+  }
   Status failure;
   while (outs_done < outs.size() || ins_done < ins.size()) {
     if (wait.cancelled()) {

@@ -77,8 +77,9 @@ std::vector<uint32_t> Butterfly::partners(uint32_t rank) const {
 Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std::span<float> data,
                                const RingOptions& o) {
   const compression::Codec* codec =
-      o.compression.codec && o.compression.codec->id() != proto::CodecId::kNone ? o.compression.codec
-                                                                                : nullptr;
+      o.compression.codec && o.compression.codec->id() != proto::CodecId::kNone
+          ? o.compression.codec
+          : nullptr;
   const mesh::Coder coder{codec, o.compression.pool};
   mesh::Links links(by_rank, o.wait);
   const Butterfly b(o.size);
@@ -122,15 +123,18 @@ Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std
     const uint64_t max_bytes = coder.max_bytes(std::min<uint64_t>(o.chunk_elems, data.size()));
     rx_.resize((max_bytes + sizeof(float) - 1) / sizeof(float));
     for (uint64_t i = 0, off = r.offset; off < r.offset + r.numel; ++i, off += o.chunk_elems) {
-      const auto dst = data.subspan(off, std::min<uint64_t>(o.chunk_elems, r.offset + r.numel - off));
+      const auto dst =
+          data.subspan(off, std::min<uint64_t>(o.chunk_elems, r.offset + r.numel - off));
       const auto buffer = std::as_writable_bytes(std::span(rx_)).first(max_bytes);
       GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, step, i), buffer));
       auto got = links.wait_recv(from);
       if (!got.is_ok()) return got.status();
       scratch_.resize(dst.size());
-      if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, from, off), scratch_); !st)
-        return Status::protocol(fmt::format("all-reduce (butterfly): rank {}, round {}, step {}: {}",
-                                            from, o.round, step, st.message()));
+      if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, from, off), scratch_);
+          !st)
+        return Status::protocol(
+            fmt::format("all-reduce (butterfly): rank {}, round {}, step {}: {}", from, o.round,
+                        step, st.message()));
       add_into(dst.data(), scratch_.data(), dst.size());
     }
     return Status::ok();
@@ -151,9 +155,9 @@ Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std
         auto got = links.wait_recv(odd);
         if (!got.is_ok()) return got.status();
         if (*got != dst.size_bytes())
-          return Status::protocol(fmt::format(
-              "all-reduce (butterfly): rank {} handed back {} bytes for {} fp32", odd, *got,
-              dst.size()));
+          return Status::protocol(
+              fmt::format("all-reduce (butterfly): rank {} handed back {} bytes for {} fp32", odd,
+                          *got, dst.size()));
       }
       return Status::ok();
     }
@@ -163,7 +167,8 @@ Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std
     for (uint32_t s = 0; s < b.group(); ++s) {
       const Range seg = segments(data.size(), b.group(), s, s + 1);
       for (uint64_t off = seg.offset; off < seg.offset + seg.numel; off += o.chunk_elems, ++i) {
-        const auto dst = data.subspan(off, std::min<uint64_t>(o.chunk_elems, seg.offset + seg.numel - off));
+        const auto dst =
+            data.subspan(off, std::min<uint64_t>(o.chunk_elems, seg.offset + seg.numel - off));
         in.resize(coder.max_bytes(dst.size()));
         GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, kHandBack, i), in));
         auto got = links.wait_recv(odd);
@@ -186,9 +191,10 @@ Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std
     uint64_t i = 0;
     if (!coder.codec) {
       for (uint64_t off = 0; off < data.size(); off += o.chunk_elems, ++i)
-        GOSSIP_RETURN_IF_ERROR((*ch)->post_send(
-            mesh::tag(o.round, a, kHandBack, i),
-            std::as_bytes(data.subspan(off, std::min<uint64_t>(o.chunk_elems, data.size() - off)))));
+        GOSSIP_RETURN_IF_ERROR(
+            (*ch)->post_send(mesh::tag(o.round, a, kHandBack, i),
+                             std::as_bytes(data.subspan(
+                                 off, std::min<uint64_t>(o.chunk_elems, data.size() - off)))));
     } else {
       for (auto& segment : owned_)
         for (auto& bytes : segment)
@@ -213,13 +219,14 @@ Status ButterflyAllReduce::doubling(mesh::Links& links, const Butterfly& b, uint
     }
     for (uint64_t i = 0, off = 0; off < data.size(); ++i, off += o.chunk_elems) {
       const uint64_t len = std::min<uint64_t>(o.chunk_elems, data.size() - off);
-      GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, kWhole + j, i),
-                                              std::as_writable_bytes(std::span(rx_).subspan(off, len))));
+      GOSSIP_RETURN_IF_ERROR(
+          (*ch)->post_recv(mesh::tag(o.round, a, kWhole + j, i),
+                           std::as_writable_bytes(std::span(rx_).subspan(off, len))));
       auto got = links.wait_recv(partner);
       if (!got.is_ok()) return got.status();
       if (*got != len * sizeof(float))
-        return Status::protocol(fmt::format("all-reduce (butterfly): rank {} sent {} bytes for {} fp32",
-                                            partner, *got, len));
+        return Status::protocol(fmt::format(
+            "all-reduce (butterfly): rank {} sent {} bytes for {} fp32", partner, *got, len));
     }
     GOSSIP_RETURN_IF_ERROR(links.wait_sends());  // data is read by those sends until here
     add_into(data.data(), rx_.data(), data.size());
@@ -242,34 +249,46 @@ Status ButterflyAllReduce::halving_doubling(mesh::Links& links, const Butterfly&
     const uint32_t mask = p >> (j + 1), mid = lo + (hi - lo) / 2;
     const uint32_t partner = b.rank_of(v ^ mask);
     const bool upper = (v & mask) != 0;
-    const Range send = upper ? segments(data.size(), p, lo, mid) : segments(data.size(), p, mid, hi);
-    const Range keep = upper ? segments(data.size(), p, mid, hi) : segments(data.size(), p, lo, mid);
+    const Range send =
+        upper ? segments(data.size(), p, lo, mid) : segments(data.size(), p, mid, hi);
+    const Range keep =
+        upper ? segments(data.size(), p, mid, hi) : segments(data.size(), p, lo, mid);
     auto ch = links.to(partner);
     if (!ch.is_ok()) return ch.status();
-    for (uint64_t i = 0, off = send.offset; off < send.offset + send.numel; ++i, off += o.chunk_elems) {
-      const auto x = data.subspan(off, std::min<uint64_t>(o.chunk_elems, send.offset + send.numel - off));
+    for (uint64_t i = 0, off = send.offset; off < send.offset + send.numel;
+         ++i, off += o.chunk_elems) {
+      const auto x =
+          data.subspan(off, std::min<uint64_t>(o.chunk_elems, send.offset + send.numel - off));
       if (!coder.codec) {
-        GOSSIP_RETURN_IF_ERROR((*ch)->post_send(mesh::tag(o.round, a, kHalving + j, i), std::as_bytes(x)));
+        GOSSIP_RETURN_IF_ERROR(
+            (*ch)->post_send(mesh::tag(o.round, a, kHalving + j, i), std::as_bytes(x)));
         continue;
       }
       auto& out = tx_.emplace_back();
       GOSSIP_RETURN_IF_ERROR(coder.encode(x, chunk_seed(o.round, o.rank, off), out));
       GOSSIP_RETURN_IF_ERROR((*ch)->post_send(mesh::tag(o.round, a, kHalving + j, i), out));
     }
-    for (uint64_t i = 0, off = keep.offset; off < keep.offset + keep.numel; ++i, off += o.chunk_elems) {
-      const auto dst = data.subspan(off, std::min<uint64_t>(o.chunk_elems, keep.offset + keep.numel - off));
+    for (uint64_t i = 0, off = keep.offset; off < keep.offset + keep.numel;
+         ++i, off += o.chunk_elems) {
+      const auto dst =
+          data.subspan(off, std::min<uint64_t>(o.chunk_elems, keep.offset + keep.numel - off));
       const auto buffer = std::as_writable_bytes(std::span(rx_)).first(max_bytes);
       GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, kHalving + j, i), buffer));
       auto got = links.wait_recv(partner);
       if (!got.is_ok()) return got.status();
       scratch_.resize(dst.size());
-      if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, partner, off), scratch_); !st)
-        return Status::protocol(fmt::format("all-reduce (butterfly): rank {}, round {}, halving step {}: {}",
-                                            partner, o.round, j, st.message()));
+      if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, partner, off), scratch_);
+          !st)
+        return Status::protocol(
+            fmt::format("all-reduce (butterfly): rank {}, round {}, halving step {}: {}", partner,
+                        o.round, j, st.message()));
       add_into(dst.data(), scratch_.data(), dst.size());
     }
     GOSSIP_RETURN_IF_ERROR(links.wait_sends());
-    if (upper) lo = mid; else hi = mid;
+    if (upper)
+      lo = mid;
+    else
+      hi = mid;
   }
 
   // This member owns segment v: the mean, and with a codec the bytes every node decodes.
@@ -279,7 +298,8 @@ Status ButterflyAllReduce::halving_doubling(mesh::Links& links, const Butterfly&
     owned_.resize(p);
     for (auto& s : owned_) s.clear();
     for (uint64_t off = own.offset; off < own.offset + own.numel; off += o.chunk_elems) {
-      const auto x = data.subspan(off, std::min<uint64_t>(o.chunk_elems, own.offset + own.numel - off));
+      const auto x =
+          data.subspan(off, std::min<uint64_t>(o.chunk_elems, own.offset + own.numel - off));
       auto& out = owned_[v].emplace_back();
       GOSSIP_RETURN_IF_ERROR(coder.encode(x, chunk_seed(o.round, o.rank, off), out));
       GOSSIP_RETURN_IF_ERROR(coder.decode(out, 0, x));
@@ -297,18 +317,24 @@ Status ButterflyAllReduce::halving_doubling(mesh::Links& links, const Butterfly&
     if (!coder.codec) {
       const Range send = segments(data.size(), p, mine, mine + mask);
       const Range recv = segments(data.size(), p, theirs, theirs + mask);
-      for (uint64_t i = 0, off = send.offset; off < send.offset + send.numel; ++i, off += o.chunk_elems)
+      for (uint64_t i = 0, off = send.offset; off < send.offset + send.numel;
+           ++i, off += o.chunk_elems)
         GOSSIP_RETURN_IF_ERROR((*ch)->post_send(
             mesh::tag(o.round, a, step, i),
-            std::as_bytes(data.subspan(off, std::min<uint64_t>(o.chunk_elems, send.offset + send.numel - off)))));
-      for (uint64_t i = 0, off = recv.offset; off < recv.offset + recv.numel; ++i, off += o.chunk_elems) {
-        const auto dst = data.subspan(off, std::min<uint64_t>(o.chunk_elems, recv.offset + recv.numel - off));
-        GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, step, i), std::as_writable_bytes(dst)));
+            std::as_bytes(data.subspan(
+                off, std::min<uint64_t>(o.chunk_elems, send.offset + send.numel - off)))));
+      for (uint64_t i = 0, off = recv.offset; off < recv.offset + recv.numel;
+           ++i, off += o.chunk_elems) {
+        const auto dst =
+            data.subspan(off, std::min<uint64_t>(o.chunk_elems, recv.offset + recv.numel - off));
+        GOSSIP_RETURN_IF_ERROR(
+            (*ch)->post_recv(mesh::tag(o.round, a, step, i), std::as_writable_bytes(dst)));
         auto got = links.wait_recv(partner);
         if (!got.is_ok()) return got.status();
         if (*got != dst.size_bytes())
-          return Status::protocol(fmt::format("all-reduce (butterfly): rank {} sent {} bytes for {} fp32",
-                                              partner, *got, dst.size()));
+          return Status::protocol(
+              fmt::format("all-reduce (butterfly): rank {} sent {} bytes for {} fp32", partner,
+                          *got, dst.size()));
       }
     } else {
       uint64_t i = 0;
@@ -320,15 +346,17 @@ Status ButterflyAllReduce::halving_doubling(mesh::Links& links, const Butterfly&
         const Range seg = segments(data.size(), p, s, s + 1);
         owned_[s].clear();
         for (uint64_t off = seg.offset; off < seg.offset + seg.numel; off += o.chunk_elems) {
-          const auto dst = data.subspan(off, std::min<uint64_t>(o.chunk_elems, seg.offset + seg.numel - off));
+          const auto dst =
+              data.subspan(off, std::min<uint64_t>(o.chunk_elems, seg.offset + seg.numel - off));
           auto& in = owned_[s].emplace_back(coder.max_bytes(dst.size()));
           GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, step, i++), in));
           auto got = links.wait_recv(partner);
           if (!got.is_ok()) return got.status();
           in.resize(*got);
           if (Status st = coder.decode(in, 0, dst); !st)
-            return Status::protocol(fmt::format("all-reduce (butterfly): the mean of segment {} from rank {}: {}",
-                                                s, partner, st.message()));
+            return Status::protocol(
+                fmt::format("all-reduce (butterfly): the mean of segment {} from rank {}: {}", s,
+                            partner, st.message()));
         }
       }
     }

@@ -67,7 +67,8 @@ class ButterflyAllReduce final : public MeshAllReduce {
 
   std::vector<float> rx_;
   std::deque<std::vector<std::byte>> tx_;  // encoded halves, alive until sent
-  std::vector<std::vector<std::vector<std::byte>>> owned_;  // the owners' encoded means, by (segment, chunk)
+  std::vector<std::vector<std::vector<std::byte>>>
+      owned_;  // the owners' encoded means, by (segment, chunk)
   std::vector<float> scratch_;
   mesh::Contributions contributions_;
 };

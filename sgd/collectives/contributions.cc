@@ -76,8 +76,9 @@ Status Contributions::sum_into(std::span<float> data, uint64_t round) {
       const auto dst = data.subspan(off, std::min(chunk_elems_, data.size() - off));
       scratch_.resize(dst.size());
       if (Status st = coder_.decode(payload(q, c), chunk_seed(round, q, c), scratch_); !st)
-        return Status::protocol(fmt::format("all-reduce: round {}, the payload of rank {} (chunk {}): {}",
-                                            round, q, c, st.message()));
+        return Status::protocol(
+            fmt::format("all-reduce: round {}, the payload of rank {} (chunk {}): {}", round, q, c,
+                        st.message()));
       add_into(dst.data(), scratch_.data(), dst.size());
     }
   divide(data.data(), data.size(), static_cast<float>(ranks_));

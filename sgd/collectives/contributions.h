@@ -31,7 +31,9 @@ class Contributions {
 
  private:
   std::span<const float> chunk_of(std::span<const float> data, uint64_t c) const;
-  std::vector<std::byte>& payload(uint32_t rank, uint64_t c) { return payloads_[rank * chunks_ + c]; }
+  std::vector<std::byte>& payload(uint32_t rank, uint64_t c) {
+    return payloads_[rank * chunks_ + c];
+  }
 
   Coder coder_;
   uint64_t numel_ = 0;

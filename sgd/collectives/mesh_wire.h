@@ -19,8 +19,7 @@ namespace gossip::sgd::mesh {
 inline constexpr uint64_t kMaxIndex = uint64_t{1} << 20;
 inline constexpr uint32_t kMaxStep = 255;
 inline uint64_t tag(uint64_t round, Algorithm a, uint32_t step, uint64_t index) {
-  return (round << 32) | (uint64_t{static_cast<uint8_t>(a)} << 28) | (uint64_t{step} << 20) |
-         index;
+  return (round << 32) | (uint64_t{static_cast<uint8_t>(a)} << 28) | (uint64_t{step} << 20) | index;
 }
 
 // The links of one operation: the channel to each partner rank (null elsewhere).

@@ -44,8 +44,9 @@ std::vector<uint32_t> RootedTree::outside(uint32_t r) const {
 Status TreeAllReduce::run(std::span<peers::RingChannel* const> by_rank, std::span<float> data,
                           const RingOptions& o) {
   const compression::Codec* codec =
-      o.compression.codec && o.compression.codec->id() != proto::CodecId::kNone ? o.compression.codec
-                                                                                : nullptr;
+      o.compression.codec && o.compression.codec->id() != proto::CodecId::kNone
+          ? o.compression.codec
+          : nullptr;
   const mesh::Coder coder{codec, o.compression.pool};
   mesh::Links links(by_rank, o.wait);
   const RootedTree tree(shape_, o.size);
@@ -98,8 +99,8 @@ Status TreeAllReduce::hops(mesh::Links& links, const RootedTree& tree, std::span
       std::span<const float> in(rx_[k].data(), dst.size());
       if (coder.codec) {
         scratch_.resize(dst.size());
-        if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, children[k], c),
-                                     scratch_);
+        if (Status st =
+                coder.decode(buffer.first(*got), chunk_seed(o.round, children[k], c), scratch_);
             !st)
           return Status::protocol(fmt::format("all-reduce ({}): rank {}, round {}, chunk {}: {}",
                                               algorithm_name(a), children[k], o.round, c,
@@ -142,9 +143,10 @@ Status TreeAllReduce::hops(mesh::Links& links, const RootedTree& tree, std::span
       if (coder.codec) {
         down_[c].resize(*got);
         if (Status st = coder.decode(down_[c], chunk_seed(o.round, 0, c), dst); !st)
-          return Status::protocol(fmt::format("all-reduce ({}): the mean from rank {}, round {}, "
-                                              "chunk {}: {}",
-                                              algorithm_name(a), parent, o.round, c, st.message()));
+          return Status::protocol(
+              fmt::format("all-reduce ({}): the mean from rank {}, round {}, "
+                          "chunk {}: {}",
+                          algorithm_name(a), parent, o.round, c, st.message()));
       } else if (*got != dst.size_bytes()) {
         return Status::protocol(
             fmt::format("all-reduce ({}): rank {} sent {} bytes for a chunk of {} fp32",

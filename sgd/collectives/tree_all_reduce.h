@@ -61,9 +61,9 @@ class TreeAllReduce final : public MeshAllReduce {
                 const RingOptions& o, const mesh::Coder& coder);
 
   TreeShape shape_;
-  std::vector<std::vector<float>> rx_;           // a child's chunk (float-aligned)
-  std::vector<std::vector<std::byte>> tx_;       // encoded sums, alive until sent
-  std::vector<std::vector<std::byte>> down_;     // the root's encoded mean, by chunk
+  std::vector<std::vector<float>> rx_;        // a child's chunk (float-aligned)
+  std::vector<std::vector<std::byte>> tx_;    // encoded sums, alive until sent
+  std::vector<std::vector<std::byte>> down_;  // the root's encoded mean, by chunk
   std::vector<float> scratch_;
   mesh::Contributions contributions_;
 };

@@ -283,7 +283,7 @@ TEST(Curve, AStrangersKeyIsRefused) {
 // the round goes on with the real neighbor.
 TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
   const KeyPair k0 = keypair(), k1 = keypair();
-  Cluster c(2, {"--period", "1", "--transport", "tcp"});
+  Cluster c(2, {"--period", "1", "--transport", "tcp", "--allreduce-algorithm", "ring"});
   use_keys(c, k0, k1);
   c.start_all();
   Pair p;
@@ -292,8 +292,8 @@ TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
   // Node 0's ring port, from its log.
   std::smatch port;
   const std::string log0 = c.log(0);
-  ASSERT_TRUE(
-      std::regex_search(log0, port, std::regex(R"(ring all-reduce over tcp \(port ([0-9]+)\))")))
+  ASSERT_TRUE(std::regex_search(log0, port,
+                                std::regex(R"(all-reduce \(ring\) over tcp \(port ([0-9]+)\))")))
       << log0;
   // A hello as node 1 would send it without the token: the layout's fingerprint alone.
   proto::Layout layout;

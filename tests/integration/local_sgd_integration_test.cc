@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <latch>
 #include <random>
@@ -75,9 +76,14 @@ class Averaging : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
   constexpr int kNodes = 3, kPeriod = 4, kSteps = 12, kRounds = kSteps / kPeriod;
-  const std::string transport = GetParam();
-  Cluster cluster(kNodes, {"--period", std::to_string(kPeriod), "--round-timeout", "30",
-                           "--chunk-bytes", "8192", "--transport", transport});
+  // "TRANSPORT" or "tcp-ALGORITHM" (the ring unless named).
+  const std::string param = GetParam();
+  const std::string transport = param.substr(0, param.find('-'));
+  const std::string algorithm =
+      param.find('-') == std::string::npos ? "ring" : param.substr(param.find('-') + 1);
+  Cluster cluster(kNodes,
+                  {"--period", std::to_string(kPeriod), "--round-timeout", "30", "--chunk-bytes",
+                   "8192", "--transport", transport, "--allreduce-algorithm", algorithm});
   cluster.start_all();
   std::vector<Trace> traces(kNodes);
   {
@@ -106,6 +112,20 @@ TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
     }
   }
   const uint64_t padded = proto::padded_numel(proto_layout());
+  if (algorithm != "ring") {
+    // Tree, butterfly (3 = 2 + 1: one node hands its model over and takes the result
+    // back) and master all move 2(n - 1) models per round over all links together.
+    uint64_t sent = 0, received = 0;
+    for (int i = 0; i < kNodes; ++i) {
+      EXPECT_EQ(traces[i].traffic.dropped, 0u);
+      sent += traces[i].traffic.payload_sent;
+      received += traces[i].traffic.payload_recv;
+      EXPECT_NE(cluster.log(i).find("by the " + algorithm), std::string::npos) << cluster.log(i);
+    }
+    EXPECT_EQ(sent, uint64_t{kRounds} * 2 * (kNodes - 1) * padded * sizeof(float));
+    EXPECT_EQ(received, sent);
+    return;
+  }
   for (int i = 0; i < kNodes; ++i) {
     const auto& t = traces[i].traffic;
     EXPECT_EQ(t.dropped, 0u);
@@ -151,8 +171,14 @@ TEST_P(Averaging, ReplicasEqualTheExactMeanAfterEveryAveraging) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Averaging, ::testing::Values("tcp", "allgather"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, Averaging,
+                         ::testing::Values("tcp", "allgather", "tcp-tree", "tcp-butterfly",
+                                           "tcp-master"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(LocalSgdIntegration, PeerThatIsNotUpYetIsWaitedForAndJoined) {
   Cluster cluster(2, {"--period", "1", "--round-timeout", "30"});

@@ -218,7 +218,7 @@ TEST(RingProcesses, AnElasticRingReformsWithoutAKilledNodeAndItsTrainersGoOn) {
 TEST(RingProcesses, AnElasticRingWithMismatchedCodecsFailsTheRoundWithTheReason) {
   constexpr size_t kNumel = 1u << 16;
   Cluster cluster(2, {"--period", "1", "--transport", "tcp", "--round-timeout", "6", "--elastic",
-                      "on", "--dead-after", "1"});
+                      "on", "--dead-after", "1", "--allreduce-algorithm", "ring"});
   cluster.set_node_flags(1, {"--codec", "int8"});
   cluster.start_all();
   std::vector<std::unique_ptr<Client>> clients;

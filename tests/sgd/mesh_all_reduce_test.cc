@@ -167,15 +167,15 @@ TEST_P(MeshTest, MeanMatchesAnIndependentSumForAnyLengthAndRankCount) {
     uint64_t round = 0;
     // Lengths below n and not multiples of anything; small ones both as whole vectors
     // (butterfly's recursive doubling) and through the chunked path.
-    for (const auto& [numel, gather_below] : std::vector<std::pair<uint64_t, uint64_t>>{
-             {0, 0},
-             {1, 0},
-             {n - 1, 0},
-             {n + 1, 0},
-             {1, 1 << 20},
-             {n + 1, 1 << 20},
-             {5000, 1 << 20},
-             {300007, 32 << 10}}) {
+    for (const auto& [numel, gather_below] :
+         std::vector<std::pair<uint64_t, uint64_t>>{{0, 0},
+                                                    {1, 0},
+                                                    {n - 1, 0},
+                                                    {n + 1, 0},
+                                                    {1, 1 << 20},
+                                                    {n + 1, 1 << 20},
+                                                    {5000, 1 << 20},
+                                                    {300007, 32 << 10}}) {
       auto data = random_data(n, numel, 100 * n + numel);
       std::vector<double> want(numel, 0.0), scale(numel, 0.0);
       for (const auto& v : data)
