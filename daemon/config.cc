@@ -52,6 +52,7 @@ constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
 constexpr std::string_view kAllReduceAlgorithms[] = {"auto", "ring", "tree", "butterfly", "master"};
 constexpr std::string_view kOnOff[] = {"off", "on"};
+constexpr std::string_view kServerOptimizers[] = {"sgd", "momentum", "adam"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 // ---------------------------------------------------------------------------------------
@@ -134,6 +135,13 @@ Problem allreduce_table_problem(std::string_view path) {
   auto table = read_allreduce_table(std::string(path));
   if (table) return std::nullopt;
   return table.status().message();
+}
+
+Problem ps_mode_problem(std::string_view spec) {
+  uint64_t staleness = 0;
+  auto mode = sgd::parse_ps_mode(std::string(spec), &staleness);
+  if (mode) return std::nullopt;
+  return mode.status().message();
 }
 
 Problem secret_key_problem(std::string_view key) {
@@ -233,9 +241,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 34>& fields() {
+const std::array<Field, 43>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 34> kFields = {{
+  static const std::array<Field, 43> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -334,6 +342,57 @@ const std::array<Field, 34>& fields() {
        TextSpec{kNonFinitePolicies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.nonfinite; },
                 [](C& c, std::string v) { c.strategy.nonfinite = std::move(v); }}},
+      {"strategy.servers", "--servers", "K",
+       "ps: how many parameter servers (the nodes of the K lowest ids), each holding an equal "
+       "shard of the model",
+       IntegerSpec{{1, kMaxNodes, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.servers; },
+                   [](C& c, uint64_t v) { c.strategy.servers = static_cast<uint32_t>(v); }}},
+      {"strategy.ps_mode", "--ps-mode", "bsp|async|ssp:S",
+       "ps: bsp (every clock waits for every live worker), async (Downpour: nobody waits) or "
+       "ssp:S (no worker more than S clocks ahead of the slowest)",
+       TextSpec{{},
+                "bsp, async or ssp:S",
+                ps_mode_problem,
+                [](const C& c) -> const std::string& { return c.strategy.ps_mode; },
+                [](C& c, std::string v) { c.strategy.ps_mode = std::move(v); }}},
+      {"strategy.ps_fetch", "--ps-fetch", "N",
+       "ps async and ssp: pull the parameters every N pushes (Downpour's n_fetch / n_push)",
+       IntegerSpec{{1, 1000000, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.ps_fetch; },
+                   [](C& c, uint64_t v) { c.strategy.ps_fetch = v; }}},
+      {"strategy.ps_optimizer", "--ps-optimizer", "sgd|momentum|adam",
+       "ps: the servers' optimizer on the workers' (averaged) change; sgd with lr 1 adds it as it "
+       "is",
+       TextSpec{kServerOptimizers, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.ps_optimizer; },
+                [](C& c, std::string v) { c.strategy.ps_optimizer = std::move(v); }}},
+      {"strategy.ps_lr", "--ps-lr", "X", "ps: the servers' learning rate (> 0)",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.ps_lr; },
+                  [](C& c, double v) { c.strategy.ps_lr = v; }}},
+      {"strategy.ps_momentum", "--ps-momentum", "X", "ps: the servers' momentum, in [0, 1)",
+       NumberSpec{{0, true, 1},
+                  [](const C& c) { return c.strategy.ps_momentum; },
+                  [](C& c, double v) { c.strategy.ps_momentum = v; }}},
+      {"strategy.learners_per_device", "--learners-per-device", "N",
+       "sma: the learners (trainers) each node waits for before its rounds start; each keeps its "
+       "own replica and follows the node's central model",
+       IntegerSpec{
+           {1, 64, 1},
+           [](const C& c) -> uint64_t { return c.strategy.learners_per_device; },
+           [](C& c, uint64_t v) { c.strategy.learners_per_device = static_cast<uint32_t>(v); }}},
+      {"strategy.sma_alpha", "--sma-alpha", "X",
+       "sma: how far each learner is pulled towards the central model per sync, in [0, 1]; 0: 1 / "
+       "the learners",
+       NumberSpec{{0, true, 1.0 + 1e-12},
+                  [](const C& c) { return c.strategy.sma_alpha; },
+                  [](C& c, double v) { c.strategy.sma_alpha = v; }}},
+      {"strategy.sma_momentum", "--sma-momentum", "X",
+       "sma: the central model's momentum, in [0, 1)",
+       NumberSpec{{0, true, 1.0},
+                  [](const C& c) { return c.strategy.sma_momentum; },
+                  [](C& c, double v) { c.strategy.sma_momentum = v; }}},
       {"strategy.outer.optimizer", "--outer-optimizer", "none|nesterov",
        "outer optimizer on the averaged delta",
        TextSpec{kOuterOptimizers, "", nullptr,
@@ -721,6 +780,39 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("an elastic ring is for the ring all-reduce (strategy local-sgd or allreduce, "
                     "transport tcp, rdma or auto), not strategy {} with transport {}",
                     c.strategy.name, c.strategy.transport));
+  {
+    const StrategyConfig defaults;
+    const auto& sc = c.strategy;
+    const std::pair<const char*, bool> ps_set[] = {
+        {"strategy.servers", sc.servers != defaults.servers},
+        {"strategy.ps_mode", sc.ps_mode != defaults.ps_mode},
+        {"strategy.ps_fetch", sc.ps_fetch != defaults.ps_fetch},
+        {"strategy.ps_optimizer", sc.ps_optimizer != defaults.ps_optimizer},
+        {"strategy.ps_lr", sc.ps_lr != defaults.ps_lr},
+        {"strategy.ps_momentum", sc.ps_momentum != defaults.ps_momentum}};
+    for (const auto& [key, set] : ps_set)
+      if (set && !strategy->takes("servers"))
+        return key_error(o, key,
+                         fmt::format("is for the parameter servers (strategy {}), not strategy {}",
+                                     strategies_taking("servers"), sc.name));
+    const std::pair<const char*, bool> sma_set[] = {
+        {"strategy.learners_per_device", sc.learners_per_device != defaults.learners_per_device},
+        {"strategy.sma_alpha", sc.sma_alpha != defaults.sma_alpha},
+        {"strategy.sma_momentum", sc.sma_momentum != defaults.sma_momentum}};
+    for (const auto& [key, set] : sma_set)
+      if (set && !strategy->takes("sma"))
+        return key_error(o, key,
+                         fmt::format("is for synchronous model averaging (strategy {}), not "
+                                     "strategy {}",
+                                     strategies_taking("sma"), sc.name));
+    if (strategy->takes("servers") && sc.servers > c.nodes())
+      return key_error(
+          o, "strategy.servers",
+          fmt::format("{} servers, but the cluster has {} nodes", sc.servers, c.nodes()));
+    if (strategy->takes("servers") && sc.ps_fetch > 1 && sc.ps_mode == "bsp")
+      return key_error(o, "strategy.ps_fetch",
+                       "bsp pulls after every push (ps_fetch is for async and ssp)");
+  }
   const bool mesh_algorithm =
       c.strategy.allreduce_algorithm != "auto" && c.strategy.allreduce_algorithm != "ring";
   if (mesh_algorithm && (!over_ring || c.strategy.transport == "rdma"))
@@ -963,6 +1055,16 @@ std::vector<std::string> readers_of(std::string_view key) {
     option = key.substr(key.find('.') + 1);
   else if (key.starts_with("strategy.outer."))
     option = "outer";
+  else if (key == "strategy.servers")
+    option = "servers";
+  else if (key == "strategy.ps_mode")
+    option = "ps_mode";
+  else if (key == "strategy.ps_fetch")
+    option = "ps_fetch";
+  else if (key.starts_with("strategy.ps_"))
+    option = "ps_optimizer";
+  else if (key == "strategy.learners_per_device" || key.starts_with("strategy.sma_"))
+    option = "sma";
   std::vector<std::string> out;
   for (const auto& d : sgd::strategies())
     if (option.empty() || d.takes(option)) out.emplace_back(d.name);

@@ -62,6 +62,18 @@ struct StrategyConfig {
   // round (sgd/peer_ring.h), "off" fails the round.
   std::string elastic = "off";
   bool elastic_ring() const { return elastic == "on"; }
+  // Parameter servers (strategy ps, sgd/ps/parameter_server.h).
+  uint32_t servers = 1;              // K: the nodes of the K lowest ids serve a shard each
+  std::string ps_mode = "bsp";       // bsp, async or ssp:S
+  uint64_t ps_fetch = 1;             // async, ssp: pull every N pushes
+  std::string ps_optimizer = "sgd";  // the servers' optimizer: sgd, momentum or adam
+  double ps_lr = 1.0;
+  double ps_momentum = 0.9;
+  // Crossbow's SMA (strategy sma, sgd/sma.h): the trainers a node waits for before
+  // its rounds start, the correction factor (0: 1 / learners) and the central momentum.
+  uint32_t learners_per_device = 1;
+  double sma_alpha = 0.0;
+  double sma_momentum = 0.9;
   // A contribution with NaN or Inf (daemon/nonfinite.h): "refuse" or "clip".
   std::string nonfinite = "refuse";
 };

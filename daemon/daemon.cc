@@ -449,7 +449,9 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.strategy = config_.strategy.name;
   s.codec = config_.strategy.codec;
   s.transport = config_.strategy.transport;
-  s.topology = strategy_->fabric == sgd::Fabric::kAllReduce ? "complete" : config_.topology_spec();
+  s.topology = strategy_->fabric == sgd::Fabric::kAllReduce ? "complete"
+               : strategy_->fabric == sgd::Fabric::kServers ? "servers"
+                                                            : config_.topology_spec();
   s.rounds = gauge_rounds_.load(kRelaxed);
   s.step = gauge_step_.load(kRelaxed);
   s.trainers = gauge_trainers_.load(kRelaxed);
@@ -469,6 +471,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
     s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)),
                            traffic.unhandled(static_cast<proto::Kind>(k))});
   s.allreduce_rounds = worker_->allreduce_rounds();
+  for (auto& g : worker_->strategy_gauges()) s.strategy_gauges.push_back({g.name, g.help, g.value});
   return s;
 }
 
@@ -484,7 +487,24 @@ void Daemon::maybe_start_round() {
     }
     staged_ready_ = false;
   }
-  if (waiting.size() == 1) {
+  if (strategy_->central_model) {
+    // Crossbow's SMA: the learners are corrected towards the central model in place,
+    // and the round averages the central models across nodes.
+    const uint32_t learners = config_.strategy.learners_per_device;
+    if (waiting.size() < learners) {
+      if (!waiting_for_learners_logged_)
+        spdlog::info("sma: {} of {} learners attached; the rounds start when all are",
+                     waiting.size(), learners);
+      waiting_for_learners_logged_ = true;
+      return;
+    }
+    if (!central_)
+      central_ = std::make_unique<sgd::CentralModel>(config_.strategy.sma_alpha,
+                                                     config_.strategy.sma_momentum);
+    std::vector<std::span<float>> replicas;
+    for (auto* s : waiting) replicas.push_back(arena_->slot(s->slot));
+    round_model_ = central_->sync(replicas);
+  } else if (waiting.size() == 1) {
     // One trainer, blocked until we reply: the round can run in place on its replica.
     round_model_ = arena_->slot(waiting[0]->slot);
   } else {
@@ -570,7 +590,9 @@ void Daemon::handle_round_done() {
       TrainerSession* s = sessions_.find(route);
       if (!s) continue;
       auto dst = arena_->slot(s->slot);
-      if (dst.data() != round_model_.data())
+      // SMA's learners keep their corrected replicas, except after the first round.
+      const bool take = !central_ || central_->learners_take_central();
+      if (take && dst.data() != round_model_.data())
         std::copy(round_model_.begin(), round_model_.end(), dst.begin());
       s->waiting = false;
       reply(route, ok);

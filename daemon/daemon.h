@@ -23,6 +23,7 @@
 #include "proto/ipc.h"
 #include "proto/layout.h"
 #include "sgd/registry.h"
+#include "sgd/sma.h"
 
 namespace gossip::daemon {
 
@@ -68,9 +69,12 @@ class Daemon {
   std::optional<proto::Layout> layout_;  // fixed by the first trainer that attaches
   std::optional<Arena> arena_;
   std::vector<float> node_model_;  // the mean of several local trainers' replicas
-  std::span<float> round_model_;   // what the running (or last) round averaged in place
-  uint64_t round_ = 0;             // rounds completed
-  uint64_t step_ = 0;              // the node's step at the last round
+  // Strategy sma: the node's trainers follow this central model (sgd/sma.h).
+  std::unique_ptr<sgd::CentralModel> central_;
+  bool waiting_for_learners_logged_ = false;
+  std::span<float> round_model_;  // what the running (or last) round averaged in place
+  uint64_t round_ = 0;            // rounds completed
+  uint64_t step_ = 0;             // the node's step at the last round
   bool round_running_ = false;
   // Start-up: the first attach waits while the worker asks the peers for a fresher
   // state than ours (a restarted node) and the checkpoint, if any, is restored.

@@ -86,6 +86,10 @@ std::string render_metrics(const MetricsSnapshot& s) {
     if (p.silent_seconds)
       out += fmt::format("gossipd_peer_silent_seconds{{peer=\"{}\"}} {:.3f}\n", label(p.peer),
                          *p.silent_seconds);
+  for (const auto& g : s.strategy_gauges) {
+    header(out, g.name, "gauge", g.help);
+    out += fmt::format("{} {}\n", g.name, g.value);
+  }
   if (!s.allreduce_rounds.empty()) {
     header(out, "gossipd_allreduce_rounds_total", "counter",
            "All-reduce rounds completed, by the algorithm that ran them (--allreduce-algorithm).");

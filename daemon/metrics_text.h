@@ -33,6 +33,11 @@ struct MetricsSnapshot {
   std::vector<std::pair<std::string, uint64_t>> unhandled;
   // All-reduce rounds by algorithm (ring, tree, ...); empty without a ring transport.
   std::vector<std::pair<std::string, uint64_t>> allreduce_rounds;
+  struct Gauge {
+    std::string name, help;
+    double value = 0;
+  };
+  std::vector<Gauge> strategy_gauges;  // sgd::Strategy::gauges
 };
 
 std::string render_metrics(const MetricsSnapshot& s);

@@ -169,7 +169,35 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   auto outer_kind = sgd::parse_outer_kind(sc.outer.kind);
   if (!outer_kind) return outer_kind.status();
   r.params.outer = {*outer_kind, sc.outer.lr, sc.outer.momentum};
+  uint64_t staleness = 0;
+  auto mode = sgd::parse_ps_mode(sc.ps_mode, &staleness);
+  if (!mode) return mode.status();
+  auto server_optimizer = sgd::parse_server_optimizer(sc.ps_optimizer);
+  if (!server_optimizer) return server_optimizer.status();
+  r.params.ps.servers = sc.servers;
+  r.params.ps.mode = *mode;
+  r.params.ps.staleness = staleness;
+  r.params.ps.fetch = sc.ps_fetch;
+  r.params.ps.optimizer.kind = *server_optimizer;
+  r.params.ps.optimizer.lr = sc.ps_lr;
+  r.params.ps.optimizer.momentum = sc.ps_momentum;
+  r.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
+  r.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
   std::string detail;
+  if (descriptor->fabric == sgd::Fabric::kServers) {
+    if (codec->biased() && !codec_.error_feedback) {
+      codec_.error_feedback = true;
+      spdlog::info("codec {} is biased: error feedback turned on", codec->spec());
+    }
+    r.error_feedback = codec_.error_feedback;
+    r.router = router_.get();
+    r.gossip.chunk_elems = sc.chunk_bytes / sizeof(float);
+    auto strategy = descriptor->make(r, &detail);
+    if (!strategy) return strategy.status();
+    strategy_ = std::move(strategy).value();
+    spdlog::info("{}{}, exchanging {}", sc.name, detail, codec_.canonical());
+    return Status::ok();
+  }
   if (descriptor->fabric == sgd::Fabric::kAllReduce) {
     if (codec->biased() && !codec_.error_feedback) {
       // A biased codec without error feedback does not converge (Karimireddy et al. 2019).

@@ -76,6 +76,7 @@ class SyncWorker {
   // Rounds each all-reduce algorithm completed, by name; empty without a ring
   // transport (any thread).
   std::vector<std::pair<std::string, uint64_t>> allreduce_rounds() const;
+  std::vector<sgd::Strategy::Gauge> strategy_gauges() const { return strategy_->gauges(); }
 
  private:
   SyncWorker() = default;

@@ -85,7 +85,11 @@ bool write_wire_headers(const fs::path& root) {
   write("ring-probe", proto::RingProbe{3, 9, false}, 0);
   write("ring-probe_restarted", proto::RingProbe{3, 9, true}, 0);
   write("copy-request", proto::CopyRequest{}, 0);
-  static_assert(proto::kMaxKind == 12, "a new kind: add its seed above");
+  write("ps-push", proto::PsPush{1, 4096, 1000, proto::CodecId::kNone, kLayout}, 4000);
+  write("ps-push_fp16", proto::PsPush{0, 0, 1000, proto::CodecId::kFp16, kLayout}, 2000);
+  write("ps-pull", proto::PsPull{2, kLayout}, 0);
+  write("ps-params", proto::PsParams{0, 0, 1000, proto::CodecId::kNone, kLayout}, 4000);
+  static_assert(proto::kMaxKind == 15, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",

@@ -38,6 +38,12 @@ const char* kind_name(Kind k) {
       return "ring-probe";
     case Kind::kCopyRequest:
       return "copy-request";
+    case Kind::kPsPush:
+      return "ps-push";
+    case Kind::kPsPull:
+      return "ps-pull";
+    case Kind::kPsParams:
+      return "ps-params";
   }
   return "?";
 }
@@ -197,6 +203,8 @@ Status check(const Envelope& e, const Body& body) {
       [&](const auto& m) -> Status {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, ModelChunk>) {
+          return check_slice(e, m.offset, m.numel, m.codec);
+        } else if constexpr (std::is_same_v<T, PsPush> || std::is_same_v<T, PsParams>) {
           return check_slice(e, m.offset, m.numel, m.codec);
         } else if constexpr (std::is_same_v<T, StateChunk>) {
           return check_slice(e, m.offset, m.numel, CodecId::kNone);

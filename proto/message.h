@@ -42,8 +42,11 @@ enum class Kind : uint8_t {
   kStateChunk = 10,
   kRingProbe = 11,
   kCopyRequest = 12,
+  kPsPush = 13,
+  kPsPull = 14,
+  kPsParams = 15,
 };
-inline constexpr uint8_t kMaxKind = 12;
+inline constexpr uint8_t kMaxKind = 15;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -208,9 +211,56 @@ struct CopyRequest {
   void fields(F&&) {}
 };
 
+// Parameter servers (sgd/ps/). A worker's update of shard `shard` since its last
+// push, at its clock (the envelope's round); payload: the slice [offset, offset +
+// numel) of the shard's update, in `codec`. The slices of one push arrive in order.
+struct PsPush {
+  static constexpr Kind kKind = Kind::kPsPush;
+  uint32_t shard = 0;
+  uint64_t offset = 0;  // within the shard
+  uint64_t numel = 0;
+  CodecId codec = CodecId::kNone;
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("shard", shard), f("offset", offset), f("numel", numel), f("codec", codec);
+    f("layout", layout);
+  }
+};
+
+// A worker at clock `round` (the envelope's) asks for shard `shard`: the server
+// answers when its mode lets that clock go on (bsp: every live worker pushed it;
+// ssp: the slowest is at most S behind; async: at once).
+struct PsPull {
+  static constexpr Kind kKind = Kind::kPsPull;
+  uint32_t shard = 0;
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("shard", shard), f("layout", layout);
+  }
+};
+
+// The server's answer to a pull at clock `round` (the envelope's): a slice of the
+// shard's parameters, in `codec`.
+struct PsParams {
+  static constexpr Kind kKind = Kind::kPsParams;
+  uint32_t shard = 0;
+  uint64_t offset = 0;  // within the shard
+  uint64_t numel = 0;
+  CodecId codec = CodecId::kNone;
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("shard", shard), f("offset", offset), f("numel", numel), f("codec", codec);
+    f("layout", layout);
+  }
+};
+
 // In Kind order: Body's index is the kind minus one.
-using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
-                          StateRequest, StateChunk, RingProbe, CopyRequest>;
+using Body =
+    std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
+                 StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull, PsParams>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

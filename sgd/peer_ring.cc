@@ -90,12 +90,15 @@ void PeerRing::announce_to(uint32_t peer) {
   (void)control_.send(peer, next_round_, address);  // queued until it is up
 }
 
+bool PeerRing::may_ring() const {
+  return !options_.algorithm || *options_.algorithm == Algorithm::kRing;
+}
+
 void PeerRing::announce() {
   if (order().ids.size() < 2) return;
-  if (!options_.algorithm || *options_.algorithm == Algorithm::kRing)
-    announce_to(order().left_id());
-  for (uint32_t peer : mesh_peers())
-    if (options_.algorithm || peer != order().left_id()) announce_to(peer);
+  if (may_ring()) announce_to(order().left_id());
+  for (uint32_t peer : mesh_peers())  // one address per node: the left one has it already
+    if (!may_ring() || peer != order().left_id()) announce_to(peer);
 }
 
 void PeerRing::reset_links() {
@@ -126,21 +129,27 @@ void PeerRing::absorb(const peers::Incoming& in) {
       const auto& h = in.as<proto::RingAddress>();
       Address a{h.port, h.token, h.layout, h.view};
       auto it = addresses_.find(in.peer);
-      const bool moved = it == addresses_.end() || it->second.port != a.port;
+      // A neighbor or partner that restarted listens elsewhere, with a new token: the
+      // link to it is dead. (Its first address is no news: nothing links to it yet.)
+      const bool moved =
+          it != addresses_.end() && (it->second.port != a.port || it->second.token != a.token);
+      const bool first = it == addresses_.end();
       addresses_[in.peer] = a;
       const auto partners = mesh_peers();
       const bool partner = std::binary_search(partners.begin(), partners.end(), in.peer);
-      if ((in.peer == order().right_id() || partner) && a.view == membership_.view_id() && moved) {
+      const bool right = in.peer == order().right_id() && may_ring();
+      if ((right || partner) && a.view == membership_.view_id() && (moved || first))
         spdlog::info("peer {} is up, its ring listens on port {}", in.peer, h.port);
-        drop_channel();
-      }
+      if (a.view != membership_.view_id() || !moved) return;
+      if (right) drop(kRingLinks);
+      if (partner) drop(kMeshLinks);
       return;
     }
     case proto::Kind::kHello:
       spdlog::info("peer {} is up", in.peer);
       // The left neighbor or a mesh partner (re)started: it needs our port again.
       if (const auto partners = mesh_peers();
-          in.peer == order().left_id() ||
+          (in.peer == order().left_id() && may_ring()) ||
           std::binary_search(partners.begin(), partners.end(), in.peer))
         announce_to(in.peer);
       if (options_.elastic && !membership_.member(in.peer)) {
@@ -159,7 +168,8 @@ void PeerRing::absorb(const peers::Incoming& in) {
       const auto partners = mesh_peers();
       const bool partner = std::binary_search(partners.begin(), partners.end(), in.peer);
       if (in.peer == order().right_id() || partner) addresses_.erase(in.peer);
-      if (in.peer == order().right_id() || in.peer == order().left_id() || partner) drop_channel();
+      if (in.peer == order().right_id() || in.peer == order().left_id()) drop(kRingLinks);
+      if (partner) drop(kMeshLinks);
       // A member that leaves in order is left out at once rather than at the next round.
       if (options_.elastic && membership_.member(in.peer) &&
           membership_.start(Clock::now(), options_.reform_wait)) {
@@ -220,11 +230,18 @@ void PeerRing::absorb(const peers::Incoming& in) {
   }
 }
 
-void PeerRing::drop_channel() {
-  if (busy_)
-    stale_ = true;  // the operation in flight uses it: dropped when it returns
-  else
-    reset_links();
+void PeerRing::drop_channel() { drop(kRingLinks | kMeshLinks); }
+
+void PeerRing::drop(int which) {
+  if (busy_) {
+    stale_ |= which;  // the operation in flight uses them: dropped when it returns
+    return;
+  }
+  if (which & kRingLinks) channel_.reset();
+  if (which & kMeshLinks) {
+    links_.clear();
+    mesh_.clear();
+  }
 }
 
 bool PeerRing::interrupted() {
@@ -291,8 +308,11 @@ Status PeerRing::connect(const CollectiveOptions& options) {
   busy_ = true;
   auto channel = transport_.connect(ends, wait);
   busy_ = false;
-  if (std::exchange(stale_, false) && channel.is_ok())
-    return Status::closed("ring: the right neighbor moved while connecting");
+  if (const int stale = std::exchange(stale_, 0); stale) {
+    drop(stale & kMeshLinks);
+    if ((stale & kRingLinks) && channel.is_ok())
+      return Status::closed("ring: the right neighbor moved while connecting");
+  }
   if (!channel.is_ok()) {
     // A neighbor with another model says so in its ring-address, which may have
     // arrived while we waited: that is the better explanation.
@@ -351,8 +371,11 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
   busy_ = true;
   auto channels = transport_.connect_mesh(control_.self(), ends, wait);
   busy_ = false;
-  if (std::exchange(stale_, false) && channels.is_ok())
-    return Status::closed("all-reduce: a partner moved while connecting");
+  if (const int stale = std::exchange(stale_, 0); stale) {
+    drop(stale & kRingLinks);
+    if ((stale & kMeshLinks) && channels.is_ok())
+      return Status::closed("all-reduce: a partner moved while connecting");
+  }
   if (!channels.is_ok()) return channels.status();
   mesh_ = std::move(channels).value();
   links_.assign(order().ids.size(), nullptr);
@@ -387,7 +410,7 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
   Status st =
       ring ? ring_.mean(*channel_, data, ro) : meshes_.at(algorithm)->mean(links_, data, ro);
   busy_ = false;
-  if (std::exchange(stale_, false) && st.is_ok()) reset_links();  // reconnects next time
+  if (const int stale = std::exchange(stale_, 0); stale) drop(stale);  // reconnects next time
   if (st.is_ok())
     rounds_by_[static_cast<size_t>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   if (!st.is_ok()) {

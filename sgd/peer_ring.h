@@ -112,8 +112,12 @@ class PeerRing final : public AllReduce, public Membership {
   Status connect_mesh(const CollectiveOptions& options);
   void absorb(const peers::Incoming& in);      // the router's handler
   void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`
-  void drop_channel();                         // now, or when the operation in flight returns
-  void reset_links();                          // the ring's channel and the mesh's links
+  // Drops links now, or when the operation in flight returns: the ring's, the mesh's.
+  static constexpr int kRingLinks = 1, kMeshLinks = 2;
+  void drop(int which);
+  void drop_channel();    // both
+  bool may_ring() const;  // the ring is one of the algorithms this node may run
+  void reset_links();     // the ring's channel and the mesh's links
   bool
   interrupted();  // elastic: reads the control channel during a ring wait; true once re-forming
   Status connect(const CollectiveOptions& options);
@@ -160,7 +164,7 @@ class PeerRing final : public AllReduce, public Membership {
   uint64_t next_round_ = 0;  // what a probe tells
   bool started_ = false;     // the first round began (probes before it are not answered)
   bool busy_ = false;        // a ring operation (connect or all-reduce) is in flight
-  bool stale_ = false;       // the channel was dropped meanwhile
+  int stale_ = 0;            // links dropped meanwhile (kRingLinks | kMeshLinks)
   std::chrono::steady_clock::time_point last_poll_;
   std::chrono::steady_clock::time_point view_since_;  // when the last re-forming was decided
   // The result of the last completed round (elastic only), for members that lost it.

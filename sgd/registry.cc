@@ -11,12 +11,15 @@ StrategyDescriptor dpsgd_strategy();
 StrategyDescriptor choco_strategy();
 StrategyDescriptor push_sum_strategy();
 StrategyDescriptor async_gossip_strategy();
+StrategyDescriptor parameter_server_strategy();
+StrategyDescriptor sma_strategy();
 
 std::span<const StrategyDescriptor> strategies() {
   // In the order help texts list them.
   static const std::vector<StrategyDescriptor> kAll = {
-      local_sgd_strategy(), dpsgd_strategy(),        choco_strategy(),
-      push_sum_strategy(),  async_gossip_strategy(), synchronous_sgd_strategy(),
+      local_sgd_strategy(),        dpsgd_strategy(),        choco_strategy(),
+      push_sum_strategy(),         async_gossip_strategy(), synchronous_sgd_strategy(),
+      parameter_server_strategy(), sma_strategy(),
   };
   return kAll;
 }

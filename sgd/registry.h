@@ -7,6 +7,7 @@
 // A new strategy: its files (a folder of its own once it is a family), a function
 // that returns its descriptor, and one line in registry.cc's list.
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <span>
@@ -18,6 +19,7 @@
 #include "sgd/all_reduce.h"
 #include "sgd/gossip_strategy.h"
 #include "sgd/local_sgd.h"
+#include "sgd/ps/parameter_server.h"
 #include "sgd/strategy.h"
 
 namespace gossip::sgd {
@@ -26,15 +28,17 @@ namespace gossip::sgd {
 enum class Fabric {
   kAllReduce,  // one mean over every node: the ring, the all-gather or NCCL
   kOverlay,    // the neighbors of a topology, through the neighbor exchange
+  kServers,    // parameter servers over the control channel (sgd/ps/)
 };
 
 // The strategy options (the config's strategy.* keys that only some strategies read).
 struct StrategyParams {
-  double gamma = 0.0;      // CHOCO's consensus step; 0: the codec's default
-  uint64_t delay = 0;      // push-sum: rounds a message may be in flight
-  uint64_t staleness = 1;  // async gossip: rounds a node may run ahead of a neighbor
-  uint64_t trim = 0;       // gossip: values cut from each end of the trimmed mean; 0: off
-  OuterOptimizer outer;    // local SGD's outer optimizer
+  double gamma = 0.0;         // CHOCO's consensus step; 0: the codec's default
+  uint64_t delay = 0;         // push-sum: rounds a message may be in flight
+  uint64_t staleness = 1;     // async gossip: rounds a node may run ahead of a neighbor
+  uint64_t trim = 0;          // gossip: values cut from each end of the trimmed mean; 0: off
+  OuterOptimizer outer;       // local SGD's outer optimizer
+  ParameterServerOptions ps;  // servers, mode, fetch, the servers' optimizer
 };
 
 // What the sync worker has made for the strategy, by its fabric.
@@ -46,6 +50,9 @@ struct StrategyResources {
   const compression::Codec* codec = nullptr;  // never null ("none" is a codec)
   bool error_feedback = false;                // kAllReduce: on for every biased codec
   compression::ThreadPool* pool = nullptr;
+  peers::Router* router = nullptr;  // kServers
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds dead_after{3000};
   StrategyParams params;
 };
 
@@ -63,9 +70,14 @@ struct StrategyDescriptor {
   bool takes_nodes_back = false;
   // Keeps state per neighbor, so the neighbors must not change from round to round.
   bool static_topology = false;
+  // The node's trainers are learners that follow a central model (Crossbow's SMA,
+  // daemon/sma.h) instead of being averaged into one; the round averages the central
+  // models across nodes.
+  bool central_model = false;
   std::string_view default_topology = "ring";  // kOverlay
   // Which of StrategyParams it reads, by config key ("gamma", "delay", "staleness",
-  // "trim", "outer"): another strategy given one of them is refused.
+  // "trim", "outer", "servers", "ps_mode", "ps_fetch", "ps_optimizer"): another
+  // strategy given one of them is refused.
   std::vector<std::string_view> options;
   // Makes the strategy over `r`; `detail` gets what the log line says of its settings.
   std::function<Result<std::unique_ptr<Strategy>>(const StrategyResources& r, std::string* detail)>

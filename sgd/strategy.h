@@ -58,6 +58,13 @@ class Strategy {
   // Between rounds: the node took `model` from a peer (it joined mid-run, or was
   // left out and came back), so that its next round starts where the peer's does.
   virtual void took_model(std::span<const float> model) { (void)model; }
+  // Gauges for /metrics, by full metric name, with their help text. Called from any
+  // thread: implementations read atomics only.
+  struct Gauge {
+    std::string name, help;
+    double value = 0;
+  };
+  virtual std::vector<Gauge> gauges() const { return {}; }
 };
 
 }  // namespace gossip::sgd

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdint>
 #include <sstream>
 
 #include "sgd/ring_schedule.h"
@@ -30,11 +31,23 @@ bool parse_bytes(std::string_view s, uint64_t* out) {
 }  // namespace
 
 AlgorithmTable AlgorithmTable::measured() {
-  // bench/allreduce.sh, 2026-11-25, 2 shared cores, loopback (bench/allreduce/README.md).
+  // bench/allreduce.sh --runs 3, 2026-11-25, 2 shared cores, loopback TCP: our fastest
+  // algorithm per (ranks, size), smoothed where neighbouring sizes disagreed within the
+  // noise (bench/allreduce/README.md). Above 8 ranks only the small sizes are
+  // extrapolated (the tree's log2 n latencies); the rest is the ring.
   return AlgorithmTable({
-      {2, 64 << 10, Algorithm::kButterfly},
-      {8, 16 << 10, Algorithm::kButterfly},
-      {8, 4 << 20, Algorithm::kTree},
+      {2, 32 << 20, Algorithm::kButterfly},
+      {2, UINT64_MAX, Algorithm::kRing},
+      {3, 256 << 10, Algorithm::kTree},
+      {3, 4 << 20, Algorithm::kRing},
+      {3, UINT64_MAX, Algorithm::kButterfly},
+      {4, 256 << 10, Algorithm::kMaster},
+      {4, 32 << 20, Algorithm::kButterfly},
+      {4, UINT64_MAX, Algorithm::kRing},
+      {8, 256 << 10, Algorithm::kTree},
+      {8, 32 << 20, Algorithm::kButterfly},
+      {8, UINT64_MAX, Algorithm::kRing},
+      {RingSchedule::kMaxRanks, 256 << 10, Algorithm::kTree},
   });
 }
 
@@ -48,23 +61,25 @@ Result<AlgorithmTable> AlgorithmTable::parse(std::string_view text, std::string_
     std::string ranks, bytes, name, extra;
     if (!(fields >> ranks)) continue;  // blank
     const auto bad = [&](const std::string& why) {
-      return Status::invalid(fmt::format("{}:{}: {} (a row is \"RANKS BYTES ALGORITHM\", e.g. "
-                                         "\"4 64K butterfly\")",
-                                         source, number, why));
+      return Status::invalid(
+          fmt::format("{}:{}: {} (a row is \"RANKS BYTES ALGORITHM\", e.g. "
+                      "\"4 64K butterfly\")",
+                      source, number, why));
     };
     if (!(fields >> bytes >> name)) return bad("fewer than three fields");
     if (fields >> extra) return bad(fmt::format("unexpected '{}' after the algorithm", extra));
     ChoiceRow row;
     uint64_t r = 0;
     if (!parse_bytes(ranks, &r) || r == 0 || r > RingSchedule::kMaxRanks || ranks.back() > '9')
-      return bad(fmt::format("ranks '{}' is not a count from 1 to {}", ranks,
-                             RingSchedule::kMaxRanks));
+      return bad(
+          fmt::format("ranks '{}' is not a count from 1 to {}", ranks, RingSchedule::kMaxRanks));
     row.max_ranks = static_cast<uint32_t>(r);
     if (!parse_bytes(bytes, &row.max_bytes))
-      return bad(fmt::format("bytes '{}' is not a size (a number, optionally with K, M or G)",
-                             bytes));
+      return bad(
+          fmt::format("bytes '{}' is not a size (a number, optionally with K, M or G)", bytes));
     auto a = parse_algorithm(name);
-    if (!a) return bad(fmt::format("unknown algorithm '{}' (ring, tree, butterfly or master)", name));
+    if (!a)
+      return bad(fmt::format("unknown algorithm '{}' (ring, tree, butterfly or master)", name));
     row.algorithm = *a;
     rows.push_back(row);
   }

@@ -403,7 +403,8 @@ std::vector<BadCase> bad_cases() {
       {"UnknownStrategy",
        with(k, "name = \"local-sgd\"", "name = \"sgd\""),
        {"key 'strategy.name'",
-        "must be one of (local-sgd, gossip, choco, push-sum, async-gossip, allreduce), got 'sgd'"}},
+        "must be one of (local-sgd, gossip, choco, push-sum, async-gossip, allreduce, ps, sma), "
+        "got 'sgd'"}},
       {"UnknownOuterOptimizer",
        with(k, "optimizer = \"nesterov\"", "optimizer = \"adam\""),
        {"key 'strategy.outer.optimizer'", "one of (none, nesterov)", "got 'adam'"}},
@@ -626,6 +627,50 @@ TEST(ValidateConfig, AnElasticRingIsForTheRingAllReduceOnly) {
   EXPECT_TRUE(fails_with(from_args({"--id", "0", "--listen", "tcp://127.0.0.1:7000", "--run-dir",
                                     "/tmp", "--elastic", "yes"}),
                          {"flag '--elastic'", "off, on", "yes"}));
+}
+
+// The options of issue 19: each is refused, naming the key and the reason, where it
+// does not apply or does not parse.
+TEST(ValidateConfig, AllReduceAlgorithmsParameterServersAndSmaOptions) {
+  const std::vector<std::string> base = {"--id",      "0",    "--listen", "tcp://127.0.0.1:7000",
+                                         "--run-dir", "/tmp", "--peer",   "1=tcp://127.0.0.1:7001"};
+  const auto args = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), more.begin(), more.end());
+    return from_args(a);
+  };
+  EXPECT_TRUE(args({"--allreduce-algorithm", "butterfly"}).is_ok());
+  EXPECT_TRUE(fails_with(args({"--allreduce-algorithm", "bfly"}),
+                         {"flag '--allreduce-algorithm'", "auto, ring, tree, butterfly, master"}));
+  EXPECT_TRUE(fails_with(args({"--allreduce-algorithm", "tree", "--transport", "rdma"}),
+                         {"flag '--allreduce-algorithm'", "tcp transport"}));
+  EXPECT_TRUE(fails_with(args({"--allreduce-algorithm", "tree", "--strategy", "gossip"}),
+                         {"flag '--allreduce-algorithm'", "not strategy gossip"}));
+  EXPECT_TRUE(fails_with(args({"--allreduce-table", "/nonexistent/table"}),
+                         {"cannot read the all-reduce table '/nonexistent/table'"}));
+  TempDir dir;
+  const std::string table = dir.write("table", "# ok\n4 64K tree\n8 1M sideways\n");
+  EXPECT_TRUE(
+      fails_with(args({"--allreduce-table", table}), {"table:3", "unknown algorithm 'sideways'"}));
+  const std::string good = dir.write("good", "4 64K tree\n128 1G butterfly\n");
+  EXPECT_TRUE(args({"--allreduce-table", good}).is_ok());
+
+  EXPECT_TRUE(args({"--strategy", "ps", "--servers", "2", "--ps-mode", "ssp:4"}).is_ok());
+  EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-mode", "ssp"}),
+                         {"--ps-mode", "bsp, async or ssp:S"}));
+  EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--servers", "3"}),
+                         {"flag '--servers'", "3 servers, but the cluster has 2 nodes"}));
+  EXPECT_TRUE(fails_with(
+      args({"--servers", "2"}),
+      {"flag '--servers'", "parameter servers (strategy ps)", "not strategy local-sgd"}));
+  EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-fetch", "4"}),
+                         {"flag '--ps-fetch'", "bsp pulls after every push"}));
+  EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-optimizer", "lamb"}),
+                         {"flag '--ps-optimizer'", "sgd, momentum, adam"}));
+  EXPECT_TRUE(args({"--strategy", "sma", "--learners-per-device", "2"}).is_ok());
+  EXPECT_TRUE(fails_with(args({"--learners-per-device", "2"}),
+                         {"flag '--learners-per-device'", "(strategy sma)"}));
+  EXPECT_TRUE(fails_with(args({"--strategy", "sma", "--sma-alpha", "2"}), {"flag '--sma-alpha'"}));
 }
 
 TEST(ValidateConfig, RefusesEachBadField) {

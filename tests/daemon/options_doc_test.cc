@@ -44,7 +44,9 @@ TEST(OptionsDoc, TheJsonNamesEverySettingWithItsDefaultAndItsStrategies) {
   EXPECT_EQ(by_key["strategy.gamma"]["strategies"], nlohmann::json::array({"choco"}));
   EXPECT_EQ(by_key["strategy.trim"]["strategies"], nlohmann::json::array({"gossip"}));
   EXPECT_EQ(by_key["strategy.outer.optimizer"]["strategies"], nlohmann::json::array({"local-sgd"}));
-  EXPECT_EQ(by_key["strategy.codec"]["strategies"].size(), 6u) << "read by every strategy";
+  EXPECT_EQ(by_key["strategy.codec"]["strategies"].size(), 8u) << "read by every strategy";
+  EXPECT_EQ(by_key["strategy.ps_mode"]["strategies"], nlohmann::json::array({"ps"}));
+  EXPECT_EQ(by_key["strategy.learners_per_device"]["strategies"], nlohmann::json::array({"sma"}));
   // The table and the JSON come from one list.
   const std::string table = describe_options(false);
   for (const auto& [key, o] : by_key)

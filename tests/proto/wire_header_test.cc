@@ -157,6 +157,26 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(p.view, 12u);
   EXPECT_TRUE(p.restarted);
   round_trip(CopyRequest{}, 0);
+  const PsPush push = round_trip(PsPush{3, 100, 25, CodecId::kNone, 7}, 100);
+  EXPECT_EQ(push.shard, 3u);
+  EXPECT_EQ(push.offset, 100u);
+  EXPECT_EQ(push.numel, 25u);
+  EXPECT_EQ(push.layout, 7u);
+  EXPECT_EQ(round_trip(PsPush{0, 0, 1000, CodecId::kFp16, 7}, 2000).codec, CodecId::kFp16);
+  EXPECT_EQ(round_trip(PsPull{5, 7}, 0).shard, 5u);
+  const PsParams params = round_trip(PsParams{1, 8, 4, CodecId::kNone, 7}, 16);
+  EXPECT_EQ(params.offset, 8u);
+  EXPECT_EQ(params.numel, 4u);
+}
+
+TEST(WireHeader, ParameterServerSlicesFollowTheSliceRules) {
+  // Raw slices are numel * 4 bytes; no slice is empty or overflows; a pull has no payload.
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsPush{0, 0, 10, CodecId::kNone, 1}, 39)),
+                 "raw fp32 needs numel * 4");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsParams{0, 0, 0, CodecId::kNone, 1}, 0)), "numel=0");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsPush{0, UINT64_MAX, 1, CodecId::kFp16, 1}, 2)),
+                 "offset overflows");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsPull{0, 1}, 4)), "carries no payload");
 }
 
 TEST(WireHeader, LargestChunkFitsTheHeadLimit) {
@@ -198,6 +218,12 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return RingProbe{};
         case Kind::kCopyRequest:
           return CopyRequest{};
+        case Kind::kPsPush:
+          return PsPush{};
+        case Kind::kPsPull:
+          return PsPull{};
+        case Kind::kPsParams:
+          return PsParams{};
       }
       return Hello{};
     }();
@@ -210,6 +236,7 @@ TEST(WireHeader, Names) {
   EXPECT_STREQ(kind_name(Kind::kHello), "hello");
   EXPECT_STREQ(kind_name(Kind::kModelChunk), "model-chunk");
   EXPECT_STREQ(kind_name(Kind::kCopyRequest), "copy-request");
+  EXPECT_STREQ(kind_name(Kind::kPsParams), "ps-params");
   EXPECT_STREQ(codec_name(CodecId::kNone), "none");
   EXPECT_EQ(zmtp_frame_overhead(0), 2u);
   EXPECT_EQ(zmtp_frame_overhead(255), 2u);

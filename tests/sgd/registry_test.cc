@@ -21,11 +21,13 @@ TEST(StrategyRegistry, EveryStrategyHasOneDescriptorThatCanMakeIt) {
     EXPECT_NE(strategy_names().find(d.name), std::string::npos) << d.name;
     for (std::string_view option : d.options)
       EXPECT_TRUE(option == "gamma" || option == "delay" || option == "staleness" ||
-                  option == "trim" || option == "outer")
+                  option == "trim" || option == "outer" || option == "servers" ||
+                  option == "ps_mode" || option == "ps_fetch" || option == "ps_optimizer" ||
+                  option == "sma")
           << d.name << " takes an option StrategyParams does not have: " << option;
   }
   EXPECT_EQ(names, (std::set<std::string_view>{"local-sgd", "gossip", "choco", "push-sum",
-                                               "async-gossip", "allreduce"}));
+                                               "async-gossip", "allreduce", "ps", "sma"}));
   EXPECT_EQ(find_strategy("gosip"), nullptr);
   EXPECT_EQ(find_strategy(""), nullptr);
 }
@@ -45,6 +47,11 @@ TEST(StrategyRegistry, WhatTheDaemonAsksInsteadOfComparingNames) {
   EXPECT_EQ(find_strategy("gossip")->default_topology, "ring");
   EXPECT_TRUE(find_strategy("gossip")->takes("trim"));
   EXPECT_FALSE(find_strategy("choco")->takes("trim"));
+  EXPECT_EQ(find_strategy("ps")->fabric, Fabric::kServers);
+  EXPECT_TRUE(find_strategy("ps")->takes("servers"));
+  EXPECT_TRUE(find_strategy("sma")->central_model);
+  EXPECT_EQ(find_strategy("sma")->fabric, Fabric::kAllReduce);
+  EXPECT_FALSE(find_strategy("local-sgd")->central_model);
   for (const StrategyDescriptor& d : strategies()) {
     if (d.fabric == Fabric::kOverlay) {
       EXPECT_FALSE(d.gradients) << d.name;

@@ -1,0 +1,57 @@
+#include "sgd/sma.h"
+
+#include <algorithm>
+
+#include "sgd/local_sgd.h"
+#include "sgd/registry.h"
+
+namespace gossip::sgd {
+
+std::span<float> CentralModel::sync(std::span<const std::span<float>> learners) {
+  const size_t n = learners.front().size();
+  if (z_.size() != n) {  // the first sync: the learners' mean
+    first_ = true;
+    z_.assign(n, 0.0f);
+    for (const auto& w : learners)
+      for (size_t i = 0; i < n; ++i) z_[i] += w[i];
+    const float inv = 1.0f / static_cast<float>(learners.size());
+    for (float& v : z_) v *= inv;
+    previous_ = z_;
+    return z_;
+  }
+  first_ = false;
+  const float alpha = static_cast<float>(alpha_ > 0 ? alpha_ : 1.0 / learners.size());
+  const float mu = static_cast<float>(momentum_);
+  // z - z_prev is the momentum of the central model; previous_ becomes this z.
+  std::vector<float> moved(n, 0.0f);
+  for (const auto& w : learners)
+    for (size_t i = 0; i < n; ++i) {
+      const float c = alpha * (w[i] - z_[i]);
+      w[i] -= c;
+      moved[i] += c;
+    }
+  for (size_t i = 0; i < n; ++i) {
+    const float z = z_[i];
+    z_[i] = z + moved[i] + mu * (z - previous_[i]);
+    previous_[i] = z;
+  }
+  return z_;
+}
+
+StrategyDescriptor sma_strategy() {
+  StrategyDescriptor d;
+  d.name = "sma";
+  d.summary =
+      "Crossbow's synchronous model averaging: a node's trainers are learners that follow a "
+      "central model, averaged across nodes every `period` steps";
+  d.fabric = Fabric::kAllReduce;
+  d.central_model = true;
+  d.options = {"sma"};
+  d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
+    return std::unique_ptr<Strategy>(
+        std::make_unique<LocalSgd>(*r.all_reduce, OuterOptimizer{}, r.codec, r.error_feedback, r.pool));
+  };
+  return d;
+}
+
+}  // namespace gossip::sgd

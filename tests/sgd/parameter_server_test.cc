@@ -1,0 +1,302 @@
+// The parameter-server strategy (sgd/ps/) in the in-process world (peers/memory_channel.h):
+// several nodes of one process, each a worker and some of them servers, through the
+// real router, wire encoding and strategy, with queues instead of sockets. Every node
+// runs on a thread of its own; between its rounds it calls progress() as the daemon's
+// sync thread does, so its shards keep being served while its "trainer" computes.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compression/codec_spec.h"
+#include "peers/memory_channel.h"
+#include "peers/router.h"
+#include "sgd/ps/parameter_server.h"
+#include "sgd/registry.h"
+
+namespace gossip::sgd {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using Mode = ParameterServerOptions::Mode;
+constexpr uint64_t kLayout = 0x5eed;
+
+float initial(uint32_t i, size_t e) {
+  return static_cast<float>(i) + std::sin(0.01f * static_cast<float>(e) * static_cast<float>(i + 1));
+}
+// What node i's local steps change in round r.
+float change(uint32_t i, uint64_t r, size_t e) {
+  return 0.001f * static_cast<float>((i + 1) * (e % 7 + 1)) + 0.0001f * static_cast<float>(r);
+}
+
+struct Node {
+  std::unique_ptr<peers::MemoryChannel> channel;
+  std::unique_ptr<peers::Router> router;
+  std::unique_ptr<Strategy> strategy;
+  std::vector<float> x;
+  std::vector<std::vector<float>> after;  // the model after each round
+  std::string failure;
+  std::vector<double> done_at;  // seconds since start, per round
+};
+
+struct Options {
+  uint32_t nodes = 4;
+  ParameterServerOptions ps;
+  size_t numel = 1001;
+  uint64_t chunk_elems = 100;
+  std::string codec = "none";
+  std::chrono::milliseconds dead_after{2000};
+};
+
+class World {
+ public:
+  explicit World(const Options& o) : options_(o) {
+    codec_ = compression::make_codec(o.codec).value();
+    const StrategyDescriptor* d = find_strategy("ps");
+    EXPECT_TRUE(d && d->fabric == Fabric::kServers);
+    nodes_.resize(o.nodes);
+    for (uint32_t i = 0; i < o.nodes; ++i) {
+      std::vector<uint32_t> peers;
+      for (uint32_t j = 0; j < o.nodes; ++j)
+        if (j != i) peers.push_back(j);
+      Node& n = nodes_[i];
+      n.channel = hub_.join(i, peers);
+      n.router = std::make_unique<peers::Router>(*n.channel);
+      StrategyResources r;  // as the sync worker fills it (daemon/sync_worker.cc)
+      r.router = n.router.get();
+      r.codec = codec_.codec.get();
+      r.error_feedback = codec_.codec->biased();
+      r.gossip.chunk_elems = o.chunk_elems;
+      r.heartbeat = 50ms;
+      r.dead_after = o.dead_after;
+      r.params.ps = o.ps;
+      std::string detail;
+      auto made = d->make(r, &detail);
+      EXPECT_TRUE(made.is_ok()) << made.status().message();
+      n.strategy = std::move(made).value();
+      n.strategy->set_layout_fingerprint(kLayout);
+      n.x.resize(o.numel);
+      for (size_t e = 0; e < o.numel; ++e) n.x[e] = initial(i, e);
+    }
+  }
+
+  // Node i runs rounds [0, rounds_of(i)), adding change(i, r) before each round after
+  // the first and calling progress() for pause(i) between rounds; then it keeps
+  // serving until every node is done (or stops at once when `vanish` says so).
+  void run(const std::function<uint64_t(uint32_t)>& rounds_of,
+           const std::function<std::chrono::milliseconds(uint32_t)>& pause = nullptr,
+           const std::function<bool(uint32_t)>& vanish = nullptr,
+           std::chrono::milliseconds round_timeout = 10s) {
+    std::atomic<uint32_t> finished{0};
+    const auto start = Clock::now();
+    std::vector<std::jthread> threads;
+    for (uint32_t i = 0; i < options_.nodes; ++i)
+      threads.emplace_back([&, i] {
+        Node& n = nodes_[i];
+        for (uint64_t r = 0; r < rounds_of(i) && n.failure.empty(); ++r) {
+          if (r > 0)
+            for (size_t e = 0; e < n.x.size(); ++e) n.x[e] += change(i, r, e);
+          RoundOptions o;
+          o.deadline = Clock::now() + round_timeout;
+          if (Status st = n.strategy->synchronize(n.x, r, o); !st) {
+            n.failure = "round " + std::to_string(r) + ": " + st.message();
+            break;
+          }
+          n.after.push_back(n.x);
+          n.done_at.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+          const auto until = Clock::now() + (pause ? pause(i) : 0ms);
+          do n.strategy->progress(r + 1, n.x.size(), 2ms);
+          while (Clock::now() < until);
+        }
+        ++finished;
+        if (vanish && vanish(i)) {
+          hub_.cut(i);
+          return;
+        }
+        while (finished.load() < options_.nodes) n.strategy->progress(0, n.x.size(), 2ms);
+      });
+  }
+
+  Node& node(uint32_t i) { return nodes_[i]; }
+  peers::MemoryHub& hub() { return hub_; }
+
+ private:
+  Options options_;
+  peers::MemoryHub hub_;
+  compression::CodecSpec codec_;
+  std::vector<Node> nodes_;
+};
+
+ParameterServer& ps(Node& n) { return dynamic_cast<ParameterServer&>(*n.strategy); }
+
+TEST(ParameterServerUnits, ShardsModesAndOptimizers) {
+  uint64_t covered = 0;
+  for (uint32_t s = 0; s < 3; ++s) {
+    const Shard sh = shard_of(1001, 3, s);
+    EXPECT_EQ(sh.offset, covered);
+    covered += sh.numel;
+  }
+  EXPECT_EQ(covered, 1001u);
+  EXPECT_EQ(shard_of(1001, 3, 0).numel, 334u);
+  uint64_t s = 0;
+  EXPECT_EQ(parse_ps_mode("ssp:4", &s).value(), Mode::kSsp);
+  EXPECT_EQ(s, 4u);
+  EXPECT_EQ(parse_ps_mode("bsp", &s).value(), Mode::kBsp);
+  for (const char* bad : {"ssp", "ssp:", "ssp:x", "sync", "ssp:-1"}) {
+    auto m = parse_ps_mode(bad, &s);
+    ASSERT_FALSE(m.is_ok()) << bad;
+    EXPECT_NE(m.status().message().find("ssp:S"), std::string::npos) << m.status().message();
+  }
+  // sgd with lr 1 adds the update; Adam's first step moves each coordinate by lr.
+  std::vector<float> x{1.0f, 2.0f}, u{0.5f, -0.25f};
+  ServerOptimizer sgd({}, 2);
+  sgd.step(x, u);
+  EXPECT_EQ(x, (std::vector<float>{1.5f, 1.75f}));
+  ServerOptimizerConfig adam_config;
+  adam_config.kind = ServerOptimizerConfig::Kind::kAdam;
+  adam_config.lr = 0.1;
+  ServerOptimizer adam(adam_config, 2);
+  adam.step(x, u);
+  EXPECT_NEAR(x[0], 1.6f, 1e-6);  // along +update: the gradient is -update
+  EXPECT_NEAR(x[1], 1.65f, 1e-6);
+}
+
+// BSP: after the first round every node holds the servers' model (shard s from node
+// s), and after every later round exactly that plus the mean of the nodes' changes.
+TEST(ParameterServer, BspIsSynchronousSgdThroughTwoServers) {
+  Options o;
+  o.ps.servers = 2;
+  World w(o);
+  constexpr uint64_t kRounds = 4;
+  w.run([](uint32_t) { return kRounds; });
+  std::vector<float> want(o.numel);
+  for (size_t e = 0; e < o.numel; ++e)
+    want[e] = initial(e < shard_of(o.numel, 2, 1).offset ? 0 : 1, e);
+  for (uint64_t r = 0; r < kRounds; ++r) {
+    if (r > 0)
+      for (size_t e = 0; e < o.numel; ++e) {
+        float sum = 0;
+        for (uint32_t i = 0; i < o.nodes; ++i) sum += change(i, r, e);
+        want[e] += 1.0f * (0.25f * sum);
+      }
+    for (uint32_t i = 0; i < o.nodes; ++i) {
+      ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+      for (size_t e = 0; e < o.numel; ++e)
+        ASSERT_NEAR(w.node(i).after[r][e], want[e], 1e-5) << "node " << i << " round " << r << " e " << e;
+    }
+  }
+}
+
+TEST(ParameterServer, BspWithACodecKeepsReplicasEqualAndCloseToTheMean) {
+  Options o;
+  o.ps.servers = 2;
+  World exact(o);
+  exact.run([](uint32_t) { return 3u; });
+  o.codec = "fp16";
+  World w(o);
+  w.run([](uint32_t) { return 3u; });
+  for (uint32_t i = 0; i < o.nodes; ++i) {
+    ASSERT_EQ(w.node(i).failure, "");
+    EXPECT_EQ(w.node(i).after[2], w.node(0).after[2]) << "node " << i << " differs from node 0";
+  }
+  for (size_t e = 0; e < o.numel; ++e)  // fp16 keeps 11 bits of values below 4
+    ASSERT_NEAR(w.node(0).after[2][e], exact.node(0).after[2][e], 4e-3) << e;
+}
+
+// A worker that dies stops nobody: bsp waits for it for dead_after, then averages the
+// others; async never waits at all.
+TEST(ParameterServer, ADeadWorkerLeavesTheClock) {
+  for (Mode mode : {Mode::kBsp, Mode::kAsync}) {
+    Options o;
+    o.ps.mode = mode;
+    o.dead_after = 300ms;
+    World w(o);
+    const auto start = Clock::now();
+    w.run([](uint32_t i) { return i == 3 ? 1u : 5u; }, nullptr, [](uint32_t i) { return i == 3; });
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    for (uint32_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+      EXPECT_EQ(w.node(i).after.size(), 5u);
+    }
+    EXPECT_LT(took, 5.0) << "a dead worker held the others";
+    if (mode == Mode::kBsp) {  // the last round: the mean of the three live changes
+      for (size_t e = 0; e < o.numel; e += 97) {
+        const float before = w.node(0).after[3][e];
+        const float mean = (change(0, 4, e) + change(1, 4, e) + change(2, 4, e)) / 3.0f;
+        EXPECT_NEAR(w.node(0).after[4][e], before + mean, 1e-5) << e;
+      }
+    }
+  }
+}
+
+// ssp:S: a worker never runs more than S clocks ahead of the slowest. Node 2 takes
+// 150 ms per round, the others none: with S = 1 the fast ones are held back, with
+// S = 4 they run ahead, but never further.
+TEST(ParameterServer, StaleSynchronousBoundsTheLead) {
+  for (uint64_t bound : {1u, 4u}) {
+    Options o;
+    o.nodes = 3;
+    o.ps.mode = Mode::kSsp;
+    o.ps.staleness = bound;
+    World w(o);
+    constexpr uint64_t kRounds = 10;
+    w.run([](uint32_t) { return kRounds; },
+          [](uint32_t i) { return i == 2 ? 150ms : 0ms; });
+    for (uint32_t i = 0; i < 3; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+    const uint64_t lead = ps(w.node(0)).max_lead();
+    EXPECT_LE(lead, bound);
+    EXPECT_GE(lead, bound) << "the fast workers never ran ahead: the test shows nothing";
+    // A fast node's round r cannot complete before the slow one finished round r - S.
+    for (uint64_t r = bound + 1; r < kRounds; ++r)
+      EXPECT_GE(w.node(0).done_at[r] + 0.01, w.node(2).done_at[r - bound - 1]) << "round " << r;
+  }
+}
+
+TEST(ParameterServer, ADeadServerFailsItsWorkersNamingIt) {
+  Options o;
+  o.nodes = 3;
+  o.ps.servers = 1;
+  o.dead_after = 300ms;
+  World w(o);
+  const auto start = Clock::now();
+  w.run([](uint32_t i) { return i == 0 ? 1u : 3u; }, [](uint32_t) { return 100ms; },
+        [](uint32_t i) { return i == 0; });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  for (uint32_t i : {1u, 2u}) {
+    EXPECT_NE(w.node(i).failure.find("parameter server node 0 (shard 0)"), std::string::npos)
+        << w.node(i).failure;
+  }
+}
+
+// A push with NaN from a peer is dropped and counted; the clock goes on without it.
+TEST(ParameterServer, APoisonedPushIsLeftOutOfItsClock) {
+  Options o;
+  o.nodes = 3;
+  World w(o);
+  // Node 2 is an attacker: after round 0 it sends a NaN update instead of running.
+  std::jthread attacker([&] {
+    std::this_thread::sleep_for(200ms);
+    std::vector<float> nan(o.numel, std::nanf(""));
+    const auto bytes = std::as_bytes(std::span<const float>(nan));
+    (void)w.node(2).channel->send_zero_copy(0, 1, proto::PsPush{0, 0, o.numel, proto::CodecId::kNone, kLayout},
+                                            bytes);
+    std::this_thread::sleep_for(1s);
+  });
+  w.run([](uint32_t i) { return i == 2 ? 1u : 2u; });
+  for (uint32_t i : {0u, 1u}) {
+    ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+    for (float v : w.node(i).after[1]) ASSERT_TRUE(std::isfinite(v));
+  }
+  EXPECT_GE(w.node(0).channel->traffic().peer_totals(2).dropped, 1u);
+}
+
+}  // namespace
+}  // namespace gossip::sgd
