@@ -421,29 +421,48 @@ class ClusterRun {
     }
     const int64_t remaining_s = std::max<int64_t>(
         1, static_cast<int64_t>(std::ceil(seconds_between(Clock::now(), deadline_))));
-    for (int i = 0; i < options_.nodes; ++i) {
-      CommandLine cmd(programs_.trainer);
-      cmd.add("--endpoint", fmt::format("ipc://{}", dir_.file(socket_name(i))))
-          .add("--node", i)
-          .add("--nodes", options_.nodes)
-          .add("--steps", options_.steps)
-          .add("--seed", options_.daemon.seed)
-          .add("--partition", options_.partition)
-          .add("--batch", options_.batch)
-          .add("--lr", options_.lr)
-          .add("--eval-every", options_.effective_eval_every())
-          .add("--csv", dir_.file(csv_name(i)))
-          .add("--result", dir_.file(result_name(i)))
-          .add("--save-model", dir_.file(model_name(i)))
-          .add("--timeout-s", remaining_s);
-      if (auto slow = straggler_of(options_); slow && slow->node == i)
-        cmd.add("--slowdown", slow->factor);
-      if (options_.evaluations) cmd.add("--snapshot", snapshot_prefix(i));
-      auto f = spawn(trainers_, fmt::format("trainer {}", i), trainer_log_name(i), cmd.take());
-      if (f) return f;
-      csv_.emplace_back(dir_.file(csv_name(i)));
-    }
+    // Strategy sma: N learners per node, each on a shard of its own (node i's learner j
+    // takes shard i N + j of n N); learner 0 is the node's trainer for the progress,
+    // the results and the average model.
+    const int learners = learners_per_node();
+    for (int j = 0; j < learners; ++j)
+      for (int i = 0; i < options_.nodes; ++i) {
+        CommandLine cmd(programs_.trainer);
+        cmd.add("--endpoint", fmt::format("ipc://{}", dir_.file(socket_name(i))))
+            .add("--node", i * learners + j)
+            .add("--nodes", options_.nodes * learners)
+            .add("--steps", options_.steps)
+            .add("--seed", options_.daemon.seed)
+            .add("--partition", options_.partition)
+            .add("--batch", options_.batch)
+            .add("--lr", options_.lr)
+            .add("--eval-every", options_.effective_eval_every());
+        if (j == 0) {
+          cmd.add("--csv", dir_.file(csv_name(i)))
+              .add("--result", dir_.file(result_name(i)))
+              .add("--save-model", dir_.file(model_name(i)));
+        } else {
+          cmd.add("--local-rank", j).add("--name", fmt::format("gossip-train-{}-{}", i, j));
+        }
+        cmd.add("--timeout-s", remaining_s);
+        if (auto slow = straggler_of(options_); slow && slow->node == i)
+          cmd.add("--slowdown", slow->factor);
+        if (options_.evaluations && j == 0) cmd.add("--snapshot", snapshot_prefix(i));
+        const std::string name =
+            j == 0 ? fmt::format("trainer {}", i) : fmt::format("trainer {}.{}", i, j);
+        const std::string log =
+            j == 0 ? trainer_log_name(i) : fmt::format("trainer-{}.{}.log", i, j);
+        auto f = spawn(trainers_, name, log, cmd.take());
+        if (f) return f;
+        if (j == 0) csv_.emplace_back(dir_.file(csv_name(i)));
+      }
     return std::nullopt;
+  }
+
+  int learners_per_node() const {
+    const sgd::StrategyDescriptor* s = sgd::find_strategy(options_.daemon.strategy.name);
+    return s && s->central_model ? static_cast<int>(options_.daemon.strategy.learners_per_device)
+                                 : 1;
   }
 
   void refresh_snapshot() {
@@ -495,7 +514,7 @@ class ClusterRun {
     std::vector<std::string> running;
     const Member* slowest = nullptr;
     int64_t slowest_step = 0;
-    for (size_t i = 0; i < trainers_.size(); ++i) {
+    for (size_t i = 0; i < trainers_.size() && i < csv_.size(); ++i) {
       if (!trainers_[i].process.running()) continue;
       running.push_back(std::to_string(i));
       const auto row = csv_[i].latest();
@@ -522,7 +541,8 @@ class ClusterRun {
         return process_failure(t, fmt::format("{} exited 0 but its result is unusable: {}", t.name,
                                               r.status().message()));
       }
-      if (r->node != i) spdlog::warn("{}: the result file says node {}", t.name, r->node);
+      if (r->node != i * learners_per_node())
+        spdlog::warn("{}: the result file says node {}", t.name, r->node);
       read.push_back(*r);
     }
     results = std::move(read);

@@ -805,6 +805,11 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                          fmt::format("is for synchronous model averaging (strategy {}), not "
                                      "strategy {}",
                                      strategies_taking("sma"), sc.name));
+    if (strategy->takes("sma") && sc.sma_alpha * sc.learners_per_device > 1.0 + 1e-9)
+      return key_error(o, "strategy.sma_alpha",
+                       fmt::format("{} x {} learners is over 1: the central model would overshoot "
+                                   "the learners' mean (0 picks 1 / learners)",
+                                   sc.sma_alpha, sc.learners_per_device));
     if (strategy->takes("servers") && sc.servers > c.nodes())
       return key_error(
           o, "strategy.servers",

@@ -48,8 +48,8 @@ StrategyDescriptor sma_strategy() {
   d.central_model = true;
   d.options = {"sma"};
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
-    return std::unique_ptr<Strategy>(
-        std::make_unique<LocalSgd>(*r.all_reduce, OuterOptimizer{}, r.codec, r.error_feedback, r.pool));
+    return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, OuterOptimizer{},
+                                                                r.codec, r.error_feedback, r.pool));
   };
   return d;
 }

@@ -66,7 +66,14 @@ ParameterServer::ParameterServer(peers::Router& router, ParameterServerOptions o
     }
 }
 
-ParameterServer::~ParameterServer() = default;
+ParameterServer::~ParameterServer() {
+  if (!served_.empty() && started_)
+    spdlog::info(
+        "ps: the largest lead a pull was answered with: {} clocks over the slowest live "
+        "worker{}",
+        max_lead(),
+        options_.mode == Mode::kSsp ? fmt::format(" (bound {})", options_.staleness) : "");
+}
 
 uint32_t ParameterServer::self() const { return control_.self(); }
 
@@ -115,21 +122,27 @@ void ParameterServer::absorb(peers::Incoming& in) {
     case proto::Kind::kPsPush: {
       const auto& m = in.as<proto::PsPush>();
       Served* s = served(m.shard);
-      if (!s) return drop(fmt::format("ps-push for shard {}, which this node does not serve", m.shard));
+      if (!s)
+        return drop(fmt::format("ps-push for shard {}, which this node does not serve", m.shard));
       if (m.layout != layout_ || numel_ == 0)
-        return drop(fmt::format("ps-push of another model layout ({:#x}, ours {:#x})", m.layout, layout_));
+        return drop(
+            fmt::format("ps-push of another model layout ({:#x}, ours {:#x})", m.layout, layout_));
       if (m.offset > s->shard.numel || m.numel > s->shard.numel - m.offset)
         return drop(fmt::format("ps-push slice [{}, +{}) outside shard {} of {} elements", m.offset,
                                 m.numel, m.shard, s->shard.numel));
       decoded_.resize(m.numel);
-      const compression::Codec* codec = compressing(options_.compression.codec) ? options_.compression.codec : nullptr;
+      const compression::Codec* codec =
+          compressing(options_.compression.codec) ? options_.compression.codec : nullptr;
       if (m.codec != (codec ? codec->id() : proto::CodecId::kNone))
-        return drop(fmt::format("ps-push in codec {}, this node runs {}", proto::codec_name(m.codec),
+        return drop(fmt::format("ps-push in codec {}, this node runs {}",
+                                proto::codec_name(m.codec),
                                 codec ? proto::codec_name(codec->id()) : "none"));
-      const auto bytes = std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
+      const auto bytes =
+          std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
       Status st;
       if (codec)
-        st = codec->decode(bytes, {chunk_seed(in.round(), in.peer, s->shard.offset + m.offset), nullptr},
+        st = codec->decode(bytes,
+                           {chunk_seed(in.round(), in.peer, s->shard.offset + m.offset), nullptr},
                            decoded_);
       else
         std::memcpy(decoded_.data(), bytes.data(), bytes.size());
@@ -152,7 +165,8 @@ void ParameterServer::absorb(peers::Incoming& in) {
       if (!served(m.shard))
         return drop(fmt::format("ps-pull for shard {}, which this node does not serve", m.shard));
       if (m.layout != layout_)
-        return drop(fmt::format("ps-pull of another model layout ({:#x}, ours {:#x})", m.layout, layout_));
+        return drop(
+            fmt::format("ps-pull of another model layout ({:#x}, ours {:#x})", m.layout, layout_));
       on_pull(in.peer, m.shard, in.round());
       return;
     }
@@ -162,10 +176,12 @@ void ParameterServer::absorb(peers::Incoming& in) {
           in.peer != server_of(m.shard))
         return;  // late: a pull that failed or was answered already
       const Shard sh = shard_of(numel_, options_.servers, m.shard);
-      if (m.layout != layout_ || m.offset != pulling_->got[m.shard] || m.numel > sh.numel - m.offset)
+      if (m.layout != layout_ || m.offset != pulling_->got[m.shard] ||
+          m.numel > sh.numel - m.offset)
         return drop(fmt::format("ps-params slice [{}, +{}) of shard {} out of order", m.offset,
                                 m.numel, m.shard));
-      const auto bytes = std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
+      const auto bytes =
+          std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
       auto dst = std::span(pulled_).subspan(sh.offset + m.offset, m.numel);
       if (m.codec == proto::CodecId::kNone) {
         std::memcpy(dst.data(), bytes.data(), bytes.size());
@@ -181,8 +197,10 @@ void ParameterServer::absorb(peers::Incoming& in) {
     case proto::Kind::kBye:
       if (pulling_)
         for (uint32_t s = 0; s < options_.servers; ++s)
-          if (server_of(s) == in.peer && pulling_->got[s] < shard_of(numel_, options_.servers, s).numel)
-            pulling_->failure = fmt::format("parameter server node {} (shard {}) said bye", in.peer, s);
+          if (server_of(s) == in.peer &&
+              pulling_->got[s] < shard_of(numel_, options_.servers, s).numel)
+            pulling_->failure =
+                fmt::format("parameter server node {} (shard {}) said bye", in.peer, s);
       return;
     default:
       return;
@@ -193,25 +211,28 @@ void ParameterServer::on_push(uint32_t worker, uint32_t shard, uint64_t clock, u
                               std::span<const float> values, uint64_t numel) {
   Served& s = *served(shard);
   if (!s.ready) {
-    control_.note_dropped(worker, fmt::format("ps-push for shard {} before it has parameters", shard));
+    control_.note_dropped(worker,
+                          fmt::format("ps-push for shard {} before it has parameters", shard));
     return;
   }
   Push& p = s.pushes[worker];
   if (offset == 0) {
     const auto last = s.clock.find(worker);
     if (last != s.clock.end() && clock <= last->second) {
-      control_.note_dropped(worker, fmt::format("ps-push of clock {}, not after its last ({})", clock,
-                                                last->second));
+      control_.note_dropped(
+          worker, fmt::format("ps-push of clock {}, not after its last ({})", clock, last->second));
       return;
     }
     p = Push{};
     p.clock = clock;
     p.update.assign(s.shard.numel, 0.0f);
   } else if (p.complete || p.clock != clock || offset != p.got) {
-    control_.note_dropped(worker, fmt::format("ps-push slice at {} of clock {} out of order", offset, clock));
+    control_.note_dropped(
+        worker, fmt::format("ps-push slice at {} of clock {} out of order", offset, clock));
     return;
   }
-  std::copy(values.begin(), values.begin() + static_cast<ptrdiff_t>(numel), p.update.begin() + static_cast<ptrdiff_t>(offset));
+  std::copy(values.begin(), values.begin() + static_cast<ptrdiff_t>(numel),
+            p.update.begin() + static_cast<ptrdiff_t>(offset));
   p.got += numel;
   if (p.got < s.shard.numel) return;
   p.complete = true;
@@ -259,8 +280,10 @@ void ParameterServer::serve(Served& s) {
     for (uint32_t w : nodes()) {
       const auto it = s.pushes.find(w);
       const bool has = it != s.pushes.end() && it->second.complete && it->second.clock == next;
-      if (has && !it->second.rejected) in.push_back(&it->second);
-      else if (!has && live(w)) all = false;
+      if (has && !it->second.rejected)
+        in.push_back(&it->second);
+      else if (!has && live(w))
+        all = false;
     }
     if (all && !in.empty()) {
       // In worker order, so that the sum does not depend on arrival order.
@@ -272,9 +295,10 @@ void ParameterServer::serve(Served& s) {
       for (auto it = s.pushes.begin(); it != s.pushes.end();)
         it = it->second.clock <= next ? s.pushes.erase(it) : std::next(it);
       if (in.size() < nodes().size())
-        spdlog::warn("ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
-                     "over {} ms)",
-                     s.index, next, in.size(), nodes().size(), options_.dead_after.count());
+        spdlog::warn(
+            "ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
+            "over {} ms)",
+            s.index, next, in.size(), nodes().size(), options_.dead_after.count());
     }
   }
   for (auto it = s.pulls.begin(); it != s.pulls.end();) {
@@ -298,7 +322,8 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
   if (clock - slowest > max_lead_.load(std::memory_order_relaxed))
     max_lead_.store(clock - slowest, std::memory_order_relaxed);
 
-  const compression::Codec* codec = dense(options_.compression.codec) ? options_.compression.codec : nullptr;
+  const compression::Codec* codec =
+      dense(options_.compression.codec) ? options_.compression.codec : nullptr;
   if (worker == self()) {
     if (!pulling_ || pulling_->clock != clock) return;  // a pull that already failed
     auto dst = std::span(pulled_).subspan(s.shard.offset, s.shard.numel);
@@ -314,7 +339,8 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
     return;
   }
   for (uint64_t off = 0; off < s.shard.numel; off += options_.chunk_elems) {
-    const auto x = std::span<const float>(s.params).subspan(off, std::min(options_.chunk_elems, s.shard.numel - off));
+    const auto x = std::span<const float>(s.params).subspan(
+        off, std::min(options_.chunk_elems, s.shard.numel - off));
     auto payload = std::make_shared<std::vector<std::byte>>();
     if (codec) {
       if (Status st = codec->encode(x, {0, options_.compression.pool}, *payload); !st) {
@@ -325,7 +351,8 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
       const auto raw = std::as_bytes(x);
       payload->assign(raw.begin(), raw.end());
     }
-    const proto::PsParams m{s.index, off, x.size(), codec ? codec->id() : proto::CodecId::kNone, layout_};
+    const proto::PsParams m{s.index, off, x.size(), codec ? codec->id() : proto::CodecId::kNone,
+                            layout_};
     if (Status st = control_.send_shared(worker, clock, m, payload); !st) {
       spdlog::warn("ps: shard {} to worker {}: {}", s.index, worker, st.message());
       return;
@@ -338,7 +365,8 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
 Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
   update_.resize(model.size());
   for (size_t i = 0; i < model.size(); ++i) update_[i] = model[i] - baseline_[i];
-  const compression::Codec* codec = compressing(options_.compression.codec) ? options_.compression.codec : nullptr;
+  const compression::Codec* codec =
+      compressing(options_.compression.codec) ? options_.compression.codec : nullptr;
   if (codec && options_.error_feedback && !residual_)
     residual_ = std::make_unique<compression::ErrorFeedback>(*codec, model.size());
   std::vector<float> sent;
@@ -350,7 +378,8 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
       auto x = std::span<float>(update_).subspan(sh.offset + off, n);
       auto payload = std::make_shared<std::vector<std::byte>>();
       if (codec) {
-        const compression::CodecContext ctx{chunk_seed(clock, self(), sh.offset + off), options_.compression.pool};
+        const compression::CodecContext ctx{chunk_seed(clock, self(), sh.offset + off),
+                                            options_.compression.pool};
         sent.resize(n);
         if (residual_)
           GOSSIP_RETURN_IF_ERROR(residual_->encode(x, sh.offset + off, ctx, *payload, sent));
@@ -398,7 +427,8 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
       if (server == self() || pulling_->got[s] == shard_of(model.size(), options_.servers, s).numel)
         continue;
       const uint64_t silent = control_.traffic().silent_ms(server);
-      if (silent != proto::ipc::kNeverHeard && silent > static_cast<uint64_t>(options_.dead_after.count()))
+      if (silent != proto::ipc::kNeverHeard &&
+          silent > static_cast<uint64_t>(options_.dead_after.count()))
         return Status::timeout(fmt::format(
             "parameter server node {} (shard {}) has been silent for {} ms (over --dead-after): "
             "is it down? Its shard comes back when it restarts from its checkpoint",
@@ -408,9 +438,10 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
       std::string missing;
       for (uint32_t s = 0; s < options_.servers; ++s)
         if (pulling_->got[s] < shard_of(model.size(), options_.servers, s).numel)
-          missing += fmt::format("{}shard {} (node {})", missing.empty() ? "" : ", ", s, server_of(s));
-      return Status::timeout(fmt::format("parameter server: clock {}: no parameters of {} in time",
-                                         clock, missing));
+          missing +=
+              fmt::format("{}shard {} (node {})", missing.empty() ? "" : ", ", s, server_of(s));
+      return Status::timeout(
+          fmt::format("parameter server: clock {}: no parameters of {} in time", clock, missing));
     }
     heartbeats();
     router_.poll(std::chrono::milliseconds(20));
@@ -423,7 +454,8 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
   return Status::ok();
 }
 
-Status ParameterServer::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
+Status ParameterServer::synchronize(std::span<float> model, uint64_t round,
+                                    const RoundOptions& options) {
   if (numel_ != model.size()) {
     if (numel_ != 0)
       return Status::mismatch(fmt::format("parameter server: the model has {} elements, it had {}",
@@ -530,7 +562,8 @@ StrategyDescriptor parameter_server_strategy() {
       "change every `period` steps and pull the shards (bsp, async or ssp:S)";
   d.fabric = Fabric::kServers;
   d.options = {"servers", "ps_mode", "ps_fetch", "ps_optimizer"};
-  d.make = [](const StrategyResources& r, std::string* detail) -> Result<std::unique_ptr<Strategy>> {
+  d.make = [](const StrategyResources& r,
+              std::string* detail) -> Result<std::unique_ptr<Strategy>> {
     ParameterServerOptions o = r.params.ps;
     o.compression = {r.codec, nullptr, r.pool};
     o.error_feedback = r.error_feedback;
@@ -539,15 +572,16 @@ StrategyDescriptor parameter_server_strategy() {
     o.dead_after = r.dead_after;
     const uint32_t nodes = static_cast<uint32_t>(r.router->peers().size() + 1);
     if (o.servers == 0 || o.servers > nodes)
-      return Status::invalid(fmt::format("--servers {}: between 1 and the {} nodes", o.servers, nodes));
+      return Status::invalid(
+          fmt::format("--servers {}: between 1 and the {} nodes", o.servers, nodes));
     const char* mode = o.mode == ParameterServerOptions::Mode::kBsp     ? "bsp"
                        : o.mode == ParameterServerOptions::Mode::kAsync ? "async"
                                                                         : "ssp";
-    *detail = fmt::format(" ({} server{}, {}{}{})", o.servers, o.servers == 1 ? "" : "s", mode,
-                          o.mode == ParameterServerOptions::Mode::kSsp
-                              ? fmt::format(":{}", o.staleness)
-                              : std::string(),
-                          o.fetch > 1 ? fmt::format(", pull every {} pushes", o.fetch) : std::string());
+    *detail =
+        fmt::format(" ({} server{}, {}{}{})", o.servers, o.servers == 1 ? "" : "s", mode,
+                    o.mode == ParameterServerOptions::Mode::kSsp ? fmt::format(":{}", o.staleness)
+                                                                 : std::string(),
+                    o.fetch > 1 ? fmt::format(", pull every {} pushes", o.fetch) : std::string());
     return std::unique_ptr<Strategy>(std::make_unique<ParameterServer>(*r.router, o));
   };
   return d;

@@ -96,7 +96,7 @@ class ParameterServer final : public Strategy {
     bool ready = false;
     std::vector<float> params;
     std::unique_ptr<ServerOptimizer> optimizer;
-    uint64_t version = 0;               // bsp: the last clock applied
+    uint64_t version = 0;                // bsp: the last clock applied
     std::map<uint32_t, uint64_t> clock;  // worker -> its last complete push
     std::map<uint32_t, Push> pushes;     // worker -> its push in progress (or complete, bsp)
     std::map<uint32_t, uint64_t> pulls;  // worker -> the clock of its waiting pull
@@ -132,7 +132,7 @@ class ParameterServer final : public Strategy {
   std::atomic<uint64_t> max_lead_{0};
 
   bool started_ = false;
-  uint64_t pushes_ = 0;        // since the last pull (fetch)
+  uint64_t pushes_ = 0;          // since the last pull (fetch)
   std::vector<float> baseline_;  // the model after the last sync
   std::vector<float> update_;
   std::unique_ptr<compression::ErrorFeedback> residual_;

@@ -19,7 +19,7 @@ struct ServerOptimizerConfig {
   enum class Kind { kSgd, kMomentum, kAdam };
   Kind kind = Kind::kSgd;
   double lr = 1.0;
-  double momentum = 0.9;  // kMomentum
+  double momentum = 0.9;                              // kMomentum
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;  // kAdam
 };
 Result<ServerOptimizerConfig::Kind> parse_server_optimizer(const std::string& name);

@@ -4,6 +4,8 @@
 // runs on a thread of its own; between its rounds it calls progress() as the daemon's
 // sync thread does, so its shards keep being served while its "trainer" computes.
 
+#include "sgd/ps/parameter_server.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,7 +20,6 @@
 #include "compression/codec_spec.h"
 #include "peers/memory_channel.h"
 #include "peers/router.h"
-#include "sgd/ps/parameter_server.h"
 #include "sgd/registry.h"
 
 namespace gossip::sgd {
@@ -30,7 +31,8 @@ using Mode = ParameterServerOptions::Mode;
 constexpr uint64_t kLayout = 0x5eed;
 
 float initial(uint32_t i, size_t e) {
-  return static_cast<float>(i) + std::sin(0.01f * static_cast<float>(e) * static_cast<float>(i + 1));
+  return static_cast<float>(i) +
+         std::sin(0.01f * static_cast<float>(e) * static_cast<float>(i + 1));
 }
 // What node i's local steps change in round r.
 float change(uint32_t i, uint64_t r, size_t e) {
@@ -190,7 +192,8 @@ TEST(ParameterServer, BspIsSynchronousSgdThroughTwoServers) {
     for (uint32_t i = 0; i < o.nodes; ++i) {
       ASSERT_EQ(w.node(i).failure, "") << "node " << i;
       for (size_t e = 0; e < o.numel; ++e)
-        ASSERT_NEAR(w.node(i).after[r][e], want[e], 1e-5) << "node " << i << " round " << r << " e " << e;
+        ASSERT_NEAR(w.node(i).after[r][e], want[e], 1e-5)
+            << "node " << i << " round " << r << " e " << e;
     }
   }
 }
@@ -248,8 +251,7 @@ TEST(ParameterServer, StaleSynchronousBoundsTheLead) {
     o.ps.staleness = bound;
     World w(o);
     constexpr uint64_t kRounds = 10;
-    w.run([](uint32_t) { return kRounds; },
-          [](uint32_t i) { return i == 2 ? 150ms : 0ms; });
+    w.run([](uint32_t) { return kRounds; }, [](uint32_t i) { return i == 2 ? 150ms : 0ms; });
     for (uint32_t i = 0; i < 3; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
     const uint64_t lead = ps(w.node(0)).max_lead();
     EXPECT_LE(lead, bound);
@@ -286,8 +288,8 @@ TEST(ParameterServer, APoisonedPushIsLeftOutOfItsClock) {
     std::this_thread::sleep_for(200ms);
     std::vector<float> nan(o.numel, std::nanf(""));
     const auto bytes = std::as_bytes(std::span<const float>(nan));
-    (void)w.node(2).channel->send_zero_copy(0, 1, proto::PsPush{0, 0, o.numel, proto::CodecId::kNone, kLayout},
-                                            bytes);
+    (void)w.node(2).channel->send_zero_copy(
+        0, 1, proto::PsPush{0, 0, o.numel, proto::CodecId::kNone, kLayout}, bytes);
     std::this_thread::sleep_for(1s);
   });
   w.run([](uint32_t i) { return i == 2 ? 1u : 2u; });
