@@ -199,7 +199,7 @@ def ms(s):
     return "—" if s is None else (f"{s * 1e3:.3f} ms" if s < 0.01 else f"{s * 1e3:.1f} ms")
 runs = max((len(v) for v in cells.values()), default=0)
 head = " | ".join(ours)
-print(f"\n| size | ranks | {head} | OpenMPI | Gloo | auto picks | auto / best of MPI, Gloo |")
+print(f"\n| size | ranks | {head} | OpenMPI | Gloo | fastest fixed | auto / best of MPI, Gloo |")
 print("| --- | --- | " + " | ".join("---" for _ in ours) + " | --- | --- | --- | --- |")
 choices = {}
 for n in sorted({k[1] for k in cells}):
@@ -217,7 +217,7 @@ for n in sorted({k[1] for k in cells}):
             ratio = f"{best / auto:.2f}x " + ("✓" if best / auto >= goal else "✗")
         cols = " | ".join(("**" + ms(v) + "**") if a == fastest[1] else ms(v) for a, v in mine.items())
         print(f"| {size(b)} | {n} | {cols} | {ms(m)} | {ms(g)} | {fastest[1] or '—'} | {ratio} |")
-print(f"\nEach cell: median over {runs} run(s) of rank 0's median call; bold: our fastest, which 'auto picks' names.")
+print(f"\nEach cell: median over {runs} run(s) of rank 0's median call; bold and 'fastest fixed': our fastest algorithm other than auto (what --write-table records).")
 print("auto / best: the better of OpenMPI and Gloo's time over auto's (goal: >= 1.0x, and >= 1.3x at 64 MiB and above).")
 if uni:
     print(f"iperf3 loopback TCP, one stream: {uni:.2f} GB/s" + (f"; --bidir: {bidir:.2f} GB/s each way" if bidir else "") + ".")

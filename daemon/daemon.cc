@@ -503,7 +503,7 @@ void Daemon::maybe_start_round() {
                                                      config_.strategy.sma_momentum);
     std::vector<std::span<float>> replicas;
     for (auto* s : waiting) replicas.push_back(arena_->slot(s->slot));
-    round_model_ = central_->sync(replicas);
+    round_model_ = central_->update(replicas);
   } else if (waiting.size() == 1) {
     // One trainer, blocked until we reply: the round can run in place on its replica.
     round_model_ = arena_->slot(waiting[0]->slot);
@@ -582,6 +582,12 @@ void Daemon::handle_round_done() {
   if (result->status.is_ok()) {
     // What the NaN/Inf guard falls back to; gradients have no such model.
     if (!strategy_->gradients) last_good_.assign(round_model_.begin(), round_model_.end());
+    if (central_) {  // SMA: each learner is pulled towards the central model the nodes agreed on
+      std::vector<std::span<float>> replicas;
+      for (const auto& route : participants_)
+        if (TrainerSession* s = sessions_.find(route)) replicas.push_back(arena_->slot(s->slot));
+      if (!replicas.empty()) central_->correct(replicas);
+    }
     ipc::SyncOk ok;
     ok.round = round_;
     ok.step = step_;
@@ -590,9 +596,7 @@ void Daemon::handle_round_done() {
       TrainerSession* s = sessions_.find(route);
       if (!s) continue;
       auto dst = arena_->slot(s->slot);
-      // SMA's learners keep their corrected replicas, except after the first round.
-      const bool take = !central_ || central_->learners_take_central();
-      if (take && dst.data() != round_model_.data())
+      if (!central_ && dst.data() != round_model_.data())
         std::copy(round_model_.begin(), round_model_.end(), dst.begin());
       s->waiting = false;
       reply(route, ok);

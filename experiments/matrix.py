@@ -93,10 +93,32 @@ def skewed_runs(alpha):
     ]
 
 
+def textbook_runs():
+    """Issue 19's architectures against the ring, on the same 8 nodes and data."""
+    algorithm = lambda a: ("--allreduce-algorithm", a)
+    ps = lambda mode: ("--servers", "2", "--ps-mode", mode)
+    return [
+        Run("allreduce-ring", "allreduce", extra=algorithm("ring")),
+        Run("allreduce-tree", "allreduce", extra=algorithm("tree")),
+        Run("allreduce-butterfly", "allreduce", extra=algorithm("butterfly")),
+        Run("allreduce-master", "allreduce", extra=algorithm("master")),
+        Run("ps-bsp", "ps", extra=ps("bsp")),
+        Run("ps-async", "ps", extra=ps("async")),
+        Run("ps-ssp1", "ps", extra=ps("ssp:1")),
+        Run("ps-ssp4", "ps", extra=ps("ssp:4")),
+        Run("ps-ssp16", "ps", extra=ps("ssp:16")),
+        Run("sma-1", "sma", extra=("--learners-per-device", "1")),
+        Run("sma-2", "sma", extra=("--learners-per-device", "2")),
+        Run("sma-4", "sma", extra=("--learners-per-device", "4")),
+    ]
+
+
 MATRICES = {
     # Under 30 minutes on 2 cores: 28 runs of 8 nodes x 600 steps (13 minutes here).
     "default": lambda: iid_runs() + skewed_runs(0.1) + skewed_runs(1.0),
     "iid": iid_runs,
+    # Parameter servers, the all-reduce family and SMA (issue 19), period 1.
+    "textbook": textbook_runs,
     "skew": lambda: skewed_runs(0.1) + skewed_runs(1.0),
     # For rate-limited links: the baseline against the strategies that save traffic.
     "bandwidth": lambda: [

@@ -114,7 +114,9 @@ def table(summary, target):
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         r = s["reduction"]
-        red = ("—" if not r else "1× (baseline)" if r == 1 else f"{r:.3g}× less" if r > 1 else f"{1 / r:.3g}× more")
+        # Within 1 %: the same traffic (the textbook runs all send a model per step).
+        red = ("—" if not r else "1× (baseline)" if r == 1 else "1× (same)" if abs(r - 1) < 0.01
+               else f"{r:.3g}× less" if r > 1 else f"{1 / r:.3g}× more")
         ttt = f"{s['time_to_target']:.1f} s" if s["time_to_target"] is not None else "not reached"
         lines.append(f"| {s['testbed']} | {s['partition']} | {s['run']} | {s['accuracy']:.2%} | {s['nodes_mean']:.2%} "
                      f"| {_bytes(s['bytes'])} | {_bytes(s['bytes_to_target'])} | {ttt} | {red} | {s['wall']:.1f} s |")

@@ -7,7 +7,11 @@
 
 namespace gossip::sgd {
 
-std::span<float> CentralModel::sync(std::span<const std::span<float>> learners) {
+float CentralModel::alpha(size_t learners) const {
+  return static_cast<float>(alpha_ > 0 ? alpha_ : 1.0 / static_cast<double>(learners));
+}
+
+std::span<float> CentralModel::update(std::span<const std::span<float>> learners) {
   const size_t n = learners.front().size();
   if (z_.size() != n) {  // the first sync: the learners' mean
     first_ = true;
@@ -20,22 +24,23 @@ std::span<float> CentralModel::sync(std::span<const std::span<float>> learners) 
     return z_;
   }
   first_ = false;
-  const float alpha = static_cast<float>(alpha_ > 0 ? alpha_ : 1.0 / learners.size());
+  const float a = alpha(learners.size());
   const float mu = static_cast<float>(momentum_);
-  // z - z_prev is the momentum of the central model; previous_ becomes this z.
   std::vector<float> moved(n, 0.0f);
   for (const auto& w : learners)
-    for (size_t i = 0; i < n; ++i) {
-      const float c = alpha * (w[i] - z_[i]);
-      w[i] -= c;
-      moved[i] += c;
-    }
+    for (size_t i = 0; i < n; ++i) moved[i] += a * (w[i] - z_[i]);
   for (size_t i = 0; i < n; ++i) {
     const float z = z_[i];
     z_[i] = z + moved[i] + mu * (z - previous_[i]);
     previous_[i] = z;
   }
   return z_;
+}
+
+void CentralModel::correct(std::span<const std::span<float>> learners) {
+  const float a = first_ ? 1.0f : alpha(learners.size());
+  for (const auto& w : learners)
+    for (size_t i = 0; i < w.size(); ++i) w[i] -= a * (w[i] - z_[i]);
 }
 
 StrategyDescriptor sma_strategy() {

@@ -1,14 +1,19 @@
 #pragma once
 // Crossbow's synchronous model averaging (Koliousis et al., VLDB 2019): several
 // learners per device, each with its own replica and a small batch, follow a central
-// average model z. At every synchronization each learner j is pulled towards z by the
-// correction c_j = alpha (w_j - z), and z moves by the sum of the corrections plus
-// momentum: z <- z + sum_j c_j + mu (z - z_prev). The learners keep their corrected
-// replicas (they are not reset to z), which is what lets small batches explore.
+// average model z. At every synchronization z moves by the sum of the learners'
+// corrections c_j = alpha (w_j - z) plus momentum, z <- z + sum_j c_j + mu (z - z_prev),
+// and each learner is pulled towards the central model by the same factor. The
+// learners keep their corrected replicas (they are not reset to z), which is what lets
+// small batches explore.
 //
-// In gossipd the learners are the trainers attached to one daemon; the strategy
-// `sma` averages the nodes' central models across nodes like local SGD (the round
-// runs on z). This class is the node's side, pure arithmetic.
+// In gossipd the learners are the trainers attached to one daemon; the strategy `sma`
+// averages the nodes' central models across nodes like local SGD (the round runs on
+// z). The learners are corrected after the round, towards the central model the
+// nodes agreed on, where Crossbow (one machine, nothing to wait for) corrects towards
+// the z before its update: with one learner per node this makes sma local SGD
+// exactly, rather than local SGD one round late. This class is the node's side, pure
+// arithmetic.
 
 #include <cstdint>
 #include <span>
@@ -21,16 +26,17 @@ class CentralModel {
   // alpha 0: 1 / the number of learners at each sync.
   CentralModel(double alpha, double momentum) : alpha_(alpha), momentum_(momentum) {}
 
-  // At a sync point, with every learner's replica (all of one size): the first time,
-  // z <- their mean; after that, corrects each learner in place and moves z. Returns
-  // z, on which the round then runs in place.
-  std::span<float> sync(std::span<const std::span<float>> learners);
-  // Whether the learners take z after this round (true after the first sync only:
-  // every learner starts from the same model).
-  bool learners_take_central() const { return first_; }
-  std::span<float> central() { return z_; }
+  // Before the round, with every learner's replica (all of one size): the first time,
+  // z <- their mean; after that, z moves by the learners' corrections and momentum.
+  // Returns z, on which the round then runs in place.
+  std::span<float> update(std::span<const std::span<float>> learners);
+  // After the round: each learner is pulled towards z by alpha (the first time, every
+  // learner takes z: they all start from one model).
+  void correct(std::span<const std::span<float>> learners);
 
  private:
+  float alpha(size_t learners) const;
+
   double alpha_, momentum_;
   bool first_ = true;
   std::vector<float> z_, previous_;

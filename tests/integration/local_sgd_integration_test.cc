@@ -236,14 +236,15 @@ TEST(LocalSgdIntegration, TrainersOfOneNodeAreAveragedBeforeTheNodesAre) {
 
 // Crossbow's SMA across two daemons: each node's two trainers are learners. The first
 // round gives every learner the mean of the nodes' central models (the learners'
-// means); at the second, each learner is pulled half way (alpha = 1/2) towards its
-// node's central model and keeps that replica, and the central models are averaged.
-TEST(LocalSgdIntegration, SmaLearnersFollowTheirNodesCentralModel) {
+// means). At the second, each node's central model moves by its learners' corrections
+// (alpha = 1/2: to its learners' mean), the nodes average them, and each learner is
+// pulled half way towards that average and keeps the result.
+TEST(LocalSgdIntegration, SmaLearnersFollowTheNodesCentralModel) {
   Cluster cluster(2, {"--period", "1", "--round-timeout", "30", "--strategy", "sma",
                       "--learners-per-device", "2"});
   cluster.start_all();
   const float first[4] = {1.0f, 3.0f, 10.0f, 14.0f};  // central models 2 and 12: mean 7
-  const float second[4] = {9.0f, 7.0f, 5.0f, 7.0f};   // each learner's model before round 2
+  const float second[4] = {9.0f, 7.0f, 7.0f, 7.0f};   // central models 8 and 7: mean 7.5
   const int nodes[4] = {0, 0, 1, 1};
   std::vector<float> after_first(4, -1.0f), after_second(4, -1.0f);
   std::vector<std::string> errors(4);
@@ -278,8 +279,8 @@ TEST(LocalSgdIntegration, SmaLearnersFollowTheirNodesCentralModel) {
   for (int t = 0; t < 4; ++t) {
     ASSERT_EQ(errors[t], "") << "trainer " << t << "\n" << cluster.log(nodes[t]);
     EXPECT_FLOAT_EQ(after_first[t], 7.0f) << "trainer " << t;
-    // w <- w - (w - z) / 2 with z = 7 on both nodes: half way to 7, not 7 itself.
-    EXPECT_FLOAT_EQ(after_second[t], second[t] - 0.5f * (second[t] - 7.0f)) << "trainer " << t;
+    // w <- w - (w - 7.5) / 2: half way to the agreed central model, not onto it.
+    EXPECT_FLOAT_EQ(after_second[t], second[t] - 0.5f * (second[t] - 7.5f)) << "trainer " << t;
   }
 }
 
