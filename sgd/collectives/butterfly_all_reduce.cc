@@ -76,11 +76,8 @@ std::vector<uint32_t> Butterfly::partners(uint32_t rank) const {
 
 Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std::span<float> data,
                                const RingOptions& o) {
-  const compression::Codec* codec =
-      o.compression.codec && o.compression.codec->id() != proto::CodecId::kNone
-          ? o.compression.codec
-          : nullptr;
-  const mesh::Coder coder{codec, o.compression.pool};
+  const mesh::Coder coder = mesh::coder_of(o.compression);
+  const compression::Codec* codec = coder.codec;
   mesh::Links links(by_rank, o.wait);
   const Butterfly b(o.size);
   if (codec && !ring_reduces_compressed(codec->id())) return gather(links, b, data, o, coder);

@@ -45,6 +45,11 @@ Status Links::wait_sends() {
   return Status::ok();
 }
 
+Coder coder_of(const Compression& c) {
+  const bool raw = !c.codec || c.codec->id() == proto::CodecId::kNone;
+  return Coder{raw ? nullptr : c.codec, c.pool};
+}
+
 uint64_t Coder::max_bytes(uint64_t numel) const {
   return codec ? codec->max_encoded_bytes(numel) : numel * sizeof(float);
 }

@@ -54,4 +54,7 @@ struct Coder {
   Status decode(std::span<const std::byte> in, uint64_t seed, std::span<float> y) const;
 };
 
+// The coder of a collective's compression: raw when there is no codec or it is "none".
+Coder coder_of(const Compression& c);
+
 }  // namespace gossip::sgd::mesh

@@ -23,9 +23,14 @@
 #include "compression/codec_spec.h"
 #include "compression/error_feedback.h"
 #include "peers/ring_channel.h"
+#include "tests/sgd/all_reduce_checks.h"
 
 namespace gossip::sgd {
 namespace {
+
+using testing::expect_all_ok;
+using testing::expect_same_bits;
+using testing::random_data;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -102,30 +107,10 @@ class RingTest : public ::testing::TestWithParam<std::string> {
     return st;
   }
 
-  static std::vector<std::vector<float>> random_data(uint32_t n, uint64_t numel, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<std::vector<float>> d(n, std::vector<float>(numel));
-    for (auto& v : d)
-      for (auto& x : v) x = dist(rng);
-    return d;
-  }
-
   std::vector<Rank> ranks_;
   std::vector<Status> connect_results_;
   uint64_t gather_below_bytes_ = RingOptions{}.gather_below_bytes;
 };
-
-void expect_all_ok(const std::vector<Status>& st) {
-  for (size_t r = 0; r < st.size(); ++r)
-    ASSERT_TRUE(st[r].is_ok()) << "rank " << r << ": " << st[r].message();
-}
-
-void expect_same_bits(const std::vector<std::vector<float>>& d) {
-  for (size_t r = 1; r < d.size(); ++r)
-    ASSERT_TRUE(d[r].empty() || std::memcmp(d[r].data(), d[0].data(), d[0].size() * 4) == 0)
-        << "rank " << r << " ended with other bits than rank 0";
-}
 
 TEST_P(RingTest, MeanMatchesAnIndependentSumForAnyLength) {
   for (uint32_t n : {2u, 3u, 4u, 8u}) {
@@ -188,69 +173,19 @@ TEST_P(RingTest, SixtyFourMebibytesOnFourRanks) {
   EXPECT_EQ(after.payload_sent - before.payload_sent, 2 * (n - 1) * (numel / n) * 4);
 }
 
-// The compressed rings: every rank ends with the same bits; fp16/bf16/int8 stay within
-// their quantization error of the mean; top-k with error feedback equals the mean of
-// the contributions decoded independently here.
 TEST_P(RingTest, CompressedHopsStayCloseAndIdentical) {
-  const uint32_t n = 4;
-  start(n);
+  start(4);
   if (IsSkipped()) return;
   expect_all_ok(connect_results_);
-  uint64_t round = 0;
-  for (const char* spec : {"fp16", "bf16", "int8"}) {
-    auto codec = compression::make_codec(spec);
-    ASSERT_TRUE(codec.is_ok());
-    const uint64_t numel = 100003;
-    auto data = random_data(n, numel, 11);
-    std::vector<double> want(numel, 0.0);
-    for (const auto& v : data)
-      for (uint64_t i = 0; i < numel; ++i) want[i] += v[i] / n;
-    expect_all_ok(mean(data, round++, {codec->codec.get(), nullptr, nullptr}, {}, 1000));
-    expect_same_bits(data);
-    double err = 0, norm = 0;
-    for (uint64_t i = 0; i < numel; ++i) {
-      err += (data[0][i] - want[i]) * (data[0][i] - want[i]);
-      norm += want[i] * want[i];
-    }
-    // Relative L2 error: bf16 keeps 8 bits, int8 7 bits of the block's absmax, per hop.
-    EXPECT_LT(std::sqrt(err / norm), std::string(spec) == "fp16" ? 1e-3 : 0.05) << spec;
-  }
+  testing::check_compressed_hops(4, [&](auto&&... a) { return mean(a...); });
 }
 
 TEST_P(RingTest, SparseContributionsAreGatheredAndSummedInRankOrder) {
-  const uint32_t n = 3;
-  start(n);
+  start(3);
   if (IsSkipped()) return;
   expect_all_ok(connect_results_);
-  auto codec = compression::make_codec("topk:0.01");
-  ASSERT_TRUE(codec.is_ok());
-  const uint64_t numel = 20000, chunk = 5000;
-  std::vector<std::unique_ptr<compression::ErrorFeedback>> residual;
-  std::vector<compression::ErrorFeedback*> ef;
-  for (uint32_t r = 0; r < n; ++r) {
-    residual.push_back(std::make_unique<compression::ErrorFeedback>(*codec->codec, numel));
-    ef.push_back(residual.back().get());
-  }
-  for (uint64_t round = 0; round < 3; ++round) {
-    auto data = random_data(n, numel, 50 + round);
-    // Independently: each contribution through its own residual, decoded, summed in rank order.
-    std::vector<float> want(numel, 0.0f);
-    for (uint32_t r = 0; r < n; ++r) {
-      compression::ErrorFeedback copy = *residual[r];
-      for (uint64_t off = 0; off < numel; off += chunk) {
-        std::vector<std::byte> payload;
-        std::vector<float> sent(chunk);
-        ASSERT_TRUE(
-            copy.encode(std::span<const float>(data[r]).subspan(off, chunk), off, {}, payload, sent)
-                .is_ok());
-        for (uint64_t i = 0; i < chunk; ++i) want[off + i] += sent[i];
-      }
-    }
-    for (float& x : want) x /= static_cast<float>(n);
-    expect_all_ok(mean(data, round, {codec->codec.get(), nullptr, nullptr}, ef, chunk));
-    expect_same_bits(data);
-    ASSERT_EQ(std::memcmp(data[0].data(), want.data(), numel * 4), 0) << "round " << round;
-  }
+  for (const char* spec : {"topk:0.01", "randk:0.05"})
+    testing::check_sparse_contributions(3, spec, [&](auto&&... a) { return mean(a...); });
 }
 
 TEST_P(RingTest, ADeadRankFailsTheOthersWithinTheTimeoutNamingAPeer) {

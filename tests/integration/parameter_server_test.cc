@@ -1,0 +1,92 @@
+// Parameter servers between real daemons (sgd/ps/): a server that dies fails its
+// workers' rounds with an error naming it, within --dead-after; a worker that dies
+// under async stops nobody.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gossip/client.h"
+#include "harness.h"
+#include "test_client.h"
+
+namespace gossip::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct Worker {
+  std::unique_ptr<Client> client;
+  std::span<float> w;
+};
+
+std::vector<Worker> attach_all(Cluster& cluster, int nodes) {
+  std::vector<Worker> out;
+  for (int i = 0; i < nodes; ++i) {
+    Worker k;
+    k.client = connect_to(cluster, i, 30s);
+    EXPECT_TRUE(k.client);
+    if (!k.client) return {};
+    auto m = k.client->attach({{"w", 4096}});
+    EXPECT_TRUE(m.is_ok()) << m.status().message();
+    if (!m.is_ok()) return {};
+    k.w = m->tensors[0];
+    for (auto& x : k.w) x = static_cast<float>(i);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+// Steps every listed worker once, in parallel; returns each one's error ("" when it synced).
+std::vector<std::string> step(std::vector<Worker>& workers, const std::vector<int>& who) {
+  std::vector<std::string> errors(workers.size());
+  std::vector<std::jthread> threads;
+  for (int i : who)
+    threads.emplace_back([&, i] {
+      for (auto& x : workers[i].w) x += 0.5f;
+      auto r = workers[i].client->step();
+      errors[i] = r ? "" : r.status().message();
+    });
+  return errors;
+}
+
+TEST(ParameterServerProcesses, AKilledServerFailsEveryWorkerNamingIt) {
+  Cluster cluster(3, {"--strategy", "ps", "--servers", "1", "--period", "1", "--round-timeout",
+                      "30", "--dead-after", "1", "--heartbeat", "0.2"});
+  cluster.start_all();
+  auto workers = attach_all(cluster, 3);
+  ASSERT_EQ(workers.size(), 3u);
+  for (const auto& e : step(workers, {0, 1, 2})) ASSERT_EQ(e, "");
+  // All start from the server's model (node 0's): 0, then + 0.5 each step, averaged.
+  EXPECT_FLOAT_EQ(workers[2].w[7], 0.5f);
+  cluster.daemon(0).signal(SIGKILL);
+  const auto t0 = Clock::now();
+  const auto errors = step(workers, {1, 2});
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (int i : {1, 2})
+    EXPECT_NE(errors[i].find("parameter server node 0 (shard 0)"), std::string::npos)
+        << "worker " << i << ": " << errors[i] << "\n" << cluster.log(i);
+  EXPECT_LT(took, 10.0) << "within --dead-after (1 s) and the client's margin, not the round timeout";
+}
+
+TEST(ParameterServerProcesses, ADeadWorkerStopsNobodyUnderAsync) {
+  Cluster cluster(3, {"--strategy", "ps", "--servers", "1", "--ps-mode", "async", "--period",
+                      "1", "--round-timeout", "30", "--dead-after", "1", "--heartbeat", "0.2"});
+  cluster.start_all();
+  auto workers = attach_all(cluster, 3);
+  ASSERT_EQ(workers.size(), 3u);
+  for (const auto& e : step(workers, {0, 1, 2})) ASSERT_EQ(e, "");
+  cluster.daemon(2).signal(SIGKILL);
+  const auto t0 = Clock::now();
+  for (int s = 0; s < 5; ++s)
+    for (const auto& e : step(workers, {0, 1})) ASSERT_EQ(e, "") << "step " << s;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+}
+
+}  // namespace
+}  // namespace gossip::testing
