@@ -383,9 +383,9 @@ const std::array<Field, 43>& fields() {
            [](const C& c) -> uint64_t { return c.strategy.learners_per_device; },
            [](C& c, uint64_t v) { c.strategy.learners_per_device = static_cast<uint32_t>(v); }}},
       {"strategy.sma_alpha", "--sma-alpha", "X",
-       "sma: how far each learner is pulled towards the central model per sync, in [0, 1]; 0: 1 / "
-       "the learners",
-       NumberSpec{{0, true, 1.0 + 1e-12},
+       "sma: how far each learner is pulled towards the central model per sync (alpha x learners "
+       "<= 1); 0: 1 / the learners",
+       NumberSpec{{0, true, std::nullopt},
                   [](const C& c) { return c.strategy.sma_alpha; },
                   [](C& c, double v) { c.strategy.sma_alpha = v; }}},
       {"strategy.sma_momentum", "--sma-momentum", "X",

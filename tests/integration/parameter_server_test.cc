@@ -70,13 +70,15 @@ TEST(ParameterServerProcesses, AKilledServerFailsEveryWorkerNamingIt) {
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   for (int i : {1, 2})
     EXPECT_NE(errors[i].find("parameter server node 0 (shard 0)"), std::string::npos)
-        << "worker " << i << ": " << errors[i] << "\n" << cluster.log(i);
-  EXPECT_LT(took, 10.0) << "within --dead-after (1 s) and the client's margin, not the round timeout";
+        << "worker " << i << ": " << errors[i] << "\n"
+        << cluster.log(i);
+  EXPECT_LT(took, 10.0)
+      << "within --dead-after (1 s) and the client's margin, not the round timeout";
 }
 
 TEST(ParameterServerProcesses, ADeadWorkerStopsNobodyUnderAsync) {
-  Cluster cluster(3, {"--strategy", "ps", "--servers", "1", "--ps-mode", "async", "--period",
-                      "1", "--round-timeout", "30", "--dead-after", "1", "--heartbeat", "0.2"});
+  Cluster cluster(3, {"--strategy", "ps", "--servers", "1", "--ps-mode", "async", "--period", "1",
+                      "--round-timeout", "30", "--dead-after", "1", "--heartbeat", "0.2"});
   cluster.start_all();
   auto workers = attach_all(cluster, 3);
   ASSERT_EQ(workers.size(), 3u);

@@ -91,8 +91,8 @@ inline void check_sparse_contributions(uint32_t n, const std::string& spec, cons
       for (uint64_t c = 0; c * chunk < numel; ++c) {
         std::vector<std::byte> payload;
         std::vector<float> sent(chunk);
-        ASSERT_TRUE(copy.encode(std::span<const float>(data[r]).subspan(c * chunk, chunk), c * chunk,
-                                {chunk_seed(round, r, c), nullptr}, payload, sent)
+        ASSERT_TRUE(copy.encode(std::span<const float>(data[r]).subspan(c * chunk, chunk),
+                                c * chunk, {chunk_seed(round, r, c), nullptr}, payload, sent)
                         .is_ok());
         for (uint64_t i = 0; i < chunk; ++i) want[c * chunk + i] += sent[i];
       }
