@@ -130,34 +130,33 @@ void ParameterServer::absorb(peers::Incoming& in) {
       if (m.offset > s->shard.numel || m.numel > s->shard.numel - m.offset)
         return drop(fmt::format("ps-push slice [{}, +{}) outside shard {} of {} elements", m.offset,
                                 m.numel, m.shard, s->shard.numel));
-      decoded_.resize(m.numel);
       const compression::Codec* codec =
           compressing(options_.compression.codec) ? options_.compression.codec : nullptr;
       if (m.codec != (codec ? codec->id() : proto::CodecId::kNone))
         return drop(fmt::format("ps-push in codec {}, this node runs {}",
                                 proto::codec_name(m.codec),
                                 codec ? proto::codec_name(codec->id()) : "none"));
+      // Decoded straight into the worker's push buffer.
+      const std::span<float> dst = slice_of_push(*s, in.peer, in.round(), m.offset, m.numel);
+      if (dst.empty()) return;
       const auto bytes =
           std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
       Status st;
       if (codec)
-        st = codec->decode(bytes,
-                           {chunk_seed(in.round(), in.peer, s->shard.offset + m.offset), nullptr},
-                           decoded_);
+        st = codec->decode(
+            bytes, {chunk_seed(in.round(), in.peer, s->shard.offset + m.offset), nullptr}, dst);
       else
-        std::memcpy(decoded_.data(), bytes.data(), bytes.size());
-      if (!st) return drop("ps-push: " + st.message());
-      for (float x : decoded_)
-        if (!std::isfinite(x)) {
-          // The whole push is left out of its clock, which goes on without it.
-          Push rejected;
-          rejected.clock = in.round();
-          rejected.complete = rejected.rejected = true;
-          s->pushes[in.peer] = std::move(rejected);
-          serve(*s);
-          return drop("ps-push with NaN or Inf: this worker's update is left out of the clock");
-        }
-      on_push(in.peer, m.shard, in.round(), m.offset, decoded_, m.numel);
+        std::memcpy(dst.data(), bytes.data(), bytes.size());
+      const bool finite = st.is_ok() && std::all_of(dst.begin(), dst.end(),
+                                                    [](float x) { return std::isfinite(x); });
+      if (!finite) {
+        // The whole push is left out of its clock, which goes on without it.
+        reject(*s, in.peer, in.round());
+        return drop(st.is_ok() ? "ps-push with NaN or Inf: this worker's update is left out of "
+                                 "its clock"
+                               : "ps-push: " + st.message() + " (left out of its clock)");
+      }
+      landed(*s, in.peer, m.numel);
       return;
     }
     case proto::Kind::kPsPull: {
@@ -207,13 +206,12 @@ void ParameterServer::absorb(peers::Incoming& in) {
   }
 }
 
-void ParameterServer::on_push(uint32_t worker, uint32_t shard, uint64_t clock, uint64_t offset,
-                              std::span<const float> values, uint64_t numel) {
-  Served& s = *served(shard);
+std::span<float> ParameterServer::slice_of_push(Served& s, uint32_t worker, uint64_t clock,
+                                                uint64_t offset, uint64_t numel) {
   if (!s.ready) {
     control_.note_dropped(worker,
-                          fmt::format("ps-push for shard {} before it has parameters", shard));
-    return;
+                          fmt::format("ps-push for shard {} before it has parameters", s.index));
+    return {};
   }
   Push& p = s.pushes[worker];
   if (offset == 0) {
@@ -221,27 +219,39 @@ void ParameterServer::on_push(uint32_t worker, uint32_t shard, uint64_t clock, u
     if (last != s.clock.end() && clock <= last->second) {
       control_.note_dropped(
           worker, fmt::format("ps-push of clock {}, not after its last ({})", clock, last->second));
-      return;
+      return {};
     }
-    p = Push{};
+    // The buffer is the worker's from push to push: every slice overwrites its part.
     p.clock = clock;
-    p.update.assign(s.shard.numel, 0.0f);
+    p.got = 0;
+    p.complete = p.rejected = false;
+    p.update.resize(s.shard.numel);
   } else if (p.complete || p.clock != clock || offset != p.got) {
     control_.note_dropped(
         worker, fmt::format("ps-push slice at {} of clock {} out of order", offset, clock));
-    return;
+    return {};
   }
-  std::copy(values.begin(), values.begin() + static_cast<ptrdiff_t>(numel),
-            p.update.begin() + static_cast<ptrdiff_t>(offset));
+  return std::span(p.update).subspan(offset, numel);
+}
+
+void ParameterServer::landed(Served& s, uint32_t worker, uint64_t numel) {
+  Push& p = s.pushes[worker];
   p.got += numel;
   if (p.got < s.shard.numel) return;
   p.complete = true;
-  s.clock[worker] = clock;
+  s.clock[worker] = p.clock;
   if (options_.mode != Mode::kBsp) {
     // Downpour: every push moves the shard at once, by 1/n of the worker's change.
     s.optimizer->step(s.params, p.update, 1.0f / static_cast<float>(nodes().size()));
-    s.pushes.erase(worker);
   }
+  serve(s);
+}
+
+void ParameterServer::reject(Served& s, uint32_t worker, uint64_t clock) {
+  Push& p = s.pushes[worker];
+  p.clock = clock;
+  p.complete = p.rejected = true;
+  s.clock[worker] = clock;
   serve(s);
 }
 
@@ -292,8 +302,6 @@ void ParameterServer::serve(Served& s) {
         for (size_t i = 0; i < mean.size(); ++i) mean[i] += p->update[i];
       s.optimizer->step(s.params, mean, 1.0f / static_cast<float>(in.size()));
       s.version = next;
-      for (auto it = s.pushes.begin(); it != s.pushes.end();)
-        it = it->second.clock <= next ? s.pushes.erase(it) : std::next(it);
       if (in.size() < nodes().size())
         spdlog::warn(
             "ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
@@ -394,7 +402,11 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
         payload->assign(raw.begin(), raw.end());
       }
       if (server == self()) {
-        on_push(self(), s, clock, off, x, n);
+        Served& own = *served(s);
+        const std::span<float> dst = slice_of_push(own, self(), clock, off, n);
+        if (dst.empty()) continue;
+        std::copy(x.begin(), x.end(), dst.begin());
+        landed(own, self(), n);
         continue;
       }
       const proto::PsPush m{s, off, n, codec ? codec->id() : proto::CodecId::kNone, layout_};

@@ -110,8 +110,12 @@ class ParameterServer final : public Strategy {
 
   // Server side.
   void absorb(peers::Incoming& in);
-  void on_push(uint32_t worker, uint32_t shard, uint64_t clock, uint64_t offset,
-               std::span<const float> values, uint64_t numel);
+  // Where the slice [offset, + numel) of a worker's push of `clock` lands; empty when
+  // it is dropped (noted against the worker).
+  std::span<float> slice_of_push(Served& s, uint32_t worker, uint64_t clock, uint64_t offset,
+                                 uint64_t numel);
+  void landed(Served& s, uint32_t worker, uint64_t numel);  // completes the push at its last slice
+  void reject(Served& s, uint32_t worker, uint64_t clock);  // the clock goes on without it
   void on_pull(uint32_t worker, uint32_t shard, uint64_t clock);
   void serve(Served& s);  // applies what can be applied, answers what can be answered
   bool may_answer(const Served& s, uint64_t clock) const;
@@ -128,7 +132,6 @@ class ParameterServer final : public Strategy {
   uint64_t layout_ = 0;
   uint64_t numel_ = 0;
   std::vector<Served> served_;
-  std::vector<float> decoded_;
   std::atomic<uint64_t> max_lead_{0};
 
   bool started_ = false;
