@@ -39,8 +39,7 @@ uint64_t chunks_of(uint64_t numel, uint64_t chunk_elems) {
 }  // namespace
 
 Butterfly::Butterfly(uint32_t n)
-    : n_(n),
-      p_(std::bit_floor(n)),
+    : p_(std::bit_floor(n)),
       r_(n - std::bit_floor(n)),
       steps_(static_cast<uint32_t>(std::countr_zero(std::bit_floor(n)))) {}
 

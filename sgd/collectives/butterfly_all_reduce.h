@@ -48,7 +48,7 @@ class Butterfly {
   std::vector<uint32_t> partners(uint32_t rank) const;  // ascending
 
  private:
-  uint32_t n_, p_, r_, steps_;
+  uint32_t p_, r_, steps_;
 };
 
 class ButterflyAllReduce final : public MeshAllReduce {
