@@ -731,8 +731,11 @@ void print_table(const Outcome& outcome, const Totals& totals) {
   std::fflush(stdout);
 }
 
-// Local SGD averages over all nodes: its "topology" is the complete graph.
+// Local SGD averages over all nodes: its "topology" is the complete graph; parameter
+// servers have none (and no spectral gap).
 std::string topology_label(const ClusterOptions& o) {
+  const sgd::StrategyDescriptor* s = sgd::find_strategy(o.daemon.strategy.name);
+  if (s && s->fabric == sgd::Fabric::kServers) return "servers";
   return averages_all(o.daemon) ? "complete" : o.daemon.topology_spec();
 }
 
@@ -1108,8 +1111,11 @@ int run_cluster(const ClusterOptions& given) {
     }
     if (!dir->temporary()) std::fprintf(stderr, "gossipctl: logs are in %s\n", dir->path().c_str());
   }
-  // Only the all-reduce strategies leave every node with the same model at the end.
-  if (!outcome.results.empty() && averages_all(options.daemon)) {
+  // Only the all-reduce strategies leave every node with the same model at the end
+  // (not SMA, whose learners keep replicas of their own).
+  const sgd::StrategyDescriptor* strategy = sgd::find_strategy(options.daemon.strategy.name);
+  if (!outcome.results.empty() && averages_all(options.daemon) && strategy &&
+      !strategy->central_model) {
     double lo = INFINITY, hi = -INFINITY;
     for (const TrainerResult& r : outcome.results) {
       lo = std::min(lo, r.accuracy_average);
