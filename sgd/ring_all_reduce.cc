@@ -7,6 +7,7 @@
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
+#include "sgd/vector_ops.h"
 
 namespace gossip::sgd {
 namespace {
@@ -16,16 +17,6 @@ using compression::CodecContext;
 uint64_t tag_of(uint64_t round, uint32_t sequence) { return (round << 32) | sequence; }
 
 bool is_raw(const Compression& c) { return !c.codec || c.codec->id() == proto::CodecId::kNone; }
-
-// Plain loops over restrict pointers, so that the compiler vectorizes them (a span's
-// elements may alias anything; this file is built with -O3, see CMakeLists.txt).
-void add_into(float* __restrict dst, const float* __restrict in, size_t n) {
-  for (size_t k = 0; k < n; ++k) dst[k] += in[k];
-}
-void divide(float* __restrict x, size_t count, float n) {
-  for (size_t k = 0; k < count; ++k)
-    x[k] /= n;  // a division, not * (1/n): the exact mean's rounding
-}
 
 }  // namespace
 

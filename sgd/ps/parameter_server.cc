@@ -58,7 +58,11 @@ ParameterServer::ParameterServer(peers::Router& router, ParameterServerOptions o
       subscription_(router.subscribe(
           {proto::Kind::kPsPush, proto::Kind::kPsPull, proto::Kind::kPsParams, proto::Kind::kBye},
           [this](peers::Incoming& in) { absorb(in); })) {
-  const auto all = nodes();
+  nodes_.push_back(self());
+  for (const auto& p : control_.peers())
+    if (p.id != self()) nodes_.push_back(p.id);
+  std::sort(nodes_.begin(), nodes_.end());
+  const auto& all = nodes_;
   for (uint32_t s = 0; s < options_.servers && s < all.size(); ++s)
     if (all[s] == self()) {
       served_.emplace_back();
@@ -76,14 +80,6 @@ ParameterServer::~ParameterServer() {
 }
 
 uint32_t ParameterServer::self() const { return control_.self(); }
-
-std::vector<uint32_t> ParameterServer::nodes() const {
-  std::vector<uint32_t> out{self()};
-  for (const auto& p : control_.peers())
-    if (p.id != self()) out.push_back(p.id);
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 bool ParameterServer::live(uint32_t worker) const {
   if (worker == self()) return true;

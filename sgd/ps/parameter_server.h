@@ -103,7 +103,8 @@ class ParameterServer final : public Strategy {
   };
 
   uint32_t self() const;
-  std::vector<uint32_t> nodes() const;  // every node, self included, ascending
+  // Every node, self included, ascending (the peer list is fixed).
+  const std::vector<uint32_t>& nodes() const { return nodes_; }
   uint32_t server_of(uint32_t shard) const { return nodes()[shard]; }
   bool live(uint32_t worker) const;
   void heartbeats();
@@ -129,6 +130,7 @@ class ParameterServer final : public Strategy {
   peers::Router& router_;
   peers::PeerChannel& control_;
   ParameterServerOptions options_;
+  std::vector<uint32_t> nodes_;
   uint64_t layout_ = 0;
   uint64_t numel_ = 0;
   std::vector<Served> served_;
