@@ -241,9 +241,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 43>& fields() {
+const std::array<Field, 44>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 43> kFields = {{
+  static const std::array<Field, 44> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -348,6 +348,12 @@ const std::array<Field, 43>& fields() {
        IntegerSpec{{1, kMaxNodes, 1},
                    [](const C& c) -> uint64_t { return c.strategy.servers; },
                    [](C& c, uint64_t v) { c.strategy.servers = static_cast<uint32_t>(v); }}},
+      {"strategy.ps_replicas", "--ps-replicas", "R",
+       "ps: replicas of each shard on the next R nodes (chain replication): when a server dies "
+       "its workers go on with the next holder; 0: none",
+       IntegerSpec{{0, kMaxNodes - 1, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.ps_replicas; },
+                   [](C& c, uint64_t v) { c.strategy.ps_replicas = static_cast<uint32_t>(v); }}},
       {"strategy.ps_mode", "--ps-mode", "bsp|async|ssp:S",
        "ps: bsp (every clock waits for every live worker), async (Downpour: nobody waits) or "
        "ssp:S (no worker more than S clocks ahead of the slowest)",
@@ -785,6 +791,7 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
     const auto& sc = c.strategy;
     const std::pair<const char*, bool> ps_set[] = {
         {"strategy.servers", sc.servers != defaults.servers},
+        {"strategy.ps_replicas", sc.ps_replicas != defaults.ps_replicas},
         {"strategy.ps_mode", sc.ps_mode != defaults.ps_mode},
         {"strategy.ps_fetch", sc.ps_fetch != defaults.ps_fetch},
         {"strategy.ps_optimizer", sc.ps_optimizer != defaults.ps_optimizer},
@@ -814,6 +821,10 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
       return key_error(
           o, "strategy.servers",
           fmt::format("{} servers, but the cluster has {} nodes", sc.servers, c.nodes()));
+    if (strategy->takes("servers") && sc.ps_replicas >= c.nodes())
+      return key_error(o, "strategy.ps_replicas",
+                       fmt::format("{} replicas of each shard need {} nodes, the cluster has {}",
+                                   sc.ps_replicas, sc.ps_replicas + 1, c.nodes()));
     if (strategy->takes("servers") && sc.ps_fetch > 1 && sc.ps_mode == "bsp")
       return key_error(o, "strategy.ps_fetch",
                        "bsp pulls after every push (ps_fetch is for async and ssp)");

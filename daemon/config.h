@@ -64,6 +64,7 @@ struct StrategyConfig {
   bool elastic_ring() const { return elastic == "on"; }
   // Parameter servers (strategy ps, sgd/ps/parameter_server.h).
   uint32_t servers = 1;              // K: the nodes of the K lowest ids serve a shard each
+  uint32_t ps_replicas = 0;          // holders of each shard besides its server
   std::string ps_mode = "bsp";       // bsp, async or ssp:S
   uint64_t ps_fetch = 1;             // async, ssp: pull every N pushes
   std::string ps_optimizer = "sgd";  // the servers' optimizer: sgd, momentum or adam

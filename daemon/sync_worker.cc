@@ -175,6 +175,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   auto server_optimizer = sgd::parse_server_optimizer(sc.ps_optimizer);
   if (!server_optimizer) return server_optimizer.status();
   r.params.ps.servers = sc.servers;
+  r.params.ps.replicas = sc.ps_replicas;
   r.params.ps.mode = *mode;
   r.params.ps.staleness = staleness;
   r.params.ps.fetch = sc.ps_fetch;

@@ -89,7 +89,12 @@ bool write_wire_headers(const fs::path& root) {
   write("ps-push_fp16", proto::PsPush{0, 0, 1000, proto::CodecId::kFp16, kLayout}, 2000);
   write("ps-pull", proto::PsPull{2, kLayout}, 0);
   write("ps-params", proto::PsParams{0, 0, 1000, proto::CodecId::kNone, kLayout}, 4000);
-  static_assert(proto::kMaxKind == 15, "a new kind: add its seed above");
+  write("ps-replica", proto::PsReplica{0, 0, 1000, proto::PsReplica::kUpdate, 2, 4, kLayout}, 4000);
+  write("ps-replica_snapshot",
+        proto::PsReplica{1, 8, 100, proto::PsReplica::kSnapshot, 0, 1, kLayout}, 400);
+  write("ps-replica_request", proto::PsReplica{1, 0, 0, proto::PsReplica::kRequest, 0, 1, kLayout},
+        0);
+  static_assert(proto::kMaxKind == 16, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",

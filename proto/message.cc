@@ -44,6 +44,8 @@ const char* kind_name(Kind k) {
       return "ps-pull";
     case Kind::kPsParams:
       return "ps-params";
+    case Kind::kPsReplica:
+      return "ps-replica";
   }
   return "?";
 }
@@ -207,6 +209,13 @@ Status check(const Envelope& e, const Body& body) {
         } else if constexpr (std::is_same_v<T, PsPush> || std::is_same_v<T, PsParams>) {
           return check_slice(e, m.offset, m.numel, m.codec);
         } else if constexpr (std::is_same_v<T, StateChunk>) {
+          return check_slice(e, m.offset, m.numel, CodecId::kNone);
+        } else if constexpr (std::is_same_v<T, PsReplica>) {
+          if (m.what > PsReplica::kRequest)
+            return Status::protocol(fmt::format("ps-replica of unknown what={}", m.what));
+          if (m.what == PsReplica::kRequest) return check_payload_less(e);
+          if (m.what == PsReplica::kUpdate && m.divisor == 0)
+            return Status::protocol("ps-replica with divisor=0");
           return check_slice(e, m.offset, m.numel, CodecId::kNone);
         } else if constexpr (std::is_same_v<T, NcclId>) {
           if (e.length != kNcclIdBytes)

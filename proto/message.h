@@ -45,8 +45,9 @@ enum class Kind : uint8_t {
   kPsPush = 13,
   kPsPull = 14,
   kPsParams = 15,
+  kPsReplica = 16,
 };
-inline constexpr uint8_t kMaxKind = 15;
+inline constexpr uint8_t kMaxKind = 16;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -257,10 +258,34 @@ struct PsParams {
   }
 };
 
+// Replica servers (--ps-replicas): a shard's holder hands the next live holder of
+// its chain what it applied, so that the replica holds the same parameters and takes
+// over when the holder dies. `what`: an update the holder applied with weight
+// 1 / divisor, from `worker`; a snapshot of the shard's parameters (the answer to a
+// request); or a request for a snapshot (a replica that starts, or lost its feeder;
+// no payload). The envelope's round is the shard's version (bsp) or the worker's
+// clock (async, ssp). Payload: raw fp32.
+struct PsReplica {
+  static constexpr Kind kKind = Kind::kPsReplica;
+  enum What : uint8_t { kUpdate = 0, kSnapshot = 1, kRequest = 2 };
+  uint32_t shard = 0;
+  uint64_t offset = 0;  // within the shard
+  uint64_t numel = 0;
+  uint8_t what = kUpdate;
+  uint32_t worker = 0;
+  uint32_t divisor = 1;
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("shard", shard), f("offset", offset), f("numel", numel), f("what", what);
+    f("worker", worker), f("divisor", divisor), f("layout", layout);
+  }
+};
+
 // In Kind order: Body's index is the kind minus one.
-using Body =
-    std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
-                 StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull, PsParams>;
+using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
+                          StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull,
+                          PsParams, PsReplica>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

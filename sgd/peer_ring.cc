@@ -352,14 +352,21 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
                                   : ""));
     router_.poll(std::min(until(address_deadline), std::chrono::milliseconds(50)));
   }
+  // The first partner whose address names another model layout.
+  const auto mismatch = [&]() -> std::optional<Status> {
+    for (uint32_t peer : partners)
+      if (const Address* a = address_of(peer);
+          a && a->layout != 0 && layout_ != 0 && a->layout != layout_)
+        return Status::mismatch(fmt::format(
+            "all-reduce: peer {} has another model layout (fingerprint {:#x}, ours {:#x})", peer,
+            a->layout, layout_));
+    return std::nullopt;
+  };
+  if (auto st = mismatch()) return *st;
   const uint64_t view = membership_.view_id();
   std::vector<peers::MeshEnd> ends;
   for (uint32_t peer : partners) {
     const Address& a = *address_of(peer);
-    if (a.layout != 0 && layout_ != 0 && a.layout != layout_)
-      return Status::mismatch(fmt::format(
-          "all-reduce: peer {} has another model layout (fingerprint {:#x}, ours {:#x})", peer,
-          a.layout, layout_));
     ends.push_back({.peer = peer,
                     .host = hosts_[peer],
                     .port = a.port,
@@ -376,7 +383,13 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
     if ((stale & kMeshLinks) && channels.is_ok())
       return Status::closed("all-reduce: a partner moved while connecting");
   }
-  if (!channels.is_ok()) return channels.status();
+  if (!channels.is_ok()) {
+    // As for the ring: a partner with another model says so in an address that may
+    // have come while we waited (it attached after announcing without a layout).
+    drain(std::chrono::milliseconds(0));
+    if (auto st = mismatch()) return *st;
+    return channels.status();
+  }
   mesh_ = std::move(channels).value();
   links_.assign(order().ids.size(), nullptr);
   for (size_t i = 0; i < ends.size(); ++i) {

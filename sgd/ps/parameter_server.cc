@@ -55,19 +55,26 @@ ParameterServer::ParameterServer(peers::Router& router, ParameterServerOptions o
     : router_(router),
       control_(router.transport()),
       options_(options),
-      subscription_(router.subscribe(
-          {proto::Kind::kPsPush, proto::Kind::kPsPull, proto::Kind::kPsParams, proto::Kind::kBye},
-          [this](peers::Incoming& in) { absorb(in); })) {
+      subscription_(
+          router.subscribe({proto::Kind::kPsPush, proto::Kind::kPsPull, proto::Kind::kPsParams,
+                            proto::Kind::kPsReplica, proto::Kind::kBye},
+                           [this](peers::Incoming& in) { absorb(in); })) {
   nodes_.push_back(self());
   for (const auto& p : control_.peers())
     if (p.id != self()) nodes_.push_back(p.id);
   std::sort(nodes_.begin(), nodes_.end());
-  const auto& all = nodes_;
-  for (uint32_t s = 0; s < options_.servers && s < all.size(); ++s)
-    if (all[s] == self()) {
-      served_.emplace_back();
-      served_.back().index = s;
-    }
+  options_.servers = std::min<uint32_t>(options_.servers, static_cast<uint32_t>(nodes_.size()));
+  options_.replicas =
+      std::min<uint32_t>(options_.replicas, static_cast<uint32_t>(nodes_.size()) - 1);
+  active_.assign(options_.servers, 0);
+  sent_.resize(options_.servers);
+  for (uint32_t s = 0; s < options_.servers; ++s)
+    for (uint32_t j = 0; j <= options_.replicas; ++j)
+      if (holder(s, j) == self()) {
+        served_.emplace_back();
+        served_.back().index = s;
+        served_.back().link = j;
+      }
 }
 
 ParameterServer::~ParameterServer() {
@@ -99,7 +106,10 @@ void ParameterServer::heartbeats() {
   if (!served_.empty())
     to = nodes();
   else
-    for (uint32_t s = 0; s < options_.servers; ++s) to.push_back(server_of(s));
+    for (uint32_t s = 0; s < options_.servers; ++s)
+      for (uint32_t j = 0; j <= options_.replicas; ++j) to.push_back(holder(s, j));
+  std::sort(to.begin(), to.end());
+  to.erase(std::unique(to.begin(), to.end()), to.end());
   for (uint32_t id : to)
     if (id != self()) (void)control_.send(id, 0, proto::Heartbeat{});
 }
@@ -132,6 +142,7 @@ void ParameterServer::absorb(peers::Incoming& in) {
         return drop(fmt::format("ps-push in codec {}, this node runs {}",
                                 proto::codec_name(m.codec),
                                 codec ? proto::codec_name(codec->id()) : "none"));
+      if (s->link > 0 && !s->took_over) take_over(*s, in.peer);
       // Decoded straight into the worker's push buffer.
       const std::span<float> dst = slice_of_push(*s, in.peer, in.round(), m.offset, m.numel);
       if (dst.empty()) return;
@@ -157,11 +168,13 @@ void ParameterServer::absorb(peers::Incoming& in) {
     }
     case proto::Kind::kPsPull: {
       const auto& m = in.as<proto::PsPull>();
-      if (!served(m.shard))
+      Served* s = served(m.shard);
+      if (!s)
         return drop(fmt::format("ps-pull for shard {}, which this node does not serve", m.shard));
       if (m.layout != layout_)
         return drop(
             fmt::format("ps-pull of another model layout ({:#x}, ours {:#x})", m.layout, layout_));
+      if (s->link > 0 && !s->took_over) take_over(*s, in.peer);
       on_pull(in.peer, m.shard, in.round());
       return;
     }
@@ -169,7 +182,7 @@ void ParameterServer::absorb(peers::Incoming& in) {
       const auto& m = in.as<proto::PsParams>();
       if (!pulling_ || in.round() != pulling_->clock || m.shard >= options_.servers ||
           in.peer != server_of(m.shard))
-        return;  // late: a pull that failed or was answered already
+        return;  // late: a pull that failed, was answered already, or went to a replica since
       const Shard sh = shard_of(numel_, options_.servers, m.shard);
       if (m.layout != layout_ || m.offset != pulling_->got[m.shard] ||
           m.numel > sh.numel - m.offset)
@@ -189,12 +202,14 @@ void ParameterServer::absorb(peers::Incoming& in) {
       pulling_->got[m.shard] += m.numel;
       return;
     }
+    case proto::Kind::kPsReplica:
+      return on_replica(in);
     case proto::Kind::kBye:
       if (pulling_)
         for (uint32_t s = 0; s < options_.servers; ++s)
           if (server_of(s) == in.peer &&
               pulling_->got[s] < shard_of(numel_, options_.servers, s).numel)
-            pulling_->failure =
+            pulling_->gone[s] =
                 fmt::format("parameter server node {} (shard {}) said bye", in.peer, s);
       return;
     default:
@@ -238,7 +253,9 @@ void ParameterServer::landed(Served& s, uint32_t worker, uint64_t numel) {
   s.clock[worker] = p.clock;
   if (options_.mode != Mode::kBsp) {
     // Downpour: every push moves the shard at once, by 1/n of the worker's change.
-    s.optimizer->step(s.params, p.update, 1.0f / static_cast<float>(nodes().size()));
+    const auto n = static_cast<uint32_t>(nodes().size());
+    s.optimizer->step(s.params, p.update, 1.0f / static_cast<float>(n));
+    replicate(s, false, worker, n, p.clock, p.update);
   }
   serve(s);
 }
@@ -278,9 +295,26 @@ bool ParameterServer::may_answer(const Served& s, uint64_t clock) const {
 
 void ParameterServer::serve(Served& s) {
   if (!s.ready) return;
+  tend_chain(s);
   if (options_.mode == Mode::kBsp) {
     // The next clock is applied once every live worker's push of it is complete.
-    const uint64_t next = s.version + 1;
+    uint64_t next = s.version + 1;
+    if (s.took_over) {
+      // A replica that took over may have missed the last clocks its server applied
+      // (they die with it): it goes on from the clock the workers push.
+      uint64_t ahead = UINT64_MAX;
+      for (const auto& [w, p] : s.pushes)
+        if (p.complete && p.clock >= next) ahead = std::min(ahead, p.clock);
+      bool any_next = false;
+      for (const auto& [w, p] : s.pushes) any_next |= p.complete && p.clock == next;
+      if (!any_next && ahead != UINT64_MAX && ahead > next) {
+        spdlog::warn(
+            "ps: shard {}: clocks {}..{} died with its server; this replica goes on "
+            "from clock {}",
+            s.index, next, ahead - 1, ahead);
+        next = ahead;
+      }
+    }
     std::vector<const Push*> in;
     bool all = true;
     for (uint32_t w : nodes()) {
@@ -298,6 +332,7 @@ void ParameterServer::serve(Served& s) {
         for (size_t i = 0; i < mean.size(); ++i) mean[i] += p->update[i];
       s.optimizer->step(s.params, mean, 1.0f / static_cast<float>(in.size()));
       s.version = next;
+      replicate(s, false, 0, static_cast<uint32_t>(in.size()), next, mean);
       if (in.size() < nodes().size())
         spdlog::warn(
             "ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
@@ -377,6 +412,8 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
   for (uint32_t s = 0; s < options_.servers; ++s) {
     const Shard sh = shard_of(model.size(), options_.servers, s);
     const uint32_t server = server_of(s);
+    sent_[s].clock = clock;
+    sent_[s].slices.clear();
     for (uint64_t off = 0; off < sh.numel; off += options_.chunk_elems) {
       const uint64_t n = std::min(options_.chunk_elems, sh.numel - off);
       auto x = std::span<float>(update_).subspan(sh.offset + off, n);
@@ -397,6 +434,7 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
         const auto raw = std::as_bytes(std::span<const float>(x));
         payload->assign(raw.begin(), raw.end());
       }
+      const proto::PsPush m{s, off, n, codec ? codec->id() : proto::CodecId::kNone, layout_};
       if (server == self()) {
         Served& own = *served(s);
         const std::span<float> dst = slice_of_push(own, self(), clock, off, n);
@@ -405,8 +443,12 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
         landed(own, self(), n);
         continue;
       }
-      const proto::PsPush m{s, off, n, codec ? codec->id() : proto::CodecId::kNone, layout_};
-      GOSSIP_RETURN_IF_ERROR(control_.send_shared(server, clock, m, payload));
+      if (options_.replicas > 0) sent_[s].slices.emplace_back(m, payload);
+      if (Status st = control_.send_shared(server, clock, m, payload); !st) {
+        // With replicas, the pull that follows finds the server gone and moves on.
+        if (options_.replicas == 0) return st;
+        spdlog::warn("ps: push to node {} (shard {}): {}", server, s, st.message());
+      }
     }
   }
   return Status::ok();
@@ -414,38 +456,53 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
 
 Status ParameterServer::pull(std::span<float> model, uint64_t clock, const RoundOptions& options) {
   pulled_.resize(model.size());
-  pulling_ = Pulling{clock, std::vector<uint64_t>(options_.servers, 0), std::nullopt};
+  pulling_ = Pulling{clock, std::vector<uint64_t>(options_.servers, 0),
+                     std::vector<std::optional<std::string>>(options_.servers)};
   for (uint32_t s = 0; s < options_.servers; ++s) {
     if (server_of(s) == self())
       on_pull(self(), s, clock);
-    else
-      GOSSIP_RETURN_IF_ERROR(control_.send(server_of(s), clock, proto::PsPull{s, layout_}));
+    else if (Status st = control_.send(server_of(s), clock, proto::PsPull{s, layout_});
+             !st && options_.replicas == 0)
+      return st;
   }
+  const auto numel_of = [&](uint32_t s) {
+    return shard_of(model.size(), options_.servers, s).numel;
+  };
   const auto done = [&] {
     for (uint32_t s = 0; s < options_.servers; ++s)
-      if (pulling_->got[s] < shard_of(model.size(), options_.servers, s).numel) return false;
+      if (pulling_->got[s] < numel_of(s)) return false;
     return true;
   };
   while (!done()) {
-    if (pulling_->failure) return Status::closed("parameter server: " + *pulling_->failure);
     if (options.cancel && options.cancel->load(std::memory_order_relaxed))
       return Status::closed("parameter server: cancelled");
     for (uint32_t s = 0; s < options_.servers; ++s) {
       const uint32_t server = server_of(s);
-      if (server == self() || pulling_->got[s] == shard_of(model.size(), options_.servers, s).numel)
-        continue;
-      const uint64_t silent = control_.traffic().silent_ms(server);
-      if (silent != proto::ipc::kNeverHeard &&
-          silent > static_cast<uint64_t>(options_.dead_after.count()))
-        return Status::timeout(fmt::format(
-            "parameter server node {} (shard {}) has been silent for {} ms (over --dead-after): "
-            "is it down? Its shard comes back when it restarts from its checkpoint",
-            server, s, silent));
+      if (server == self() || pulling_->got[s] == numel_of(s)) continue;
+      std::string why;
+      if (pulling_->gone[s]) {
+        why = *pulling_->gone[s];
+      } else {
+        const uint64_t silent = control_.traffic().silent_ms(server);
+        if (silent != proto::ipc::kNeverHeard &&
+            silent > static_cast<uint64_t>(options_.dead_after.count()))
+          why = fmt::format(
+              "parameter server node {} (shard {}) has been silent for {} ms (over "
+              "--dead-after)",
+              server, s, silent);
+      }
+      if (why.empty() || fail_over(s, clock, why)) continue;
+      if (pulling_->gone[s]) return Status::closed("parameter server: " + why);
+      return Status::timeout(fmt::format(
+          "{}: is it down? {}", why,
+          options_.replicas == 0
+              ? "Its shard comes back when it restarts from its checkpoint (or run --ps-replicas)"
+              : "Every replica of its shard is gone too"));
     }
     if (Clock::now() >= options.deadline) {
       std::string missing;
       for (uint32_t s = 0; s < options_.servers; ++s)
-        if (pulling_->got[s] < shard_of(model.size(), options_.servers, s).numel)
+        if (pulling_->got[s] < numel_of(s))
           missing +=
               fmt::format("{}shard {} (node {})", missing.empty() ? "" : ", ", s, server_of(s));
       return Status::timeout(
@@ -566,8 +623,9 @@ StrategyDescriptor parameter_server_strategy() {
   StrategyDescriptor d;
   d.name = "ps";
   d.summary =
-      "parameter servers: the K lowest-id nodes hold shards of the model; workers push their "
-      "change every `period` steps and pull the shards (bsp, async or ssp:S)";
+      "parameter servers: the K lowest-id nodes hold shards of the model (and, with replicas, "
+      "the next R nodes copies of them); workers push their change every `period` steps and pull "
+      "the shards (bsp, async or ssp:S)";
   d.fabric = Fabric::kServers;
   d.options = {"servers", "ps_mode", "ps_fetch", "ps_optimizer"};
   d.make = [](const StrategyResources& r,
@@ -582,14 +640,20 @@ StrategyDescriptor parameter_server_strategy() {
     if (o.servers == 0 || o.servers > nodes)
       return Status::invalid(
           fmt::format("--servers {}: between 1 and the {} nodes", o.servers, nodes));
+    if (o.replicas >= nodes)
+      return Status::invalid(
+          fmt::format("--ps-replicas {}: fewer than the {} nodes", o.replicas, nodes));
     const char* mode = o.mode == ParameterServerOptions::Mode::kBsp     ? "bsp"
                        : o.mode == ParameterServerOptions::Mode::kAsync ? "async"
                                                                         : "ssp";
-    *detail =
-        fmt::format(" ({} server{}, {}{}{})", o.servers, o.servers == 1 ? "" : "s", mode,
-                    o.mode == ParameterServerOptions::Mode::kSsp ? fmt::format(":{}", o.staleness)
-                                                                 : std::string(),
-                    o.fetch > 1 ? fmt::format(", pull every {} pushes", o.fetch) : std::string());
+    *detail = fmt::format(
+        " ({} server{}, {}{}{}{})", o.servers, o.servers == 1 ? "" : "s", mode,
+        o.mode == ParameterServerOptions::Mode::kSsp ? fmt::format(":{}", o.staleness)
+                                                     : std::string(),
+        o.fetch > 1 ? fmt::format(", pull every {} pushes", o.fetch) : std::string(),
+        o.replicas > 0
+            ? fmt::format(", {} replica{} of each shard", o.replicas, o.replicas == 1 ? "" : "s")
+            : std::string());
     return std::unique_ptr<Strategy>(std::make_unique<ParameterServer>(*r.router, o));
   };
   return d;

@@ -18,9 +18,17 @@
 //    clocks ahead of the slowest.
 //
 // A worker silent for longer than `dead_after` leaves the clock (bsp stops waiting
-// for it, ssp stops bounding by it) and comes back with its next push. A server
-// that falls silent fails its workers' rounds within `dead_after`, naming it; its
-// shard comes back from its node's checkpoint (save_state holds the shard).
+// for it, ssp stops bounding by it) and comes back with its next push.
+//
+// Without replicas, a server that falls silent fails its workers' rounds within
+// `dead_after`, naming it; its shard comes back from its node's checkpoint
+// (save_state holds the shard). With R replicas (Li et al.'s chain replication
+// after aggregation), shard s is held by a chain of R + 1 nodes, s, s + 1, ... s + R
+// (in id order, wrapping): workers talk to the first live holder, which hands every
+// update it applies (bsp: the clock's mean; async, ssp: each push) down the chain
+// (ps-replica), so that the next holder holds the same bits and the same optimizer
+// state. A worker that finds its holder silent or gone re-sends its last push to the
+// next holder and pulls from it: training goes on.
 
 #include <atomic>
 #include <chrono>
@@ -44,6 +52,7 @@ namespace gossip::sgd {
 struct ParameterServerOptions {
   enum class Mode { kBsp, kAsync, kSsp };
   uint32_t servers = 1;
+  uint32_t replicas = 0;  // holders of each shard besides its server
   Mode mode = Mode::kBsp;
   uint64_t staleness = 0;  // ssp's S
   uint64_t fetch = 1;      // async and ssp: pull every `fetch` pushes
@@ -90,8 +99,17 @@ class ParameterServer final : public Strategy {
     bool rejected = false;  // a slice held NaN or Inf: the clock goes on without it
     std::vector<float> update;
   };
-  struct Served {  // a shard this node serves
+  struct Replicated {  // a ps-replica message in progress
+    uint64_t round = 0;
+    uint64_t got = 0;
+    bool snapshot = false;
+    uint32_t worker = 0;
+    uint32_t divisor = 1;
+    std::vector<float> values;
+  };
+  struct Served {  // a shard this node holds
     uint32_t index = 0;
+    uint32_t link = 0;  // its place in the shard's chain: 0 is the server
     Shard shard;
     bool ready = false;
     std::vector<float> params;
@@ -100,12 +118,27 @@ class ParameterServer final : public Strategy {
     std::map<uint32_t, uint64_t> clock;  // worker -> its last complete push
     std::map<uint32_t, Push> pushes;     // worker -> its push in progress (or complete, bsp)
     std::map<uint32_t, uint64_t> pulls;  // worker -> the clock of its waiting pull
+    // Replication: what an earlier holder of the chain is handing over; the holder
+    // it comes from once a snapshot came (synced); the later holder this one feeds,
+    // once it answered its request for a snapshot.
+    Replicated incoming;
+    bool synced = false;
+    std::optional<uint32_t> fed_by;
+    std::optional<uint32_t> feeds;
+    bool took_over = false;  // a worker talks to this replica: its server is gone
+    std::chrono::steady_clock::time_point requested{};      // a replica's last request
+    std::chrono::steady_clock::time_point snapshot_sent{};  // a holder's last answer
   };
 
   uint32_t self() const;
   // Every node, self included, ascending (the peer list is fixed).
   const std::vector<uint32_t>& nodes() const { return nodes_; }
-  uint32_t server_of(uint32_t shard) const { return nodes()[shard]; }
+  // Link j of shard s's chain (0: its server).
+  uint32_t holder(uint32_t shard, uint32_t link) const {
+    return nodes()[(shard + link) % nodes().size()];
+  }
+  // The holder this worker talks to for a shard.
+  uint32_t server_of(uint32_t shard) const { return holder(shard, active_[shard]); }
   bool live(uint32_t worker) const;
   void heartbeats();
 
@@ -122,6 +155,17 @@ class ParameterServer final : public Strategy {
   bool may_answer(const Served& s, uint64_t clock) const;
   void answer(Served& s, uint32_t worker, uint64_t clock);
   Served* served(uint32_t shard);
+  // Replication (parameter_server_replicas.cc): hands what a holder applied down its chain.
+  void replicate(Served& s, bool snapshot, uint32_t worker, uint32_t divisor, uint64_t round,
+                 std::span<const float> values);
+  void on_replica(peers::Incoming& in);
+  void apply_replica(Served& s, uint32_t from);
+  // The first live holder after this one in the shard's chain.
+  std::optional<uint32_t> next_holder(const Served& s) const;
+  void tend_chain(Served& s);                  // a replica asks for a snapshot until it has one
+  void take_over(Served& s, uint32_t worker);  // a worker talks to this replica
+  // The worker moves a shard to the next holder of its chain; false when there is none.
+  bool fail_over(uint32_t shard, uint64_t clock, const std::string& why);
 
   // Worker side.
   Status push(std::span<const float> model, uint64_t clock);
@@ -134,6 +178,7 @@ class ParameterServer final : public Strategy {
   uint64_t layout_ = 0;
   uint64_t numel_ = 0;
   std::vector<Served> served_;
+  std::vector<uint32_t> active_;  // shard -> the link of its chain this worker talks to
   std::atomic<uint64_t> max_lead_{0};
 
   bool started_ = false;
@@ -141,11 +186,16 @@ class ParameterServer final : public Strategy {
   std::vector<float> baseline_;  // the model after the last sync
   std::vector<float> update_;
   std::unique_ptr<compression::ErrorFeedback> residual_;
+  struct Sent {  // the last push, per shard, kept to re-send to a replica that takes over
+    uint64_t clock = 0;
+    std::vector<std::pair<proto::PsPush, std::shared_ptr<std::vector<std::byte>>>> slices;
+  };
+  std::vector<Sent> sent_;
   // The pull in flight: shard -> elements received; the values land in pulled_.
   struct Pulling {
     uint64_t clock = 0;
     std::vector<uint64_t> got;
-    std::optional<std::string> failure;  // a server said bye
+    std::vector<std::optional<std::string>> gone;  // per shard: its holder said bye
   };
   std::optional<Pulling> pulling_;
   std::vector<float> pulled_;

@@ -665,6 +665,11 @@ TEST(ValidateConfig, AllReduceAlgorithmsParameterServersAndSmaOptions) {
       {"flag '--servers'", "parameter servers (strategy ps)", "not strategy local-sgd"}));
   EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-fetch", "4"}),
                          {"flag '--ps-fetch'", "bsp pulls after every push"}));
+  EXPECT_TRUE(args({"--strategy", "ps", "--ps-replicas", "1"}).is_ok());
+  EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-replicas", "2"}),
+                         {"flag '--ps-replicas'", "2 replicas of each shard need 3 nodes"}));
+  EXPECT_TRUE(fails_with(args({"--ps-replicas", "1"}),
+                         {"flag '--ps-replicas'", "parameter servers (strategy ps)"}));
   EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-optimizer", "lamb"}),
                          {"flag '--ps-optimizer'", "sgd, momentum, adam"}));
   EXPECT_TRUE(args({"--strategy", "sma", "--learners-per-device", "2"}).is_ok());

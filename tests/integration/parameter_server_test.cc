@@ -1,6 +1,7 @@
 // Parameter servers between real daemons (sgd/ps/): a server that dies fails its
-// workers' rounds with an error naming it, within --dead-after; a worker that dies
-// under async stops nobody.
+// workers' rounds with an error naming it, within --dead-after, or, with a replica,
+// hands its shard to the replica and stops nobody; a worker that dies under async
+// stops nobody.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -88,6 +89,35 @@ TEST(ParameterServerProcesses, ADeadWorkerStopsNobodyUnderAsync) {
   for (int s = 0; s < 5; ++s)
     for (const auto& e : step(workers, {0, 1})) ASSERT_EQ(e, "") << "step " << s;
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+}
+
+TEST(ParameterServerProcesses, AKilledServerWithAReplicaStopsNobody) {
+  Cluster cluster(4, {"--strategy", "ps", "--servers", "2", "--ps-replicas", "1", "--period", "1",
+                      "--round-timeout", "30", "--dead-after", "1", "--heartbeat", "0.2"});
+  cluster.start_all();
+  auto workers = attach_all(cluster, 4);
+  ASSERT_EQ(workers.size(), 4u);
+  for (int s = 0; s < 3; ++s)
+    for (const auto& e : step(workers, {0, 1, 2, 3})) ASSERT_EQ(e, "") << "step " << s;
+  // Node 0 serves shard 0 (its replica is on node 1); node 1 serves shard 1.
+  cluster.daemon(0).signal(SIGKILL);
+  const auto t0 = Clock::now();
+  for (int s = 0; s < 4; ++s) {
+    const auto errors = step(workers, {1, 2, 3});
+    for (int i : {1, 2, 3})
+      ASSERT_EQ(errors[i], "") << "worker " << i << " step " << s << "\n" << cluster.log(i);
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 15.0);
+  // Every worker holds the same model, on both shards: the first element (shard 0)
+  // and the last (shard 1). Each step adds 0.5 everywhere, so bsp gives 0.5 a step
+  // from node 0's start of 0; a clock lost with the server would show as 0.5 less.
+  for (int i : {1, 2, 3}) {
+    EXPECT_FLOAT_EQ(workers[i].w.front(), workers[1].w.front()) << "worker " << i;
+    EXPECT_FLOAT_EQ(workers[i].w.back(), workers[1].w.back()) << "worker " << i;
+  }
+  EXPECT_FLOAT_EQ(workers[1].w.front(), 0.5f * 7);
+  const std::string log = cluster.log(1);
+  EXPECT_NE(log.find("shard 0 goes on from its replica on node 1"), std::string::npos) << log;
 }
 
 }  // namespace

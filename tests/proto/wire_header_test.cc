@@ -167,6 +167,16 @@ TEST(WireHeader, EveryKindRoundTrips) {
   const PsParams params = round_trip(PsParams{1, 8, 4, CodecId::kNone, 7}, 16);
   EXPECT_EQ(params.offset, 8u);
   EXPECT_EQ(params.numel, 4u);
+  const PsReplica replica = round_trip(PsReplica{2, 16, 4, PsReplica::kUpdate, 3, 5, 7}, 16);
+  EXPECT_EQ(replica.shard, 2u);
+  EXPECT_EQ(replica.offset, 16u);
+  EXPECT_EQ(replica.what, PsReplica::kUpdate);
+  EXPECT_EQ(replica.worker, 3u);
+  EXPECT_EQ(replica.divisor, 5u);
+  EXPECT_EQ(round_trip(PsReplica{0, 0, 4, PsReplica::kSnapshot, 0, 1, 7}, 16).what,
+            PsReplica::kSnapshot);
+  EXPECT_EQ(round_trip(PsReplica{0, 0, 0, PsReplica::kRequest, 0, 1, 7}, 0).what,
+            PsReplica::kRequest);
 }
 
 TEST(WireHeader, ParameterServerSlicesFollowTheSliceRules) {
@@ -177,6 +187,13 @@ TEST(WireHeader, ParameterServerSlicesFollowTheSliceRules) {
   EXPECT_REFUSED(decode(encode_head(1, 1, PsPush{0, UINT64_MAX, 1, CodecId::kFp16, 1}, 2)),
                  "offset overflows");
   EXPECT_REFUSED(decode(encode_head(1, 1, PsPull{0, 1}, 4)), "carries no payload");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsReplica{0, 0, 4, PsReplica::kUpdate, 0, 1, 1}, 15)),
+                 "raw fp32 needs numel * 4");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsReplica{0, 0, 4, PsReplica::kUpdate, 0, 0, 1}, 16)),
+                 "divisor=0");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsReplica{0, 0, 0, 3, 0, 1, 1}, 0)), "unknown what=3");
+  EXPECT_REFUSED(decode(encode_head(1, 1, PsReplica{0, 0, 0, PsReplica::kRequest, 0, 1, 1}, 4)),
+                 "carries no payload");
 }
 
 TEST(WireHeader, LargestChunkFitsTheHeadLimit) {
@@ -224,6 +241,8 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return PsPull{};
         case Kind::kPsParams:
           return PsParams{};
+        case Kind::kPsReplica:
+          return PsReplica{};
       }
       return Hello{};
     }();

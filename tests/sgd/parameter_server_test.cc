@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "compression/codec_spec.h"
@@ -298,6 +299,90 @@ TEST(ParameterServer, APoisonedPushIsLeftOutOfItsClock) {
     for (float v : w.node(i).after[1]) ASSERT_TRUE(std::isfinite(v));
   }
   EXPECT_GE(w.node(0).channel->traffic().peer_totals(2).dropped, 1u);
+}
+
+// With a replica, the next node holds the server's bits and its optimizer's state
+// (chain replication after aggregation): the state each saves is the same.
+TEST(ParameterServer, AReplicaHoldsTheServersBits) {
+  Options o;
+  o.ps.servers = 2;
+  o.ps.replicas = 1;
+  o.ps.optimizer.kind = ServerOptimizerConfig::Kind::kMomentum;
+  o.ps.optimizer.momentum = 0.5;
+  World w(o);
+  w.run([](uint32_t) { return 6u; });
+  for (uint32_t i = 0; i < o.nodes; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+  // Shard 0 is served by node 0 and replicated on node 1; shard 1 by node 1, on node 2.
+  for (const auto& [shard, server, replica] : {std::tuple{0, 0u, 1u}, std::tuple{1, 1u, 2u}}) {
+    const StrategyState a = w.node(server).strategy->save_state();
+    const StrategyState b = w.node(replica).strategy->save_state();
+    int compared = 0;
+    for (const auto& [key, values] : a.tensors)
+      if (key.starts_with("ps.shard" + std::to_string(shard) + ".")) {
+        ASSERT_TRUE(b.tensors.count(key)) << key;
+        EXPECT_EQ(b.tensors.at(key), values) << key << " differs on the replica";
+        ++compared;
+      }
+    EXPECT_GE(compared, 2) << "the parameters and the momentum";
+    const std::string version = "ps.shard" + std::to_string(shard) + ".version";
+    EXPECT_EQ(a.scalars.at(version), 5.0);
+    EXPECT_EQ(b.scalars.at(version), a.scalars.at(version));
+  }
+}
+
+// A server that dies with a replica stops nobody: its workers re-send their push to
+// the replica and go on, and under bsp no clock is lost: after every round the model
+// is the last one plus the mean of the live nodes' changes.
+TEST(ParameterServer, AReplicaTakesOverFromADeadServer) {
+  for (Mode mode : {Mode::kBsp, Mode::kAsync}) {
+    SCOPED_TRACE(mode == Mode::kBsp ? "bsp" : "async");
+    Options o;
+    o.ps.servers = 1;
+    o.ps.replicas = 1;
+    o.ps.mode = mode;
+    o.dead_after = 300ms;
+    World w(o);
+    const auto start = Clock::now();
+    w.run([](uint32_t i) { return i == 0 ? 3u : 8u; }, [](uint32_t) { return 20ms; },
+          [](uint32_t i) { return i == 0; });
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 6.0);
+    for (uint32_t i : {1u, 2u, 3u}) {
+      ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+      ASSERT_EQ(w.node(i).after.size(), 8u);
+      for (float v : w.node(i).after[7]) ASSERT_TRUE(std::isfinite(v));
+    }
+    if (mode != Mode::kBsp) continue;
+    for (uint64_t r = 1; r < 8; ++r) {
+      const std::vector<uint32_t> live =
+          r < 3 ? std::vector<uint32_t>{0, 1, 2, 3} : std::vector<uint32_t>{1, 2, 3};
+      for (size_t e = 0; e < o.numel; e += 41) {
+        float mean = 0;
+        for (uint32_t i : live) mean += change(i, r, e);
+        mean /= static_cast<float>(live.size());
+        for (uint32_t i : {1u, 2u, 3u})
+          ASSERT_NEAR(w.node(i).after[r][e], w.node(1).after[r - 1][e] + mean, 1e-5)
+              << "node " << i << " round " << r << " e " << e;
+      }
+    }
+  }
+}
+
+// Without a live replica left, the workers fail as without replicas, naming the server.
+TEST(ParameterServer, ADeadServerAndReplicaFailTheWorkers) {
+  Options o;
+  o.nodes = 4;
+  o.ps.servers = 1;
+  o.ps.replicas = 1;
+  o.dead_after = 300ms;
+  World w(o);
+  w.run([](uint32_t i) { return i <= 1 ? 1u : 3u; }, [](uint32_t) { return 100ms; },
+        [](uint32_t i) { return i <= 1; });
+  for (uint32_t i : {2u, 3u}) {
+    EXPECT_NE(w.node(i).failure.find("parameter server node 1 (shard 0)"), std::string::npos)
+        << w.node(i).failure;
+    EXPECT_NE(w.node(i).failure.find("Every replica of its shard is gone too"), std::string::npos)
+        << w.node(i).failure;
+  }
 }
 
 }  // namespace
