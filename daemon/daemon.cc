@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/refusals.h"
+
 namespace gossip::daemon {
 
 namespace ipc = proto::ipc;
@@ -471,6 +473,8 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
     s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)),
                            traffic.unhandled(static_cast<proto::Kind>(k))});
   s.allreduce_rounds = worker_->allreduce_rounds();
+  for (size_t k = 0; k < static_cast<size_t>(Refusal::kCount); ++k)
+    s.refused.push_back({refusal_name(static_cast<Refusal>(k)), refusals(static_cast<Refusal>(k))});
   for (auto& g : worker_->strategy_gauges()) s.strategy_gauges.push_back({g.name, g.help, g.value});
   return s;
 }

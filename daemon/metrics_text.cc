@@ -80,6 +80,11 @@ std::string render_metrics(const MetricsSnapshot& s) {
          "or transport).");
   for (const auto& [kind, n] : s.unhandled)
     out += fmt::format("gossipd_messages_unhandled_total{{kind=\"{}\"}} {}\n", label(kind), n);
+  header(out, "gossipd_refused_total", "counter",
+         "What this node refused from outside (connections, messages, values), by kind: see "
+         "docs/security.md.");
+  for (const auto& [kind, n] : s.refused)
+    out += fmt::format("gossipd_refused_total{{kind=\"{}\"}} {}\n", label(kind), n);
   header(out, "gossipd_peer_silent_seconds", "gauge",
          "Seconds since the peer's last message (absent: never heard).");
   for (const PeerMetrics& p : s.peers)

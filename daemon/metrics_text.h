@@ -33,6 +33,8 @@ struct MetricsSnapshot {
   std::vector<std::pair<std::string, uint64_t>> unhandled;
   // All-reduce rounds by algorithm (ring, tree, ...); empty without a ring transport.
   std::vector<std::pair<std::string, uint64_t>> allreduce_rounds;
+  // What was refused from outside, by kind (base/refusals.h).
+  std::vector<std::pair<std::string, uint64_t>> refused;
   struct Gauge {
     std::string name, help;
     double value = 0;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/refusals.h"
 #include "peers/ring_hello.h"
 #include "peers/tcp/tcp_ring_channel.h"
 
@@ -24,6 +25,10 @@ using boost::system::error_code;
 
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
+// A peer sends its hello as soon as it connects; a connection silent this long is a
+// stranger's (or a stuck peer's, which reconnects).
+constexpr auto kHelloTimeout = std::chrono::seconds(2);
+constexpr size_t kMaxHandshakes = 64;
 
 void tune(tcp::socket& s, int buffer_bytes) {
   error_code ignored;
@@ -45,6 +50,11 @@ class TcpRingTransport final : public RingTransport {
  public:
   explicit TcpRingTransport(const RingTransportOptions& options)
       : options_(options), acceptor_(rendezvous_) {}
+  ~TcpRingTransport() override {
+    // Strangers that connected and never spoke (a ring formed once hears nobody again).
+    for (const Unheard& u : unheard_)
+      if (Clock::now() >= u.hello_by) refuse_silent();
+  }
 
   Status start() {
     error_code ec;
@@ -114,6 +124,26 @@ class TcpRingTransport final : public RingTransport {
   };
   static constexpr size_t kMaxParked = 16;
   std::deque<Parked> parked_;
+  // Connections accepted but not heard when a rendezvous ended (bounded), with the
+  // time by which they must say hello: the next rendezvous hears them, and the ones
+  // that never do are refused then, or when the transport closes.
+  struct Unheard {
+    tcp::socket socket;
+    Clock::time_point hello_by;
+  };
+  std::deque<Unheard> unheard_;
+  void keep_unheard(tcp::socket socket, Clock::time_point hello_by) {
+    if (unheard_.size() >= kMaxParked) {
+      refuse_silent();
+      unheard_.pop_front();
+    }
+    unheard_.push_back({std::move(socket), hello_by});
+  }
+  static void refuse_silent() {
+    count_refusal(Refusal::kRingNoHello);
+    spdlog::warn("ring: refused a connection: no hello within {} ms",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(kHelloTimeout).count());
+  }
   uint16_t port_ = 0;
 };
 
@@ -144,9 +174,21 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
   std::vector<Link> out_links(outs.size());
   std::vector<std::unique_ptr<tcp::socket>> in_sockets(ins.size());
   size_t outs_done = 0, ins_done = 0;
-  tcp::socket candidate(rendezvous_);
-  RingHello in;
   std::string refused;  // why the last stranger was turned away, for the timeout's message
+  // Connections accepted and not yet heard: each has kHelloTimeout to say hello, and
+  // the listener goes on accepting meanwhile, so a stranger that connects and stays
+  // silent holds up nobody (at most kMaxHandshakes wait at once: the oldest goes).
+  struct Handshake {
+    explicit Handshake(asio::io_context& io) : socket(io), timer(io) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    Clock::time_point hello_by{};
+    RingHello hello;
+    bool finished = false;
+    bool timed_out = false;
+  };
+  std::deque<std::shared_ptr<Handshake>> handshakes;
+  asio::steady_timer accept_retry(rendezvous_);
 
   // Connect to each peer we send to, retrying until the deadline (it may be restarting).
   std::function<void(size_t)> connect_out = [&](size_t i) {
@@ -219,30 +261,69 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
             : expected        ? fmt::format("node {} is connected already", hello.from)
             : ins.empty()     ? fmt::format("not a ring hello to node {}", self)
                           : ring_hello_refusal(hello, self, ins.front().peer, ins.front().session);
+    count_refusal(Refusal::kRingBadHello);
     spdlog::warn("ring: refused a connection: {}", why);
     refused = why;
   };
 
-  std::function<void()> accept_in = [&] {
+  const auto finish = [&](const std::shared_ptr<Handshake>& h) {
+    h->finished = true;
     error_code ignored;
-    candidate.close(ignored);
-    acceptor_.async_accept(candidate, [&](error_code ec) {
-      if (stop) return;
-      if (ec) {
-        spdlog::warn("ring: accept failed: {}", ec.message());
-        return accept_in();
+    h->timer.cancel(ignored);
+    std::erase(handshakes, h);
+  };
+  const auto hear = [&](const std::shared_ptr<Handshake>& h) {
+    if (handshakes.size() >= kMaxHandshakes) {
+      error_code ignored;
+      handshakes.front()->socket.close(ignored);  // its read fails and refuses it
+    }
+    handshakes.push_back(h);
+    h->timer.expires_at(h->hello_by);
+    h->timer.async_wait([h](error_code ec) {
+      error_code ignored;
+      if (ec || h->finished) return;
+      h->timed_out = true;
+      h->socket.close(ignored);
+    });
+    asio::async_read(h->socket, asio::buffer(&h->hello, sizeof h->hello),
+                     [&, h](error_code ec, size_t) {
+                       if (stop) return;
+                       finish(h);
+                       if (ec && h->timed_out) {
+                         refuse_silent();
+                         refused = "no hello in time";
+                         return;
+                       }
+                       if (ec) {
+                         count_refusal(Refusal::kRingBadHello);
+                         refused = ec.message();
+                         spdlog::warn("ring: refused a connection: {}", refused);
+                         return;
+                       }
+                       admit(h->hello, std::make_unique<tcp::socket>(std::move(h->socket)));
+                     });
+  };
+  std::function<void()> accept_in = [&] {
+    auto h = std::make_shared<Handshake>(rendezvous_);
+    acceptor_.async_accept(h->socket, [&, h](error_code ec) {
+      if (stop) {
+        // Accepted as this rendezvous ended: heard in the next one (a partner early
+        // for it), not dropped.
+        if (!ec) keep_unheard(std::move(h->socket), Clock::now() + kHelloTimeout);
+        return;
       }
-      asio::async_read(candidate, asio::buffer(&in, sizeof in), [&](error_code ec, size_t) {
-        if (stop) return;
-        if (ec) {
-          spdlog::warn("ring: refused a connection: {}", ec.message());
-          refused = ec.message();
-          return accept_in();
-        }
-        admit(in, std::make_unique<tcp::socket>(std::move(candidate)));
-        candidate = tcp::socket(rendezvous_);
-        if (ins_done < ins.size()) accept_in();
-      });
+      if (ec) {
+        // Out of descriptors, say: try again shortly rather than spin.
+        spdlog::warn("ring: accept failed: {}", ec.message());
+        accept_retry.expires_after(kConnectRetry);
+        accept_retry.async_wait([&](error_code ec) {
+          if (!ec && !stop) accept_in();
+        });
+        return;
+      }
+      h->hello_by = Clock::now() + kHelloTimeout;
+      hear(h);
+      if (ins_done < ins.size()) accept_in();
     });
   };
 
@@ -256,6 +337,14 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
     std::deque<Parked> parked = std::move(parked_);
     parked_.clear();
     for (Parked& p : parked) admit(p.hello, std::move(p.socket));
+    std::deque<Unheard> unheard = std::move(unheard_);
+    unheard_.clear();
+    for (Unheard& u : unheard) {
+      auto h = std::make_shared<Handshake>(rendezvous_);
+      h->socket = std::move(u.socket);
+      h->hello_by = u.hello_by;
+      hear(h);
+    }
     if (ins_done < ins.size()) accept_in();
   }
   Status failure;
@@ -285,13 +374,22 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
   // Abort whatever is left and let the aborted handlers run (they see `stop`).
   stop = true;
   acceptor_.cancel(ec);
-  candidate.close(ec);
+  accept_retry.cancel(ec);
+  for (const auto& h : handshakes) {
+    // Not heard yet: heard in the next rendezvous (a partner early for it).
+    h->finished = true;
+    h->timer.cancel(ec);
+    h->socket.cancel(ec);
+  }
   for (Link& l : out_links) {
     l.retry->cancel();
     if (!l.done) l.socket->close(ec);
   }
   rendezvous_.restart();
   rendezvous_.run();
+  for (const auto& h : handshakes)
+    if (h->socket.is_open()) keep_unheard(std::move(h->socket), h->hello_by);
+  handshakes.clear();
   if (!failure.is_ok()) return failure;
 
   // The channels own descriptors of their own: Asio's sockets (and the rendezvous

@@ -37,11 +37,13 @@ void ParameterServer::replicate(Served& s, bool snapshot, uint32_t worker, uint3
     return;
   }
   for (uint64_t off = 0; off < values.size(); off += options_.chunk_elems) {
-    const auto x = values.subspan(off, std::min<uint64_t>(options_.chunk_elems, values.size() - off));
+    const auto x =
+        values.subspan(off, std::min<uint64_t>(options_.chunk_elems, values.size() - off));
     const auto raw = std::as_bytes(x);
     auto payload = std::make_shared<std::vector<std::byte>>(raw.begin(), raw.end());
-    const PsReplica m{s.index, off,     x.size(), snapshot ? PsReplica::kSnapshot : PsReplica::kUpdate,
-                      worker,  divisor, layout_};
+    const PsReplica m{
+        s.index, off,     x.size(), snapshot ? PsReplica::kSnapshot : PsReplica::kUpdate,
+        worker,  divisor, layout_};
     if (Status st = control_.send_shared(*s.feeds, round, m, payload); !st) {
       spdlog::warn("ps: shard {} to its replica on node {}: {}", s.index, *s.feeds, st.message());
       s.feeds.reset();
@@ -53,9 +55,10 @@ void ParameterServer::replicate(Served& s, bool snapshot, uint32_t worker, uint3
 void ParameterServer::tend_chain(Served& s) {
   if (!s.ready || s.link == 0 || s.took_over) return;
   if (s.synced && s.fed_by && !live(*s.fed_by)) {
-    spdlog::warn("ps: shard {}: node {}, which fed this replica, has been silent for over {} ms; "
-                 "asking the chain for a snapshot",
-                 s.index, *s.fed_by, options_.dead_after.count());
+    spdlog::warn(
+        "ps: shard {}: node {}, which fed this replica, has been silent for over {} ms; "
+        "asking the chain for a snapshot",
+        s.index, *s.fed_by, options_.dead_after.count());
     s.synced = false;
   }
   if (s.synced) return;
@@ -72,7 +75,8 @@ void ParameterServer::on_replica(peers::Incoming& in) {
   const auto& m = in.as<PsReplica>();
   const auto drop = [&](const std::string& why) { control_.note_dropped(in.peer, why); };
   Served* s = served(m.shard);
-  if (!s) return drop(fmt::format("ps-replica for shard {}, which this node does not hold", m.shard));
+  if (!s)
+    return drop(fmt::format("ps-replica for shard {}, which this node does not hold", m.shard));
   if (m.what == PsReplica::kRequest) {
     // Only the holder the requester follows in the chain answers, and feeds it from
     // now on; at most once a heartbeat, since a snapshot is the whole shard.
@@ -92,13 +96,13 @@ void ParameterServer::on_replica(peers::Incoming& in) {
   for (uint32_t j = 0; j < s->link; ++j)
     if (holder(m.shard, j) == in.peer) from_link = j;
   if (from_link == s->link)
-    return drop(fmt::format("ps-replica of shard {} from a node after this one in its chain",
-                            m.shard));
+    return drop(
+        fmt::format("ps-replica of shard {} from a node after this one in its chain", m.shard));
   if (s->took_over) return;  // this holder serves the workers itself now
   Replicated& r = s->incoming;
   if (m.offset == 0) {
-    r = Replicated{in.round(), 0, m.what == PsReplica::kSnapshot, m.worker, m.divisor,
-                   std::move(r.values)};
+    r = Replicated{in.round(), 0,         m.what == PsReplica::kSnapshot,
+                   m.worker,   m.divisor, std::move(r.values)};
     r.values.resize(s->shard.numel);
   } else if (m.offset != r.got || in.round() != r.round ||
              r.snapshot != (m.what == PsReplica::kSnapshot)) {
@@ -116,8 +120,8 @@ void ParameterServer::apply_replica(Served& s, uint32_t from) {
   Replicated& r = s.incoming;
   if (!std::all_of(r.values.begin(), r.values.end(), [](float x) { return std::isfinite(x); })) {
     s.synced = false;
-    return control_.note_dropped(from, fmt::format("ps-replica of shard {} with NaN or Inf",
-                                                   s.index));
+    return control_.note_dropped(from,
+                                 fmt::format("ps-replica of shard {} with NaN or Inf", s.index));
   }
   if (r.snapshot) {
     s.params.swap(r.values);
@@ -146,10 +150,11 @@ void ParameterServer::apply_replica(Served& s, uint32_t from) {
 void ParameterServer::take_over(Served& s, uint32_t worker) {
   s.took_over = true;
   s.feeds.reset();  // the next holder asks again, and gets this holder's snapshot
-  spdlog::warn("ps: shard {}: worker {} talks to this replica (link {} of its chain), so its "
-               "server is gone; this node serves the shard from clock {}{}",
-               s.index, worker, s.link, s.version,
-               s.fed_by ? "" : " (it never had a snapshot: these are its own node's parameters)");
+  spdlog::warn(
+      "ps: shard {}: worker {} talks to this replica (link {} of its chain), so its "
+      "server is gone; this node serves the shard from clock {}{}",
+      s.index, worker, s.link, s.version,
+      s.fed_by ? "" : " (it never had a snapshot: these are its own node's parameters)");
 }
 
 bool ParameterServer::fail_over(uint32_t shard, uint64_t clock, const std::string& why) {

@@ -8,7 +8,11 @@
 
 #include "sgd/ring_all_reduce.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -20,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/refusals.h"
 #include "compression/codec_spec.h"
 #include "compression/error_feedback.h"
 #include "peers/ring_channel.h"
@@ -246,6 +251,44 @@ TEST_P(RingTest, ARankOfAnotherSessionIsRefused) {
     ASSERT_FALSE(st.is_ok());
     EXPECT_EQ(st.code(), Status::Code::kTimeout) << st.message();
   }
+}
+
+// A stranger that connects to a rank's ring port and says nothing holds up no
+// rendezvous (the listener hears every connection at once, each with 2 s to say
+// hello), and is refused and counted when the transport closes.
+TEST_P(RingTest, ASilentStrangerHoldsUpNoRendezvous) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "a TCP listener's stranger";
+  const uint64_t before = refusals(Refusal::kRingNoHello);
+  {
+    peers::RingTransportOptions o;
+    auto victim = peers::make_ring_transport("tcp", o);
+    ASSERT_TRUE(victim.is_ok());
+    const int stranger = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((*victim)->port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(stranger, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    auto other = peers::make_ring_transport("tcp", o);
+    ASSERT_TRUE(other.is_ok());
+    std::vector<peers::RingTransport*> t = {victim->get(), other->get()};
+    std::vector<Status> results(2);
+    const auto start = Clock::now();
+    run_all(2, [&](uint32_t r) {
+      const peers::RingEnds ends{.self = id(r),
+                                 .left = id(1 - r),
+                                 .right = id(1 - r),
+                                 .right_host = "127.0.0.1",
+                                 .right_port = t[1 - r]->port(),
+                                 .session = 1};
+      results[r] = t[r]->connect(ends, {Clock::now() + 10s, nullptr}).status();
+    });
+    expect_all_ok(results);
+    EXPECT_LT(Clock::now() - start, 1s) << "the stranger held the rendezvous up";
+    std::this_thread::sleep_for(2100ms);  // past its time to say hello
+    ::close(stranger);
+  }
+  EXPECT_EQ(refusals(Refusal::kRingNoHello), before + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RingTest, ::testing::Values("tcp", "rdma"),

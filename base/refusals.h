@@ -1,0 +1,44 @@
+#pragma once
+// What this process refused from outside, by kind: the counts behind
+// gossipd_refused_total{kind}. Process-wide, because the refusing code sits in
+// layers (transports, strategies) that do not know the daemon's metrics, and a
+// refusal is rare enough that one relaxed atomic add costs nothing.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace gossip {
+
+enum class Refusal : uint8_t {
+  kRingNoHello,    // a connection to the ring's port that said no hello in time
+  kRingBadHello,   // a hello of another node, session or version
+  kCount,
+};
+
+inline const char* refusal_name(Refusal r) {
+  switch (r) {
+    case Refusal::kRingNoHello:
+      return "ring-no-hello";
+    case Refusal::kRingBadHello:
+      return "ring-bad-hello";
+    case Refusal::kCount:
+      break;
+  }
+  return "?";
+}
+
+inline std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)>& refusal_counts() {
+  static std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> counts{};
+  return counts;
+}
+
+inline void count_refusal(Refusal r) {
+  refusal_counts()[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+}
+
+inline uint64_t refusals(Refusal r) {
+  return refusal_counts()[static_cast<size_t>(r)].load(std::memory_order_relaxed);
+}
+
+}  // namespace gossip

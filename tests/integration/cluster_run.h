@@ -1,0 +1,24 @@
+#pragma once
+// A whole training run through the README's own path: `gossipctl cluster ... --json`
+// on the real Fashion-MNIST, for tests that judge accuracy, traffic and time.
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gossip::testing {
+
+// The numeric field `key` of a JSON line (a test failure when it is missing).
+double number_field(const std::string& json, const std::string& key);
+
+// Runs `gossipctl cluster ... --json` and returns the JSON line and the wall seconds;
+// with `daemon_log`, node 0's gossipd log too; `started` is called with gossipctl's
+// pid as soon as it runs (an attacker's cue).
+std::pair<std::string, double> run_cluster(std::vector<std::string> args,
+                                           std::string* daemon_log = nullptr,
+                                           const std::function<void(pid_t)>& started = nullptr);
+
+}  // namespace gossip::testing
