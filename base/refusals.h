@@ -11,8 +11,12 @@
 namespace gossip {
 
 enum class Refusal : uint8_t {
-  kRingNoHello,    // a connection to the ring's port that said no hello in time
-  kRingBadHello,   // a hello of another node, session or version
+  kRingNoHello,   // a connection to the ring's port that said no hello in time
+  kRingBadHello,  // a hello of another node, session or version
+  kBadWeight,     // a push-sum weight that is not finite, below 1e-30 or above the node count
+  kNonFinite,     // a peer's contribution with NaN or Inf
+  kClipped,       // a contribution pulled back to the clipping radius (sgd/centered_clip.h)
+  kFarRound,      // a round too far ahead to buffer, or to skip ahead to on one peer's word
   kCount,
 };
 
@@ -22,6 +26,14 @@ inline const char* refusal_name(Refusal r) {
       return "ring-no-hello";
     case Refusal::kRingBadHello:
       return "ring-bad-hello";
+    case Refusal::kBadWeight:
+      return "bad-weight";
+    case Refusal::kNonFinite:
+      return "non-finite";
+    case Refusal::kClipped:
+      return "clipped";
+    case Refusal::kFarRound:
+      return "far-round";
     case Refusal::kCount:
       break;
   }

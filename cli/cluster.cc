@@ -291,6 +291,20 @@ std::optional<Straggler> straggler_of(const ClusterOptions& o) {
   return s ? std::optional<Straggler>(*s) : std::nullopt;
 }
 
+// --gossipd-on NODE=PATH.
+Result<std::pair<int, std::string>> parse_gossipd_on(const std::string& text, int nodes) {
+  const auto eq = text.find('=');
+  int node = -1;
+  if (eq != std::string::npos) {
+    auto [p, e] = std::from_chars(text.data(), text.data() + eq, node);
+    if (e == std::errc() && p == text.data() + eq && node >= 0 && node < nodes &&
+        eq + 1 < text.size())
+      return std::pair<int, std::string>{node, text.substr(eq + 1)};
+  }
+  return Status::invalid(
+      fmt::format("expected NODE=PATH with NODE in 0..{}, got '{}'", nodes - 1, text));
+}
+
 class ClusterRun {
  public:
   ClusterRun(const ClusterOptions& options, const RunDirectory& dir, Programs programs,
@@ -370,9 +384,13 @@ class ClusterRun {
       std::vector<std::string> prefix;
       if (!options_.netns.empty())
         prefix = {programs_.ip, "netns", "exec", fmt::format("{}{}", options_.netns, i)};
-      CommandLine cmd(prefix.empty() ? programs_.gossipd : prefix.front());
+      std::string gossipd = programs_.gossipd;
+      for (const auto& spec : options_.gossipd_on)
+        if (auto on = parse_gossipd_on(spec, options_.nodes); on && on->first == i)
+          gossipd = on->second;
+      CommandLine cmd(prefix.empty() ? gossipd : prefix.front());
       for (size_t k = 1; k < prefix.size(); ++k) cmd.arg(prefix[k]);
-      if (!prefix.empty()) cmd.arg(programs_.gossipd);
+      if (!prefix.empty()) cmd.arg(gossipd);
       cmd.add("--id", i).add("--listen", endpoint(i)).add("--run-dir", dir_.path());
       for (int j = 0; j < options_.nodes; ++j) {
         if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
@@ -888,6 +906,12 @@ Status check_cluster_options(const ClusterOptions& o, daemon::DaemonConfig* sett
     if (auto s = parse_straggler(o.straggler, o.nodes); !s)
       return bad("--straggler", s.status().message());
   }
+  for (const auto& spec : o.gossipd_on) {
+    auto on = parse_gossipd_on(spec, o.nodes);
+    if (!on) return bad("--gossipd-on", on.status().message());
+    if (::access(on->second.c_str(), X_OK) != 0)
+      return bad("--gossipd-on", fmt::format("'{}' is not an executable", on->second));
+  }
   if (o.batch < 1) return bad("--batch", fmt::format("must be at least 1, got {}", o.batch));
   if (!std::isfinite(o.lr) || o.lr <= 0) return bad("--lr", "must be a positive number");
   if (o.eval_every < 0) {
@@ -992,6 +1016,10 @@ Subcommand add_cluster_command(CLI::App& parent) {
                   "Seconds between SIGTERM and SIGKILL when stopping a process")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--gossipd", o->gossipd, "The gossipd executable; default: beside gossipctl")
+      ->default_str("");
+  app->add_option("--gossipd-on", o->gossipd_on,
+                  "NODE=PATH: that node runs another gossipd executable (another version; the "
+                  "hostile node of tests/security)")
       ->default_str("");
   app->add_option("--trainer", o->trainer,
                   "The trainer executable; default: gossip-train beside gossipctl")

@@ -31,8 +31,11 @@ struct ClusterOptions {
   double stop_grace_s = 5;    // SIGTERM to SIGKILL
   double socket_wait_s = 10;  // for every daemon's IPC socket to appear
   std::string gossipd;        // empty: `gossipd` beside gossipctl
-  std::string trainer;        // empty: `gossip-train` beside gossipctl
-  bool evaluations = false;   // evaluations.csv: the average model and consensus at each evaluation
+  // "NODE=PATH": that node runs another gossipd build (another version, or the
+  // hostile node of the attack tests); checked by validate_cluster_options.
+  std::vector<std::string> gossipd_on;
+  std::string trainer;       // empty: `gossip-train` beside gossipctl
+  bool evaluations = false;  // evaluations.csv: the average model and consensus at each evaluation
   std::vector<std::string> hosts;  // node i's daemon listens on hosts[i]; empty: 127.0.0.1
   std::string netns;               // daemon i runs in network namespace <netns><i> (ip netns exec)
 

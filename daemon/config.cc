@@ -241,9 +241,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 44>& fields() {
+const std::array<Field, 45>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 44> kFields = {{
+  static const std::array<Field, 45> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -443,6 +443,13 @@ const std::array<Field, 44>& fields() {
        IntegerSpec{{0, 64, 1},
                    [](const C& c) -> uint64_t { return c.strategy.trim; },
                    [](C& c, uint64_t v) { c.strategy.trim = v; }}},
+      {"strategy.clip", "--clip", "off|on",
+       "push-sum: robust mixing for untrusted peers; a neighbor's model further from the node's "
+       "than 4 times the median distance of recent ones is pulled back to that radius "
+       "(CenteredClip; exact mass conservation is given up)",
+       TextSpec{kOnOff, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.clip; },
+                [](C& c, std::string v) { c.strategy.clip = std::move(v); }}},
       {"strategy.heartbeat", "--heartbeat", "SECONDS",
        "gossip: send a heartbeat to every peer this often while waiting",
        NumberSpec{{0, false, std::nullopt},
@@ -852,6 +859,10 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("{} needs node ids 0..n-1: {}", c.strategy.name, st.message()));
     auto topology = peers::make_topology(c.topology_spec(), c.nodes(), c.seed);
     if (!topology) return key_error(o, "strategy.topology", topology.status().message());
+    if (c.strategy.clip == "on" && !strategy->takes("clip"))
+      return key_error(o, "strategy.clip",
+                       fmt::format("clipped mixing is not for strategy {} (only for: {})",
+                                   c.strategy.name, strategies_taking("clip")));
     if (c.strategy.trim > 0) {
       if (!strategy->takes("trim"))
         return key_error(o, "strategy.trim",
@@ -1067,7 +1078,7 @@ namespace {
 std::vector<std::string> readers_of(std::string_view key) {
   std::string_view option;
   if (key == "strategy.gamma" || key == "strategy.delay" || key == "strategy.staleness" ||
-      key == "strategy.trim")
+      key == "strategy.trim" || key == "strategy.clip")
     option = key.substr(key.find('.') + 1);
   else if (key.starts_with("strategy.outer."))
     option = "outer";

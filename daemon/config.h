@@ -55,6 +55,7 @@ struct StrategyConfig {
   uint64_t staleness = 1;     // async-gossip: rounds a node may run ahead of a neighbor
   double patience_s = 5.0;    // how long a gossip round waits for a neighbor heard from before
   uint64_t trim = 0;          // gossip: trimmed-mean mixing, B values cut from each end; 0: off
+  std::string clip = "off";   // push-sum: clip neighbors' models around the node's (on)
   double heartbeat_s = 1.0;   // gossip: heartbeat period while waiting
   double dead_after_s = 3.0;  // gossip: a neighbor silent this long is dropped from the round
   double join_wait_s = 2.0;   // gossip: wait for state offers at the first attach; 0: never

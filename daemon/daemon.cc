@@ -40,7 +40,8 @@ Daemon::~Daemon() {
   if (signal_fd_ >= 0) ::close(signal_fd_);
 }
 
-Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
+Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
+                                               const DaemonHooks& hooks) {
   if (!sgd::find_strategy(config.strategy.name))
     return Status::invalid(fmt::format("unknown strategy '{}' (valid: {})", config.strategy.name,
                                        sgd::strategy_names()));
@@ -93,7 +94,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config) {
     }
   }
 
-  auto worker = SyncWorker::start(config);
+  auto worker = SyncWorker::start(config, hooks);
   if (!worker) return worker.status();
   d->worker_ = std::move(worker).value();
   if (!config.checkpoint.empty())

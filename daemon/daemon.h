@@ -15,6 +15,7 @@
 #include "daemon/arena.h"
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
+#include "daemon/hooks.h"
 #include "daemon/metrics_server.h"
 #include "daemon/metrics_text.h"
 #include "daemon/nonfinite.h"
@@ -32,7 +33,8 @@ void block_signals();
 
 class Daemon {
  public:
-  static Result<std::unique_ptr<Daemon>> create(const DaemonConfig& config);
+  static Result<std::unique_ptr<Daemon>> create(const DaemonConfig& config,
+                                                const DaemonHooks& hooks = {});
   ~Daemon();
 
   // Serves until SIGINT/SIGTERM; then tells the trainers, closes the sockets and

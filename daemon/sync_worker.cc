@@ -28,7 +28,8 @@ std::string ring_listen_host(const std::string& listen) {
 
 }  // namespace
 
-Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config) {
+Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config,
+                                                      const DaemonHooks& hooks) {
   std::unique_ptr<SyncWorker> w(new SyncWorker());
   std::vector<peers::Peer> remote;
   for (const auto& p : config.remote_peers()) remote.push_back({p.id, p.endpoint, p.public_key});
@@ -37,6 +38,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote, to);
   if (!transport) return transport.status();
   w->transport_ = std::move(transport).value();
+  if (hooks.wrap_channel) w->transport_ = hooks.wrap_channel(std::move(w->transport_));
   w->router_ = std::make_unique<peers::Router>(*w->transport_);
   auto codec = compression::make_codec(config.strategy.codec);
   if (!codec) return codec.status();
@@ -166,6 +168,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   r.params.delay = sc.delay;
   r.params.staleness = sc.staleness;
   r.params.trim = sc.trim;
+  r.params.clip = sc.clip == "on";
   auto outer_kind = sgd::parse_outer_kind(sc.outer.kind);
   if (!outer_kind) return outer_kind.status();
   r.params.outer = {*outer_kind, sc.outer.lr, sc.outer.momentum};

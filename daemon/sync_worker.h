@@ -17,6 +17,7 @@
 #include "compression/thread_pool.h"
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
+#include "daemon/hooks.h"
 #include "peers/ring_channel.h"
 #include "peers/router.h"
 #include "peers/topology.h"
@@ -34,7 +35,8 @@ class SyncWorker {
  public:
   // Binds the peer endpoint and connects to the peers (in the caller's thread, so a
   // bind error is reported before the daemon starts), then starts the thread.
-  static Result<std::unique_ptr<SyncWorker>> start(const DaemonConfig& config);
+  static Result<std::unique_ptr<SyncWorker>> start(const DaemonConfig& config,
+                                                   const DaemonHooks& hooks = {});
   ~SyncWorker();  // cancels a running round, says bye to the peers, joins
 
   // Readable (poll) once a submitted job (round or join) has finished; take_result()
@@ -99,7 +101,7 @@ class SyncWorker {
   void write_checkpoint_now();
   void signal_done();
 
-  std::unique_ptr<peers::ZmqTransport> transport_;
+  std::unique_ptr<peers::PeerChannel> transport_;  // ZeroMQ (wrapped by hooks)
   // The one reader of transport_; the components below subscribe to it.
   std::unique_ptr<peers::Router> router_;
   compression::CodecSpec codec_;                   // outlives the two below, which point at it

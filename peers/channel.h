@@ -71,8 +71,9 @@ class PeerChannel {
   virtual void note_dropped(uint32_t peer, const std::string& why) = 0;
 
  private:
-  // The router (peers/router.h) is the one reader.
+  // The router (peers/router.h) is the one reader; a decorator passes it on.
   friend class Router;
+  friend class ChannelDecorator;
   // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
   // counted against their sender and logged; they never reach the caller.
   virtual std::optional<Incoming> recv(std::chrono::milliseconds timeout) = 0;

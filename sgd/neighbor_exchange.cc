@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/finite.h"
+#include "base/refusals.h"
 
 namespace gossip::sgd {
 
@@ -189,6 +190,7 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
   }
   if (round - next_round >= limits_.max_rounds_ahead ||
       ahead_bytes_ + in.payload.size() > limits_.max_buffered_bytes) {
+    if (round - next_round >= limits_.max_rounds_ahead) count_refusal(Refusal::kFarRound);
     transport_.note_dropped(
         in.peer, fmt::format("chunk for round {} is too far ahead of round {}", round, next_round));
     return;
@@ -367,7 +369,29 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
     else if (live.received[s] > 0 || !absent_[peer_index(sources[s])])
       behind = false;
   }
-  if (behind && next != UINT64_MAX) catch_up_round_ = next;
+  if (behind && next != UINT64_MAX) {
+    // No one peer moves this node: it catches up at most to the lower median of the
+    // rounds its present peers are at, so a lone neighbor that claims a far-ahead
+    // round (a hijack) is outvoted, while a node that is really behind, whose peers
+    // are all ahead, still catches up.
+    std::vector<uint64_t> at;
+    for (size_t pi = 0; pi < newest_.size(); ++pi)
+      if (!absent_[pi] && newest_[pi] > 0) at.push_back(newest_[pi] - 1);
+    if (!at.empty()) {
+      std::nth_element(at.begin(), at.begin() + static_cast<ptrdiff_t>((at.size() - 1) / 2),
+                       at.end());
+      const uint64_t median = at[(at.size() - 1) / 2];
+      if (next > median) {
+        count_refusal(Refusal::kFarRound);
+        spdlog::warn(
+            "round {}: a neighbor claims round {}, but the median peer is at {}: not "
+            "skipping ahead for it",
+            round, next, median);
+        next = median;
+      }
+    }
+    if (next > round) catch_up_round_ = next;
+  }
   Delivery d;
   d.complete.resize(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/refusals.h"
 #include "sgd/registry.h"
 
 namespace gossip::sgd {
@@ -17,6 +18,38 @@ Status PushSum::load_state(const StrategyState& state) {
     return Status::invalid(fmt::format("push-sum weight {} is not positive", *w));
   weight_ = *w;
   return Status::ok();
+}
+
+bool PushSum::admit(uint32_t from, uint64_t round, double weight, std::span<const float> self,
+                    std::vector<float>& x) {
+  // The total weight is the node count, so no honest share is larger; a share below
+  // 1e-30 would turn x / w into Inf (a denormal one, into NaN).
+  const double nodes = static_cast<double>(topology_.size());
+  if (!std::isfinite(weight) || weight < 1e-30 || weight > nodes) {
+    count_refusal(Refusal::kBadWeight);
+    exchange_.transport().note_dropped(
+        from, fmt::format("round {}: push-sum weight {} outside (1e-30, {}]: "
+                          "its mass is left out",
+                          round, weight, nodes));
+    return false;
+  }
+  // The neighbor's de-biased model, checked and clipped around this node's.
+  const float inv = static_cast<float>(1.0 / weight);
+  for (float& v : x) v *= inv;
+  if (!std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); })) {
+    count_refusal(Refusal::kNonFinite);
+    exchange_.transport().note_dropped(
+        from, fmt::format("round {}: push-sum share with NaN or Inf: left out", round));
+    return false;
+  }
+  if (const double f = clip_ ? clip_->clip(self, x) : 1.0; f < 1.0) {
+    count_refusal(Refusal::kClipped);
+    spdlog::warn("round {}: push-sum share of node {} clipped to {:.3g} of its distance", round,
+                 from, f);
+  }
+  const float w = static_cast<float>(weight);
+  for (float& v : x) v *= w;
+  return true;
 }
 
 Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
@@ -67,6 +100,7 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
     if (!delivery) return delivery.status();
     for (size_t s = 0; s < sources.size(); ++s) {
       if (!delivery->complete[s]) continue;
+      if (!admit(sources[s], round, weights[s], model, staged_[s])) continue;
       const float* x = staged_[s].data();
       for (size_t e = 0; e < n; ++e) numerator_[e] += x[e];
       weight_ += weights[s];
@@ -85,12 +119,12 @@ StrategyDescriptor push_sum_strategy() {
   d.name = "push-sum";
   d.summary = "SGP: push-sum on a directed, time-varying graph, messages `delay` rounds in flight";
   d.default_topology = "one-peer-exponential";
-  d.options = {"delay"};
+  d.options = {"delay", "clip"};
   d.make = [](const StrategyResources& r,
               std::string* detail) -> Result<std::unique_ptr<Strategy>> {
-    *detail = fmt::format(", delay {}", r.params.delay);
-    return std::unique_ptr<Strategy>(
-        std::make_unique<PushSum>(*r.exchange, *r.topology, r.gossip, r.params.delay));
+    *detail = fmt::format(", delay {}{}", r.params.delay, r.params.clip ? ", clipped" : "");
+    return std::unique_ptr<Strategy>(std::make_unique<PushSum>(*r.exchange, *r.topology, r.gossip,
+                                                               r.params.delay, r.params.clip));
   };
   return d;
 }

@@ -12,9 +12,18 @@
 //
 // With delay τ > 0 the message a node sends in round t is consumed by its receiver
 // in round t + τ: τ rounds of local steps overlap with its flight.
+//
+// Every share is checked before it is added: a weight that is not finite or lies
+// outside (1e-30, n], or values with NaN or Inf, leave the share out (counted and
+// logged), so no peer can make a node's weight or model NaN. With --clip on, a
+// de-biased model far from the node's own is clipped (sgd/centered_clip.h), so no
+// peer moves a node further than the clipping radius in a round; clipping gives up
+// exact mass conservation, hence off by default.
 
+#include <optional>
 #include <vector>
 
+#include "sgd/centered_clip.h"
 #include "sgd/gossip_strategy.h"
 
 namespace gossip::sgd {
@@ -22,8 +31,10 @@ namespace gossip::sgd {
 class PushSum final : public GossipStrategy {
  public:
   PushSum(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
-          uint64_t delay)
-      : GossipStrategy(exchange, topology, options, /*lag=*/delay) {}
+          uint64_t delay, bool clip = false)
+      : GossipStrategy(exchange, topology, options, /*lag=*/delay) {
+    if (clip) clip_.emplace();
+  }
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
 
@@ -32,7 +43,12 @@ class PushSum final : public GossipStrategy {
   Status load_state(const StrategyState& state) override;
 
  private:
+  // Checks a neighbor's share (x, weight) and clips it in place; false: left out.
+  bool admit(uint32_t from, uint64_t round, double weight, std::span<const float> self,
+             std::vector<float>& x);
+
   double weight_ = 1.0;
+  std::optional<CenteredClip> clip_;
   std::vector<float> numerator_;            // x_i
   std::vector<float> share_;                // what each out-neighbor gets
   std::vector<std::vector<float>> staged_;  // per in-neighbor: its message as it arrives

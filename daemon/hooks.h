@@ -1,0 +1,19 @@
+#pragma once
+// Seams for test builds of the daemon: the hostile node of the attack tests
+// (tests/security/byzantine_gossipd.cc) is gossipd with its peer channel wrapped.
+// gossipd itself passes none.
+
+#include <functional>
+#include <memory>
+
+#include "peers/channel.h"
+
+namespace gossip::daemon {
+
+struct DaemonHooks {
+  // Wraps the channel the node talks to its peers through.
+  std::function<std::unique_ptr<peers::PeerChannel>(std::unique_ptr<peers::PeerChannel>)>
+      wrap_channel;
+};
+
+}  // namespace gossip::daemon

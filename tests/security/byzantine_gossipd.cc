@@ -1,0 +1,124 @@
+// gossipd-byzantine: gossipd whose peer channel lies (the malicious authenticated
+// peer of the attack tests). It trains and syncs as any node does, with its trainer
+// attached, but every model chunk it sends is altered as GOSSIP_ATTACK says, a
+// comma-separated list taken in turn, one per round:
+//   nan         every value NaN
+//   scale       every value times 1e4 (a "scaled model")
+//   huge-weight push-sum's weight 1e300
+//   tiny-weight push-sum's weight 1e-310 (a denormal)
+//   far-round   the chunk claims a round 10^6 ahead
+// Run it with `gossipctl cluster --gossipd-on NODE=PATH`; it takes gossipd's flags.
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "peers/channel_decorator.h"
+
+namespace {
+
+using namespace gossip;
+
+class ByzantineChannel final : public peers::ChannelDecorator {
+ public:
+  ByzantineChannel(std::unique_ptr<peers::PeerChannel> inner, std::vector<std::string> attacks)
+      : ChannelDecorator(std::move(inner)), attacks_(std::move(attacks)) {}
+
+  Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
+                        std::span<const std::byte> payload) override {
+    if (!std::holds_alternative<proto::ModelChunk>(body))
+      return ChannelDecorator::send_zero_copy(peer, round, body, payload);
+    return lie(peer, round, std::get<proto::ModelChunk>(body),
+               std::vector<std::byte>(payload.begin(), payload.end()));
+  }
+  Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
+                     std::shared_ptr<const std::vector<std::byte>> buffer) override {
+    if (!std::holds_alternative<proto::ModelChunk>(body))
+      return ChannelDecorator::send_shared(peer, round, body, std::move(buffer));
+    return lie(peer, round, std::get<proto::ModelChunk>(body), *buffer);
+  }
+
+ private:
+  Status lie(uint32_t peer, uint64_t round, proto::ModelChunk chunk,
+             std::vector<std::byte> payload) {
+    const std::string& attack = attacks_[round % attacks_.size()];
+    if (attack != last_) {
+      spdlog::warn("byzantine: round {}: {}", round, attack);
+      last_ = attack;
+    }
+    const bool raw = chunk.codec == proto::CodecId::kNone;
+    const auto values = [&](auto&& f) {
+      if (!raw) return;
+      for (size_t i = 0; i + 4 <= payload.size(); i += 4) {
+        float x;
+        std::memcpy(&x, payload.data() + i, 4);
+        x = f(x);
+        std::memcpy(payload.data() + i, &x, 4);
+      }
+    };
+    if (attack == "nan")
+      values([](float) { return std::nanf(""); });
+    else if (attack == "scale")
+      values([](float x) { return x * 1e4f; });
+    else if (attack == "huge-weight")
+      chunk.weight = 1e300;
+    else if (attack == "tiny-weight")
+      chunk.weight = 1e-310;
+    else if (attack == "far-round")
+      round += 1000000;
+    return ChannelDecorator::send_shared(
+        peer, round, chunk, std::make_shared<const std::vector<std::byte>>(std::move(payload)));
+  }
+
+  std::vector<std::string> attacks_;
+  std::string last_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* env = std::getenv("GOSSIP_ATTACK");
+  std::vector<std::string> attacks;
+  std::stringstream list(env ? env : "");
+  for (std::string a; std::getline(list, a, ',');)
+    if (!a.empty()) attacks.push_back(a);
+  for (const auto& a : attacks)
+    if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
+        a != "far-round") {
+      std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
+      return 2;
+    }
+  if (attacks.empty()) {
+    std::fprintf(stderr, "gossipd-byzantine: set GOSSIP_ATTACK (nan,scale,huge-weight,...)\n");
+    return 2;
+  }
+  auto config = daemon::config_from_args(argc, argv);
+  if (!config) {
+    std::fprintf(stderr, "gossipd-byzantine: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [node {} byzantine] [%l] %v",
+                                  config->node_id));
+  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  daemon::block_signals();
+  daemon::DaemonHooks hooks;
+  hooks.wrap_channel = [&](std::unique_ptr<peers::PeerChannel> inner) {
+    return std::unique_ptr<peers::PeerChannel>(
+        std::make_unique<ByzantineChannel>(std::move(inner), attacks));
+  };
+  auto d = daemon::Daemon::create(*config, hooks);
+  if (!d) {
+    spdlog::error("{}", d.status().message());
+    return 1;
+  }
+  return (*d)->run();
+}
