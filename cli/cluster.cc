@@ -1,6 +1,7 @@
 #include "cli/cluster.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +26,7 @@
 #include "cli/consensus.h"
 #include "cli/evaluations.h"
 #include "cli/json.h"
+#include "cli/keygen.h"
 #include "cli/process.h"
 #include "cli/progress.h"
 #include "cli/run_files.h"
@@ -374,7 +376,28 @@ class ClusterRun {
     return std::nullopt;
   }
 
+  // --curve: a key pair per node; node i's secret goes to node-<i>.toml, readable by
+  // this user only, so that it shows in no process list.
+  std::optional<Failure> make_keys() {
+    for (int i = 0; i < options_.nodes; ++i) {
+      auto k = curve_keypair();
+      if (!k) return Failure{"--curve: " + k.status().message(), "", ""};
+      const std::string path = dir_.file(fmt::format("node-{}.toml", i));
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      const std::string text = fmt::format("[node]\nsecret_key = \"{}\"\n", k->secret_key);
+      const bool written =
+          fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      if (fd >= 0) ::close(fd);
+      if (!written)
+        return Failure{fmt::format("cannot write {}: {}", path, std::strerror(errno)), "", ""};
+      keys_.push_back(std::move(*k));
+    }
+    return std::nullopt;
+  }
+
   std::optional<Failure> start_daemons() {
+    if (options_.curve)
+      if (auto f = make_keys()) return f;
     const auto endpoint = [&](int node) {
       const auto i = static_cast<size_t>(node);
       return fmt::format("tcp://{}:{}", options_.hosts.empty() ? "127.0.0.1" : options_.hosts[i],
@@ -394,6 +417,13 @@ class ClusterRun {
       cmd.add("--id", i).add("--listen", endpoint(i)).add("--run-dir", dir_.path());
       for (int j = 0; j < options_.nodes; ++j) {
         if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
+      }
+      if (options_.curve) {
+        cmd.add("--config", dir_.file(fmt::format("node-{}.toml", i)));
+        for (int j = 0; j < options_.nodes; ++j)
+          if (j != i)
+            cmd.add("--peer-key",
+                    fmt::format("{}={}", j, keys_[static_cast<size_t>(j)].public_key));
       }
       // gossipd's settings as given; the rest are gossipd's defaults.
       for (const auto& [flag, value] : options_.daemon_flags) cmd.add(flag, value);
@@ -691,6 +721,7 @@ class ClusterRun {
   const Programs programs_;
   const std::vector<int> ports_;
   const StopSignals& signals_;
+  std::vector<KeyPair> keys_;  // --curve: node i's
   ProgressLine progress_;
   Clock::time_point start_;
   Clock::time_point deadline_;
@@ -1020,6 +1051,10 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--gossipd-on", o->gossipd_on,
                   "NODE=PATH: that node runs another gossipd executable (another version; the "
                   "hostile node of tests/security)")
+      ->default_str("");
+  app->add_flag("--curve", o->curve,
+                "Encrypt and authenticate the peer channel with CURVE: a fresh key pair per node "
+                "(its secret in node-<i>.toml in the run directory)")
       ->default_str("");
   app->add_option("--trainer", o->trainer,
                   "The trainer executable; default: gossip-train beside gossipctl")

@@ -34,6 +34,9 @@ struct ClusterOptions {
   // "NODE=PATH": that node runs another gossipd build (another version, or the
   // hostile node of the attack tests); checked by validate_cluster_options.
   std::vector<std::string> gossipd_on;
+  // CURVE on the peer channel: a key pair per node, each node's secret in
+  // node-<i>.toml (mode 0600) in the run directory, the peers' public keys as flags.
+  bool curve = false;
   std::string trainer;       // empty: `gossip-train` beside gossipctl
   bool evaluations = false;  // evaluations.csv: the average model and consensus at each evaluation
   std::vector<std::string> hosts;  // node i's daemon listens on hosts[i]; empty: 127.0.0.1

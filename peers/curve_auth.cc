@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -46,6 +47,29 @@ Result<std::string> curve_public_of(const std::string& secret_z85) {
     return Status::invalid(
         fmt::format("cannot derive the public key: {}", zmq_strerror(zmq_errno())));
   return std::string(pub);
+}
+
+Result<std::string> curve_routing_id(uint32_t from, const std::string& own_secret_z85,
+                                     const std::string& other_public_z85) {
+  const auto secret = decode_key(own_secret_z85);
+  const auto other = decode_key(other_public_z85);
+  if (!secret || !other) return Status::invalid("a CURVE key is not a Z85 key");
+  if (sodium_init() < 0) return Status::io_error("libsodium failed to initialize");
+  std::array<uint8_t, crypto_scalarmult_BYTES> shared{};
+  if (crypto_scalarmult(shared.data(), reinterpret_cast<const uint8_t*>(secret->data()),
+                        reinterpret_cast<const uint8_t*>(other->data())) != 0)
+    return Status::invalid("a peer's public key is a low-order point");
+  std::string input(reinterpret_cast<const char*>(shared.data()), shared.size());
+  input += fmt::format("gossipd routing id of node {}", from);
+  std::array<uint8_t, 12> token{};
+  crypto_generichash(token.data(), token.size(), reinterpret_cast<const uint8_t*>(input.data()),
+                     input.size(), nullptr, 0);
+  sodium_memzero(shared.data(), shared.size());
+  sodium_memzero(input.data(), input.size());
+  std::string hex(token.size() * 2 + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), token.data(), token.size());
+  hex.pop_back();
+  return fmt::format("node-{}-{}", from, hex);
 }
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::start(

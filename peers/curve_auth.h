@@ -27,6 +27,14 @@ Status check_curve_key(std::string_view z85, std::string_view what);
 Result<std::string> curve_public_of(const std::string& secret_z85);
 // Whether this libzmq has CURVE (built with libsodium).
 bool curve_available();
+// The routing id node `from` presents to node `to`'s ROUTER under CURVE:
+// "node-<from>-<token>", the token a hash of the X25519 secret the two nodes share
+// (one's secret key with the other's public key; either side computes it). A node
+// holding a valid key of its own cannot compute another node's routing id, so it
+// cannot take over that node's connection by ROUTER_HANDOVER, which lets a restarted
+// node take over its own.
+Result<std::string> curve_routing_id(uint32_t from, const std::string& own_secret_z85,
+                                     const std::string& other_public_z85);
 
 class ZapHandler {
  public:

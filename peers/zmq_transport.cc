@@ -95,11 +95,18 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     out->peer = p;
     try {
       out->socket = zmq::socket_t(t->context_, zmq::socket_type::dealer);
-      out->socket.set(zmq::sockopt::routing_id, routing_id_for(self));
       if (curve) {
+        auto rid = curve_routing_id(self, options.secret_key, p.public_key);
+        if (!rid) return rid.status().with_context(fmt::format("peer {}", p.id));
+        out->socket.set(zmq::sockopt::routing_id, *rid);
+        auto theirs = curve_routing_id(p.id, options.secret_key, p.public_key);
+        if (!theirs) return theirs.status().with_context(fmt::format("peer {}", p.id));
+        t->routing_ids_[*theirs] = p.id;
         out->socket.set(zmq::sockopt::curve_serverkey, p.public_key);
         out->socket.set(zmq::sockopt::curve_publickey, public_key);
         out->socket.set(zmq::sockopt::curve_secretkey, options.secret_key);
+      } else {
+        out->socket.set(zmq::sockopt::routing_id, routing_id_for(self));
       }
       out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options.reconnect_min.count()));
       out->socket.set(zmq::sockopt::reconnect_ivl_max,
@@ -188,6 +195,11 @@ void ZmqTransport::note_dropped(uint32_t peer, const std::string& why) {
 
 std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) const {
   std::string_view rid(routing_id.data<char>(), routing_id.size());
+  if (!routing_ids_.empty()) {
+    const auto it = routing_ids_.find(std::string(rid));
+    if (it == routing_ids_.end()) return std::nullopt;
+    return it->second;
+  }
   constexpr std::string_view kPrefix = "node-";
   if (!rid.starts_with(kPrefix)) return std::nullopt;
   uint32_t id = 0;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -68,6 +69,8 @@ class ZmqTransport final : public PeerChannel {
   Status send_frames(Outbound& out, uint64_t round, const proto::Body& body,
                      zmq::message_t* payload);
   std::optional<uint32_t> peer_of(const zmq::message_t& routing_id) const;
+  // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).
+  std::map<std::string, uint32_t> routing_ids_;
 
   uint32_t self_;
   std::vector<Peer> peers_;

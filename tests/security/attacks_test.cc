@@ -129,5 +129,24 @@ TEST(Attacks, AByzantinePeerCannotPoisonTrimmedGossip) {
     EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
 }
 
+// Finding 9: a node with a valid key of its own (node 2's, as if compromised) that
+// connects to node 0 again and again as node 1. ROUTER_HANDOVER handed it node 1's
+// routing id, cutting node 1's link each time; now, under CURVE, a routing id
+// carries a token only node 1 and node 0 can compute, so the attacker's is a
+// stranger's, refused, and node 1's link stays.
+TEST(Attacks, AValidKeyCannotTakeOverAnotherNodesLink) {
+  const std::vector<std::string> args = {"--nodes", "3",   "--strategy", "gossip", "--curve",
+                                         "--steps", "300", "--seed",     "1"};
+  const Outcome& calm = undisturbed(args);
+  const Outcome hit = attacked(args, {"hijack", "--key-of", "2", "--claim", "1"});
+  EXPECT_NE(hit.attacker_log.find("claiming node 1"), std::string::npos)
+      << "the attacker found no cluster: the test shows nothing\n"
+      << hit.attacker_log;
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  EXPECT_LT(hit.seconds, calm.seconds + 15);
+  EXPECT_NE(hit.daemon_log.find("unknown sender 'node-1'"), std::string::npos) << hit.daemon_log;
+  EXPECT_EQ(hit.daemon_log.find("peer 1 missed"), std::string::npos) << hit.daemon_log;
+}
+
 }  // namespace
 }  // namespace gossip::testing

@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gossipd-byzantine: %s\n", config.status().message().c_str());
     return 2;
   }
-  spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [node {} byzantine] [%l] %v",
-                                  config->node_id));
+  spdlog::set_pattern(
+      fmt::format("%Y-%m-%d %H:%M:%S.%e [node {} byzantine] [%l] %v", config->node_id));
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   daemon::block_signals();
   daemon::DaemonHooks hooks;
