@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/finite.h"
 #include "base/refusals.h"
 
 namespace gossip::daemon {
@@ -562,6 +563,25 @@ void Daemon::stage_async_change() {
   staged_ready_ = true;
 }
 
+void Daemon::guard_result() {
+  // What the ring, the all-gather, the servers or the neighbors returned: a peer's
+  // NaN or Inf would reach the trainers and every later round. The node goes on from
+  // its last good model instead (a gradient strategy, whose result is a step, skips
+  // the step).
+  if (!any_nonfinite(round_model_)) return;
+  count_refusal(Refusal::kNonFinite);
+  const bool fallback = !strategy_->gradients && last_good_.size() == round_model_.size();
+  if (fallback)
+    std::copy(last_good_.begin(), last_good_.end(), round_model_.begin());
+  else
+    std::fill(round_model_.begin(), round_model_.end(), 0.0f);
+  spdlog::error("round {}: the synchronized {} holds NaN or Inf, which a peer sent: {}", round_ - 1,
+                strategy_->gradients ? "gradient" : "model",
+                fallback               ? "the node goes back to its last good model"
+                : strategy_->gradients ? "this step is skipped"
+                                       : "the node starts from zeros (it has no good model yet)");
+}
+
 void Daemon::handle_round_done() {
   if (joining_) return finish_join();
   auto result = worker_->take_result();
@@ -573,6 +593,7 @@ void Daemon::handle_round_done() {
     spdlog::info("the node's step moves from {} to {}, the members' step", step_, *result->step);
     step_ = *result->step;
   }
+  if (result->status.is_ok()) guard_result();
   if (async()) {
     // Its trainers were answered when it started; they see the change at their next sync.
     if (result->status.is_ok()) {

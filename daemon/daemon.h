@@ -45,6 +45,7 @@ class Daemon {
   explicit Daemon(DaemonConfig config);
   void handle_ipc();
   void handle_signal();
+  void guard_result();  // a round's result with NaN or Inf is replaced
   void handle_round_done();
   void handle_trainer_exit(int pidfd);
   void reply(const std::string& route, const proto::ipc::Message& m);

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/finite.h"
+#include "base/refusals.h"
 #include "compression/error_feedback.h"
 
 namespace gossip::sgd {
@@ -59,6 +61,7 @@ AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, si
     s.received.assign(n, 0);
     s.next_seq.assign(n, 0);
     s.left.assign(n, false);
+    s.excluded.clear();
     s.failure = Status::ok();
   }
   return s;
@@ -110,6 +113,7 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
   s.received[pi] += h.numel;
   double* sum = s.sum.data() + h.offset;
   const std::byte* bytes = static_cast<const std::byte*>(in.payload.data());
+  std::span<const float> x;
   if (h.codec != proto::CodecId::kNone) {
     if (!codec_ || h.codec != codec_->id())
       return doom(round, Status::mismatch(
@@ -120,17 +124,23 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
     compression::CodecContext ctx{chunk_seed(round, in.peer, h.seq), pool_};
     if (auto st = codec_->decode({bytes, in.payload.size()}, ctx, scratch_); !st)
       return doom(round, st.with_context(fmt::format("payload from peer {}", in.peer)));
-    for (uint64_t i = 0; i < h.numel; ++i) sum[i] += scratch_[i];
+    x = scratch_;
   } else if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
-    const float* x = reinterpret_cast<const float*>(bytes);
-    for (uint64_t i = 0; i < h.numel; ++i) sum[i] += x[i];
+    x = {reinterpret_cast<const float*>(bytes), h.numel};
   } else {
-    for (uint64_t i = 0; i < h.numel; ++i) {
-      float x;
-      std::memcpy(&x, bytes + i * sizeof(float), sizeof x);
-      sum[i] += x;
-    }
+    scratch_.resize(h.numel);
+    std::memcpy(scratch_.data(), bytes, h.numel * sizeof(float));
+    x = scratch_;
   }
+  if (any_nonfinite(x)) {
+    count_refusal(Refusal::kNonFinite);
+    drop(fmt::format("round {}: elements [{}, {}) hold NaN or Inf: left out of the mean", round,
+                     h.offset, h.offset + h.numel));
+    s.excluded.resize(numel, 0);
+    for (uint64_t i = 0; i < h.numel; ++i) ++s.excluded[h.offset + i];
+    return;
+  }
+  for (uint64_t i = 0; i < h.numel; ++i) sum[i] += x[i];
 }
 
 void AllGatherAllReduce::progress(uint64_t next_round, size_t numel,
@@ -224,8 +234,14 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
 
   const double inv_n = 1.0 / static_cast<double>(ps.size() + 1);
   const double* sum = s.sum.data();
-  for (size_t i = 0; i < numel; ++i)
-    data[i] = static_cast<float>((sum[i] + static_cast<double>(data[i])) * inv_n);
+  if (s.excluded.empty()) {
+    for (size_t i = 0; i < numel; ++i)
+      data[i] = static_cast<float>((sum[i] + static_cast<double>(data[i])) * inv_n);
+  } else {
+    for (size_t i = 0; i < numel; ++i)
+      data[i] = static_cast<float>((sum[i] + static_cast<double>(data[i])) /
+                                   static_cast<double>(ps.size() + 1 - s.excluded[i]));
+  }
   s.round = UINT64_MAX;
   return Status::ok();
 }

@@ -36,7 +36,10 @@ class AllGatherAllReduce final : public AllReduce {
     std::vector<uint64_t> received;  // elements per peer (index into peers())
     std::vector<uint64_t> next_seq;  // expected chunk sequence per peer
     std::vector<bool> left;          // peer said bye during this round
-    Status failure;                  // set when a peer's message dooms the round
+    // Per element, the peers whose chunk held NaN or Inf and was left out of the
+    // mean (empty until one is): a hostile peer cannot poison the others' result.
+    std::vector<uint16_t> excluded;
+    Status failure;  // set when a peer's message dooms the round
   };
   RoundState& state_for(uint64_t round, size_t numel);
   // The router's handler: applies one message to the round states for round

@@ -148,5 +148,25 @@ TEST(Attacks, AValidKeyCannotTakeOverAnotherNodesLink) {
   EXPECT_EQ(hit.daemon_log.find("peer 1 missed"), std::string::npos) << hit.daemon_log;
 }
 
+// Finding 8: what the all-gather received was summed unchecked, so one NaN chunk
+// made every node's model NaN. Now a chunk with NaN or Inf is left out of the mean
+// (and a result that still holds one is replaced by the node's last good model).
+TEST(Attacks, AByzantinePeerCannotPoisonTheAllGather) {
+  const std::vector<std::string> args = {"--nodes",  "4",   "--strategy",  "local-sgd",
+                                         "--period", "4",   "--transport", "allgather",
+                                         "--steps",  "600", "--seed",      "1"};
+  const Outcome& calm = undisturbed(args);
+  ::setenv("GOSSIP_ATTACK", "nan", 1);
+  std::vector<std::string> hostile = args;
+  hostile.insert(hostile.end(), {"--gossipd-on", "3=" + binary("gossipd-byzantine")});
+  Outcome hit;
+  auto [json, seconds] = run_cluster(hostile, &hit.daemon_log);
+  ::unsetenv("GOSSIP_ATTACK");
+  hit.accuracy = number_field(json, "accuracy_average_model");
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  EXPECT_NE(hit.daemon_log.find("hold NaN or Inf: left out of the mean"), std::string::npos)
+      << hit.daemon_log;
+}
+
 }  // namespace
 }  // namespace gossip::testing

@@ -7,6 +7,7 @@
 //   huge-weight push-sum's weight 1e300
 //   tiny-weight push-sum's weight 1e-310 (a denormal)
 //   far-round   the chunk claims a round 10^6 ahead
+//   honest      nothing altered (to attack one round in several)
 // Run it with `gossipctl cluster --gossipd-on NODE=PATH`; it takes gossipd's flags.
 
 #include <fmt/format.h>
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
     if (!a.empty()) attacks.push_back(a);
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
-        a != "far-round") {
+        a != "far-round" && a != "honest") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }
