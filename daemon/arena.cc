@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -16,7 +18,13 @@
 namespace gossip::daemon {
 
 std::string Arena::name_for(uint32_t node) {
-  return fmt::format("/gossipd-{}-{}-{}", ::getuid(), node, ::getpid());
+  // 64 random bits: another local user cannot guess the name and create it first
+  // (shm_open with O_EXCL would then fail, and the trainers could not attach).
+  uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof nonce, 0) != sizeof nonce)
+    nonce = static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull ^
+            static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return fmt::format("/gossipd-{}-{}-{}-{:016x}", ::getuid(), node, ::getpid(), nonce);
 }
 
 std::vector<std::string> Arena::remove_stale(uint32_t node) {
@@ -29,7 +37,9 @@ std::vector<std::string> Arena::remove_stale(uint32_t node) {
     pid_t pid = 0;
     auto digits = std::string_view(file).substr(prefix.size());
     auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (err != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+    // "<pid>" (older daemons) or "<pid>-<nonce>".
+    const bool whole = end == digits.data() + digits.size() || *end == '-';
+    if (err != std::errc() || !whole || pid <= 0) continue;
     if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
     if (::shm_unlink(("/" + file).c_str()) == 0) removed.push_back("/" + file);
   }
@@ -55,6 +65,16 @@ Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t nu
     ::shm_unlink(name.c_str());
     return Status::io_error(
         fmt::format("cannot size arena {} to {} bytes: {}", name, size, std::strerror(err)));
+  }
+  // Reserve the pages now: on a full /dev/shm the first touch of an unreserved page
+  // would kill the daemon with SIGBUS; this fails here, with a reason.
+  if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size)); err != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return Status::io_error(fmt::format(
+        "cannot reserve {} MiB of shared memory for the arena {}: {} (is /dev/shm full or too "
+        "small? see df /dev/shm; in a container, raise --shm-size)",
+        (size + (1 << 20) - 1) >> 20, name, std::strerror(err)));
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;

@@ -103,5 +103,15 @@ TEST(Arena, StaleArenasOfDeadDaemonsAreRemovedAndLiveOnesKept) {
   EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live->name()));
 }
 
+// The name carries 64 random bits: another local user cannot create it first.
+TEST(Arena, NamesAreNotPredictable) {
+  const std::string a = Arena::name_for(7), b = Arena::name_for(7);
+  EXPECT_NE(a, b);
+  const std::string prefix =
+      "/gossipd-" + std::to_string(::getuid()) + "-7-" + std::to_string(::getpid()) + "-";
+  EXPECT_TRUE(a.starts_with(prefix)) << a;
+  EXPECT_EQ(a.size(), prefix.size() + 16) << a;
+}
+
 }  // namespace
 }  // namespace gossip::daemon

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -211,6 +212,44 @@ TEST(DaemonFaults, ConfigFileErrorNamesTheFileAndTheKey) {
   EXPECT_NE(log.find(file.string()), std::string::npos) << log;
   EXPECT_NE(log.find("strategy.codec"), std::string::npos) << log;
   EXPECT_NE(log.find("(0, 1]"), std::string::npos) << log;
+}
+
+// Finding 10 of the security review: on a full /dev/shm the first touch of the
+// arena's pages killed the daemon with SIGBUS. gossipd runs here in a mount
+// namespace whose /dev/shm is a 1 MiB tmpfs; a trainer attaching a 16 MiB model is
+// refused with the reason, and the daemon lives on.
+TEST(DaemonFaults, AFullDevShmRefusesTheAttachWithTheReason) {
+  if (!std::filesystem::exists("/usr/bin/unshare") ||
+      std::system("/usr/bin/unshare -Urm true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "unshare -Urm (a user and mount namespace) is not allowed here";
+  char dir_template[] = "/tmp/gossip-shm-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::filesystem::path dir = dir_template;
+  const int port = free_ports(1)[0];
+  ChildProcess daemon(
+      {"/usr/bin/unshare", "-Urm", "/bin/sh", "-c",
+       "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" \"$@\"", binary("gossipd"), "--id",
+       "0", "--listen", "tcp://127.0.0.1:" + std::to_string(port), "--run-dir", dir.string()},
+      dir / "gossipd.log");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!std::filesystem::exists(dir / "gossipd-0.sock") &&
+         std::chrono::steady_clock::now() < deadline && daemon.running())
+    std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(std::filesystem::exists(dir / "gossipd-0.sock")) << daemon.log();
+  ClientOptions o;
+  o.endpoint = "ipc://" + (dir / "gossipd-0.sock").string();
+  o.timeout = 10s;
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client.is_ok()) << client.status().message();
+  auto model = (*client)->attach({{"w", uint64_t{4} << 20}});
+  ASSERT_FALSE(model.is_ok());
+  EXPECT_NE(model.status().message().find("/dev/shm"), std::string::npos)
+      << model.status().message();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(daemon.running()) << daemon.log();
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(5s), 0) << daemon.log();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

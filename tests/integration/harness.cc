@@ -123,10 +123,11 @@ void Cluster::start_all() {
 
 std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid) {
   std::vector<std::string> found;
-  std::string suffix = "-" + std::to_string(daemon_pid);
+  // gossipd-<uid>-<node>-<pid>-<nonce>
+  const std::string pid = "-" + std::to_string(daemon_pid) + "-";
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
     std::string name = e.path().filename().string();
-    if (name.starts_with("gossipd-") && name.ends_with(suffix)) found.push_back(name);
+    if (name.starts_with("gossipd-") && name.find(pid) != std::string::npos) found.push_back(name);
   }
   return found;
 }
