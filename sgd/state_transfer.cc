@@ -4,8 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
+
+#include "base/finite.h"
+#include "base/refusals.h"
 
 namespace gossip::sgd {
 
@@ -173,21 +177,109 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t lay
                  fetch_->answered.size(), peers.size(), options.min_round);
     return std::optional<NodeState>();
   }
+  drop_implausible(offers);
   // The freshest first; among equals the lowest id, so that joiners spread no load
   // decisions of their own.
   std::sort(offers.begin(), offers.end(), [](const Offer& a, const Offer& b) {
     return a.round != b.round ? a.round > b.round : a.peer < b.peer;
   });
+  const size_t wanted = 2 * options.trim + 1;
+  std::vector<NodeState> states;
   std::string failures;
   for (const auto& o : offers) {
     auto state = download(o);
-    if (state) return std::optional<NodeState>(std::move(state).value());
-    spdlog::warn("join: the state of peer {} did not arrive: {}", o.peer, state.status().message());
+    if (state) state = check_state(std::move(state).value(), options);
+    if (state) {
+      states.push_back(std::move(state).value());
+      if (states.size() == wanted) break;
+      continue;
+    }
+    spdlog::warn("join: the state of peer {} not taken: {}", o.peer, state.status().message());
     failures += fmt::format("{}peer {}: {}", failures.empty() ? "" : "; ", o.peer,
                             state.status().message());
     if (options.cancel && options.cancel->load()) break;
   }
-  return Status::timeout("join: no peer that offered its state delivered it (" + failures + ")");
+  if (states.empty())
+    return Status::timeout("join: no peer that offered its state delivered a usable one (" +
+                           failures + ")");
+  if (states.size() == 1) return std::optional<NodeState>(std::move(states.front()));
+  return std::optional<NodeState>(robust_state(std::move(states), options.trim));
+}
+
+// A lone donor that claims a far newer round or step than the others is a hijack
+// (it would reset the joiner to any model, round and step): offers beyond the lower
+// median by more than kMaxLead rounds (or the steps those rounds take) are refused.
+void StateTransfer::drop_implausible(std::vector<Offer>& offers) const {
+  if (offers.size() < 2) return;
+  const auto lower_median = [&](auto field) {
+    std::vector<uint64_t> v;
+    for (const Offer& o : offers) v.push_back(field(o));
+    std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>((v.size() - 1) / 2), v.end());
+    return v[(v.size() - 1) / 2];
+  };
+  const uint64_t round = lower_median([](const Offer& o) { return o.round; });
+  const uint64_t step = lower_median([](const Offer& o) { return o.step; });
+  const uint64_t steps_per_round =
+      round > 0 ? std::max<uint64_t>(1, (step + round - 1) / round) : 1;
+  std::erase_if(offers, [&](const Offer& o) {
+    const bool far = o.round > round + kMaxLead || o.step > step + kMaxLead * steps_per_round;
+    if (far) {
+      count_refusal(Refusal::kFarRound);
+      transport_.note_dropped(
+          o.peer, fmt::format("join: an offer of round {} step {}, while the median peer offers "
+                              "round {} step {}: not taken",
+                              o.round, o.step, round, step));
+    }
+    return far;
+  });
+}
+
+Result<NodeState> StateTransfer::check_state(NodeState state, const JoinOptions& options) const {
+  if (any_nonfinite(state.model)) {
+    count_refusal(Refusal::kNonFinite);
+    transport_.note_dropped(state.from, "join: a state with NaN or Inf: not taken");
+    return Status::protocol("its state holds NaN or Inf");
+  }
+  if (!std::isfinite(state.weight) || state.weight < 1e-30 ||
+      (options.max_weight > 0 && state.weight > options.max_weight)) {
+    count_refusal(Refusal::kBadWeight);
+    transport_.note_dropped(state.from,
+                            fmt::format("join: a state of weight {}: not taken", state.weight));
+    return Status::protocol(fmt::format("its state's weight {} is out of range", state.weight));
+  }
+  return state;
+}
+
+NodeState StateTransfer::robust_state(std::vector<NodeState> states, uint64_t trim) {
+  const size_t k = states.size();
+  // With fewer than 2B + 1 states, the median: still right with an honest majority.
+  const size_t cut = k > 2 * trim ? trim : (k - 1) / 2;
+  const size_t keep = k - 2 * cut;
+  NodeState out;
+  const auto median = [&](auto field) {
+    std::vector<decltype(field(states[0]))> v;
+    for (const auto& st : states) v.push_back(field(st));
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+  };
+  out.round = median([](const NodeState& st) { return st.round; });
+  out.step = median([](const NodeState& st) { return st.step; });
+  out.weight = median([](const NodeState& st) { return st.weight; });
+  out.from = states.front().from;
+  out.model.resize(states.front().model.size());
+  std::vector<float> column(k);
+  for (size_t i = 0; i < out.model.size(); ++i) {
+    for (size_t j = 0; j < k; ++j) column[j] = states[j].model[i];
+    std::sort(column.begin(), column.end());
+    double sum = 0;
+    for (size_t j = cut; j < cut + keep; ++j) sum += column[j];
+    out.model[i] = static_cast<float>(sum / static_cast<double>(keep));
+  }
+  std::string from;
+  for (const auto& st : states) from += fmt::format("{}{}", from.empty() ? "" : ", ", st.from);
+  spdlog::info("join: the state is the trimmed mean of {} donors' ({}), {} cut from each end", k,
+               from, cut);
+  return out;
 }
 
 Result<NodeState> StateTransfer::download(const Offer& offer) {

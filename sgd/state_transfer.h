@@ -41,6 +41,10 @@ struct JoinOptions {
   uint64_t chunk_elems = 1 << 20;
   uint64_t min_round = 0;      // offers of this round or older are not taken (a fresher checkpoint)
   std::vector<uint32_t> only;  // when not empty: offers of other peers are not taken
+  // --trim B: the state is the coordinate-wise trimmed mean of 2B + 1 donors' (the
+  // median of what came when fewer did), so B hostile donors cannot set it.
+  uint64_t trim = 0;
+  double max_weight = 0;  // push-sum: a state's weight above this is refused; 0: no bound
   std::chrono::steady_clock::time_point deadline;  // the whole join gives up then
   const std::atomic<bool>* cancel = nullptr;
   // Called between receives: the joiner's heartbeats, so that peers already in their
@@ -100,6 +104,10 @@ class StateTransfer {
   void on_chunk(const peers::Incoming& in);
   void send_offer(uint32_t peer, bool with_state);
   Result<NodeState> download(const Offer& offer);
+  static constexpr uint64_t kMaxLead = 64;  // rounds an offer may lead the median by
+  void drop_implausible(std::vector<Offer>& offers) const;
+  Result<NodeState> check_state(NodeState state, const JoinOptions& options) const;
+  static NodeState robust_state(std::vector<NodeState> states, uint64_t trim);
 
   peers::Router& router_;
   peers::PeerChannel& transport_;

@@ -95,9 +95,15 @@ std::string Cluster::peer_endpoint(int node) const {
 }
 
 void Cluster::start(int node) {
+  const auto custom = node_binaries_.find(node);
   std::vector<std::string> argv = {
-      binary("gossipd"),   "--id",      std::to_string(node), "--listen",
-      peer_endpoint(node), "--run-dir", run_dir_.string()};
+      custom == node_binaries_.end() ? binary("gossipd") : custom->second,
+      "--id",
+      std::to_string(node),
+      "--listen",
+      peer_endpoint(node),
+      "--run-dir",
+      run_dir_.string()};
   for (int j = 0; j < n_; ++j)
     if (j != node) {
       argv.push_back("--peer");

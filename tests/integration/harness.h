@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ class Cluster {
   void set_node_flags(int node, std::vector<std::string> flags) {
     node_flags_[node] = std::move(flags);
   }
+  // Another executable for one daemon (the hostile node of tests/security).
+  void set_node_binary(int node, std::string path) { node_binaries_[node] = std::move(path); }
   void start_all();
   ChildProcess& daemon(int node) { return daemons_[node]; }
   std::string log(int node) const { return daemons_[node].log(); }
@@ -61,6 +64,7 @@ class Cluster {
   int n_;
   std::vector<std::string> extra_;
   std::vector<std::vector<std::string>> node_flags_;
+  std::map<int, std::string> node_binaries_;
   std::filesystem::path run_dir_;
   std::vector<int> ports_;
   std::vector<ChildProcess> daemons_;

@@ -8,6 +8,9 @@
 //   tiny-weight push-sum's weight 1e-310 (a denormal)
 //   far-round   the chunk claims a round 10^6 ahead
 //   honest      nothing altered (to attack one round in several)
+// and, whenever a joining node asks for the state:
+//   far-state     the offer claims a round and a step 10^6 ahead
+//   scaled-state  the state's values times 1e4
 // Run it with `gossipctl cluster --gossipd-on NODE=PATH`; it takes gossipd's flags.
 
 #include <fmt/format.h>
@@ -32,10 +35,34 @@ using namespace gossip;
 class ByzantineChannel final : public peers::ChannelDecorator {
  public:
   ByzantineChannel(std::unique_ptr<peers::PeerChannel> inner, std::vector<std::string> attacks)
-      : ChannelDecorator(std::move(inner)), attacks_(std::move(attacks)) {}
+      : ChannelDecorator(std::move(inner)) {
+    for (auto& a : attacks) {
+      if (a == "far-state")
+        far_state_ = true;
+      else if (a == "scaled-state")
+        scaled_state_ = true;
+      else
+        attacks_.push_back(std::move(a));
+    }
+    if (attacks_.empty()) attacks_.push_back("honest");
+  }
+
+  Status send(uint32_t peer, uint64_t round, const proto::Body& body) override {
+    if (far_state_ && std::holds_alternative<proto::StateOffer>(body)) {
+      auto offer = std::get<proto::StateOffer>(body);
+      if (offer.has_state) {
+        spdlog::warn("byzantine: offering peer {} a state of round {}", peer, round + 1000000);
+        offer.step += 1000000;
+        return ChannelDecorator::send(peer, round + 1000000, offer);
+      }
+    }
+    return ChannelDecorator::send(peer, round, body);
+  }
 
   Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
                         std::span<const std::byte> payload) override {
+    if (std::holds_alternative<proto::StateChunk>(body))
+      return state(peer, round, body, std::vector<std::byte>(payload.begin(), payload.end()));
     if (!std::holds_alternative<proto::ModelChunk>(body))
       return ChannelDecorator::send_zero_copy(peer, round, body, payload);
     return lie(peer, round, std::get<proto::ModelChunk>(body),
@@ -43,12 +70,27 @@ class ByzantineChannel final : public peers::ChannelDecorator {
   }
   Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                      std::shared_ptr<const std::vector<std::byte>> buffer) override {
+    if (std::holds_alternative<proto::StateChunk>(body)) return state(peer, round, body, *buffer);
     if (!std::holds_alternative<proto::ModelChunk>(body))
       return ChannelDecorator::send_shared(peer, round, body, std::move(buffer));
     return lie(peer, round, std::get<proto::ModelChunk>(body), *buffer);
   }
 
  private:
+  Status state(uint32_t peer, uint64_t round, const proto::Body& body,
+               std::vector<std::byte> payload) {
+    if (far_state_) round += 1000000;  // the chunks follow the offer's round
+    if (scaled_state_)
+      for (size_t i = 0; i + 4 <= payload.size(); i += 4) {
+        float x;
+        std::memcpy(&x, payload.data() + i, 4);
+        x *= 1e4f;
+        std::memcpy(payload.data() + i, &x, 4);
+      }
+    return ChannelDecorator::send_shared(
+        peer, round, body, std::make_shared<const std::vector<std::byte>>(std::move(payload)));
+  }
+
   Status lie(uint32_t peer, uint64_t round, proto::ModelChunk chunk,
              std::vector<std::byte> payload) {
     const std::string& attack = attacks_[round % attacks_.size()];
@@ -81,6 +123,7 @@ class ByzantineChannel final : public peers::ChannelDecorator {
   }
 
   std::vector<std::string> attacks_;
+  bool far_state_ = false, scaled_state_ = false;
   std::string last_;
 };
 
@@ -94,7 +137,7 @@ int main(int argc, char** argv) {
     if (!a.empty()) attacks.push_back(a);
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
-        a != "far-round" && a != "honest") {
+        a != "far-round" && a != "honest" && a != "far-state" && a != "scaled-state") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }

@@ -1,0 +1,68 @@
+// Finding 5 of the security review: a node that rejoins took the freshest state any
+// donor offered, however far ahead, and --trim did not apply to it, so one hostile
+// donor reset it to any model, round and step. Four gossip daemons on a ring (--trim
+// 1), node 3 hostile (gossipd-byzantine); node 0 is killed and restarted, and joins.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "node_rounds.h"
+
+namespace gossip::testing {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr size_t kNumel = 256;
+
+// Runs the scenario with node 3 lying as `attack` says; returns node 0's model after
+// it rejoined, and its daemon's log.
+std::pair<std::vector<float>, std::string> rejoin_next_to_a_liar(const std::string& attack) {
+  ::setenv("GOSSIP_ATTACK", attack.c_str(), 1);
+  Cluster cluster(4, {"--strategy", "gossip", "--topology", "complete", "--trim", "1",
+                      "--join-wait", "1", "--dead-after", "1", "--heartbeat", "0.2"});
+  cluster.set_node_binary(3, binary("gossipd-byzantine"));
+  cluster.start_all();
+  ::unsetenv("GOSSIP_ATTACK");
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(attach(cluster, i, kNumel));
+    if (!nodes.back()) return {};
+    std::fill(nodes[i]->model.tensors[0].begin(), nodes[i]->model.tensors[0].end(),
+              static_cast<float>(i));
+  }
+  sync_rounds({nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()}, 5);
+  nodes[0].reset();
+  cluster.daemon(0).signal(SIGKILL);
+  cluster.daemon(0).wait(5s);
+  sync_rounds({nodes[1].get(), nodes[2].get(), nodes[3].get()}, 3);
+  cluster.start(0);
+  auto back = attach(cluster, 0, kNumel);
+  if (!back) return {};
+  EXPECT_TRUE(back->model.initialized) << cluster.log(0);
+  EXPECT_LT(back->model.start_step, 1000u) << "a step from the hostile offer";
+  return {back->values(), cluster.log(0)};
+}
+
+TEST(JoinAttack, AFarAheadOfferIsNotTaken) {
+  const auto [model, log] = rejoin_next_to_a_liar("far-state");
+  ASSERT_FALSE(model.empty());
+  // Honest values started in 0..3 and mix within that range.
+  for (float v : model) ASSERT_TRUE(v >= 0.0f && v <= 3.0f) << v << "\n" << log;
+  EXPECT_NE(log.find("not taken"), std::string::npos) << log;
+}
+
+TEST(JoinAttack, AScaledStateIsTrimmedAway) {
+  const auto [model, log] = rejoin_next_to_a_liar("scaled-state");
+  ASSERT_FALSE(model.empty());
+  for (float v : model) ASSERT_TRUE(v >= 0.0f && v <= 3.0f) << v << "\n" << log;
+  EXPECT_NE(log.find("trimmed mean of 3 donors"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace gossip::testing
