@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include "base/finite.h"
+#include "base/refusals.h"
 #include "base/split_mix64.h"
 
 namespace gossip::sgd {
@@ -213,6 +215,12 @@ void PeerRing::absorb(const peers::Incoming& in) {
       // member that completed the round.
       const auto& h = in.as<proto::StateChunk>();
       const uint64_t round = in.round();
+      if (fetch_ && round > fetch_->round + kMaxResultLead) {
+        count_refusal(Refusal::kFarRound);
+        return control_.note_dropped(
+            in.peer, fmt::format("a ring result of round {}, while this node runs round {}", round,
+                                 fetch_->round));
+      }
       if (fetch_ && round >= fetch_->round &&
           (!fetch_->from || (*fetch_->from == in.peer && round == fetch_->of_round)) &&
           h.offset == fetch_->got && h.numel <= fetch_->numel - fetch_->got &&
@@ -228,6 +236,14 @@ void PeerRing::absorb(const peers::Incoming& in) {
     default:  // heartbeats: the transport notes when a peer was heard
       return;
   }
+}
+
+uint64_t PeerRing::lower_median(const std::map<uint32_t, uint64_t>& next_rounds) {
+  if (next_rounds.empty()) return 0;
+  std::vector<uint64_t> v;
+  for (const auto& [id, next] : next_rounds) v.push_back(next);
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>((v.size() - 1) / 2), v.end());
+  return v[(v.size() - 1) / 2];
 }
 
 void PeerRing::drop_channel() { drop(kRingLinks | kMeshLinks); }
@@ -502,8 +518,9 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::tim
       return Status::timeout("rejoin: the ring was still re-forming at the deadline");
     router_.poll(std::chrono::milliseconds(20));
   }
-  uint64_t members_next = next_round;
-  for (const auto& [id, next] : apply_view()) members_next = std::max(members_next, next);
+  // The round the members are at: their lower median, not the largest claim, so that
+  // one member cannot send a rejoining node far ahead (a hijack).
+  const uint64_t members_next = std::max(next_round, lower_median(apply_view()));
   if (members_next > next_round) return std::optional<uint64_t>(members_next);
   return std::optional<uint64_t>();
 }
@@ -567,12 +584,32 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
     router_.poll(std::chrono::milliseconds(20));
   }
   const auto next_rounds = apply_view();
-  const bool completed_elsewhere = std::any_of(next_rounds.begin(), next_rounds.end(),
-                                               [&](const auto& e) { return e.second > round; });
+  // A member that completed this round is at round + 1; one that claims more is
+  // believed only when the median member is past this round too (this node was left
+  // out and catches up), never on its own word (finding 4 of the security review).
+  const uint64_t median = lower_median(next_rounds);
+  const bool completed_elsewhere =
+      std::any_of(next_rounds.begin(), next_rounds.end(),
+                  [&](const auto& e) { return e.second == round + 1; }) ||
+      median > round + 1;
+  for (const auto& [id, next] : next_rounds)
+    if (next > round + 1 && next > median) {
+      count_refusal(Refusal::kFarRound);
+      spdlog::warn("round {}: peer {} claims round {}, the median member is at {}: not believed",
+                   round, id, next, median);
+    }
   if (completed_elsewhere) {
     const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
     while (fetch_->got < data.size() && Clock::now() < give_up && !cancelled())
       router_.poll(std::min(until(give_up), std::chrono::milliseconds(20)));
+    const bool plausible = fetch_->of_round == round || fetch_->of_round < median;
+    if (fetch_->got == data.size() && (!plausible || any_nonfinite(fetched_))) {
+      count_refusal(plausible ? Refusal::kNonFinite : Refusal::kFarRound);
+      spdlog::warn("round {}: the result of round {} from peer {} is not taken ({})", round,
+                   fetch_->of_round, *fetch_->from,
+                   plausible ? "it holds NaN or Inf" : "further than the median member");
+      fetch_->got = 0;
+    }
     if (fetch_->got == data.size()) {
       std::copy(fetched_.begin(), fetched_.end(), data.begin());
       std::vector<float>().swap(

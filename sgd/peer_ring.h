@@ -181,6 +181,8 @@ class PeerRing final : public AllReduce, public Membership {
     uint64_t got = 0;
   };
   std::optional<Fetch> fetch_;
+  static constexpr uint64_t kMaxResultLead = 64;  // rounds a result may be ahead of this node's
+  static uint64_t lower_median(const std::map<uint32_t, uint64_t>& next_rounds);
   std::vector<float> fetched_;                // its values, allocated when the first chunk arrives
   uint64_t jump_to_ = 0;                      // the next round after taking a later round's result
   std::unique_ptr<StateTransfer> state_;      // admits_joiners() only

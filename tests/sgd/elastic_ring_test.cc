@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/refusals.h"
 #include "peers/ring_channel.h"
 #include "peers/zmq_transport.h"
 #include "sgd/peer_ring.h"
@@ -285,6 +286,41 @@ TEST(ElasticPeerRing, AMemberThatNeverAnnouncesItsRingIsLeftOutWithinTheRound) {
   EXPECT_EQ(x, (std::vector<float>{1, 2, 3})) << "a ring of one holds its own model";
   EXPECT_LT(took, 5.0)
       << "two re-formings of 0.5 s and a 1 s wait for an address, not the round's 20 s";
+}
+
+// Finding 4 of the security review: one member that claims a far-future round in its
+// probe and sends a "result" of that round made node 0 take the planted model and
+// jump ahead. Now a claim beyond round + 1 is believed only when the median member
+// makes it, and a result more than 64 rounds ahead is refused outright.
+TEST(ElasticPeerRing, OneMembersFarFutureResultIsNotTaken) {
+  ElasticNode node(1s, 64);
+  Trio& trio = node.trio;
+  PeerRing& ring = *node.ring;
+  const uint64_t refused_before = refusals(Refusal::kFarRound);
+  std::vector<float> x(100, 1.0f);
+  Status st;
+  std::jthread round([&] {
+    CollectiveOptions o;
+    o.deadline = Clock::now() + 5s;
+    st = ring.all_reduce_mean(x, 3, o);
+  });
+  std::this_thread::sleep_for(200ms);
+  std::vector<float> planted(100, 1e4f);
+  for (uint64_t claimed : {uint64_t{1000000}, uint64_t{40}}) {  // beyond, and within, the lead
+    OutgoingModel m;
+    m.kind = proto::Kind::kStateChunk;
+    ASSERT_TRUE(m.encode(planted, 1, claimed - 1, 16, {}));
+    ASSERT_TRUE(m.send(*trio.t[1], 0, kLayout));
+  }
+  trio.probe(1, 0, 1000000);
+  trio.probe(2, 0, 3);
+  round.join();
+  EXPECT_NE(x, planted) << "node 0 took the planted result";
+  // Nodes 1 and 2 never announce a ring: node 0 leaves them out and runs the round
+  // alone, or fails it; either way its model is its own.
+  EXPECT_EQ(x, std::vector<float>(100, 1.0f)) << st.message();
+  EXPECT_GE(refusals(Refusal::kFarRound), refused_before + 2)
+      << "the far result and the far claim, counted";
 }
 
 }  // namespace
