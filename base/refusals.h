@@ -17,6 +17,7 @@ enum class Refusal : uint8_t {
   kNonFinite,     // a peer's contribution with NaN or Inf
   kClipped,       // a contribution pulled back to the clipping radius (sgd/centered_clip.h)
   kFarRound,      // a round too far ahead to buffer, or to skip ahead to on one peer's word
+  kMalformed,     // a neighbor's chunk that does not fit the round, left out (robust mixing)
   kCount,
 };
 
@@ -34,6 +35,8 @@ inline const char* refusal_name(Refusal r) {
       return "clipped";
     case Refusal::kFarRound:
       return "far-round";
+    case Refusal::kMalformed:
+      return "malformed";
     case Refusal::kCount:
       break;
   }

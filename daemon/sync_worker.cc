@@ -226,6 +226,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   sgd::ExchangeLimits limits;
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
+  limits.robust = sc.trim > 0 || sc.clip == "on";
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   membership_ = exchange_.get();
   r.exchange = exchange_.get();

@@ -6,6 +6,9 @@
 #                    10x slower under ASan, so they overrun gossipctl's fixed 120 s bound
 #                    (the 4-node one alone takes 90 s); the integration tests run the same
 #                    daemon, strategy and codec code on smaller models.
+#   Attacks.*        training runs under attack (tests/security/), timed against undisturbed
+#                    ones, for the same reason; JoinAttack.* and the unit tests of each fix
+#                    run under ASan.
 #   Experiments.*    the experiment matrix, churn and the namespace testbed: Python driving
 #                    the same binaries through long training runs and rate measurements.
 #   PythonClient.*   loads libgossip.so into Debian's python3, which ASan refuses for an
@@ -14,9 +17,10 @@
 #   Fuzz.Short       builds its own clang ASan+UBSan build (build-fuzz/) and fuzzes; the
 #                    corpus replays (Fuzz.Replay.*) run under ASan.
 # shellcheck disable=SC2034
-optimized_tests='^(Training|Experiments|PythonClient)\.|^Fuzz\.Short$'
+optimized_tests='^(Training|Attacks|Experiments|PythonClient)\.|^Fuzz\.Short$'
 # What those tests need built: the programs they drive, the C ABI, their test binaries;
 # and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
 # shellcheck disable=SC2034
 optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_test
-                   sync_trainer compression_bench ring_bench)
+                   attacks_test gossip-attacker gossipd-byzantine sync_trainer compression_bench
+                   ring_bench)

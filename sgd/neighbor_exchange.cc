@@ -213,6 +213,12 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
   }
   auto bad = [&](std::string why) {
     transport_.note_dropped(in.peer, why);
+    if (limits_.robust) {
+      // One hostile or broken neighbor does not stop the node's round.
+      count_refusal(Refusal::kMalformed);
+      live.refused[s] = true;
+      return Status::ok();
+    }
     return Status::mismatch(std::move(why));
   };
   if (layout_ != 0 && h.layout != layout_)
@@ -398,7 +404,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
     d.complete[s] = live.received[s] >= numel && !live.refused[s];
     if (d.complete[s]) continue;
     const char* why = live.left[s]                      ? "shut down"
-                      : live.refused[s]                 ? "sent NaN/Inf"
+                      : live.refused[s]                 ? "sent NaN/Inf or a malformed chunk"
                       : moved_on[s]                     ? "ahead of this node"
                       : absent_[peer_index(sources[s])] ? "absent"
                                                         : "?";

@@ -48,6 +48,9 @@ struct ExchangeLimits {
   std::chrono::milliseconds heartbeat{1000};  // sent to every peer this often while waiting
   std::chrono::milliseconds dead_after{
       5000};  // a neighbor silent this long is dropped from the round
+  // Robust mixing (--trim, --clip): a neighbor's malformed chunk leaves only its
+  // contribution out of the round, instead of failing the round.
+  bool robust = false;
 };
 
 class NeighborExchange final : public Membership {

@@ -7,6 +7,7 @@
 //   huge-weight push-sum's weight 1e300
 //   tiny-weight push-sum's weight 1e-310 (a denormal)
 //   far-round   the chunk claims a round 10^6 ahead
+//   malformed   the chunk names a tensor no node takes
 //   honest      nothing altered (to attack one round in several)
 // and, whenever a joining node asks for the state:
 //   far-state     the offer claims a round and a step 10^6 ahead
@@ -118,6 +119,8 @@ class ByzantineChannel final : public peers::ChannelDecorator {
       chunk.weight = 1e-310;
     else if (attack == "far-round")
       round += 1000000;
+    else if (attack == "malformed")
+      chunk.tensor = 7;
     return ChannelDecorator::send_shared(
         peer, round, chunk, std::make_shared<const std::vector<std::byte>>(std::move(payload)));
   }
@@ -137,7 +140,8 @@ int main(int argc, char** argv) {
     if (!a.empty()) attacks.push_back(a);
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
-        a != "far-round" && a != "honest" && a != "far-state" && a != "scaled-state") {
+        a != "far-round" && a != "malformed" && a != "honest" && a != "far-state" &&
+        a != "scaled-state") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }

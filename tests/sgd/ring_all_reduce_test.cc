@@ -273,6 +273,8 @@ TEST_P(RingTest, ASilentStrangerHoldsUpNoRendezvous) {
     ASSERT_TRUE(other.is_ok());
     std::vector<peers::RingTransport*> t = {victim->get(), other->get()};
     std::vector<Status> results(2);
+    // Kept until both ranks are done: a channel closed early looks like a peer gone.
+    std::vector<std::unique_ptr<peers::RingChannel>> channels(2);
     const auto start = Clock::now();
     run_all(2, [&](uint32_t r) {
       const peers::RingEnds ends{.self = id(r),
@@ -281,7 +283,9 @@ TEST_P(RingTest, ASilentStrangerHoldsUpNoRendezvous) {
                                  .right_host = "127.0.0.1",
                                  .right_port = t[1 - r]->port(),
                                  .session = 1};
-      results[r] = t[r]->connect(ends, {Clock::now() + 10s, nullptr}).status();
+      auto ch = t[r]->connect(ends, {Clock::now() + 10s, nullptr});
+      results[r] = ch.status();
+      if (ch.is_ok()) channels[r] = std::move(ch).value();
     });
     expect_all_ok(results);
     EXPECT_LT(Clock::now() - start, 1s) << "the stranger held the rendezvous up";
