@@ -94,11 +94,12 @@ TEST(Attacks, IdleStrangersOnEveryPortStallNoRing) {
 // every third round, meets every lie.
 constexpr const char* kEveryLie = "huge-weight,tiny-weight,nan,scale,far-round,malformed,honest";
 
-std::string byzantine() { return "7=" + binary("gossipd-byzantine"); }
-
-Outcome with_byzantine_node(std::vector<std::string> args) {
-  ::setenv("GOSSIP_ATTACK", kEveryLie, 1);
-  args.insert(args.end(), {"--gossipd-on", byzantine()});
+// `args` run with node `node` played by gossipd-byzantine, lying as `attack` says.
+Outcome with_byzantine_node(std::vector<std::string> args, const char* attack = kEveryLie,
+                            int node = 7) {
+  ::setenv("GOSSIP_ATTACK", attack, 1);
+  args.insert(args.end(),
+              {"--gossipd-on", std::to_string(node) + "=" + binary("gossipd-byzantine")});
   Outcome o;
   auto [json, seconds] = run_cluster(args, &o.daemon_log);
   ::unsetenv("GOSSIP_ATTACK");
@@ -159,13 +160,7 @@ TEST(Attacks, AByzantinePeerCannotPoisonTheAllGather) {
                                          "--period", "4",   "--transport", "allgather",
                                          "--steps",  "600", "--seed",      "1"};
   const Outcome& calm = undisturbed(args);
-  ::setenv("GOSSIP_ATTACK", "nan", 1);
-  std::vector<std::string> hostile = args;
-  hostile.insert(hostile.end(), {"--gossipd-on", "3=" + binary("gossipd-byzantine")});
-  Outcome hit;
-  auto [json, seconds] = run_cluster(hostile, &hit.daemon_log);
-  ::unsetenv("GOSSIP_ATTACK");
-  hit.accuracy = number_field(json, "accuracy_average_model");
+  const Outcome hit = with_byzantine_node(args, "nan", 3);
   EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
   EXPECT_NE(hit.daemon_log.find("hold NaN or Inf: left out of the mean"), std::string::npos)
       << hit.daemon_log;
