@@ -11,13 +11,14 @@
 namespace gossip {
 
 enum class Refusal : uint8_t {
-  kRingNoHello,   // a connection to the ring's port that said no hello in time
-  kRingBadHello,  // a hello of another node, session or version
-  kBadWeight,     // a push-sum weight that is not finite, below 1e-30 or above the node count
-  kNonFinite,     // a peer's contribution with NaN or Inf
-  kClipped,       // a contribution pulled back to the clipping radius (sgd/centered_clip.h)
-  kFarRound,      // a round too far ahead to buffer, or to skip ahead to on one peer's word
-  kMalformed,     // a neighbor's chunk that does not fit the round, left out (robust mixing)
+  kRingNoHello,     // a connection to the ring's port that said no hello in time
+  kRingBadHello,    // a hello of another node, session or version
+  kBadWeight,       // a push-sum weight that is not finite, below 1e-30 or above the node count
+  kNonFinite,       // a peer's contribution with NaN or Inf
+  kClipped,         // a contribution pulled back to the clipping radius (sgd/centered_clip.h)
+  kFarRound,        // a round too far ahead to buffer, or to skip ahead to on one peer's word
+  kMalformed,       // a neighbor's chunk that does not fit the round, left out (robust mixing)
+  kEndlessMessage,  // a connection cut for holding more than a message's worth of parts
   kCount,
 };
 
@@ -37,6 +38,8 @@ inline const char* refusal_name(Refusal r) {
       return "far-round";
     case Refusal::kMalformed:
       return "malformed";
+    case Refusal::kEndlessMessage:
+      return "endless-message";
     case Refusal::kCount:
       break;
   }

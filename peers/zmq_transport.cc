@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <map>
+
+#include "base/refusals.h"
 
 namespace gossip::peers {
 
@@ -36,6 +39,7 @@ ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
     : self_(self), peers_(std::move(peers)), traffic_(ids_of(peers_)), context_(1) {}
 
 ZmqTransport::~ZmqTransport() {
+  monitor_.close();
   inbound_.close();
   for (auto& o : outbound_) o->socket.close();
   zap_.reset();
@@ -86,6 +90,18 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     t->inbound_.set(zmq::sockopt::router_handover, 1);  // a restarted peer takes over its id
     t->inbound_.set(zmq::sockopt::rcvbuf, options.socket_buffer_bytes);
     t->inbound_.set(zmq::sockopt::linger, 0);
+    // Before bind, so that no accepted connection goes unwatched.
+    const std::string events = fmt::format("inproc://inbound-events-{}", fmt::ptr(t.get()));
+    if (zmq_socket_monitor(t->inbound_.handle(), events.c_str(),
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED) != 0)
+      throw zmq::error_t();
+    t->monitor_ = zmq::socket_t(t->context_, zmq::socket_type::pair);
+    t->monitor_.connect(events);
+    // One message's worth: the largest header and payload, and the handshake.
+    t->watchdog_ = std::make_unique<InboundWatchdog>(
+        InboundWatchdog::wire_bytes(proto::kMaxPayloadBytes, curve) +
+            InboundWatchdog::wire_bytes(proto::kMaxHeaderBytes, curve) + (64 << 10),
+        curve);
     t->inbound_.bind(listen);
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot listen on {}: {}", listen, e.what()));
@@ -211,13 +227,51 @@ std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) 
   return std::nullopt;
 }
 
+void ZmqTransport::watch_connections() {
+  zmq::message_t event, address;
+  while (monitor_.recv(event, zmq::recv_flags::dontwait)) {
+    if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < 6) continue;
+    uint16_t kind = 0;
+    int32_t fd = -1;
+    std::memcpy(&kind, event.data(), sizeof kind);
+    std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, sizeof fd);
+    if (kind == ZMQ_EVENT_ACCEPTED)
+      watchdog_->accepted(fd);
+    else
+      watchdog_->gone(fd);
+  }
+  const auto nothing_waiting = [&] {
+    zmq::pollitem_t item{inbound_.handle(), 0, ZMQ_POLLIN, 0};
+    return zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0;
+  };
+  for (const auto& cut : watchdog_->check(nothing_waiting)) {
+    count_refusal(Refusal::kEndlessMessage);
+    spdlog::warn(
+        "cut an incoming connection that held {} bytes of a message it never finished "
+        "(the most one message takes is {})",
+        cut.held, proto::kMaxPayloadBytes + proto::kMaxHeaderBytes);
+  }
+  last_check_ = std::chrono::steady_clock::now();
+}
+
 std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
+  // At 1 GB/s (loopback), 20 MB between checks on top of a message's worth.
+  constexpr auto kCheckEvery = std::chrono::milliseconds(20);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     zmq::pollitem_t item{inbound_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::max(left, std::chrono::milliseconds(0))) == 0) return std::nullopt;
+    // Nothing whole waiting: what libzmq holds is a message in progress (the watchdog).
+    if (now - last_check_ >= kCheckEvery && zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0)
+      watch_connections();
+    const auto wait =
+        std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(kCheckEvery));
+    if (zmq::poll(&item, 1, wait) == 0) {
+      if (left <= std::chrono::milliseconds(0)) return std::nullopt;
+      continue;
+    }
 
     // Take the whole multipart message; keep at most kMaxFrames of it so that a
     // hostile sender cannot make us hold an unbounded list of frames.
@@ -228,6 +282,9 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
       zmq::message_t frame;
       while (inbound_.recv(frame, zmq::recv_flags::dontwait)) {
         bool more = frame.more();
+        // Frame 0 is the routing id ROUTER adds; it never crossed the wire.
+        if (total_frames > 0)
+          watchdog_->delivered(zmq_msg_get(frame.handle(), ZMQ_SRCFD), frame.size());
         if (++total_frames <= kMaxFrames) frames.push_back(std::move(frame));
         if (!more) break;
       }

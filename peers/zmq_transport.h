@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "peers/channel.h"
 #include "peers/curve_auth.h"
+#include "peers/inbound_watchdog.h"
 #include "peers/peer.h"
 #include "peers/traffic.h"
 #include "proto/message.h"
@@ -69,6 +70,8 @@ class ZmqTransport final : public PeerChannel {
   Status send_frames(Outbound& out, uint64_t round, const proto::Body& body,
                      zmq::message_t* payload);
   std::optional<uint32_t> peer_of(const zmq::message_t& routing_id) const;
+  // Connections accepted and lost (the socket monitor), then the watchdog's check.
+  void watch_connections();
   // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).
   std::map<std::string, uint32_t> routing_ids_;
 
@@ -78,6 +81,9 @@ class ZmqTransport final : public PeerChannel {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // with CURVE; stopped before context_ closes
   zmq::socket_t inbound_;
+  zmq::socket_t monitor_;  // inbound_'s connection events, for watchdog_
+  std::unique_ptr<InboundWatchdog> watchdog_;
+  std::chrono::steady_clock::time_point last_check_{};
   std::vector<std::unique_ptr<Outbound>> outbound_;
 };
 

