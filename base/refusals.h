@@ -19,6 +19,7 @@ enum class Refusal : uint8_t {
   kFarRound,        // a round too far ahead to buffer, or to skip ahead to on one peer's word
   kMalformed,       // a neighbor's chunk that does not fit the round, left out (robust mixing)
   kEndlessMessage,  // a connection cut for holding more than a message's worth of parts
+  kForged,          // a sealed ring message that did not open with its link's key
   kCount,
 };
 
@@ -40,6 +41,8 @@ inline const char* refusal_name(Refusal r) {
       return "malformed";
     case Refusal::kEndlessMessage:
       return "endless-message";
+    case Refusal::kForged:
+      return "forged";
     case Refusal::kCount:
       break;
   }

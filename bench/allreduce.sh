@@ -5,6 +5,7 @@
 #   bench/allreduce.sh                                   # 2, 3, 4, 8 ranks, 4K..256M, 3 runs
 #   bench/allreduce.sh --ranks 2 --sizes 1M,16M --runs 1 # a quick look
 #   bench/allreduce.sh --algorithms ring,auto            # only these of ours
+#   bench/allreduce.sh --algorithms ring,ring-sealed --only-ours   # the cost of sealing (CURVE)
 #   bench/allreduce.sh --write-table FILE                # auto's table from this run (--allreduce-table)
 #   NO_INSTALL=1 NO_BUILD=1 BUILD_DIR=build-bench bench/allreduce.sh   # no apt-get, no ninja
 #
@@ -31,6 +32,7 @@ write_table=""
 runs=3
 chunk_bytes=1048576       # ring_bench's pipeline chunk (see README: 1 MiB measured best)
 keep=""
+only_ours=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
@@ -40,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="$2"; shift 2 ;;
     --chunk-bytes) chunk_bytes="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;   # directory to keep the raw JSON lines and logs in
+    --only-ours) only_ours=1; shift ;;  # no OpenMPI, Gloo or iperf3 (nothing installed)
     --algorithms) algorithms="$2"; shift 2 ;;
     --write-table) write_table="$2"; shift 2 ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
@@ -61,7 +64,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- install -------------------------------------------------------------------------
-if [[ -z "${NO_INSTALL:-}" ]]; then
+if [[ -z "${NO_INSTALL:-}" && -z "$only_ours" ]]; then
   need=()
   command -v mpicxx >/dev/null || need+=(openmpi-bin libopenmpi-dev)
   [[ -f /usr/include/gloo/allreduce.h ]] || need+=(libgloo-dev)
@@ -87,11 +90,11 @@ mkdir -p "$bin"
 # mpi_bench and gloo_bench take seconds: rebuilt whenever a source is newer. -O2 like
 # the RelWithDebInfo build of ring_bench.
 stale() { [[ ! -x "$1" || "$here/allreduce/$2" -nt "$1" || "$here/allreduce/bench_loop.h" -nt "$1" ]]; }
-if stale "$bin/mpi_bench" mpi_bench.cc; then
+if [[ -z "$only_ours" ]] && stale "$bin/mpi_bench" mpi_bench.cc; then
   mpicxx -std=c++20 -O2 -g -DOMPI_SKIP_MPICXX -Wall -Wextra -I"$root" \
     "$here/allreduce/mpi_bench.cc" -o "$bin/mpi_bench" >&2
 fi
-if stale "$bin/gloo_bench" gloo_bench.cc; then
+if [[ -z "$only_ours" ]] && stale "$bin/gloo_bench" gloo_bench.cc; then
   g++ -std=c++20 -O2 -g -I"$root" "$here/allreduce/gloo_bench.cc" -o "$bin/gloo_bench" \
     -lgloo -pthread >&2
 fi
@@ -110,7 +113,8 @@ run_ranks() {
   local mine=()
   for ((r = 0; r < n; r++)); do
     local extra=()
-    [[ "$prog" == ring_bench ]] && extra=(--chunk-bytes "$chunk_bytes" --algorithm "$algorithm")
+    [[ "$prog" == ring_bench ]] && extra=(--chunk-bytes "$chunk_bytes" --algorithm "${algorithm%-sealed}")
+    [[ "$algorithm" == *-sealed ]] && extra+=(--sealed)
     if [[ $r -eq 0 ]]; then
       timeout -k 5 "$launch_timeout" "$bin/$prog" --rank "$r" --size "$n" --dir "$dir" \
         --sizes "$sizes" --reps "$reps" --warmup "$warmup" "${extra[@]}" \
@@ -153,6 +157,7 @@ for n in "${rank_list[@]}"; do
     for algorithm in "${algorithm_list[@]}"; do
       run_ranks ring_bench "$n" "$algorithm-n$n-r$run" "$algorithm"
     done
+    [[ -n "$only_ours" ]] && continue
     run_mpi "$n" "mpi-n$n-r$run"
     run_ranks gloo_bench "$n" "gloo-n$n-r$run"
   done
@@ -162,7 +167,7 @@ done
 iperf_json="$tmp/iperf.json"
 iperf_bidir_json="$tmp/iperf-bidir.json"
 port=$((20000 + RANDOM % 20000))
-if command -v iperf3 >/dev/null; then
+if [[ -z "$only_ours" ]] && command -v iperf3 >/dev/null; then
   timeout -k 2 40 iperf3 -s -B 127.0.0.1 -p "$port" > "$tmp/iperf-server.log" 2>&1 &
   pids+=($!)
   server=$!
@@ -206,7 +211,7 @@ for n in sorted({k[1] for k in cells}):
     for b in sorted({k[2] for k in cells if k[1] == n}):
         mine = {a: t("gossipd-" + a, n, b) for a in ours}
         m, g = t("openmpi", n, b), t("gloo", n, b)
-        fastest = min(((v, a) for a, v in mine.items() if v and a != "auto"), default=(None, None))
+        fastest = min(((v, a) for a, v in mine.items() if v and a != "auto" and not a.endswith("-sealed")), default=(None, None))
         if fastest[1]:
             choices.setdefault(n, []).append((b, fastest[1]))
         best = min([x for x in (m, g) if x is not None], default=None)
@@ -218,6 +223,18 @@ for n in sorted({k[1] for k in cells}):
         cols = " | ".join(("**" + ms(v) + "**") if a == fastest[1] else ms(v) for a, v in mine.items())
         print(f"| {size(b)} | {n} | {cols} | {ms(m)} | {ms(g)} | {fastest[1] or '—'} | {ratio} |")
 print(f"\nEach cell: median over {runs} run(s) of rank 0's median call; bold and 'fastest fixed': our fastest algorithm other than auto (what --write-table records).")
+sealed = [a for a in ours if a.endswith("-sealed") and a[:-len("-sealed")] in ours]
+if sealed:
+    print("\n| size | ranks | " + " | ".join(f"{a} bandwidth lost" for a in sealed) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in sealed) + " |")
+    for n in sorted({k[1] for k in cells}):
+        for b in sorted({k[2] for k in cells if k[1] == n}):
+            cols = []
+            for a in sealed:
+                plain, sealed_t = t("gossipd-" + a[:-len("-sealed")], n, b), t("gossipd-" + a, n, b)
+                cols.append("—" if not plain or not sealed_t else f"{(1 - plain / sealed_t) * 100:.0f} %")
+            print(f"| {size(b)} | {n} | " + " | ".join(cols) + " |")
+    print("\nBandwidth lost: 1 - plain time / sealed time (goal: under 15 % at 64 MiB).")
 print("auto / best: the better of OpenMPI and Gloo's time over auto's (goal: >= 1.0x, and >= 1.3x at 64 MiB and above).")
 if uni:
     print(f"iperf3 loopback TCP, one stream: {uni:.2f} GB/s" + (f"; --bidir: {bidir:.2f} GB/s each way" if bidir else "") + ".")

@@ -438,8 +438,9 @@ const std::array<Field, 45>& fields() {
                   [](const C& c) { return c.strategy.patience_s; },
                   [](C& c, double v) { c.strategy.patience_s = v; }}},
       {"strategy.trim", "--trim", "B",
-       "gossip: robust mixing for untrusted peers, the coordinate-wise mean of the node's and "
-       "its neighbors' models without the B largest and B smallest values; 0: off",
+       "gossip and local SGD (transport allgather): robust mixing for untrusted peers, the "
+       "coordinate-wise mean of the node's and its neighbors' (local SGD: every node's) models "
+       "without the B largest and B smallest values; 0: off",
        IntegerSpec{{0, 64, 1},
                    [](const C& c) -> uint64_t { return c.strategy.trim; },
                    [](C& c, uint64_t v) { c.strategy.trim = v; }}},
@@ -850,6 +851,23 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("{} averages the trainers' gradients at every step: period must be 1 "
                     "and post_local 0, got {} and {}",
                     c.strategy.name, c.strategy.period, c.strategy.post_local));
+  if (c.strategy.trim > 0 && !strategy->takes("trim"))
+    return key_error(o, "strategy.trim",
+                     fmt::format("trimmed-mean mixing is not for strategy {} (only for: {})",
+                                 c.strategy.name, strategies_taking("trim")));
+  if (c.strategy.trim > 0 && strategy->fabric == sgd::Fabric::kAllReduce) {
+    if (c.strategy.transport != "allgather")
+      return key_error(o, "strategy.trim",
+                       fmt::format("a trimmed mean needs every node's model, which transport {} "
+                                   "does not give (a ring sums as it goes): set transport "
+                                   "allgather",
+                                   c.strategy.transport));
+    if (c.nodes() <= 2 * uint64_t{c.strategy.trim})
+      return key_error(o, "strategy.trim",
+                       fmt::format("trimming {} from each end needs more than {} nodes, this "
+                                   "cluster has {}",
+                                   c.strategy.trim, 2 * c.strategy.trim, c.nodes()));
+  }
   if (strategy->fabric == sgd::Fabric::kOverlay) {
     // The gossip family: every node must derive the same graph over the same ids.
     std::vector<uint32_t> ids{c.node_id};
@@ -864,10 +882,6 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("clipped mixing is not for strategy {} (only for: {})",
                                    c.strategy.name, strategies_taking("clip")));
     if (c.strategy.trim > 0) {
-      if (!strategy->takes("trim"))
-        return key_error(o, "strategy.trim",
-                         fmt::format("trimmed-mean mixing is not for strategy {} (only for: {})",
-                                     c.strategy.name, strategies_taking("trim")));
       // Every round must leave at least one value per coordinate after trimming.
       for (uint64_t r = 0; r < ((*topology)->time_varying() ? 64u : 1u); ++r) {
         const size_t values = (*topology)->mixing_row(c.node_id, r).peers.size() + 1;

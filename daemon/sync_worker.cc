@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "peers/curve_auth.h"
 #include "peers/mixing_matrix.h"
 #include "sgd/all_gather_all_reduce.h"
 #include "sgd/peer_ring.h"
@@ -72,9 +73,13 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
   const auto& sc = config.strategy;
   std::string name = sc.transport;
   if (name == "allgather") {
-    all_reduce_ =
-        std::make_unique<sgd::AllGatherAllReduce>(*router_, sc.chunk_bytes, codec, pool_.get());
-    spdlog::info("averaging: all-gather over the ZeroMQ channel");
+    all_reduce_ = std::make_unique<sgd::AllGatherAllReduce>(*router_, sc.chunk_bytes, codec,
+                                                            pool_.get(), sc.trim);
+    if (sc.trim > 0)
+      spdlog::info("averaging: all-gather over the ZeroMQ channel, trimmed mean ({} from each end)",
+                   sc.trim);
+    else
+      spdlog::info("averaging: all-gather over the ZeroMQ channel");
     return Status::ok();
   }
   if (name == "nccl") {
@@ -116,6 +121,15 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
   // Where the daemon holds the model (local SGD), a restarted node can resume from a
   // member's; synchronous SGD's trainers keep theirs.
   po.admit_joiners = strategy.takes_nodes_back;
+  // With CURVE keys, the ring's links are sealed with keys only each pair can derive.
+  if (!config.secret_key.empty())
+    for (const auto& p : config.remote_peers()) {
+      auto to = peers::curve_link_key(config.node_id, p.id, config.secret_key, p.public_key);
+      if (!to) return to.status().with_context(fmt::format("peer {}", p.id));
+      auto from = peers::curve_link_key(p.id, config.node_id, config.secret_key, p.public_key);
+      if (!from) return from.status().with_context(fmt::format("peer {}", p.id));
+      po.link_keys[p.id] = std::make_pair(*to, *from);
+    }
   if (sc.allreduce_algorithm == "auto") {
     po.algorithm.reset();
     if (!sc.allreduce_table.empty()) {

@@ -49,8 +49,14 @@ Result<std::string> curve_public_of(const std::string& secret_z85) {
   return std::string(pub);
 }
 
-Result<std::string> curve_routing_id(uint32_t from, const std::string& own_secret_z85,
-                                     const std::string& other_public_z85) {
+namespace {
+
+// BLAKE2b of the X25519 secret two nodes share (one's secret key with the other's
+// public key) and `label`, `bytes` long.
+template <size_t kBytes>
+Result<std::array<uint8_t, kBytes>> shared_hash(const std::string& own_secret_z85,
+                                                const std::string& other_public_z85,
+                                                const std::string& label) {
   const auto secret = decode_key(own_secret_z85);
   const auto other = decode_key(other_public_z85);
   if (!secret || !other) return Status::invalid("a CURVE key is not a Z85 key");
@@ -60,16 +66,33 @@ Result<std::string> curve_routing_id(uint32_t from, const std::string& own_secre
                         reinterpret_cast<const uint8_t*>(other->data())) != 0)
     return Status::invalid("a peer's public key is a low-order point");
   std::string input(reinterpret_cast<const char*>(shared.data()), shared.size());
-  input += fmt::format("gossipd routing id of node {}", from);
-  std::array<uint8_t, 12> token{};
-  crypto_generichash(token.data(), token.size(), reinterpret_cast<const uint8_t*>(input.data()),
+  input += label;
+  std::array<uint8_t, kBytes> out{};
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const uint8_t*>(input.data()),
                      input.size(), nullptr, 0);
   sodium_memzero(shared.data(), shared.size());
   sodium_memzero(input.data(), input.size());
-  std::string hex(token.size() * 2 + 1, '\0');
-  sodium_bin2hex(hex.data(), hex.size(), token.data(), token.size());
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> curve_routing_id(uint32_t from, const std::string& own_secret_z85,
+                                     const std::string& other_public_z85) {
+  auto token = shared_hash<12>(own_secret_z85, other_public_z85,
+                               fmt::format("gossipd routing id of node {}", from));
+  if (!token) return token.status();
+  std::string hex(token->size() * 2 + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), token->data(), token->size());
   hex.pop_back();
   return fmt::format("node-{}-{}", from, hex);
+}
+
+Result<std::array<uint8_t, 32>> curve_link_key(uint32_t from, uint32_t to,
+                                               const std::string& own_secret_z85,
+                                               const std::string& other_public_z85) {
+  return shared_hash<32>(own_secret_z85, other_public_z85,
+                         fmt::format("gossipd ring link from node {} to node {}", from, to));
 }
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::start(

@@ -6,6 +6,7 @@
 // it by that peer's id (the User-Id every message then carries), so that a peer
 // cannot speak with another's routing id either.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -35,6 +36,13 @@ bool curve_available();
 // node take over its own.
 Result<std::string> curve_routing_id(uint32_t from, const std::string& own_secret_z85,
                                      const std::string& other_public_z85);
+
+// The key of the ring-link data that node `from` sends node `to`
+// (peers/sealed_ring_channel.h): a hash of the X25519 secret the two nodes share and
+// the direction. Either end computes it; no third node can.
+Result<std::array<uint8_t, 32>> curve_link_key(uint32_t from, uint32_t to,
+                                               const std::string& own_secret_z85,
+                                               const std::string& other_public_z85);
 
 class ZapHandler {
  public:

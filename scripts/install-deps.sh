@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config ninja-build ccache
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsodium-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsodium-dev libssl-dev
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev
   libgtest-dev libgmock-dev

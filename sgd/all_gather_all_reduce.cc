@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "base/finite.h"
@@ -17,12 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 AllGatherAllReduce::AllGatherAllReduce(peers::Router& router, uint64_t chunk_bytes,
                                        const compression::Codec* codec,
-                                       compression::ThreadPool* pool)
+                                       compression::ThreadPool* pool, uint32_t trim)
     : router_(router),
       transport_(router.transport()),
       chunk_elems_(std::max<uint64_t>(1, chunk_bytes / sizeof(float))),
       codec_(codec),
       pool_(pool),
+      trim_(trim),
       subscription_(
           router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kModelChunk},
                            [this](peers::Incoming& in) { absorb(in); })) {}
@@ -63,6 +65,8 @@ AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, si
     s.left.assign(n, false);
     s.excluded.clear();
     s.failure = Status::ok();
+    s.out.assign(n, false);
+    if (trim_ > 0) s.values.resize(n * numel);
   }
   return s;
 }
@@ -78,15 +82,21 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
   if (in.kind() == proto::Kind::kBye) {
     spdlog::warn("peer {} shut down", in.peer);
     RoundState& s = state_for(current, numel);
-    if (s.received[pi] < numel) s.left[pi] = true;
+    if (s.received[pi] < numel) (trim_ > 0 ? s.out[pi] : s.left[pi]) = true;
     return;
   }
   const auto& h = in.as<proto::ModelChunk>();
   const uint64_t round = in.round();
   auto drop = [&](const std::string& why) { transport_.note_dropped(in.peer, why); };
   auto doom = [&](uint64_t r, Status st) {
-    transport_.note_dropped(in.peer, st.message());
     RoundState& s = state_for(r, numel);
+    if (trim_ > 0) {  // robust: this peer is out of the round, the others go on
+      count_refusal(Refusal::kMalformed);
+      transport_.note_dropped(in.peer, st.message() + ": left out of the round");
+      s.out[pi] = true;
+      return;
+    }
+    transport_.note_dropped(in.peer, st.message());
     if (s.failure.is_ok()) s.failure = std::move(st);
   };
   if (round != current && round != current + 1)
@@ -103,6 +113,7 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
                            "peer {} sent elements [{}, {}) but the model has {} elements", in.peer,
                            h.offset, h.offset + h.numel, numel)));
   RoundState& s = state_for(round, numel);
+  if (s.out[pi]) return;
   if (h.seq != s.next_seq[pi])
     return drop(fmt::format("chunk seq {} in round {}, expected {}", h.seq, round, s.next_seq[pi]));
   s.next_seq[pi]++;
@@ -131,6 +142,17 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
     scratch_.resize(h.numel);
     std::memcpy(scratch_.data(), bytes, h.numel * sizeof(float));
     x = scratch_;
+  }
+  if (any_nonfinite(x) && trim_ > 0) {
+    count_refusal(Refusal::kNonFinite);
+    drop(fmt::format("round {}: elements [{}, {}) hold NaN or Inf: left out of the round", round,
+                     h.offset, h.offset + h.numel));
+    s.out[pi] = true;
+    return;
+  }
+  if (trim_ > 0) {
+    std::copy(x.begin(), x.end(), s.values.begin() + static_cast<ptrdiff_t>(pi * numel + h.offset));
+    return;
   }
   if (any_nonfinite(x)) {
     count_refusal(Refusal::kNonFinite);
@@ -188,7 +210,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   auto missing = [&](const RoundState& s) {
     std::string who;
     for (size_t i = 0; i < ps.size(); ++i)
-      if (s.received[i] < numel)
+      if (s.received[i] < numel && !s.out[i])
         who += fmt::format("{}peer {} ({} of {} elements)", who.empty() ? "" : ", ", ps[i].id,
                            s.received[i], numel);
     return who;
@@ -196,6 +218,8 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   current_ = round;
   numel_ = numel;
   RoundState& s = state_for(round, numel);
+  const auto started = Clock::now();
+  std::optional<Clock::time_point> grace_end;  // trimmed: when the quorum was reached, + grace
   while (true) {
     if (!s.failure.is_ok()) {
       Status failure = s.failure.with_context(fmt::format("round {}", round));
@@ -203,20 +227,38 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
       return failure;
     }
     bool complete = true;
+    size_t in = 0;  // peers whose whole model is here
     for (size_t i = 0; i < ps.size(); ++i) {
-      if (s.received[i] < numel) complete = false;
+      if (s.out[i]) continue;
+      if (s.received[i] < numel)
+        complete = false;
+      else
+        ++in;
       if (s.left[i])
         return Status::closed(
             fmt::format("round {}: peer {} shut down before sending its model", round, ps[i].id));
     }
     if (complete) break;
+    if (trim_ > 0 && in + trim_ >= ps.size()) {
+      const auto now = Clock::now();
+      if (!grace_end)
+        grace_end = now + std::clamp<Clock::duration>(now - started, std::chrono::milliseconds(20),
+                                                      std::chrono::seconds(1));
+      if (now >= *grace_end) {
+        spdlog::warn("round {}: left out {} (late by the grace of the trimmed mean)", round,
+                     missing(s));
+        for (size_t i = 0; i < ps.size(); ++i)
+          if (s.received[i] < numel) s.out[i] = true;
+        break;
+      }
+    }
     if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
     auto now = Clock::now();
     if (now >= options.deadline)
       return Status::timeout(fmt::format("round {}: no complete model from {}", round, missing(s)));
     auto wait =
         std::min(std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now),
-                 std::chrono::milliseconds(100));
+                 std::chrono::milliseconds(grace_end ? 5 : 100));
     router_.poll(wait);
   }
 
@@ -232,6 +274,11 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     }
   }
 
+  if (trim_ > 0) {
+    trimmed_mean(s, data);
+    s.round = UINT64_MAX;
+    return Status::ok();
+  }
   const double inv_n = 1.0 / static_cast<double>(ps.size() + 1);
   const double* sum = s.sum.data();
   if (s.excluded.empty()) {
@@ -244,6 +291,26 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   }
   s.round = UINT64_MAX;
   return Status::ok();
+}
+
+void AllGatherAllReduce::trimmed_mean(const RoundState& s, std::span<float> data) const {
+  const size_t numel = data.size();
+  std::vector<const float*> from;  // the peers in the round
+  for (size_t i = 0; i < s.out.size(); ++i)
+    if (!s.out[i] && s.received[i] >= numel) from.push_back(s.values.data() + i * numel);
+  const size_t m = from.size() + 1;
+  // Fewer values than the trim needs (peers left out): the median, robust as far as
+  // it can be.
+  const size_t cut = m > 2 * size_t{trim_} ? trim_ : (m - 1) / 2;
+  std::vector<float> v(m);
+  for (size_t e = 0; e < numel; ++e) {
+    v[0] = data[e];
+    for (size_t j = 0; j < from.size(); ++j) v[j + 1] = from[j][e];
+    std::sort(v.begin(), v.end());
+    double sum = 0;
+    for (size_t j = cut; j < m - cut; ++j) sum += v[j];
+    data[e] = static_cast<float>(sum / static_cast<double>(m - 2 * cut));
+  }
 }
 
 }  // namespace gossip::sgd

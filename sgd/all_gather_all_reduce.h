@@ -2,6 +2,13 @@
 // All-reduce as an all-gather: every node sends its whole model to every other
 // node and sums what it receives. Each node sends (n-1) * model bytes per round:
 // simple and exact, and the baseline the ring all-reduce is measured against.
+//
+// With `trim` B > 0 (untrusted peers, --trim), each coordinate is the mean of the
+// node's and its peers' values without the B largest and B smallest: the robust
+// aggregation a ring cannot do (its partial sums hide who sent what). A round then
+// waits for all but B peers and, after a grace as long as that took, leaves the
+// rest out; a peer whose chunk holds NaN, does not fit, or who left is out of the
+// round instead of failing it.
 
 #include <array>
 #include <memory>
@@ -20,7 +27,7 @@ class AllGatherAllReduce final : public AllReduce {
   // Subscribes to hello, bye and model-chunk on `router`.
   AllGatherAllReduce(peers::Router& router, uint64_t chunk_bytes,
                      const compression::Codec* codec = nullptr,
-                     compression::ThreadPool* pool = nullptr);
+                     compression::ThreadPool* pool = nullptr, uint32_t trim = 0);
 
   Status all_reduce_mean(std::span<float> data, uint64_t round,
                          const CollectiveOptions& options) override;
@@ -40,7 +47,12 @@ class AllGatherAllReduce final : public AllReduce {
     // mean (empty until one is): a hostile peer cannot poison the others' result.
     std::vector<uint16_t> excluded;
     Status failure;  // set when a peer's message dooms the round
+    // Trimmed: each peer's values (peer-major), and the peers left out of the round.
+    std::vector<float> values;
+    std::vector<bool> out;
   };
+  // Trimmed: the round's result from the values of the peers that completed it.
+  void trimmed_mean(const RoundState& s, std::span<float> data) const;
   RoundState& state_for(uint64_t round, size_t numel);
   // The router's handler: applies one message to the round states for round
   // current_ of numel_ elements; errors that doom a round are stored in that round's
@@ -59,6 +71,7 @@ class AllGatherAllReduce final : public AllReduce {
   std::vector<std::vector<std::byte>> encoded_;  // this round's payload per chunk, sent zero-copy
   std::vector<float> scratch_;                   // a received chunk, decoded
   uint64_t layout_ = 0;
+  uint32_t trim_ = 0;
   std::array<RoundState, 2> states_;
   uint64_t current_ = 0;  // the round in progress, or the next one
   size_t numel_ = 0;

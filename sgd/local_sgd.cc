@@ -119,7 +119,7 @@ StrategyDescriptor local_sgd_strategy() {
   d.summary = "average the models every `period` steps, with an optional outer optimizer (DiLoCo)";
   d.fabric = Fabric::kAllReduce;
   d.takes_nodes_back = true;
-  d.options = {"outer"};
+  d.options = {"outer", "trim"};
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
     return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, r.params.outer,
                                                                 r.codec, r.error_feedback, r.pool));

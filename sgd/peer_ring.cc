@@ -50,6 +50,8 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
           {proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
            proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
           [this](peers::Incoming& in) { absorb(in); })) {
+  if (!options_.link_keys.empty())
+    spdlog::info("ring links are sealed (AES-256-GCM, keys from the nodes' CURVE keys)");
   // Offered to anyone: before the first round nobody has a state, and a node that
   // asks after it is a restarted one. A node the others left out (alone in its ring)
   // trains on its own: its state is not the cluster's.
@@ -69,6 +71,20 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
 PeerRing::~PeerRing() { reset_links(); }
 
 uint64_t PeerRing::token_for(uint32_t peer) const { return mix64(secret_ ^ (peer + 1) * kWeyl); }
+
+std::unique_ptr<peers::RingChannel> PeerRing::sealed(std::unique_ptr<peers::RingChannel> channel,
+                                                     uint64_t right_session,
+                                                     uint64_t left_session) const {
+  if (options_.link_keys.empty()) return channel;
+  const auto to = options_.link_keys.find(channel->right());
+  const auto from = options_.link_keys.find(channel->left());
+  if (to == options_.link_keys.end() || from == options_.link_keys.end()) return channel;
+  const peers::SealKeys keys{.to_right = to->second.first,
+                             .from_left = from->second.second,
+                             .right_session = right_session,
+                             .left_session = left_session};
+  return peers::seal_ring_channel(std::move(channel), keys);
+}
 
 std::vector<uint32_t> PeerRing::mesh_peers() const {
   std::vector<uint32_t> out;
@@ -338,7 +354,8 @@ Status PeerRing::connect(const CollectiveOptions& options) {
       return mismatch(a->layout);
     return channel.status();
   }
-  channel_ = std::move(channel).value();
+  channel_ = sealed(std::move(channel).value(),
+                    ends.right_session != 0 ? ends.right_session : ends.session, ends.session);
   return Status::ok();
 }
 
@@ -407,6 +424,8 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
     return channels.status();
   }
   mesh_ = std::move(channels).value();
+  for (size_t i = 0; i < ends.size(); ++i)
+    mesh_[i] = sealed(std::move(mesh_[i]), ends[i].peer_session, ends[i].session);
   links_.assign(order().ids.size(), nullptr);
   for (size_t i = 0; i < ends.size(); ++i) {
     const auto it = std::lower_bound(order().ids.begin(), order().ids.end(), ends[i].peer);

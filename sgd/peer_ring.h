@@ -31,6 +31,7 @@
 
 #include "peers/ring_channel.h"
 #include "peers/router.h"
+#include "peers/sealed_ring_channel.h"
 #include "sgd/all_reduce.h"
 #include "sgd/collectives/algorithm.h"
 #include "sgd/collectives/choice.h"
@@ -56,6 +57,10 @@ struct PeerRingOptions {
   // The algorithm of every round; none: picked per round from `table` by size.
   std::optional<Algorithm> algorithm = Algorithm::kRing;
   AlgorithmTable table = AlgorithmTable::measured();
+  // Per peer: the keys of the ring-link data to it and from it (peers/curve_auth.h,
+  // curve_link_key). Set (under CURVE): every link is sealed
+  // (peers/sealed_ring_channel.h); empty: links are plain.
+  std::map<uint32_t, std::pair<peers::LinkKey, peers::LinkKey>> link_keys;
 };
 
 class PeerRing final : public AllReduce, public Membership {
@@ -106,6 +111,9 @@ class PeerRing final : public AllReduce, public Membership {
   void announce();  // tells who connects to us our ring port
   void announce_to(uint32_t peer);
   uint64_t token_for(uint32_t peer) const;  // the secret a link's far end presents
+  // `channel` sealed when link_keys are set: to `right`, from `left`.
+  std::unique_ptr<peers::RingChannel> sealed(std::unique_ptr<peers::RingChannel> channel,
+                                             uint64_t right_session, uint64_t left_session) const;
   // The node ids this node links with under the mesh algorithms it may run.
   std::vector<uint32_t> mesh_peers() const;
   Algorithm pick(size_t bytes) const;

@@ -3,6 +3,7 @@
 //
 //   ring_bench --rank 0 --size 4 --dir /tmp/rdv --sizes 4K,1M,16M --reps 50,20,10 --warmup 2
 //   ring_bench --algorithm butterfly ...      # tree, butterfly, master; or auto
+//   ring_bench --sealed ...                   # every link sealed (AES-256-GCM), as under CURVE
 //
 // Rendezvous through files: each rank listens on 127.0.0.1 (any free port), writes
 // the port to DIR/<rank>.port (write, then rename, so a reader never sees half a
@@ -27,6 +28,7 @@
 
 #include "bench/allreduce/bench_loop.h"
 #include "peers/ring_channel.h"
+#include "peers/sealed_ring_channel.h"
 #include "sgd/collectives/algorithm.h"
 #include "sgd/collectives/choice.h"
 #include "sgd/ring_all_reduce.h"
@@ -94,6 +96,9 @@ int main(int argc, char** argv) {
   app.add_option("--algorithm", algorithm, "ring, tree, butterfly, master, or auto");
   app.add_option("--table", table_file,
                  "auto's table (sgd/collectives/choice.h); default built in");
+  bool sealed = false;
+  app.add_flag("--sealed", sealed,
+               "seal every link (peers/sealed_ring_channel.h), as the daemon does under CURVE");
   CLI11_PARSE(app, argc, argv);
   o.sizes = gossip::bench::parse_sizes(sizes);
   o.reps = gossip::bench::parse_ints(reps);
@@ -128,6 +133,22 @@ int main(int argc, char** argv) {
 
   const uint32_t n = static_cast<uint32_t>(o.size), r = static_cast<uint32_t>(o.rank);
   const uint64_t session = 0x62656e6368000000ull | n;  // "bench" | n
+  // The cipher's cost does not depend on where the keys came from: a bench key per
+  // direction, as curve_link_key gives the daemon one.
+  const auto key = [](uint32_t from, uint32_t to) {
+    gossip::peers::LinkKey k{};
+    k[0] = static_cast<uint8_t>(from);
+    k[1] = static_cast<uint8_t>(to);
+    return k;
+  };
+  const auto seal = [&](std::unique_ptr<gossip::peers::RingChannel> ch) {
+    if (!sealed) return ch;
+    const gossip::peers::SealKeys keys{.to_right = key(r, ch->right()),
+                                       .from_left = key(ch->left(), r),
+                                       .right_session = session,
+                                       .left_session = session};
+    return gossip::peers::seal_ring_channel(std::move(ch), keys);
+  };
   const auto deadline = Clock::now() + timeout;
   std::unique_ptr<gossip::peers::RingChannel> channel;
   if (n > 1 && (automatic || fixed == gossip::sgd::Algorithm::kRing)) {
@@ -141,7 +162,7 @@ int main(int argc, char** argv) {
                                        .session = session};
     auto ch = (*transport)->connect(ends, {deadline, nullptr});
     if (!ch.is_ok()) return fail(ch.status());
-    channel = std::move(ch).value();
+    channel = seal(std::move(ch).value());
   }
   // The mesh algorithms' links: with auto, the union of every mesh algorithm's partners.
   std::vector<std::unique_ptr<gossip::peers::RingChannel>> mesh;
@@ -167,6 +188,7 @@ int main(int argc, char** argv) {
     auto chs = (*transport)->connect_mesh(r, ends, {deadline, nullptr});
     if (!chs.is_ok()) return fail(chs.status());
     mesh = std::move(chs).value();
+    for (auto& ch : mesh) ch = seal(std::move(ch));
     for (size_t i = 0; i < ends.size(); ++i) links[ends[i].peer] = mesh[i].get();
   }
 
@@ -207,6 +229,6 @@ int main(int argc, char** argv) {
                             ",\"depth\":" + std::to_string(depth) +
                             ",\"gather_below\":" + std::to_string(gather_below) +
                             ",\"socket_buffer\":" + std::to_string(socket_buffer);
-  const std::string impl = "gossipd-" + algorithm;
+  const std::string impl = "gossipd-" + algorithm + (sealed ? "-sealed" : "");
   return gossip::bench::run_loop(impl.c_str(), o, extra, allreduce, barrier);
 }

@@ -582,6 +582,23 @@ TEST(ValidateConfig, ClusterSizesAreBounded) {
   EXPECT_NE(many.message().find("4097 nodes; at most 4096"), std::string::npos) << many.message();
 }
 
+TEST(ValidateConfig, ATrimmedLocalSgdGathersEveryModelFromEnoughNodes) {
+  DaemonConfig c = gossip_config("local-sgd", "", 8);
+  c.strategy.trim = 1;
+  c.strategy.transport = "allgather";
+  EXPECT_TRUE(validate_config(c).is_ok());
+  c.strategy.transport = "tcp";
+  EXPECT_TRUE(fails_with(validate_config(c),
+                         {"key 'strategy.trim'", "a ring sums as it goes", "transport allgather"}));
+  c.strategy.transport = "allgather";
+  c.strategy.trim = 4;
+  EXPECT_TRUE(fails_with(validate_config(c),
+                         {"key 'strategy.trim'", "more than 8 nodes, this cluster has 8"}));
+  c = gossip_config("choco", "", 8);
+  c.strategy.trim = 1;
+  EXPECT_TRUE(fails_with(validate_config(c), {"not for strategy choco"}));
+}
+
 TEST(ValidateConfig, GossipAcceptsEveryTopologyThatFits) {
   for (const char* strategy : {"gossip", "push-sum"})
     for (const char* topology : {"", "ring", "torus", "exponential", "one-peer-exponential",

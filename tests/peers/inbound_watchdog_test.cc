@@ -149,9 +149,9 @@ TEST(InboundWatchdog, ForgetsAConnectionThatIsGone) {
 }
 
 // Finding 2 of issue 20, against the daemon's own channel: a stranger speaking
-// ZMTP (without CURVE any routing id is admitted until a message completes) sends 64 KiB parts of one message without end. libzmq would buffer
-// them all; the watchdog cuts the connection past one message's worth, and node 1's
-// real channel is served before and after.
+// ZMTP (without CURVE any routing id is admitted until a message completes) sends 64 KiB parts of
+// one message without end. libzmq would buffer them all; the watchdog cuts the connection past one
+// message's worth, and node 1's real channel is served before and after.
 TEST(InboundWatchdog, CutsAPeerThatSendsOneMessageWithoutEnd) {
   const int port0 = sgd::free_port(), port1 = sgd::free_port();
   const std::string e0 = "tcp://127.0.0.1:" + std::to_string(port0);

@@ -164,6 +164,22 @@ TEST(Attacks, AByzantinePeerCannotPoisonTrimmedGossip) {
     EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
 }
 
+// Local SGD under --trim 1 (transport allgather: a ring's partial sums cannot be
+// trimmed): the same liar as node 7 of 8. Its NaN and scaled models are trimmed
+// away coordinate by coordinate, and its far-round chunks leave it out of the round
+// after the grace, where the untrimmed cluster failed.
+TEST(Attacks, AByzantinePeerCannotPoisonTrimmedLocalSgd) {
+  const std::vector<std::string> args = {
+      "--nodes",   "8",      "--strategy", "local-sgd", "--period", "4",      "--transport",
+      "allgather", "--trim", "1",          "--steps",   "300",      "--seed", "1"};
+  const Outcome& calm = undisturbed(args);
+  const Outcome hit = with_byzantine_node(args);
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  EXPECT_LT(hit.seconds, calm.seconds * 1.5 + 10);
+  for (const char* refused : {"hold NaN or Inf: left out of the round", "chunk for round"})
+    EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
+}
+
 // Finding 9: a node with a valid key of its own (node 2's, as if compromised) that
 // connects to node 0 again and again as node 1. ROUTER_HANDOVER handed it node 1's
 // routing id, cutting node 1's link each time; now, under CURVE, a routing id
