@@ -424,6 +424,8 @@ class ClusterRun {
           if (j != i)
             cmd.add("--peer-key",
                     fmt::format("{}={}", j, keys_[static_cast<size_t>(j)].public_key));
+        for (int b : options_.banned)
+          if (b != i) cmd.add("--ban-peer", b);
       }
       // gossipd's settings as given; the rest are gossipd's defaults.
       for (const auto& [flag, value] : options_.daemon_flags) cmd.add(flag, value);
@@ -937,6 +939,10 @@ Status check_cluster_options(const ClusterOptions& o, daemon::DaemonConfig* sett
     if (auto s = parse_straggler(o.straggler, o.nodes); !s)
       return bad("--straggler", s.status().message());
   }
+  for (int b : o.banned) {
+    if (!o.curve) return bad("--ban-peer", "banning a node needs --curve (keys to ban)");
+    if (b >= o.nodes) return bad("--ban-peer", fmt::format("no node {} in {}", b, o.nodes));
+  }
   for (const auto& spec : o.gossipd_on) {
     auto on = parse_gossipd_on(spec, o.nodes);
     if (!on) return bad("--gossipd-on", on.status().message());
@@ -1051,6 +1057,11 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--gossipd-on", o->gossipd_on,
                   "NODE=PATH: that node runs another gossipd executable (another version; the "
                   "hostile node of tests/security)")
+      ->default_str("");
+  app->add_option("--ban-peer", o->banned,
+                  "NODE: every other node refuses its key and its messages (needs --curve), "
+                  "repeatable")
+      ->check(CLI::NonNegativeNumber)
       ->default_str("");
   app->add_flag("--curve", o->curve,
                 "Encrypt and authenticate the peer channel with CURVE: a fresh key pair per node "

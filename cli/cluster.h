@@ -34,6 +34,7 @@ struct ClusterOptions {
   // "NODE=PATH": that node runs another gossipd build (another version, or the
   // hostile node of the attack tests); checked by validate_cluster_options.
   std::vector<std::string> gossipd_on;
+  std::vector<int> banned;  // nodes every other node bans (--curve)
   // CURVE on the peer channel: a key pair per node, each node's secret in
   // node-<i>.toml (mode 0600) in the run directory, the peers' public keys as flags.
   bool curve = false;

@@ -11,6 +11,9 @@
 namespace gossip::cli {
 namespace {
 
+// Refused messages from one peer past which status names it.
+constexpr uint64_t kSuspectDrops = 10;
+
 std::string silent_text(const std::optional<uint64_t>& ms) {
   if (!ms) return "never";
   if (*ms < 1000) return fmt::format("{} ms ago", *ms);
@@ -52,6 +55,13 @@ std::string format_status_table(const NodeStatus& s) {
                        fmt::format("{}/{}", p.traffic.msgs_sent, p.traffic.msgs_recv),
                        p.traffic.dropped, silent_text(p.silent_ms));
   }
+  // A peer whose messages are refused again and again is either broken or hostile.
+  for (const PeerStatus& p : s.peers)
+    if (p.traffic.dropped >= kSuspectDrops)
+      out += fmt::format(
+          "peer {}: {} messages refused; if it is hostile, ban its key ([[peers]] banned = true, "
+          "or gossipd --ban-peer {}; docs/security.md)\n",
+          p.id, p.traffic.dropped, p.id);
   return out;
 }
 

@@ -498,7 +498,7 @@ const Field* find_field(std::string_view key) {
 
 // Tables besides the root and [[peers]].
 constexpr std::string_view kTables[] = {"node", "strategy", "strategy.outer"};
-constexpr std::string_view kPeerKeys[] = {"id", "endpoint", "public_key"};
+constexpr std::string_view kPeerKeys[] = {"id", "endpoint", "public_key", "banned"};
 
 bool is_table(std::string_view key) {
   return std::find(std::begin(kTables), std::end(kTables), key) != std::end(kTables);
@@ -771,6 +771,12 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
           fmt::format("missing: with node.secret_key set, peer {} needs its public key", p.id));
     }
   }
+  for (size_t i = 0; i < c.peers.size(); ++i)
+    if (c.peers[i].banned && c.secret_key.empty())
+      return key_error(o, fmt::format("peers[{}].banned", i),
+                       fmt::format("banning peer {} needs CURVE (node.secret_key and its public "
+                                   "key): without keys anyone can speak as any node",
+                                   c.peers[i].id));
   if (!c.secret_key.empty() && !peers::curve_available())
     return key_error(o, "node.secret_key", "this libzmq was built without CURVE (libsodium)");
   // One ZeroMQ connection (and file descriptors) per peer: a bound, not a wish.
@@ -947,6 +953,10 @@ Status read_peers(const toml::node& n, Document& d) {
         const auto* s = v.as_string();
         if (!s) return key_error(o, key, must_be("a string (a Z85 key)", describe_node(v)));
         peer.public_key = s->get();
+      } else if (k.str() == "banned") {
+        const auto* b = v.as_boolean();
+        if (!b) return key_error(o, key, must_be("true or false", describe_node(v)));
+        peer.banned = b->get();
       } else {
         return key_error(o, key, unknown_problem(k.str(), v.is_table(), "in [[peers]]", kPeerKeys));
       }
@@ -1247,6 +1257,15 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
           ->take_all()
           ->expected(1);
 
+  std::vector<uint32_t> banned_ids;
+  CLI::Option* ban_option =
+      app.add_option("--ban-peer", banned_ids,
+                     "refuse a peer's CURVE key and every message from it, repeatable: ID (sets "
+                     "peers[].banned)")
+          ->type_name("ID")
+          ->take_all()
+          ->expected(1);
+
   std::vector<std::string> peer_key_texts;
   CLI::Option* peer_key_option =
       app.add_option("--peer-key", peer_key_texts,
@@ -1330,6 +1349,18 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
       it->public_key = text.substr(eq + 1);
       d.origins.flags[fmt::format("peers[{}].public_key", it - d.config.peers.begin())] = flag;
     }
+  }
+
+  for (uint32_t id : ban_option->count() > 0 ? banned_ids : std::vector<uint32_t>{}) {
+    auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
+                           [&](const PeerConfig& p) { return p.id == id; });
+    if (it == d.config.peers.end())
+      return Status::invalid(
+          fmt::format("{}: flag '--ban-peer {}': no peer {} (give it with --peer or [[peers]])",
+                      kCommandLine, id, id));
+    it->banned = true;
+    d.origins.flags[fmt::format("peers[{}].banned", it - d.config.peers.begin())] =
+        fmt::format("--ban-peer {}", id);
   }
 
   GOSSIP_RETURN_IF_ERROR(check_required(d, true));

@@ -15,6 +15,7 @@ struct PeerConfig {
   uint32_t id = 0;
   std::string endpoint;         // tcp://host:port
   std::string public_key = {};  // CURVE (Z85); required of every peer when node.secret_key is set
+  bool banned = false;          // its key refused (peers::Peer::banned); needs CURVE
 };
 
 struct OuterOptimizerConfig {

@@ -33,7 +33,8 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
                                                       const DaemonHooks& hooks) {
   std::unique_ptr<SyncWorker> w(new SyncWorker());
   std::vector<peers::Peer> remote;
-  for (const auto& p : config.remote_peers()) remote.push_back({p.id, p.endpoint, p.public_key});
+  for (const auto& p : config.remote_peers())
+    remote.push_back({p.id, p.endpoint, p.public_key, p.banned});
   peers::TransportOptions to;
   to.secret_key = config.secret_key;
   auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote, to);

@@ -10,6 +10,9 @@ struct Peer {
   uint32_t id = 0;
   std::string endpoint;         // tcp://host:port
   std::string public_key = {};  // CURVE (Z85), when the channel is encrypted (peers/curve_auth.h)
+  // Refused (under CURVE): its key's handshakes and every message from it; nothing is
+  // sent to it. To the strategies it is a peer that never answers.
+  bool banned = false;
 };
 
 inline std::vector<uint32_t> ids_of(const std::vector<Peer>& peers) {

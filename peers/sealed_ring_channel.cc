@@ -94,9 +94,7 @@ class SealedRingChannel final : public RingChannel {
     if (failure_.is_ok())
       failure_ = inner_->post_recv(kSaltTag, std::as_writable_bytes(std::span(salt_in_)));
   }
-  ~SealedRingChannel() override {
-    sodium_memzero(&keys_, sizeof keys_);
-  }
+  ~SealedRingChannel() override { sodium_memzero(&keys_, sizeof keys_); }
 
   Status post_send(uint64_t tag, std::span<const std::byte> data) override {
     if (!failure_.is_ok()) return failure_;

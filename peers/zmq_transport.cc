@@ -69,6 +69,10 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
         return Status::invalid(fmt::format("peer {} has no public key", p.id));
       GOSSIP_RETURN_IF_ERROR(
           check_curve_key(p.public_key, fmt::format("peer {}'s public key", p.id)));
+      if (p.banned) {  // the authenticator refuses its handshakes
+        spdlog::warn("peer {} is banned: its key is refused and nothing is sent to it", p.id);
+        continue;
+      }
       allowed[p.public_key] = p.id;
     }
     // Before the ROUTER binds: a handshake without a handler would be admitted.
@@ -107,6 +111,7 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     return Status::io_error(fmt::format("cannot listen on {}: {}", listen, e.what()));
   }
   for (const auto& p : sorted) {
+    if (p.banned && curve) continue;  // no connection: sends to it fail (outbound())
     auto out = std::make_unique<Outbound>();
     out->peer = p;
     try {
@@ -137,6 +142,14 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     t->outbound_.push_back(std::move(out));
   }
   return t;
+}
+
+Status ZmqTransport::no_link(uint32_t peer) const {
+  // As to a peer that is down: the message is lost, and the strategies' timeouts for
+  // a silent peer take it from there.
+  for (const auto& p : peers_)
+    if (p.id == peer && p.banned) return Status::ok();
+  return Status::not_found(fmt::format("no peer {}", peer));
 }
 
 ZmqTransport::Outbound* ZmqTransport::outbound(uint32_t peer) {
@@ -177,14 +190,14 @@ Status ZmqTransport::send_frames(Outbound& out, uint64_t round, const proto::Bod
 
 Status ZmqTransport::send(uint32_t peer, uint64_t round, const proto::Body& body) {
   Outbound* out = outbound(peer);
-  if (!out) return Status::not_found(fmt::format("no peer {}", peer));
+  if (!out) return no_link(peer);
   return send_frames(*out, round, body, nullptr);
 }
 
 Status ZmqTransport::send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
                                     std::span<const std::byte> payload) {
   Outbound* out = outbound(peer);
-  if (!out) return Status::not_found(fmt::format("no peer {}", peer));
+  if (!out) return no_link(peer);
   out->pending.fetch_add(1, std::memory_order_acq_rel);
   // ZeroMQ calls release_pending from its I/O thread once the bytes are in the kernel.
   zmq::message_t msg(const_cast<std::byte*>(payload.data()), payload.size(), release_pending,
@@ -195,7 +208,7 @@ Status ZmqTransport::send_zero_copy(uint32_t peer, uint64_t round, const proto::
 Status ZmqTransport::send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                                  std::shared_ptr<const std::vector<std::byte>> buffer) {
   Outbound* out = outbound(peer);
-  if (!out) return Status::not_found(fmt::format("no peer {}", peer));
+  if (!out) return no_link(peer);
   const std::byte* data = buffer->data();
   size_t size = buffer->size();
   auto* hint = new std::shared_ptr<const std::vector<std::byte>>(std::move(buffer));
@@ -207,6 +220,19 @@ Status ZmqTransport::send_shared(uint32_t peer, uint64_t round, const proto::Bod
 void ZmqTransport::note_dropped(uint32_t peer, const std::string& why) {
   traffic_.count_dropped(peer);
   spdlog::warn("dropped message from peer {}: {}", peer, why);
+  report_offender(peer);
+}
+
+void ZmqTransport::report_offender(uint32_t peer) {
+  const uint64_t n = traffic_.peer_totals(peer).dropped;
+  // At 10, 100, 1000, ... refusals: loud enough to be seen, rare enough to be read.
+  uint64_t mark = 10;
+  while (mark < n && mark <= UINT64_MAX / 10) mark *= 10;
+  if (n == mark)
+    spdlog::error(
+        "peer {} has had {} messages refused; if it is hostile, ban its key ([[peers]] banned = "
+        "true, or --ban-peer {}; docs/security.md)",
+        peer, n, peer);
 }
 
 std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) const {
@@ -301,6 +327,7 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
     uint32_t who = sender.value_or(TrafficCounters::kUnknownPeer);
     auto drop = [&](const std::string& why) {
       traffic_.count_dropped(who);
+      if (sender) report_offender(*sender);
       spdlog::warn("dropped message from {}: {}",
                    sender ? fmt::format("peer {}", *sender)
                           : fmt::format("unknown sender '{}'", printable(frames[0])),

@@ -67,9 +67,14 @@ class ZmqTransport final : public PeerChannel {
   };
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
   Outbound* outbound(uint32_t peer);
+  // Why there is no outbound(peer): none for a banned peer (the send is dropped, as if
+  // it were down), or an unknown one.
+  Status no_link(uint32_t peer) const;
   Status send_frames(Outbound& out, uint64_t round, const proto::Body& body,
                      zmq::message_t* payload);
   std::optional<uint32_t> peer_of(const zmq::message_t& routing_id) const;
+  // Logs a peer whose refused messages reach 10, 100, 1000, ...
+  void report_offender(uint32_t peer);
   // Connections accepted and lost (the socket monitor), then the watchdog's check.
   void watch_connections();
   // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).

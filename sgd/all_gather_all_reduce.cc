@@ -66,6 +66,7 @@ AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, si
     s.excluded.clear();
     s.failure = Status::ok();
     s.out.assign(n, false);
+    for (size_t i = 0; i < n; ++i) s.out[i] = transport_.peers()[i].banned;
     if (trim_ > 0) s.values.resize(n * numel);
   }
   return s;
@@ -190,6 +191,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   }
 
   for (const auto& p : ps) {
+    if (p.banned) continue;
     uint64_t seq = 0;
     for (uint64_t off = 0; off < numel; off += chunk_elems_, ++seq) {
       uint64_t len = std::min<uint64_t>(chunk_elems_, numel - off);
@@ -265,6 +267,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   // Our chunks are still referenced by ZeroMQ until they reach the kernel; the
   // caller may overwrite data as soon as we return, so wait for them.
   for (const auto& p : ps) {
+    if (p.banned) continue;
     while (transport_.pending_sends(p.id) > 0) {
       if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
       if (Clock::now() >= options.deadline)
@@ -279,7 +282,10 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     s.round = UINT64_MAX;
     return Status::ok();
   }
-  const double inv_n = 1.0 / static_cast<double>(ps.size() + 1);
+  // Banned peers are out of every round.
+  const size_t in =
+      ps.size() + 1 - static_cast<size_t>(std::count(s.out.begin(), s.out.end(), true));
+  const double inv_n = 1.0 / static_cast<double>(in);
   const double* sum = s.sum.data();
   if (s.excluded.empty()) {
     for (size_t i = 0; i < numel; ++i)
@@ -287,7 +293,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   } else {
     for (size_t i = 0; i < numel; ++i)
       data[i] = static_cast<float>((sum[i] + static_cast<double>(data[i])) /
-                                   static_cast<double>(ps.size() + 1 - s.excluded[i]));
+                                   static_cast<double>(in - s.excluded[i]));
   }
   s.round = UINT64_MAX;
   return Status::ok();

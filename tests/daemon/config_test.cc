@@ -599,6 +599,16 @@ TEST(ValidateConfig, ATrimmedLocalSgdGathersEveryModelFromEnoughNodes) {
   EXPECT_TRUE(fails_with(validate_config(c), {"not for strategy choco"}));
 }
 
+TEST(ValidateConfig, BanningAPeerNeedsKeys) {
+  DaemonConfig c = gossip_config("gossip", "", 4);
+  c.peers[1].banned = true;
+  EXPECT_TRUE(
+      fails_with(validate_config(c), {"key 'peers[1].banned'", "banning peer 2 needs CURVE"}));
+  auto flags = from_args({"--id", "0", "--listen", "tcp://127.0.0.1:7000", "--run-dir", "/tmp",
+                          "--peer", "1=tcp://127.0.0.1:7001", "--ban-peer", "5"});
+  EXPECT_TRUE(fails_with(flags, {"--ban-peer 5", "no peer 5"}));
+}
+
 TEST(ValidateConfig, GossipAcceptsEveryTopologyThatFits) {
   for (const char* strategy : {"gossip", "push-sum"})
     for (const char* topology : {"", "ring", "torus", "exponential", "one-peer-exponential",

@@ -313,6 +313,39 @@ TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
   EXPECT_NE(c.log(0).find("ring: refused a connection: session"), std::string::npos) << c.log(0);
 }
 
+// Banning (issue 20): nodes 0 and 1 ban node 2, which runs and connects as usual.
+// Its handshakes are refused, nothing is sent to it, and the all-gather's mean is
+// over nodes 0 and 1 alone, without waiting for node 2.
+TEST(Curve, ABannedPeersKeyIsRefusedAndItIsLeftOutOfTheMean) {
+  const KeyPair k[3] = {keypair(), keypair(), keypair()};
+  Cluster c(3, {"--period", "1", "--transport", "allgather", "--round-timeout", "10"});
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> flags = {"--secret-key", k[i].sec};
+    for (int j = 0; j < 3; ++j)
+      if (j != i) flags.insert(flags.end(), {"--peer-key", std::to_string(j) + "=" + k[j].pub});
+    if (i != 2) flags.insert(flags.end(), {"--ban-peer", "2"});
+    c.set_node_flags(i, flags);
+  }
+  c.start_all();
+  Pair p;
+  attach_both(c, 1000, {0.0f, 2.0f}, p);
+  if (HasFatalFailure()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  step_both(p);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the round waited for the banned node";
+  EXPECT_EQ(p.w[0][0], 1.0f) << "node 2's model (zeros, never sent) is not in the mean";
+  EXPECT_EQ(p.w[1][999], 1.0f);
+  std::string log;
+  for (auto end = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < end;) {
+    log = c.log(0);
+    if (log.find("public key " + k[2].pub + " is not a peer's") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(log.find("peer 2 is banned"), std::string::npos) << log;
+  EXPECT_NE(log.find("public key " + k[2].pub + " is not a peer's"), std::string::npos) << log;
+  EXPECT_TRUE(c.daemon(2).running());
+}
+
 TEST(Curve, KeysAreCheckedWhenTheDaemonStarts) {
   const KeyPair k = keypair();
   const auto run = [](std::vector<std::string> extra) {

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,7 +21,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-#include <zmq.h>
 
 #include "base/refusals.h"
 #include "peers/curve_auth.h"
