@@ -4,7 +4,8 @@
 #   fuzz/run.sh [--seconds N] [--target NAME] [--jobs J]
 #
 #   --seconds N   time per target (default 60); ctest's Fuzz.Short uses 10
-#   --target NAME one of: wire_header codec_decode ipc_message config (default: all)
+#   --target NAME one of: wire_header codec_decode ipc_message config state_transfer
+#                 (default: all)
 #   --jobs J      parallel compile jobs (default 2)
 #
 # Each target starts from fuzz/corpus/<target>/ and fuzz/regressions/<target>/ (read
@@ -18,7 +19,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_targets=(wire_header codec_decode ipc_message config)
+all_targets=(wire_header codec_decode ipc_message config state_transfer)
 seconds=60
 jobs=2
 targets=()

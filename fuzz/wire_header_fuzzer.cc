@@ -4,7 +4,8 @@
 //  - the message keeps decode_head's promises: this daemon's version, a known kind
 //    whose body is that kind's struct, a payload within kMaxPayloadBytes, raw fp32
 //    sizes that match, no slice overflow, a finite non-negative weight, no payload
-//    for the kinds without one;
+//    for the kinds without one (the parameter server's push, params and replica
+//    updates and snapshots carry slices);
 //  - it re-encodes (encode_head) to a frame within kMaxHeaderBytes that decodes to
 //    the same message, and encoding that gives the same bytes again (one encoding
 //    per message);
@@ -45,6 +46,13 @@ void check_promises(const proto::Message& m) {
     check_slice(e, c->offset, c->numel, c->codec, c->weight);
   else if (const auto* s = std::get_if<proto::StateChunk>(&m.body))
     check_slice(e, s->offset, s->numel, CodecId::kNone, s->weight);
+  else if (const auto* p = std::get_if<proto::PsPush>(&m.body))
+    check_slice(e, p->offset, p->numel, p->codec, 1.0);
+  else if (const auto* q = std::get_if<proto::PsParams>(&m.body))
+    check_slice(e, q->offset, q->numel, q->codec, 1.0);
+  else if (const auto* r = std::get_if<proto::PsReplica>(&m.body);
+           r && r->what != proto::PsReplica::kRequest)
+    check_slice(e, r->offset, r->numel, CodecId::kNone, 1.0);
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else
