@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/version.h"
 #include "cli/cluster.h"
 #include "cli/command.h"
 #include "cli/keygen.h"
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     spdlog::set_default_logger(spdlog::stderr_color_st("gossipctl"));
     spdlog::set_pattern("gossipctl: %^%l%$: %v");
     CLI::App app{"gossipctl: control gossipd nodes and launch local clusters", "gossipctl"};
+    app.set_version_flag("--version", std::string("gossipctl ") + gossip::kVersion);
     app.require_subcommand(1);
     std::vector<Subcommand> commands = {add_cluster_command(app), add_status_command(app),
                                         add_keygen_command(app)};

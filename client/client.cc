@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <zmq.hpp>
 
 #include "client/shm_mapping.h"
@@ -96,13 +99,46 @@ Client::~Client() {
                                           impl_->options.timeout, std::chrono::milliseconds(1000)));
 }
 
+namespace {
+
+// options.startup_timeout, or GOSSIP_STARTUP_TIMEOUT's seconds when it is 0.
+Result<std::chrono::milliseconds> startup_timeout_of(const ClientOptions& options) {
+  if (options.startup_timeout.count() > 0) return options.startup_timeout;
+  const char* env = std::getenv("GOSSIP_STARTUP_TIMEOUT");
+  if (!env || !*env) return std::chrono::milliseconds(0);
+  char* end = nullptr;
+  const double seconds = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !std::isfinite(seconds) || seconds < 0 || seconds > 86400)
+    return Status::invalid(fmt::format(
+        "GOSSIP_STARTUP_TIMEOUT='{}' is not a number of seconds between 0 and 86400", env));
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   constexpr std::string_view kIpc = "ipc://";
   if (options.endpoint.starts_with(kIpc)) {
     std::string path = options.endpoint.substr(kIpc.size());
-    if (!std::filesystem::exists(path))
-      return Status::not_found(
-          fmt::format("no gossipd socket at {} (is the daemon running with this run dir?)", path));
+    auto wait = startup_timeout_of(options);
+    if (!wait) return wait.status();
+    // A trainer may start before its daemon (a launcher, a pod's containers): look
+    // again with back-off, 10 ms doubling to 500 ms, until the start-up timeout.
+    const auto end = std::chrono::steady_clock::now() + *wait;
+    auto pause = std::chrono::milliseconds(10);
+    int tries = 1;
+    while (!std::filesystem::exists(path)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= end)
+        return Status::not_found(fmt::format(
+            "no gossipd socket at {}{} (is the daemon running with this run dir?)", path,
+            wait->count() > 0 ? fmt::format(" after waiting {:.1f} s ({} looks)",
+                                            static_cast<double>(wait->count()) / 1000.0, tries)
+                              : std::string()));
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, end - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(500));
+      ++tries;
+    }
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;

@@ -31,6 +31,7 @@
 #include <utility>
 #include <variant>
 
+#include "base/version.h"
 #include "compression/codec_spec.h"
 #include "peers/curve_auth.h"
 #include "peers/node_ids.h"
@@ -1232,6 +1233,7 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
       "flags override the file (a repeated flag: the last one wins). --peer, when given,\n"
       "replaces the file's peer list.",
       "gossipd"};
+  app.set_version_flag("--version", fmt::format("gossipd {} ({})", kVersion, kBuildType));
   std::string config_path;
   CLI::Option* config_option =
       app.add_option("--config", config_path, "TOML config file")->type_name("FILE");
@@ -1278,6 +1280,8 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     return Status::closed(app.help());
+  } catch (const CLI::CallForVersion& e) {
+    return Status::closed(std::string(e.what()) + "\n");
   } catch (const CLI::CallForAllHelp&) {
     return Status::closed(app.help("", CLI::AppFormatMode::All));
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "base/version.h"
+
 namespace gossip::daemon {
 namespace {
 
@@ -37,6 +39,9 @@ void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name,
 
 std::string render_metrics(const MetricsSnapshot& s) {
   std::string out;
+  header(out, "gossipd_build_info", "gauge", "The gossipd build, as labels.");
+  out += fmt::format("gossipd_build_info{{version=\"{}\",build_type=\"{}\"}} 1\n", kVersion,
+                     label(kBuildType));
   header(out, "gossipd_info", "gauge", "The node's id and configuration, as labels.");
   out += fmt::format(
       "gossipd_info{{node=\"{}\",strategy=\"{}\",codec=\"{}\",transport=\"{}\",topology=\"{}\"}} "

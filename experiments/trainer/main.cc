@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/version.h"
 #include "experiments/trainer/dataset.h"
 #include "experiments/trainer/partition.h"
 #include "experiments/trainer/run.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   std::string lr_schedule = "constant";
 
   CLI::App app{"gossip-train: reference Fashion-MNIST trainer (MLP 784-256-128-10) for gossipd"};
+  app.set_version_flag("--version", std::string("gossip-train ") + gossip::kVersion);
   auto* endpoint = app.add_option("--endpoint", o.endpoint,
                                   "the daemon's IPC endpoint, ipc://DIR/gossipd-N.sock "
                                   "(required unless --standalone)");
@@ -81,6 +83,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout-s", o.timeout_s, "bound on every wait for the daemon, in seconds")
       ->capture_default_str();
+  app.add_option("--startup-timeout-s", o.startup_timeout_s,
+                 "how long to wait for a daemon that is not up yet, in seconds (0: "
+                 "GOSSIP_STARTUP_TIMEOUT, else fail at once)")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -105,6 +111,8 @@ int main(int argc, char** argv) {
   if (!std::isfinite(o.sgd.weight_decay) || o.sgd.weight_decay < 0) {
     return bad_flags("--weight-decay must be non-negative");
   }
+  if (!std::isfinite(o.startup_timeout_s) || o.startup_timeout_s < 0 || o.startup_timeout_s > 86400)
+    return bad_flags("--startup-timeout-s must be between 0 and 86400");
   if (!std::isfinite(o.timeout_s) || o.timeout_s <= 0) {
     return bad_flags("--timeout-s must be positive");
   }

@@ -126,6 +126,8 @@ int run(const RunOptions& o) {
     client_options.trainer = o.name;
     client_options.local_rank = o.local_rank;
     client_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000.0));
+    client_options.startup_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(o.startup_timeout_s * 1000.0));
     auto connected = Client::connect(client_options);
     if (!connected) return fail(connected.status().with_context("connecting to " + o.endpoint));
     client = std::move(*connected);

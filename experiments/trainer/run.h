@@ -31,6 +31,7 @@ struct RunOptions {
   std::string name;
   uint32_t local_rank = 0;
   double timeout_s = 120;
+  double startup_timeout_s = 0;  // ClientOptions::startup_timeout
   double slowdown =
       1;  // >= 1: after each step, sleep (slowdown - 1) x the step's time (a straggler)
 };

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/version.h"
+
 namespace gossip::daemon {
 namespace {
 
@@ -51,6 +53,11 @@ TEST(MetricsText, EveryFamilyIsTypedAndEveryPeerHasItsSamples) {
     EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << text;
   EXPECT_EQ(text.find("gossipd_peer_silent_seconds{peer=\"unknown\"}"), std::string::npos)
       << "a peer never heard has no silence to report";
+  EXPECT_NE(
+      text.find(std::string("# TYPE gossipd_build_info gauge\ngossipd_build_info{version=\"") +
+                kVersion + "\""),
+      std::string::npos)
+      << text;
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/version.h"
 #include "gossip/client.h"
 #include "harness.h"
 #include "test_client.h"
@@ -201,6 +202,20 @@ TEST(Operations, GossipctlStatusReportsTheNodeAndItsPeers) {
   auto [rc3, err] = run("--node " + (c.run_dir() / "gossipd-9.sock").string());
   EXPECT_EQ(rc3, 1);
   EXPECT_NE(err.find("no gossipd socket at"), std::string::npos) << err;
+}
+
+// Every program says its version (base/version.h, CMakeLists.txt's project()).
+TEST(Operations, EveryProgramAnswersVersion) {
+  for (const char* program : {"gossipd", "gossipctl", "gossip-train"}) {
+    FILE* f = ::popen((binary(program) + " --version 2>&1").c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[256];
+    while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+    const int status = ::pclose(f);
+    EXPECT_EQ(status, 0) << program << ": " << out;
+    EXPECT_EQ(out.rfind(std::string(program) + " " + kVersion, 0), 0u) << out;
+  }
 }
 
 // A trainer learns from the daemon whether its tensors carry gradients or the model,

@@ -38,6 +38,10 @@ struct ClientOptions {
   uint32_t local_rank = 0;
   // Bounds every wait for the daemon, synchronization rounds included.
   std::chrono::milliseconds timeout{120000};
+  // How long connect() waits for a daemon that is not up yet (its socket not there),
+  // trying again with back-off; 0: the GOSSIP_STARTUP_TIMEOUT environment variable's
+  // seconds if set (so that the C API and Python get it too), else fail at once.
+  std::chrono::milliseconds startup_timeout{0};
 };
 
 // The trainer's replica, mapped from the daemon's arena.
