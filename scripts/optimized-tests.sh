@@ -14,10 +14,12 @@
 #   PythonClient.*   loads libgossip.so into Debian's python3, which ASan refuses for an
 #                    instrumented library (its runtime must be loaded first); CApi.* covers
 #                    the C ABI under ASan.
+#   Install.*        cmake --install and a consumer project built and run against it: a
+#                    consumer of an instrumented libgossip would need ASan's runtime first.
 #   Fuzz.Short       builds its own clang ASan+UBSan build (build-fuzz/) and fuzzes; the
 #                    corpus replays (Fuzz.Replay.*) run under ASan.
 # shellcheck disable=SC2034
-optimized_tests='^(Training|Attacks|Experiments|PythonClient)\.|^Fuzz\.Short$'
+optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install)\.|^Fuzz\.Short$'
 # What those tests need built: the programs they drive, the C ABI, their test binaries;
 # and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
 # shellcheck disable=SC2034

@@ -4,14 +4,13 @@
 // naming the socket and how long it waited.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <unistd.h>
 
 #include "harness.h"
 
@@ -45,8 +44,8 @@ TEST(Startup, ATrainerStartedBeforeItsDaemonWaitsForItAndTrains) {
 
 TEST(Startup, ATrainerWhoseDaemonNeverComesFailsAtItsTimeoutNamingTheSocket) {
   // No daemon, so no Cluster (whose clean-up waits out the grace of daemons never started).
-  const auto dir = std::filesystem::path(::testing::TempDir()) /
-                   ("startup-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / ("startup-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   struct RemoveAtExit {
     std::filesystem::path path;
@@ -56,10 +55,10 @@ TEST(Startup, ATrainerWhoseDaemonNeverComesFailsAtItsTimeoutNamingTheSocket) {
     }
   } cleanup{dir};
   const auto t0 = Clock::now();
-  ChildProcess trainer({binary("gossip-train"), "--endpoint",
-                        "ipc://" + (dir / "gossipd-0.sock").string(), "--steps", "10",
-                        "--startup-timeout-s", "2"},
-                       dir / "trainer.log");
+  ChildProcess trainer(
+      {binary("gossip-train"), "--endpoint", "ipc://" + (dir / "gossipd-0.sock").string(),
+       "--steps", "10", "--startup-timeout-s", "2"},
+      dir / "trainer.log");
   const int rc = trainer.wait(30s);
   const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_NE(rc, 0);

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "base/status.h"
+#include "gossip/status.h"
 
 namespace gossip {
 
