@@ -13,8 +13,8 @@ int main(int argc, char** argv) {
   for (float& x : model->tensors[0]) x = 0.5f;
   auto step = (*client)->step();
   if (!step) return std::fprintf(stderr, "%s\n", step.status().message().c_str()), 1;
-  std::printf("c++ consumer: node %u of %u (%s), step %llu, w[0] = %g\n", model->node,
-              model->nodes, model->strategy.c_str(), static_cast<unsigned long long>(step->step),
+  std::printf("c++ consumer: node %u of %u (%s), step %llu, w[0] = %g\n", model->node, model->nodes,
+              model->strategy.c_str(), static_cast<unsigned long long>(step->step),
               model->tensors[0][0]);
   return 0;
 }
