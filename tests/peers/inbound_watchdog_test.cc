@@ -45,6 +45,9 @@ struct Watched {
       router.set(zmq::sockopt::curve_server, 1);
       router.set(zmq::sockopt::curve_secretkey, secret);
     }
+    // Every receive below is bounded: a message that never comes fails the test.
+    router.set(zmq::sockopt::rcvtimeo, 10000);
+    monitor.set(zmq::sockopt::rcvtimeo, 10000);
     EXPECT_EQ(zmq_socket_monitor(router.handle(), "inproc://events",
                                  ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED),
               0);
