@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "tests/experiments/temp_dir.h"
 
 namespace gossip::testing {
 namespace {
@@ -44,16 +45,8 @@ TEST(Startup, ATrainerStartedBeforeItsDaemonWaitsForItAndTrains) {
 
 TEST(Startup, ATrainerWhoseDaemonNeverComesFailsAtItsTimeoutNamingTheSocket) {
   // No daemon, so no Cluster (whose clean-up waits out the grace of daemons never started).
-  const auto dir =
-      std::filesystem::path(::testing::TempDir()) / ("startup-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  struct RemoveAtExit {
-    std::filesystem::path path;
-    ~RemoveAtExit() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
-  } cleanup{dir};
+  const trainer::testing::TempDir tmp;
+  const std::filesystem::path& dir = tmp.path();
   const auto t0 = Clock::now();
   ChildProcess trainer(
       {binary("gossip-train"), "--endpoint", "ipc://" + (dir / "gossipd-0.sock").string(),
