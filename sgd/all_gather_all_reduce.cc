@@ -144,7 +144,8 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
     std::memcpy(scratch_.data(), bytes, h.numel * sizeof(float));
     x = scratch_;
   }
-  if (any_nonfinite(x) && trim_ > 0) {
+  const bool nonfinite = any_nonfinite(x);  // one pass over the chunk, whichever mean
+  if (nonfinite && trim_ > 0) {
     count_refusal(Refusal::kNonFinite);
     drop(fmt::format("round {}: elements [{}, {}) hold NaN or Inf: left out of the round", round,
                      h.offset, h.offset + h.numel));
@@ -155,7 +156,7 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
     std::copy(x.begin(), x.end(), s.values.begin() + static_cast<ptrdiff_t>(pi * numel + h.offset));
     return;
   }
-  if (any_nonfinite(x)) {
+  if (nonfinite) {
     count_refusal(Refusal::kNonFinite);
     drop(fmt::format("round {}: elements [{}, {}) hold NaN or Inf: left out of the mean", round,
                      h.offset, h.offset + h.numel));
