@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -33,6 +34,7 @@
 
 #include "base/version.h"
 #include "compression/codec_spec.h"
+#include "daemon/peers_from.h"
 #include "peers/curve_auth.h"
 #include "peers/node_ids.h"
 #include "peers/topology.h"
@@ -43,6 +45,7 @@ namespace gossip::daemon {
 namespace {
 
 constexpr std::string_view kCommandLine = "command line";
+constexpr std::string_view kEnvironment = "environment";
 constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kMaxI64 = std::numeric_limits<int64_t>::max();  // TOML integers are int64
 constexpr uint64_t kMaxChunkBytes = uint64_t{256} << 20;
@@ -151,6 +154,11 @@ Problem secret_key_problem(std::string_view key) {
   return std::nullopt;
 }
 
+Problem peers_from_check(std::string_view spec) {
+  if (spec.empty()) return std::nullopt;  // a peer list instead
+  return peers_from_problem(spec);
+}
+
 Problem run_dir_problem(std::string_view dir) {
   if (dir.empty()) return "must not be empty";
   return std::nullopt;
@@ -242,12 +250,29 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 45>& fields() {
+const std::array<Field, 47>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 45> kFields = {{
+  static const std::array<Field, 47> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
+      {"node.peers_from", "--peers-from", "SOURCE",
+       "take the nodes from hostfile:PATH, slurm[:PORT] or dns:NAME-{A..B}.SERVICE[:PORT] "
+       "instead of a peer list; node.id, node.name or the host name picks this node, "
+       "node.listen defaults to tcp://0.0.0.0:<its port>",
+       TextSpec{{},
+                "a string hostfile:PATH, slurm[:PORT] or dns:PATTERN[:PORT]",
+                peers_from_check,
+                [](const C& c) -> const std::string& { return c.peers_from; },
+                [](C& c, std::string v) { c.peers_from = std::move(v); }}},
+      {"node.name", "--name", "NAME",
+       "with node.peers_from: this node's name in the list (a host, host:port or pod name); "
+       "empty: the host name",
+       TextSpec{{},
+                "a string",
+                nullptr,
+                [](const C& c) -> const std::string& { return c.node_name; },
+                [](C& c, std::string v) { c.node_name = std::move(v); }}},
       {"node.listen", "--listen", "EP", "tcp://HOST:PORT where peers reach this daemon",
        TextSpec{{},
                 "a string tcp://HOST:PORT",
@@ -701,14 +726,20 @@ Problem read_flag_value(const Field& f, const std::string& text, DaemonConfig& c
 // Where the values came from, so that an error names the file and line or the flag.
 
 struct Origins {
-  std::string source;                        // the file, or "command line"
-  std::map<std::string, int64_t> lines;      // key -> line in the file
-  std::map<std::string, std::string> flags;  // key -> the flag that set it
+  std::string source;                          // the file, or "command line"
+  std::map<std::string, int64_t> lines;        // key -> line in the file
+  std::map<std::string, std::string> flags;    // key -> the flag that set it
+  std::map<std::string, std::string> env;      // key -> the variable that set it
+  std::map<std::string, std::string> derived;  // key -> what made it ("--peers-from ...")
 };
 
 Status key_error(const Origins& o, std::string_view key, std::string_view problem) {
   if (auto it = o.flags.find(std::string(key)); it != o.flags.end())
     return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, it->second, problem));
+  if (auto it = o.env.find(std::string(key)); it != o.env.end())
+    return Status::invalid(fmt::format("{}: variable '{}': {}", kEnvironment, it->second, problem));
+  if (auto it = o.derived.find(std::string(key)); it != o.derived.end())
+    return Status::invalid(fmt::format("{}: {}", it->second, problem));
   std::string line;
   if (auto it = o.lines.find(std::string(key)); it != o.lines.end())
     line = fmt::format(" (line {})", it->second);
@@ -719,6 +750,10 @@ Status key_error(const Origins& o, std::string_view key, std::string_view proble
 std::string peer_entry_name(const Origins& o, size_t i) {
   const std::string entry = fmt::format("peers[{}]", i);
   if (auto it = o.flags.find(entry + ".id"); it != o.flags.end())
+    return fmt::format("'{}'", it->second);
+  if (auto it = o.env.find(entry + ".id"); it != o.env.end())
+    return fmt::format("'{}'", it->second);
+  if (auto it = o.derived.find(entry + ".id"); it != o.derived.end())
     return fmt::format("'{}'", it->second);
   return entry;
 }
@@ -1125,7 +1160,8 @@ std::vector<std::string> readers_of(std::string_view key) {
 
 bool per_node(std::string_view key) {
   return key == "node.id" || key == "node.listen" || key == "node.run_dir" ||
-         key == "node.metrics_port" || key == "node.secret_key" || key == "node.checkpoint";
+         key == "node.peers_from" || key == "node.name" || key == "node.metrics_port" ||
+         key == "node.secret_key" || key == "node.checkpoint";
 }
 
 }  // namespace
@@ -1134,8 +1170,16 @@ std::vector<Setting> settings() {
   const DaemonConfig defaults;
   std::vector<Setting> rows;
   for (const Field& f : fields()) {
-    Setting r{std::string(f.key),  std::string(f.flag), std::string(f.flag_arg), "", "", "",
-              std::string(f.help), readers_of(f.key),   per_node(f.key)};
+    Setting r{std::string(f.key),
+              std::string(f.flag),
+              std::string(f.flag_arg),
+              "",
+              "",
+              "",
+              std::string(f.help),
+              readers_of(f.key),
+              per_node(f.key),
+              env_name(f.flag)};
     std::visit(
         [&](const auto& s) {
           using S = std::decay_t<decltype(s)>;
@@ -1177,6 +1221,7 @@ std::string describe_options(bool json) {
     for (const Setting& r : rows)
       all.push_back({{"key", r.key},
                      {"flag", r.flag},
+                     {"env", r.env},
                      {"arg", r.arg},
                      {"type", r.type},
                      {"valid", r.valid},
@@ -1188,7 +1233,7 @@ std::string describe_options(bool json) {
   }
   const size_t every = sgd::strategies().size();
   std::string out =
-      "| key (TOML) | flag | valid values | default | strategies | what |\n"
+      "| key (TOML) | flag, variable | valid values | default | strategies | what |\n"
       "| --- | --- | --- | --- | --- | --- |\n";
   for (const Setting& r : rows) {
     std::string readers;
@@ -1197,9 +1242,10 @@ std::string describe_options(bool json) {
     else
       for (const std::string& name : r.strategies)
         readers += fmt::format("{}{}", readers.empty() ? "" : ", ", name);
-    out += fmt::format("| `{}` | `{} {}` | {} | {} | {} | {} |\n", r.key, r.flag, r.arg,
-                       cell(r.valid), r.fallback.empty() ? "—" : fmt::format("`{}`", r.fallback),
-                       readers, cell(r.help));
+    out +=
+        fmt::format("| `{}` | `{} {}`, `{}` | {} | {} | {} | {} |\n", r.key, r.flag, r.arg, r.env,
+                    cell(r.valid), r.fallback.empty() ? "—" : fmt::format("`{}`", r.fallback),
+                    readers, cell(r.help));
   }
   return out;
 }
@@ -1226,20 +1272,309 @@ Status validate_config(const DaemonConfig& config) {
   return check_config(config, origins);
 }
 
+namespace {
+
+// The variables that are not one flag's setting.
+constexpr std::string_view kConfigVariable = "GOSSIPD_CONFIG";
+constexpr std::string_view kPeerVariable = "GOSSIPD_PEER";
+constexpr std::string_view kPeerKeyVariable = "GOSSIPD_PEER_KEY";
+constexpr std::string_view kBanVariable = "GOSSIPD_BAN_PEER";
+
+// A list variable's entries: separated by commas or white space.
+std::vector<std::string> list_entries(std::string_view text) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t begin = text.find_first_not_of(", \t\n", i);
+    if (begin == std::string_view::npos) break;
+    const size_t end = std::min(text.find_first_of(", \t\n", begin), text.size());
+    out.emplace_back(text.substr(begin, end - begin));
+    i = end;
+  }
+  return out;
+}
+
+// One source of a peer-list setting: a flag or a variable, for messages and origins.
+struct PeerListSource {
+  bool from_env;
+  std::string_view name;  // "--peer" or "GOSSIPD_PEER"
+  std::string where(std::string_view entry) const {
+    if (from_env) return fmt::format("{}: variable '{}' (entry '{}')", kEnvironment, name, entry);
+    return fmt::format("{}: flag '{} {}'", kCommandLine, name, entry);
+  }
+  void record(Origins& o, const std::string& key, std::string_view entry) const {
+    (from_env ? o.env : o.flags)[key] =
+        from_env ? std::string(name) : fmt::format("{} {}", name, entry);
+  }
+};
+
+std::optional<uint32_t> id_of(std::string_view text, std::string* problem) {
+  auto id = integer_from_text(kNodeIdRange, text);
+  if (auto* p = std::get_if<std::string>(&id)) {
+    *problem = fmt::format("ID {}", *p);
+    return std::nullopt;
+  }
+  return static_cast<uint32_t>(std::get<uint64_t>(id));
+}
+
+// "ID=tcp://HOST:PORT" entries: they replace the peer list.
+Status read_peer_entries(const std::vector<std::string>& texts, const PeerListSource& src,
+                         Document& d) {
+  d.config.peers.clear();
+  for (const std::string& text : texts) {
+    auto malformed = [&](std::string_view why) {
+      return Status::invalid(
+          fmt::format("{}: {} (the form is ID=tcp://HOST:PORT, e.g. --peer 1=tcp://10.0.0.2:7000)",
+                      src.where(text), why));
+    };
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos) return malformed("no '=' between ID and endpoint");
+    std::string problem;
+    auto id = id_of(std::string_view(text).substr(0, eq), &problem);
+    if (!id) return malformed(problem);
+    PeerConfig peer{*id, text.substr(eq + 1), {}};
+    if (auto p = endpoint_problem(peer.endpoint))
+      return Status::invalid(fmt::format("{}: {}", src.where(text), *p));
+    const size_t index = d.config.peers.size();
+    src.record(d.origins, fmt::format("peers[{}].id", index), text);
+    src.record(d.origins, fmt::format("peers[{}].endpoint", index), text);
+    d.config.peers.push_back(std::move(peer));
+  }
+  return Status::ok();
+}
+
+// "ID=KEY" entries: the peers' CURVE public keys.
+Status read_peer_keys(const std::vector<std::string>& texts, const PeerListSource& src,
+                      Document& d) {
+  for (const std::string& text : texts) {
+    const std::string shown = text.substr(0, text.find('=') + 1) + "...";  // keys stay out of logs
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos)
+      return Status::invalid(
+          fmt::format("{}: no '=' between ID and key (the form is ID=KEY)", src.where(shown)));
+    std::string problem;
+    auto id = id_of(std::string_view(text).substr(0, eq), &problem);
+    if (!id) return Status::invalid(fmt::format("{}: {}", src.where(shown), problem));
+    auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
+                           [&](const PeerConfig& p) { return p.id == *id; });
+    if (it == d.config.peers.end())
+      return Status::invalid(
+          fmt::format("{}: no peer {} (give it with --peer, [[peers]] or "
+                      "--peers-from)",
+                      src.where(shown), *id));
+    it->public_key = text.substr(eq + 1);
+    src.record(d.origins, fmt::format("peers[{}].public_key", it - d.config.peers.begin()), shown);
+  }
+  return Status::ok();
+}
+
+Status read_bans(const std::vector<std::string>& texts, const PeerListSource& src, Document& d) {
+  for (const std::string& text : texts) {
+    std::string problem;
+    auto id = id_of(text, &problem);
+    if (!id) return Status::invalid(fmt::format("{}: {}", src.where(text), problem));
+    auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
+                           [&](const PeerConfig& p) { return p.id == *id; });
+    if (it == d.config.peers.end())
+      return Status::invalid(
+          fmt::format("{}: no peer {} (give it with --peer, [[peers]] or "
+                      "--peers-from)",
+                      src.where(text), *id));
+    it->banned = true;
+    src.record(d.origins, fmt::format("peers[{}].banned", it - d.config.peers.begin()), text);
+  }
+  return Status::ok();
+}
+
+// Where node.peers_from was set, for messages.
+std::string peers_from_origin(const Origins& o) {
+  if (auto it = o.flags.find("node.peers_from"); it != o.flags.end())
+    return fmt::format("{}: flag '--peers-from'", kCommandLine);
+  if (auto it = o.env.find("node.peers_from"); it != o.env.end())
+    return fmt::format("{}: variable '{}'", kEnvironment, it->second);
+  return fmt::format("{}: key 'node.peers_from'", o.source);
+}
+
+// node.peers_from -> node.id, node.name, node.listen and the peer list.
+Status apply_peers_from(Document& d, const Environment& env) {
+  DaemonConfig& c = d.config;
+  const std::string origin = peers_from_origin(d.origins);
+  if (!c.peers.empty())
+    return Status::invalid(fmt::format(
+        "{}: a peer list is given too ([[peers]], --peer or GOSSIPD_PEER); use one or the other",
+        origin));
+  PeerSourceEnvironment source_env{
+      [&env](const std::string& name) -> std::optional<std::string> {
+        auto it = env.variables.find(name);
+        if (it == env.variables.end()) return std::nullopt;
+        return it->second;
+      },
+      [](const std::string& path) -> Result<std::string> {
+        std::ifstream in(path, std::ios::binary);
+        if (!in)
+          return Status::io_error(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+        constexpr size_t kMaxHostfile = 4u << 20;
+        std::string text(kMaxHostfile + 1, '\0');
+        in.read(text.data(), static_cast<std::streamsize>(text.size()));
+        text.resize(static_cast<size_t>(in.gcount()));
+        if (text.size() > kMaxHostfile)
+          return Status::invalid(fmt::format("'{}' is larger than {} bytes", path, kMaxHostfile));
+        return text;
+      }};
+  auto listing = list_peers(c.peers_from, source_env);
+  if (!listing) return Status::invalid(fmt::format("{}: {}", origin, listing.status().message()));
+  const auto& nodes = listing->nodes;
+
+  std::optional<uint32_t> self;
+  std::string rule;
+  if (d.has_id) {
+    if (c.node_id >= nodes.size())
+      return key_error(d.origins, "node.id",
+                       fmt::format("{} lists {} nodes (ids 0..{}); id {} is not one of them",
+                                   c.peers_from, nodes.size(), nodes.size() - 1, c.node_id));
+    self = c.node_id;
+    rule = "node.id";
+  }
+  if (!c.node_name.empty()) {
+    auto found = find_node(nodes, c.node_name);
+    if (!found)
+      return key_error(d.origins, "node.name",
+                       fmt::format("'{}' is none (or more than one) of the {} nodes {} lists",
+                                   c.node_name, nodes.size(), c.peers_from));
+    if (self && *self != *found)
+      return key_error(d.origins, "node.name",
+                       fmt::format("'{}' is node {} of {}, but node.id is {}", c.node_name, *found,
+                                   c.peers_from, *self));
+    self = found;
+    rule = "node.name";
+  }
+  if (!self && listing->self) self = listing->self, rule = listing->self_rule;
+  if (!self) {
+    self = find_node(nodes, env.hostname);
+    rule = "the host name";
+    if (!self)
+      return Status::invalid(fmt::format(
+          "{}: this host's name '{}' is none (or more than one) of the {} nodes {} lists; pass "
+          "--name (a listed host, host:port or pod name) or --id (its position)",
+          origin, env.hostname, nodes.size(), c.peers_from));
+  }
+  c.node_id = *self;
+  c.node_name = nodes[*self].name;
+  d.has_id = true;
+  if (!d.has_listen) {
+    // Any address: the name others reach this node by may resolve, here, to an address
+    // that is not theirs to reach (Debian's hosts file maps the host name to 127.0.1.1).
+    c.listen = fmt::format("tcp://0.0.0.0:{}", nodes[*self].port);
+    d.has_listen = true;
+    d.origins.derived["node.listen"] = fmt::format("{} (node {}, {})", origin, *self, rule);
+  }
+  for (uint32_t i = 0; i < nodes.size(); ++i) {
+    if (i == *self) continue;
+    const size_t index = c.peers.size();
+    d.origins.derived[fmt::format("peers[{}].id", index)] =
+        fmt::format("--peers-from {} (node {})", c.peers_from, i);
+    d.origins.derived[fmt::format("peers[{}].endpoint", index)] =
+        fmt::format("--peers-from {} (node {})", c.peers_from, i);
+    PeerConfig peer{i, nodes[i].endpoint(), {}};
+    peer.name = nodes[i].name;
+    c.peers.push_back(std::move(peer));
+  }
+  return Status::ok();
+}
+
+// GOSSIPD_<FLAG> variables over the file's values.
+Status apply_environment(const Environment& env, Document& d) {
+  for (const auto& [name, value] : env.variables) {
+    if (!name.starts_with("GOSSIPD_") || name == kConfigVariable) continue;
+    const Field* field = nullptr;
+    for (const Field& f : fields())
+      if (env_name(f.flag) == name) field = &f;
+    if (field) {
+      if (auto problem = read_flag_value(*field, value, d.config))
+        return Status::invalid(fmt::format("{}: variable '{}': {}", kEnvironment, name, *problem));
+      d.origins.env[std::string(field->key)] = name;
+      d.origins.flags.erase(std::string(field->key));
+      if (field->key == "node.id") d.has_id = true;
+      if (field->key == "node.listen") d.has_listen = true;
+      if (field->key == "node.run_dir") d.has_run_dir = true;
+      continue;
+    }
+    if (name == kPeerVariable || name == kPeerKeyVariable || name == kBanVariable) continue;
+    // A misspelt variable would silently leave its setting at the file's value.
+    std::vector<std::string> known{std::string(kConfigVariable), std::string(kPeerVariable),
+                                   std::string(kPeerKeyVariable), std::string(kBanVariable)};
+    for (const Field& f : fields()) known.push_back(env_name(f.flag));
+    std::string best;
+    size_t best_distance = 4;
+    for (const std::string& k : known)
+      if (size_t dist = edit_distance(name, k); dist < best_distance)
+        best_distance = dist, best = k;
+    return Status::invalid(fmt::format(
+        "{}: unknown variable '{}'{} (gossipd --print-options lists "
+        "every setting and its variable)",
+        kEnvironment, name, best.empty() ? "" : fmt::format("; did you mean '{}'?", best)));
+  }
+  const auto get = [&env](std::string_view name) -> const std::string* {
+    auto it = env.variables.find(std::string(name));
+    return it == env.variables.end() ? nullptr : &it->second;
+  };
+  if (const std::string* peers = get(kPeerVariable))
+    GOSSIP_RETURN_IF_ERROR(read_peer_entries(list_entries(*peers), {true, kPeerVariable}, d));
+  return Status::ok();
+}
+
+Status apply_environment_keys(const Environment& env, Document& d) {
+  if (auto it = env.variables.find(std::string(kPeerKeyVariable)); it != env.variables.end())
+    GOSSIP_RETURN_IF_ERROR(read_peer_keys(list_entries(it->second), {true, kPeerKeyVariable}, d));
+  if (auto it = env.variables.find(std::string(kBanVariable)); it != env.variables.end())
+    GOSSIP_RETURN_IF_ERROR(read_bans(list_entries(it->second), {true, kBanVariable}, d));
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string env_name(std::string_view flag) {
+  std::string out = "GOSSIPD_";
+  for (char ch : flag.substr(flag.find_first_not_of('-')))
+    out += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+Environment Environment::of_process() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.variables.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0) env.hostname = name;
+  return env;
+}
+
 Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
+  return config_from_args(argc, argv, Environment::of_process());
+}
+
+Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const Environment& env) {
   CLI::App app{
       "gossipd: the per-node daemon of decentralized data-parallel training.\n"
-      "Settings come from --config FILE (TOML; see daemon/gossipd.example.toml);\n"
-      "flags override the file (a repeated flag: the last one wins). --peer, when given,\n"
-      "replaces the file's peer list.",
+      "Settings come from --config FILE (TOML; see daemon/gossipd.example.toml), then from\n"
+      "GOSSIPD_<FLAG> variables (--round-timeout: GOSSIPD_ROUND_TIMEOUT; GOSSIPD_CONFIG,\n"
+      "GOSSIPD_PEER, GOSSIPD_PEER_KEY and GOSSIPD_BAN_PEER take what the flags take, entries\n"
+      "separated by commas), then from flags, each overriding the one before (a repeated\n"
+      "flag: the last one wins). --peer, when given, replaces the file's peer list.",
       "gossipd"};
   app.set_version_flag("--version", fmt::format("gossipd {} ({})", kVersion, kBuildType));
   std::string config_path;
   CLI::Option* config_option =
-      app.add_option("--config", config_path, "TOML config file")->type_name("FILE");
+      app.add_option("--config", config_path, "TOML config file (GOSSIPD_CONFIG)")
+          ->type_name("FILE");
   bool print_options = false, as_json = false;
   app.add_flag("--print-options", print_options,
-               "print every setting (key, flag, valid values, default, strategies) and exit");
+               "print every setting (key, flag, variable, valid values, default, strategies) and "
+               "exit");
   app.add_flag("--json", as_json, "with --print-options: as JSON, for programs");
   // Every value is taken as text and checked here, so that an error names the flag.
   std::array<std::string, std::tuple_size_v<std::decay_t<decltype(fields())>>> texts;
@@ -1259,9 +1594,9 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
           ->take_all()
           ->expected(1);
 
-  std::vector<uint32_t> banned_ids;
+  std::vector<std::string> banned_texts;
   CLI::Option* ban_option =
-      app.add_option("--ban-peer", banned_ids,
+      app.add_option("--ban-peer", banned_texts,
                      "refuse a peer's CURVE key and every message from it, repeatable: ID (sets "
                      "peers[].banned)")
           ->type_name("ID")
@@ -1289,8 +1624,11 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
   }
   if (print_options) return Status::closed(describe_options(as_json));
 
+  if (config_option->count() == 0)
+    if (auto it = env.variables.find(std::string(kConfigVariable)); it != env.variables.end())
+      config_path = it->second;
   Document d;
-  if (config_option->count() > 0) {
+  if (!config_path.empty()) {
     auto loaded = load_document(config_path);
     if (!loaded) return loaded.status();
     d = std::move(*loaded);
@@ -1298,6 +1636,7 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
     d.config.source = std::string(kCommandLine);
     d.origins.source = std::string(kCommandLine);
   }
+  GOSSIP_RETURN_IF_ERROR(apply_environment(env, d));
 
   for (size_t i = 0; i < fields().size(); ++i) {
     if (options[i]->count() == 0) continue;
@@ -1305,67 +1644,20 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv) {
     if (auto problem = read_flag_value(f, texts[i], d.config))
       return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, f.flag, *problem));
     d.origins.flags[std::string(f.key)] = std::string(f.flag);
+    d.origins.env.erase(std::string(f.key));
     if (f.key == "node.id") d.has_id = true;
     if (f.key == "node.listen") d.has_listen = true;
     if (f.key == "node.run_dir") d.has_run_dir = true;
   }
+  if (peer_option->count() > 0)
+    GOSSIP_RETURN_IF_ERROR(read_peer_entries(peer_texts, {false, "--peer"}, d));
+  if (!d.config.peers_from.empty()) GOSSIP_RETURN_IF_ERROR(apply_peers_from(d, env));
 
-  if (peer_option->count() > 0) {
-    d.config.peers.clear();
-    for (const std::string& text : peer_texts) {
-      const std::string flag = fmt::format("--peer {}", text);
-      auto malformed = [&flag](std::string_view why) {
-        return Status::invalid(fmt::format(
-            "{}: flag '{}': {} (the form is ID=tcp://HOST:PORT, e.g. --peer 1=tcp://10.0.0.2:7000)",
-            kCommandLine, flag, why));
-      };
-      const size_t eq = text.find('=');
-      if (eq == std::string::npos) return malformed("no '=' between ID and endpoint");
-      auto id = integer_from_text(kNodeIdRange, std::string_view(text).substr(0, eq));
-      if (auto* problem = std::get_if<std::string>(&id))
-        return malformed(fmt::format("ID {}", *problem));
-      PeerConfig peer{static_cast<uint32_t>(std::get<uint64_t>(id)), text.substr(eq + 1), {}};
-      if (auto problem = endpoint_problem(peer.endpoint))
-        return Status::invalid(fmt::format("{}: flag '{}': {}", kCommandLine, flag, *problem));
-      const size_t index = d.config.peers.size();
-      d.origins.flags[fmt::format("peers[{}].id", index)] = flag;
-      d.origins.flags[fmt::format("peers[{}].endpoint", index)] = flag;
-      d.config.peers.push_back(std::move(peer));
-    }
-  }
-
-  if (peer_key_option->count() > 0) {
-    for (const std::string& text : peer_key_texts) {
-      const std::string flag = fmt::format("--peer-key {}...", text.substr(0, text.find('=') + 1));
-      const size_t eq = text.find('=');
-      if (eq == std::string::npos)
-        return Status::invalid(fmt::format(
-            "{}: flag '{}': no '=' between ID and key (the form is ID=KEY)", kCommandLine, flag));
-      auto id = integer_from_text(kNodeIdRange, std::string_view(text).substr(0, eq));
-      if (auto* problem = std::get_if<std::string>(&id))
-        return Status::invalid(fmt::format("{}: flag '{}': ID {}", kCommandLine, flag, *problem));
-      auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
-                             [&](const PeerConfig& p) { return p.id == std::get<uint64_t>(id); });
-      if (it == d.config.peers.end())
-        return Status::invalid(
-            fmt::format("{}: flag '{}': no peer {} (give it with --peer or [[peers]])",
-                        kCommandLine, flag, std::get<uint64_t>(id)));
-      it->public_key = text.substr(eq + 1);
-      d.origins.flags[fmt::format("peers[{}].public_key", it - d.config.peers.begin())] = flag;
-    }
-  }
-
-  for (uint32_t id : ban_option->count() > 0 ? banned_ids : std::vector<uint32_t>{}) {
-    auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
-                           [&](const PeerConfig& p) { return p.id == id; });
-    if (it == d.config.peers.end())
-      return Status::invalid(
-          fmt::format("{}: flag '--ban-peer {}': no peer {} (give it with --peer or [[peers]])",
-                      kCommandLine, id, id));
-    it->banned = true;
-    d.origins.flags[fmt::format("peers[{}].banned", it - d.config.peers.begin())] =
-        fmt::format("--ban-peer {}", id);
-  }
+  GOSSIP_RETURN_IF_ERROR(apply_environment_keys(env, d));
+  if (peer_key_option->count() > 0)
+    GOSSIP_RETURN_IF_ERROR(read_peer_keys(peer_key_texts, {false, "--peer-key"}, d));
+  if (ban_option->count() > 0)
+    GOSSIP_RETURN_IF_ERROR(read_bans(banned_texts, {false, "--ban-peer"}, d));
 
   GOSSIP_RETURN_IF_ERROR(check_required(d, true));
   GOSSIP_RETURN_IF_ERROR(check_config(d.config, d.origins));

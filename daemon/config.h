@@ -1,8 +1,10 @@
 #pragma once
-// gossipd's configuration: a TOML file and/or command-line flags (flags win).
+// gossipd's configuration: a TOML file, GOSSIPD_<FLAG> variables and command-line flags
+// (flags win over variables, variables over the file).
 // Every error names the source (file or "command line"), the key and the problem.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@ struct PeerConfig {
   std::string endpoint;         // tcp://host:port
   std::string public_key = {};  // CURVE (Z85); required of every peer when node.secret_key is set
   bool banned = false;          // its key refused (peers::Peer::banned); needs CURVE
+  std::string name = {};        // from --peers-from: its host (or host:port); else empty
 };
 
 struct OuterOptimizerConfig {
@@ -85,6 +88,9 @@ struct StrategyConfig {
 struct DaemonConfig {
   std::string source;  // the config file, or "command line"
   uint32_t node_id = 0;
+  // --peers-from (daemon/peers_from.h): the source of `peers`, and this node's name in it.
+  std::string peers_from;
+  std::string node_name;
   std::string listen;             // tcp endpoint this daemon binds for its peers
   std::string run_dir;            // holds gossipd-<node>.sock
   std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed
@@ -125,6 +131,7 @@ struct Setting {
   // Differs from node to node (its id, addresses, key, files): a launcher sets it per
   // node rather than passing one value to all (gossipctl cluster).
   bool per_node = false;
+  std::string env;  // the variable that sets it: GOSSIPD_<FLAG>
 };
 std::vector<Setting> settings();
 
@@ -141,8 +148,21 @@ Status validate_config(const DaemonConfig& config);
 // --allreduce-table's file, read and parsed; an error names the file and the line.
 Result<sgd::AlgorithmTable> read_allreduce_table(const std::string& path);
 
-// argv -> config: --config FILE plus flags that override it. On --help it returns
-// Status::closed with the help text as message (the caller prints it and exits 0).
+// What the configuration may read of the process: variables (GOSSIPD_<FLAG> settings,
+// Slurm's for --peers-from slurm), files (hostfiles) and the host name.
+struct Environment {
+  std::map<std::string, std::string> variables;
+  std::string hostname;
+  static Environment of_process();
+};
+
+// The variable that sets a flag's setting: --round-timeout -> GOSSIPD_ROUND_TIMEOUT.
+std::string env_name(std::string_view flag);
+
+// argv -> config: --config FILE (or GOSSIPD_CONFIG), then GOSSIPD_<FLAG> variables, then
+// flags, each overriding the one before. On --help it returns Status::closed with the
+// help text as message (the caller prints it and exits 0).
+Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const Environment& env);
 Result<DaemonConfig> config_from_args(int argc, const char* const* argv);
 
 }  // namespace gossip::daemon

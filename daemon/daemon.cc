@@ -122,9 +122,13 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
     d->metrics_ = std::move(server).value();
     spdlog::info("metrics at http://{}:{}/metrics", host, d->metrics_->port());
   }
-  spdlog::info("node {} of {} listening on {} (peers) and ipc://{} (trainers); strategy {} T={}",
-               config.node_id, config.nodes(), config.listen, d->ipc_path_, config.strategy.name,
-               config.strategy.period);
+  const std::string named = config.node_name.empty() ? "" : fmt::format(" ({})", config.node_name);
+  spdlog::info("node {}{} of {} listening on {} (peers) and ipc://{} (trainers); strategy {} T={}",
+               config.node_id, named, config.nodes(), config.listen, d->ipc_path_,
+               config.strategy.name, config.strategy.period);
+  if (!config.peers_from.empty())
+    for (const auto& p : config.remote_peers())
+      spdlog::info("peer {} ({}) at {}, from {}", p.id, p.name, p.endpoint, config.peers_from);
   return d;
 }
 

@@ -26,8 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "client" / "python"))
-import gossip  # noqa: E402
-import gossip.torch  # noqa: E402
+import gossipd  # noqa: E402
+import gossipd.torch  # noqa: E402
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -131,9 +131,9 @@ def main(argv=None):
 
     client = None
     if not o.standalone:
-        client = gossip.Client(o.endpoint, trainer=f"torch-{o.node}", timeout=o.timeout)
-        attached = gossip.torch.attach_module(client, model)
-        opt = gossip.torch.DistributedOptimizer(opt, attached)
+        client = gossipd.Client(o.endpoint, trainer=f"torch-{o.node}", timeout=o.timeout)
+        attached = gossipd.torch.attach_module(client, model)
+        opt = gossipd.torch.DistributedOptimizer(opt, attached)
         print(f"node {o.node}/{o.nodes}: attached {len(attached.params)} tensors, strategy "
               f"{attached.model.strategy}, arena initialized: {attached.model.initialized}", file=sys.stderr)
 

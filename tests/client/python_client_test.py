@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The Python client (client/python/gossip) against real daemons: a 3-node cluster in
+"""The Python client (client/python/gossipd) against real daemons: a 3-node cluster in
 which nodes 0 and 1 run the C++ reference trainer and node 2 runs the PyTorch
 example with the same MLP layout. After local SGD, and after gossip on a 3-node ring
 (which averages all three), the three nodes hold equal parameters. Also: errors from
@@ -157,33 +157,33 @@ class MixedCluster(unittest.TestCase):
 @unittest.skipIf(SKIP, SKIP)
 class ClientApi(unittest.TestCase):
     def test_daemon_errors_are_exceptions_with_its_message(self):
-        import gossip
-        import gossip.torch
+        import gossipd
+        import gossipd.torch
         with Cluster(1, []) as c:
-            a = gossip.Client(c.endpoint(0), trainer="first")
+            a = gossipd.Client(c.endpoint(0), trainer="first")
             a.attach([("w", 10), ("b", 2)])
-            b = gossip.Client(c.endpoint(0), trainer="second")
-            with self.assertRaises(gossip.GossipError) as e:
+            b = gossipd.Client(c.endpoint(0), trainer="second")
+            with self.assertRaises(gossipd.GossipError) as e:
                 b.attach([("w", 10), ("b", 3)])
             self.assertIn("b", e.exception.message)
-            self.assertEqual(e.exception.code, gossip.EREFUSED)
+            self.assertEqual(e.exception.code, gossipd.EREFUSED)
             a.detach()
             a.close()
             b.close()
-        with self.assertRaises(gossip.GossipError) as e:
-            gossip.Client("ipc:///nonexistent/gossipd-0.sock", timeout=1)
+        with self.assertRaises(gossipd.GossipError) as e:
+            gossipd.Client("ipc:///nonexistent/gossipd-0.sock", timeout=1)
         self.assertIn("/nonexistent", str(e.exception))
 
     def test_a_module_lives_in_the_arena_and_a_second_trainer_sees_it(self):
-        import gossip
-        import gossip.torch
+        import gossipd
+        import gossipd.torch
         with Cluster(1, ["--period", "1"]) as c:
             torch.manual_seed(0)
             m1 = torch.nn.Linear(4, 3)
-            first = gossip.torch.attach_module(gossip.Client(c.endpoint(0), trainer="one"), m1)
+            first = gossipd.torch.attach_module(gossipd.Client(c.endpoint(0), trainer="one"), m1)
             self.assertFalse(first.model.initialized)
             m2 = torch.nn.Linear(4, 3)
-            second = gossip.torch.attach_module(gossip.Client(c.endpoint(0), trainer="two", local_rank=1), m2)
+            second = gossipd.torch.attach_module(gossipd.Client(c.endpoint(0), trainer="two", local_rank=1), m2)
             self.assertTrue(second.model.initialized)
             # The second trainer took the node's model; both point into the arena.
             self.assertTrue(torch.equal(m1.weight, m2.weight))
@@ -193,17 +193,17 @@ class ClientApi(unittest.TestCase):
 
     def test_allreduce_averages_gradients_and_the_optimizer_steps_on_the_mean(self):
         import threading
-        import gossip
-        import gossip.torch
+        import gossipd
+        import gossipd.torch
         with Cluster(2, ["--strategy", "allreduce", "--period", "1"]) as c:
             nets, opts = [], []
             for i in range(2):
                 torch.manual_seed(0)  # the same init on both nodes
                 net = torch.nn.Linear(3, 1, bias=False)
-                att = gossip.torch.attach_module(gossip.Client(c.endpoint(i), trainer=f"t{i}"), net)
+                att = gossipd.torch.attach_module(gossipd.Client(c.endpoint(i), trainer=f"t{i}"), net)
                 self.assertTrue(att.gradient_mode)
                 nets.append(net)
-                opts.append(gossip.torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=1.0), att))
+                opts.append(gossipd.torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=1.0), att))
             before = nets[0].weight.detach().clone()
             errors = []
 
@@ -224,15 +224,15 @@ class ClientApi(unittest.TestCase):
                 self.assertTrue(torch.allclose(net.weight.detach(), before - 2.0), net.weight)
 
     def test_lr_rules(self):
-        import gossip.torch
-        self.assertEqual(gossip.torch.scale_lr(0.1, 8), 0.8)
-        self.assertAlmostEqual(gossip.torch.scale_lr(0.1, 4, "sqrt"), 0.2)
-        self.assertEqual(gossip.torch.scale_lr(0.1, 4, "none"), 0.1)
+        import gossipd.torch
+        self.assertEqual(gossipd.torch.scale_lr(0.1, 8), 0.8)
+        self.assertAlmostEqual(gossipd.torch.scale_lr(0.1, 4, "sqrt"), 0.2)
+        self.assertEqual(gossipd.torch.scale_lr(0.1, 4, "none"), 0.1)
         with self.assertRaises(ValueError):
-            gossip.torch.scale_lr(0.1, 4, "cubic")
-        self.assertAlmostEqual(gossip.torch.warmup_lr(1.0, 0, 10), 0.1)
-        self.assertAlmostEqual(gossip.torch.warmup_lr(1.0, 5, 10), 0.55)
-        self.assertEqual(gossip.torch.warmup_lr(1.0, 10, 10), 1.0)
+            gossipd.torch.scale_lr(0.1, 4, "cubic")
+        self.assertAlmostEqual(gossipd.torch.warmup_lr(1.0, 0, 10), 0.1)
+        self.assertAlmostEqual(gossipd.torch.warmup_lr(1.0, 5, 10), 0.55)
+        self.assertEqual(gossipd.torch.warmup_lr(1.0, 10, 10), 1.0)
 
 
 if __name__ == "__main__":
@@ -240,7 +240,7 @@ if __name__ == "__main__":
     p.add_argument("--build", default=str(BUILD))
     args, rest = p.parse_known_args()
     BUILD = pathlib.Path(args.build)
-    os.environ.setdefault("GOSSIP_LIB", str(BUILD / "lib" / "libgossip.so"))
+    os.environ.setdefault("GOSSIP_LIBRARY", str(BUILD / "lib" / "libgossip.so"))
     if SKIP:
         print(f"skipped: {SKIP}")
         sys.exit(77)

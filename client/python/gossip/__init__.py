@@ -1,206 +1,23 @@
-"""gossip: attach a Python training loop to its node's gossipd.
+"""gossip: the Python client's old name, kept for the scripts and tests of this source
+tree. Deprecated: use `gossipd` (distribution gossipd-client), whose names this module
+forwards (gossip.Client is gossipd.Client, ...). Not installed by the distribution, so
+that it never clashes with the unrelated PyPI package called `gossip`."""
 
-Loads the C ABI (libgossip.so, client/include/gossip/gossip.h) through ctypes, so
-there is nothing to compile per Python version. The same operations as the C++
-client: connect, attach a list of tensors, step, sync, detach. The tensors live in
-the daemon's shared-memory arena; `attach` hands back zero-copy views of them.
+import warnings
 
-    import gossip
-    client = gossip.Client("ipc:///run/gossipd/gossipd-0.sock", trainer="my-trainer")
-    model = client.attach([("fc1.weight", 256 * 784), ("fc1.bias", 256)])
-    # model.buffers[i]: a ctypes float array inside the arena (memoryview-able)
-    result = client.step()
-
-Errors from the daemon are raised as gossip.GossipError with the daemon's message.
-`gossip.torch` wires a torch.nn.Module and an optimizer to a Client.
-"""
-
-import ctypes
-import ctypes.util
-import os
-import pathlib
-from dataclasses import dataclass
-
-__all__ = ["Client", "GossipError", "Model", "StepResult", "load_library"]
-
-OK, EINVAL, EIO, ETIMEOUT, EREFUSED, ECLOSED = 0, -1, -2, -3, -4, -5
-_CODE_NAMES = {EINVAL: "invalid argument", EIO: "I/O error", ETIMEOUT: "timed out",
-               EREFUSED: "refused by the daemon", ECLOSED: "the daemon shut down"}
+import gossipd as _gossipd
 
 
-class GossipError(RuntimeError):
-    """A failed call; `code` is the GOSSIP_E* code, the message the daemon's or the client's."""
+warnings.warn("the 'gossip' module is deprecated: import gossipd (and gossipd.torch) instead",
+              DeprecationWarning, stacklevel=2)  # the importer's line: warn() skips importlib's frames
 
-    def __init__(self, code, message):
-        super().__init__(f"{message} ({_CODE_NAMES.get(code, code)})")
-        self.code = code
-        self.message = message
+__all__ = list(_gossipd.__all__)
+__version__ = _gossipd.__version__
 
 
-class _StepResult(ctypes.Structure):
-    _fields_ = [("step", ctypes.c_uint64), ("synced", ctypes.c_int), ("round", ctypes.c_uint64),
-                ("payload_sent", ctypes.c_uint64), ("payload_recv", ctypes.c_uint64),
-                ("wire_sent", ctypes.c_uint64), ("wire_recv", ctypes.c_uint64)]
+def __getattr__(name):
+    return getattr(_gossipd, name)
 
 
-class _ModelInfo(ctypes.Structure):
-    _fields_ = [("node", ctypes.c_uint32), ("nodes", ctypes.c_uint32), ("start_step", ctypes.c_uint64),
-                ("initialized", ctypes.c_int), ("strategy", ctypes.c_char * 32), ("gradients", ctypes.c_int)]
-
-
-@dataclass
-class StepResult:
-    step: int
-    synced: bool
-    round: int
-    payload_sent: int
-    payload_recv: int
-    wire_sent: int
-    wire_recv: int
-
-
-@dataclass
-class Model:
-    names: list
-    buffers: list          # ctypes float arrays inside the arena, one per tensor
-    initialized: bool      # the arena already held the node's model: do not overwrite it
-    node: int
-    nodes: int
-    start_step: int        # the node's step at attach (a late trainer starts there)
-    strategy: str          # the node's strategy, for logs
-    gradients: bool        # the buffers carry gradients, averaged every step (synchronous SGD)
-
-
-_lib = None
-
-
-def load_library(path=None):
-    """libgossip.so from `path`, $GOSSIP_LIB, the build tree beside this package, or the
-    linker's search path, in that order."""
-    global _lib
-    if _lib is not None and path is None:
-        return _lib
-    here = pathlib.Path(__file__).resolve()
-    candidates = [path, os.environ.get("GOSSIP_LIB")]
-    candidates += [str(here.parents[3] / "build" / "lib" / "libgossip.so")]
-    candidates += [ctypes.util.find_library("gossip")]
-    tried = []
-    for c in candidates:
-        if not c:
-            continue
-        tried.append(c)
-        if os.path.sep in c and not os.path.exists(c):
-            continue
-        lib = ctypes.CDLL(c)
-        _declare(lib)
-        _lib = lib
-        return lib
-    raise GossipError(EIO, "cannot find libgossip.so (build gossipd, or set GOSSIP_LIB); tried: "
-                      + ", ".join(tried))
-
-
-def _declare(lib):
-    P = ctypes.c_void_p
-    lib.gossip_connect.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int,
-                                   ctypes.POINTER(P)]
-    lib.gossip_attach.argtypes = [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
-                                  ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
-                                  ctypes.POINTER(ctypes.c_int)]
-    lib.gossip_model.argtypes = [P, ctypes.POINTER(_ModelInfo)]
-    lib.gossip_next_step_syncs.argtypes = [P]
-    lib.gossip_step.argtypes = [P, ctypes.POINTER(_StepResult)]
-    lib.gossip_sync.argtypes = [P, ctypes.POINTER(_StepResult)]
-    lib.gossip_detach.argtypes = [P]
-    lib.gossip_close.argtypes = [P]
-    lib.gossip_close.restype = None
-    lib.gossip_last_error.argtypes = [P]
-    lib.gossip_last_error.restype = ctypes.c_char_p
-    for f in ("gossip_connect", "gossip_attach", "gossip_model", "gossip_next_step_syncs", "gossip_step",
-              "gossip_sync", "gossip_detach"):
-        getattr(lib, f).restype = ctypes.c_int
-
-
-class Client:
-    """One trainer's connection to its node's daemon (not thread-safe: one per thread)."""
-
-    def __init__(self, endpoint, trainer="python", local_rank=0, timeout=120.0, library=None):
-        self._lib = load_library(library)
-        self._c = ctypes.c_void_p()
-        rc = self._lib.gossip_connect(endpoint.encode(), trainer.encode(), local_rank, int(timeout * 1000),
-                                      ctypes.byref(self._c))
-        if rc != OK:
-            raise GossipError(rc, self._lib.gossip_last_error(None).decode(errors="replace"))
-        self.model = None
-
-    def _check(self, rc):
-        if rc < 0:
-            raise GossipError(rc, self._lib.gossip_last_error(self._c).decode(errors="replace"))
-        return rc
-
-    def attach(self, layout):
-        """layout: [(name, numel), ...] in the node's order. Fails with the daemon's
-        message when it differs from the layout the node already has."""
-        if self.model is not None:
-            raise GossipError(EINVAL, "already attached")
-        n = len(layout)
-        if n == 0:
-            raise GossipError(EINVAL, "attach: the layout is empty")
-        names = (ctypes.c_char_p * n)(*[name.encode() for name, _ in layout])
-        numels = (ctypes.c_uint64 * n)(*[int(numel) for _, numel in layout])
-        ptrs = (ctypes.POINTER(ctypes.c_float) * n)()
-        initialized = ctypes.c_int(0)
-        self._check(self._lib.gossip_attach(self._c, n, names, numels, ptrs, ctypes.byref(initialized)))
-        info = _ModelInfo()
-        self._check(self._lib.gossip_model(self._c, ctypes.byref(info)))
-        buffers = [(ctypes.c_float * int(numel)).from_address(ctypes.addressof(ptrs[i].contents))
-                   for i, (_, numel) in enumerate(layout)]
-        self.model = Model([name for name, _ in layout], buffers, bool(initialized.value), info.node, info.nodes,
-                           info.start_step, info.strategy.decode(), bool(info.gradients))
-        return self.model
-
-    def next_step_syncs(self):
-        return bool(self._check(self._lib.gossip_next_step_syncs(self._c)))
-
-    def _result(self, call):
-        r = _StepResult()
-        self._check(call(self._c, ctypes.byref(r)))
-        return StepResult(r.step, bool(r.synced), r.round, r.payload_sent, r.payload_recv, r.wire_sent, r.wire_recv)
-
-    def step(self):
-        """Counts one local step; at synchronization points it blocks until the daemon
-        has written the synchronized model into the buffers."""
-        return self._result(self._lib.gossip_step)
-
-    def sync(self):
-        """A synchronization round now; collective (every trainer of every node)."""
-        return self._result(self._lib.gossip_sync)
-
-    def last_step(self):
-        """The run's last step() (call it instead): the step, then a synchronization
-        unless that step was one, as every trainer of a cluster ends (gossip-train
-        too), so that all end with the model every node holds."""
-        r = self.step()
-        return r if r.synced else self.sync()
-
-    def detach(self):
-        if self.model is not None:
-            self.model = None  # the buffers die with the mapping
-            self._check(self._lib.gossip_detach(self._c))
-
-    def close(self):
-        if self._c:
-            self._lib.gossip_close(self._c)
-            self._c = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+def __dir__():
+    return sorted(set(globals()) | set(dir(_gossipd)))
