@@ -70,44 +70,6 @@ Clock::duration from_seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// --- signals -----------------------------------------------------------------------
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-void record_stop_signal(int sig) { g_stop_signal = sig; }
-
-// For its lifetime, SIGINT and SIGTERM set a flag that every wait loop checks (so a
-// Ctrl-C stops the children in order instead of killing gossipctl), and SIGPIPE is
-// ignored. The previous dispositions come back in the destructor.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = record_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    ::sigaction(SIGPIPE, &ignore, &old_pipe_);
-  }
-  ~StopSignals() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
-  int received() const { return g_stop_signal; }
-
- private:
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-  struct sigaction old_pipe_ {};
-};
-
 // --- run directory -----------------------------------------------------------------
 
 // Where the nodes' sockets, CSVs, results and logs go: --out DIR (kept), or a fresh
@@ -174,49 +136,6 @@ struct Programs {
   std::string trainer;
   std::string ip;  // iproute2's, for --netns
 };
-
-bool is_executable_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
-// The flag's value (a path, or a bare name looked up in PATH), or default_name beside
-// gossipctl's own executable.
-Result<std::string> resolve_program(const std::string& flag_value, std::string_view default_name,
-                                    std::string_view flag) {
-  std::error_code ec;
-  if (flag_value.empty()) {
-    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    if (ec) {
-      return Status::io_error(
-          fmt::format("cannot resolve /proc/self/exe: {} (pass {} PATH)", ec.message(), flag));
-    }
-    const std::string candidate = (self.parent_path() / default_name).string();
-    if (!is_executable_file(candidate)) {
-      return Status::not_found(
-          fmt::format("{} not found: {} is not an executable file (build it, or pass {} PATH)",
-                      default_name, candidate, flag));
-    }
-    return candidate;
-  }
-  if (flag_value.find('/') == std::string::npos) {
-    const char* path_env = std::getenv("PATH");
-    std::string_view dirs = path_env != nullptr ? path_env : "";
-    while (!dirs.empty()) {
-      const size_t colon = dirs.find(':');
-      std::string_view d = dirs.substr(0, colon);
-      dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
-      const std::string candidate = fmt::format("{}/{}", d.empty() ? "." : d, flag_value);
-      if (is_executable_file(candidate)) return fs::absolute(candidate, ec).string();
-    }
-    return Status::not_found(fmt::format("{}: {} not found in PATH", flag, flag_value));
-  }
-  if (!is_executable_file(flag_value)) {
-    return Status::not_found(fmt::format("{}: {} is not an executable file", flag, flag_value));
-  }
-  const fs::path abs = fs::absolute(flag_value, ec);
-  return ec ? flag_value : abs.string();
-}
 
 // Builds an argv of "--flag value" pairs; numbers are written as fmt's shortest form
 // (0.05, 1, 1e-05), which every strtod-style parser reads back exactly.

@@ -3,16 +3,22 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
 namespace gossip::cli {
+
+namespace fs = std::filesystem;
 namespace {
 
 constexpr std::chrono::milliseconds kPollInterval{10};
@@ -41,8 +47,8 @@ Result<int> open_output(const std::string& path) {
 }
 
 // Runs in the forked child: only async-signal-safe calls until exec.
-[[noreturn]] void exec_child(char* const* argv, pid_t parent, int in_fd, int out_fd, int err_fd,
-                             int report_fd) {
+[[noreturn]] void exec_child(char* const* argv, char* const* envp, pid_t parent, int in_fd,
+                             int out_fd, int err_fd, int report_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
@@ -59,7 +65,7 @@ Result<int> open_output(const std::string& path) {
 
   if (::dup2(in_fd, STDIN_FILENO) >= 0 && (out_fd < 0 || ::dup2(out_fd, STDOUT_FILENO) >= 0) &&
       (err_fd < 0 || ::dup2(err_fd, STDERR_FILENO) >= 0)) {
-    ::execv(argv[0], argv);
+    ::execve(argv[0], argv, envp);
   }
   int err = errno;
   ssize_t ignored = ::write(report_fd, &err, sizeof err);
@@ -97,6 +103,20 @@ Result<Process> Process::spawn(const SpawnOptions& options) {
   argv.reserve(options.argv.size() + 1);
   for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The environment is built here: after fork only async-signal-safe calls are allowed.
+  std::vector<std::string> env_entries;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    const bool replaced = std::any_of(
+        options.env.begin(), options.env.end(),
+        [&](const std::string& o) { return std::string_view(o).substr(0, o.find('=')) == name; });
+    if (!replaced) env_entries.emplace_back(entry);
+  }
+  env_entries.insert(env_entries.end(), options.env.begin(), options.env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
   FdGuard in_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (in_fd.get() < 0) {
@@ -126,7 +146,8 @@ Result<Process> Process::spawn(const SpawnOptions& options) {
   }
   if (pid == 0) {
     const int err = err_fd.get() >= 0 ? err_fd.get() : out_fd.get();
-    exec_child(argv.data(), parent, in_fd.get(), out_fd.get(), err, report_write.get());
+    exec_child(argv.data(), envp.data(), parent, in_fd.get(), out_fd.get(), err,
+               report_write.get());
   }
   // Also here, so the group exists before spawn returns whichever side runs first
   // (EACCES once the child has exec'd is harmless).
@@ -239,6 +260,73 @@ void terminate_all(std::span<Process* const> processes, std::chrono::millisecond
     if (p != nullptr) p->signal(SIGKILL);
   }
   wait_all(Clock::now() + kKillReapTimeout);
+}
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+void record_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_stop_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = record_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int_);
+  ::sigaction(SIGTERM, &sa, &old_term_);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &old_pipe_);
+}
+
+StopSignals::~StopSignals() {
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+}
+
+int StopSignals::received() const { return g_stop_signal; }
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+Result<std::string> resolve_program(const std::string& flag_value, std::string_view default_name,
+                                    std::string_view flag) {
+  std::error_code ec;
+  if (flag_value.empty()) {
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) {
+      return Status::io_error(
+          fmt::format("cannot resolve /proc/self/exe: {} (pass {} PATH)", ec.message(), flag));
+    }
+    const std::string candidate = (self.parent_path() / default_name).string();
+    if (!is_executable_file(candidate)) {
+      return Status::not_found(
+          fmt::format("{} not found: {} is not an executable file (build it, or pass {} PATH)",
+                      default_name, candidate, flag));
+    }
+    return candidate;
+  }
+  if (flag_value.find('/') == std::string::npos) {
+    const char* path_env = std::getenv("PATH");
+    std::string_view dirs = path_env != nullptr ? path_env : "";
+    while (!dirs.empty()) {
+      const size_t colon = dirs.find(':');
+      std::string_view d = dirs.substr(0, colon);
+      dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
+      const std::string candidate = fmt::format("{}/{}", d.empty() ? "." : d, flag_value);
+      if (is_executable_file(candidate)) return fs::absolute(candidate, ec).string();
+    }
+    return Status::not_found(fmt::format("{}: {} not found in PATH", flag, flag_value));
+  }
+  if (!is_executable_file(flag_value)) {
+    return Status::not_found(fmt::format("{}: {} is not an executable file", flag, flag_value));
+  }
+  const fs::path abs = fs::absolute(flag_value, ec);
+  return ec ? flag_value : abs.string();
 }
 
 }  // namespace gossip::cli

@@ -3,12 +3,14 @@
 // blocking, stopped with SIGTERM then SIGKILL, and always reaped. Nothing it
 // starts outlives it: the destructor kills and reaps a child that is still running.
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -32,6 +34,7 @@ struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] is the program's path, run as given (no PATH search)
   std::string output_path;        // stdout and stderr go here (truncated); empty: inherited
   std::string stderr_path;        // when set, stderr goes here instead (truncated)
+  std::vector<std::string> env = {};  // NAME=VALUE, set over (or added to) gossipctl's own
 };
 
 class Process {
@@ -79,5 +82,30 @@ void terminate_all(std::span<Process* const> processes, std::chrono::millisecond
 
 // How long a SIGKILLed child is given to be reaped before gossipctl gives up on it.
 inline constexpr std::chrono::milliseconds kKillReapTimeout{5000};
+
+// For its lifetime, SIGINT and SIGTERM set a flag that every wait loop checks (so a
+// Ctrl-C stops the children in order instead of killing gossipctl), and SIGPIPE is
+// ignored. The previous dispositions come back in the destructor.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  int received() const;  // the signal received, 0 while none
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  struct sigaction old_pipe_ {};
+};
+
+bool is_executable_file(const std::string& path);
+
+// The flag's value (a path, or a bare name looked up in PATH), or default_name beside
+// gossipctl's own executable.
+Result<std::string> resolve_program(const std::string& flag_value, std::string_view default_name,
+                                    std::string_view flag);
 
 }  // namespace gossip::cli

@@ -41,13 +41,18 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("gossip-train ") + gossip::kVersion);
   auto* endpoint = app.add_option("--endpoint", o.endpoint,
                                   "the daemon's IPC endpoint, ipc://DIR/gossipd-N.sock "
-                                  "(required unless --standalone)");
+                                  "(required unless --standalone)")
+                       ->envname("GOSSIP_ENDPOINT");  // gossipctl run's variables
   app.add_flag("--standalone", o.standalone,
                "no daemon: a single-node baseline on the whole training set "
                "(or on shard --node of --nodes)")
       ->excludes(endpoint);
-  app.add_option("--node", o.node, "this node's shard index")->capture_default_str();
-  app.add_option("--nodes", o.nodes, "number of shards (nodes)")->capture_default_str();
+  app.add_option("--node", o.node, "this trainer's shard index")
+      ->envname("GOSSIP_RANK")
+      ->capture_default_str();
+  app.add_option("--nodes", o.nodes, "number of shards (trainers in the cluster)")
+      ->envname("GOSSIP_WORLD_SIZE")
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "SGD steps")->capture_default_str();
   app.add_option("--batch", o.batch, "minibatch size")->capture_default_str();
   app.add_option("--lr", o.sgd.lr, "learning rate")->capture_default_str();
@@ -80,6 +85,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--name", o.name, "trainer name sent to the daemon (default gossip-train-N)");
   app.add_option("--local-rank", o.local_rank, "this trainer's rank within its node")
+      ->envname("GOSSIP_LOCAL_RANK")
       ->capture_default_str();
   app.add_option("--timeout-s", o.timeout_s, "bound on every wait for the daemon, in seconds")
       ->capture_default_str();
