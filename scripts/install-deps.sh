@@ -13,7 +13,7 @@ packages=(
   libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
   python3 python3-matplotlib python3-torch python3-pip iproute2
-  libnss-wrapper prometheus
+  libnss-wrapper prometheus slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev llvm clang-format clang-tidy
 )
 
