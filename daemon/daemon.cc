@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -110,6 +111,13 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
     d->ipc_.bind("ipc://" + d->ipc_path_);
     ::umask(old);
     ::chmod(d->ipc_path_.c_str(), 0600);
+    // Closed connections: how a trainer in a PID namespace this daemon cannot see is
+    // noticed when it ends (the others have a pidfd).
+    const std::string monitor = fmt::format("inproc://gossipd-ipc-monitor-{}", config.node_id);
+    if (zmq_socket_monitor(d->ipc_.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+      throw zmq::error_t();
+    d->ipc_monitor_ = zmq::socket_t(d->context_, zmq::socket_type::pair);
+    d->ipc_monitor_.connect(monitor);
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot bind ipc://{}: {}", d->ipc_path_, e.what()));
   }
@@ -138,6 +146,7 @@ int Daemon::run() {
         {ipc_.handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, signal_fd_, ZMQ_POLLIN, 0},
         {nullptr, worker_->done_fd(), ZMQ_POLLIN, 0},
+        {ipc_monitor_.handle(), 0, ZMQ_POLLIN, 0},
     };
     auto sessions = sessions_.all();
     for (auto* s : sessions) items.push_back({nullptr, s->pidfd, ZMQ_POLLIN, 0});
@@ -153,8 +162,9 @@ int Daemon::run() {
       handle_signal();
       break;
     }
-    for (size_t i = 3; i < items.size(); ++i)
+    for (size_t i = 4; i < items.size(); ++i)
       if (items[i].revents & ZMQ_POLLIN) handle_trainer_exit(items[i].fd);
+    if (items[3].revents & ZMQ_POLLIN) handle_ipc_disconnects();
     if (items[2].revents & ZMQ_POLLIN) handle_round_done();
     if (items[0].revents & ZMQ_POLLIN) handle_ipc();
     publish_gauges();
@@ -184,6 +194,7 @@ void Daemon::shutdown(const std::string& reason) {
         t.dropped);
   }
   worker_.reset();  // cancels a running round before node_model_ goes away; says bye to peers
+  ipc_monitor_.close();
   ipc_.close();
   ::unlink(ipc_path_.c_str());
   if (arena_) spdlog::info("unlinking arena {}", arena_->name());
@@ -241,7 +252,7 @@ void Daemon::handle_ipc() {
       continue;
     }
     if (auto* a = std::get_if<ipc::Attach>(&*msg)) {
-      on_attach(route, *a);
+      on_attach(route, *a, zmq_msg_get(frames[1].handle(), ZMQ_SRCFD));
     } else if (auto* s = std::get_if<ipc::Sync>(&*msg)) {
       on_sync(route, *s);
     } else if (std::holds_alternative<ipc::Detach>(*msg)) {
@@ -256,18 +267,37 @@ void Daemon::handle_ipc() {
   }
 }
 
-void Daemon::on_attach(const std::string& route, const ipc::Attach& a) {
+void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int connection_fd) {
   auto refuse = [&](const std::string& why) {
-    spdlog::warn("refused trainer '{}' (pid {}): {}", a.trainer, a.pid, why);
+    spdlog::warn("refused trainer '{}' (pid {} by its word): {}", a.trainer, a.pid, why);
     reply(route, ipc::Error{why});
   };
+  // Who the trainer is comes from the kernel, not from what it says: the pid it
+  // reports is its own PID namespace's, which a container does not share.
+  ucred cred{};
+  socklen_t cred_size = sizeof(cred);
+  if (connection_fd < 0 ||
+      ::getsockopt(connection_fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_size) != 0)
+    return refuse(fmt::format("cannot read the trainer's credentials (SO_PEERCRED): {}",
+                              connection_fd < 0 ? "no descriptor" : std::strerror(errno)));
+  if (cred.uid != ::geteuid() && cred.uid != 0)
+    return refuse(
+        fmt::format("the trainer runs as uid {}, this daemon as uid {}", cred.uid, ::geteuid()));
+  if (cred.pid == 0)
+    spdlog::info(
+        "trainer '{}' runs in a PID namespace this daemon cannot see (its pid there: {}); "
+        "watching its connection",
+        a.trainer, a.pid);
+  else if (cred.pid != a.pid)
+    spdlog::info("trainer '{}' is pid {} here (pid {} in its own PID namespace)", a.trainer,
+                 cred.pid, a.pid);
   if (a.device != "cpu")
     return refuse(fmt::format("device '{}' is not supported by this daemon (cpu only)", a.device));
   if (layout_) {
     if (auto diff = proto::first_difference(*layout_, a.layout))
       return refuse("model layout differs from the node's: " + *diff);
   }
-  auto added = sessions_.add(route, a.trainer, a.local_rank, a.pid);
+  auto added = sessions_.add(route, a.trainer, a.local_rank, cred.pid, connection_fd);
   if (!added) return refuse(added.status().message());
   TrainerSession* s = *added;
 
@@ -409,6 +439,27 @@ void Daemon::detach(TrainerSession* s, const std::string& why) {
 
 void Daemon::handle_trainer_exit(int pidfd) {
   if (TrainerSession* s = sessions_.find_by_pidfd(pidfd)) detach(s, "exited without detaching");
+}
+
+void Daemon::handle_ipc_disconnects() {
+  while (true) {
+    // A monitor event: (uint16 event, uint32 value = the descriptor), then the endpoint.
+    zmq::message_t event, endpoint;
+    try {
+      if (!ipc_monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+      if (event.more()) (void)ipc_monitor_.recv(endpoint, zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    if (event.size() < 6) continue;
+    uint16_t kind = 0;
+    uint32_t fd = 0;
+    std::memcpy(&kind, event.data(), sizeof(kind));
+    std::memcpy(&fd, static_cast<const char*>(event.data()) + 2, sizeof(fd));
+    if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+    if (TrainerSession* s = sessions_.find_unwatched_by_connection(static_cast<int>(fd)))
+      detach(s, "closed its connection without detaching");
+  }
 }
 
 void Daemon::on_stats(const std::string& route) {

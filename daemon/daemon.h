@@ -48,8 +48,9 @@ class Daemon {
   void guard_result();  // a round's result with NaN or Inf is replaced
   void handle_round_done();
   void handle_trainer_exit(int pidfd);
+  void handle_ipc_disconnects();
   void reply(const std::string& route, const proto::ipc::Message& m);
-  void on_attach(const std::string& route, const proto::ipc::Attach& a);
+  void on_attach(const std::string& route, const proto::ipc::Attach& a, int connection_fd);
   void send_attach_ok(TrainerSession* s, bool initialized);
   void finish_join();
   void on_sync(const std::string& route, const proto::ipc::Sync& s);
@@ -63,6 +64,7 @@ class Daemon {
   const sgd::StrategyDescriptor* strategy_;  // of config_.strategy.name (validated)
   zmq::context_t context_{1};
   zmq::socket_t ipc_;
+  zmq::socket_t ipc_monitor_;  // ipc_'s closed connections
   std::string ipc_path_;
   int signal_fd_ = -1;
   bool running_ = true;

@@ -20,13 +20,15 @@ TrainerSessions::~TrainerSessions() {
 }
 
 Result<TrainerSession*> TrainerSessions::add(const std::string& route, const std::string& name,
-                                             uint32_t local_rank, pid_t pid) {
+                                             uint32_t local_rank, pid_t pid, int connection_fd) {
   if (find(route)) return Status::invalid("this connection is already attached");
   if (sessions_.size() >= max_)
     return Status::invalid(fmt::format("node is full: {} trainers attached (max_trainers)", max_));
-  if (pid <= 0) return Status::invalid(fmt::format("attach needs the trainer's pid, got {}", pid));
-  int fd = open_pidfd(pid);
-  if (fd < 0)
+  if (pid < 0) return Status::invalid(fmt::format("invalid trainer pid {}", pid));
+  if (pid == 0 && connection_fd < 0)
+    return Status::invalid("the trainer can be watched neither by its pid nor by its connection");
+  int fd = -1;
+  if (pid > 0 && (fd = open_pidfd(pid)) < 0)
     return Status::invalid(
         fmt::format("cannot watch trainer process {}: {}", pid, std::strerror(errno)));
   uint32_t slot = 0;
@@ -38,6 +40,7 @@ Result<TrainerSession*> TrainerSessions::add(const std::string& route, const std
   s->local_rank = local_rank;
   s->pid = pid;
   s->pidfd = fd;
+  s->connection_fd = connection_fd;
   s->slot = slot;
   sessions_.push_back(std::move(s));
   return sessions_.back().get();
@@ -55,6 +58,16 @@ TrainerSession* TrainerSessions::find(const std::string& route) {
   for (auto& s : sessions_)
     if (s->route == route) return s.get();
   return nullptr;
+}
+
+TrainerSession* TrainerSessions::find_unwatched_by_connection(int fd) {
+  TrainerSession* found = nullptr;
+  for (auto& s : sessions_) {
+    if (s->connection_fd != fd || s->pidfd >= 0) continue;
+    if (found) return nullptr;  // a reused descriptor: not sure which one ended
+    found = s.get();
+  }
+  return found;
 }
 
 TrainerSession* TrainerSessions::find_by_pidfd(int fd) {

@@ -70,15 +70,18 @@ TEST(RunLauncher, TwoNodesOfTwoTrainersEachTrainAndExitZero) {
   std::vector<ChildProcess> nodes;
   for (int i = 0; i < 2; ++i)
     nodes.emplace_back(
-        launcher(i, ports,
-                 {"gossip-train", "--steps", "300", "--eval-every", "0", "--seed", "1", "--result",
-                  (tmp.path() / ("r" + std::to_string(i))).string()},
-                 {"--nproc-per-node", "2"}),
+        // Each trainer its own result file: the path takes the rank from the environment.
+        launcher(
+            i, ports,
+            {"/bin/sh", "-c",
+             "exec " + binary("gossip-train") + " --steps 300 --eval-every 0 --seed 1 --result " +
+                 (tmp.path() / "r").string() + "$GOSSIP_RANK"},
+            {"--nproc-per-node", "2"}),
         tmp.path() / ("node" + std::to_string(i) + ".log"));
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(nodes[i].wait(180s), 0) << nodes[i].log();
     const std::string log = nodes[i].log();
-    // Both trainers of a node wrote the same --result path; the shards are the ranks.
+    // The shards are the ranks.
     for (int local = 0; local < 2; ++local)
       EXPECT_NE(log.find("gossip-train node " + std::to_string(2 * i + local) + "/4"),
                 std::string::npos)
@@ -86,6 +89,8 @@ TEST(RunLauncher, TwoNodesOfTwoTrainersEachTrainAndExitZero) {
     EXPECT_NE(log.find("SIGTERM received"), std::string::npos) << "gossipd stopped at the end";
     EXPECT_FALSE(daemons_left(tmp.path() / ("node" + std::to_string(i) + ".log")));
   }
+  for (int rank = 1; rank < 4; ++rank)
+    EXPECT_FALSE(read(tmp.path() / ("r" + std::to_string(rank))).empty()) << "rank " << rank;
   const std::string json = read(tmp.path() / "r0");
   const size_t at = json.find("\"accuracy_local\":");
   ASSERT_NE(at, std::string::npos) << json;
