@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "base/version.h"
 #include "gossip/client.h"
 #include "gossip/gossip.h"
 
@@ -153,5 +154,7 @@ void gossip_close(gossip_client* c) { delete c; }
 const char* gossip_last_error(const gossip_client* c) {
   return c ? c->last_error.c_str() : connect_error.c_str();
 }
+
+const char* gossip_version(void) { return gossip::kVersion; }
 
 }  // extern "C"

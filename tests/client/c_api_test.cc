@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "base/version.h"
 #include "gossip/gossip.h"
 #include "harness.h"
 
@@ -66,6 +67,11 @@ TEST(CApi, AttachStepSyncDetachAgainstARealDaemon) {
     EXPECT_EQ(gossip_model(c[i], &info), GOSSIP_EINVAL) << "no model after detach";
     gossip_close(c[i]);
   }
+}
+
+TEST(CApi, TheLibraryNamesItsVersion) {
+  EXPECT_STREQ(gossip_version(), gossip::kVersion);
+  EXPECT_EQ(std::string(gossip_version()).substr(0, 2), "0.") << "the SONAME's major is 0";
 }
 
 TEST(CApi, ErrorsAreCodesWithMessagesNeverExceptions) {

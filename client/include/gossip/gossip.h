@@ -56,6 +56,9 @@ void gossip_close(gossip_client* c);
 /* The last error of c, or of the calling thread's last failed gossip_connect when c is NULL. */
 const char* gossip_last_error(const gossip_client* c);
 
+/* This library's version, "MAJOR.MINOR.PATCH" (the project's; the SONAME's major). */
+const char* gossip_version(void);
+
 #ifdef __cplusplus
 }
 #endif
