@@ -95,6 +95,7 @@ class Daemon {
   std::vector<float> staged_;       // before the round: its input; after: the change it made
   bool staged_ready_ = false;
   uint64_t ipc_dropped_ = 0;
+  bool warned_no_credentials_ = false;
 
   // NaN/Inf guard: the model after the last successful round (not for gradients).
   void guard_nonfinite();
