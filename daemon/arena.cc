@@ -40,7 +40,9 @@ std::vector<std::string> Arena::remove_stale(uint32_t node) {
     // "<pid>" (older daemons) or "<pid>-<nonce>".
     const bool whole = end == digits.data() + digits.size() || *end == '-';
     if (err != std::errc() || !whole || pid <= 0) continue;
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    // Our own pid is a predecessor's: this daemon has made no arena yet, and in a
+    // container every daemon is pid 1, so one killed there left an arena with our pid.
+    if (pid != ::getpid() && (::kill(pid, 0) == 0 || errno != ESRCH)) continue;
     if (::shm_unlink(("/" + file).c_str()) == 0) removed.push_back("/" + file);
   }
   return removed;

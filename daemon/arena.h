@@ -30,7 +30,8 @@ class Arena {
   // process an object left in /dev/shm belonged to.
   static std::string name_for(uint32_t node);
   // Unlinks the arenas of `node` (this uid) whose daemon process no longer exists:
-  // what a SIGKILLed daemon leaves behind. Returns their names.
+  // what a SIGKILLed daemon leaves behind. Returns their names. Called before this
+  // process makes its arena: one named with this process's pid is a predecessor's.
   static std::vector<std::string> remove_stale(uint32_t node);
 
   // Creates /dev/shm<name> with mode 0600 (fails if it exists) and maps it.

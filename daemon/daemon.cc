@@ -281,8 +281,9 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int conne
     // where getnameinfo is wrapped (nss_wrapper) or refuses AF_UNIX. The socket is
     // owner-only, so the trainer is this user's: its word is all there is for its pid.
     if (!warned_no_credentials_)
-      spdlog::warn("libzmq gives no descriptor for IPC connections here, so trainers' "
-                   "credentials cannot be read (SO_PEERCRED); taking the pid each reports");
+      spdlog::warn(
+          "libzmq gives no descriptor for IPC connections here, so trainers' "
+          "credentials cannot be read (SO_PEERCRED); taking the pid each reports");
     warned_no_credentials_ = true;
     cred.pid = a.pid;
     cred.uid = ::geteuid();

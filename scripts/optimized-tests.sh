@@ -16,13 +16,18 @@
 #                    the C ABI under ASan.
 #   Install.*        cmake --install and a consumer project built and run against it: a
 #                    consumer of an instrumented libgossip would need ASan's runtime first.
+#   Deploy.*         clusters started as deployments start them: names resolved through
+#                    nss_wrapper (LD_PRELOAD, which an ASan binary refuses before its runtime),
+#                    a real Slurm, Prometheus and the Kubernetes pods on network namespaces.
+#                    Install.DebianPackagesInstallAndRemove installs what
+#                    scripts/build-packages.sh built (test.sh builds them first).
 #   Fuzz.Short       builds its own clang ASan+UBSan build (build-fuzz/) and fuzzes; the
 #                    corpus replays (Fuzz.Replay.*) run under ASan.
 # shellcheck disable=SC2034
-optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install)\.|^Fuzz\.Short$'
+optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$'
 # What those tests need built: the programs they drive, the C ABI, their test binaries;
 # and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
 # shellcheck disable=SC2034
 optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_test
                    attacks_test gossip-attacker gossipd-byzantine sync_trainer compression_bench
-                   ring_bench)
+                   ring_bench deploy_test)

@@ -3,9 +3,9 @@
 #   0. scripts/check-format.sh: every C++ source formatted by .clang-format;
 #   1. scripts/test-sanitizers.sh: build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer
 #      + LeakSanitizer) and every unit and integration test under it;
-#   2. build/ (optimized), only what the rest needs, and the timed training runs, the
-#      experiments, the Python client and the fuzzing smoke test on it
-#      (scripts/optimized-tests.sh).
+#   2. build/ (optimized), only what the rest needs, and build-pkg/ (the Debian packages);
+#      the timed training runs, the experiments, the Python client, the deployment and
+#      package tests and the fuzzing smoke test on them (scripts/optimized-tests.sh).
 # Each test runs once, so the suite fits CI's time on two cores.
 #   GOSSIP_SKIP_SANITIZERS=1  a quick local run instead: build/ in full and every test on it
 #   NO_INSTALL=1              skip scripts/install-deps.sh
@@ -31,6 +31,9 @@ sanitized=$SECONDS
 targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
 bash scripts/build.sh "${targets[@]}"
+# The Debian packages, for Install.DebianPackagesInstallAndRemove: the same compile lines
+# as build/, so ccache serves nearly every object and this costs the links and cpack.
+bash scripts/build-packages.sh
 built=$SECONDS
 (cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests") | tee -a "$log"
 echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \

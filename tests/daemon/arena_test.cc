@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "client/shm_mapping.h"
@@ -85,7 +87,7 @@ TEST(Arena, MappingBeyondTheObjectOrUnalignedIsRefused) {
 namespace gossip::daemon {
 namespace {
 
-TEST(Arena, StaleArenasOfDeadDaemonsAreRemovedAndLiveOnesKept) {
+TEST(Arena, StaleArenasOfDeadDaemonsAndOfThisPidAreRemovedAndLiveOnesKept) {
   constexpr uint32_t kNode = 987654;
   pid_t child = ::fork();
   if (child == 0) ::_exit(0);
@@ -95,12 +97,45 @@ TEST(Arena, StaleArenasOfDeadDaemonsAreRemovedAndLiveOnesKept) {
   int fd = ::shm_open(dead.c_str(), O_CREAT | O_RDWR, 0600);
   ASSERT_GE(fd, 0);
   ::close(fd);
-  auto live = Arena::create(Arena::name_for(kNode), 1, 16);  // ours: this process runs
-  ASSERT_TRUE(live.is_ok());
+  // A live daemon's: another process that still runs.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t runner = ::fork();
+  if (runner == 0) {
+    ::close(ready[0]);
+    auto arena = Arena::create(Arena::name_for(kNode), 1, 16);
+    const char ok = arena.is_ok() ? '1' : '0';
+    (void)!::write(ready[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(ok, '1');
+  std::string live;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().starts_with("gossipd-" + std::to_string(::getuid()) + "-" +
+                                                 std::to_string(kNode) + "-" +
+                                                 std::to_string(runner) + "-"))
+      live = "/" + e.path().filename().string();
+  ASSERT_FALSE(live.empty());
+  // A predecessor's with this process's pid: in a container every daemon is pid 1.
+  auto predecessor = Arena::create(Arena::name_for(kNode), 1, 16);
+  ASSERT_TRUE(predecessor.is_ok());
+  const std::string mine = predecessor->name();
   auto removed = Arena::remove_stale(kNode);
-  EXPECT_EQ(removed, std::vector<std::string>{dead});
+  std::sort(removed.begin(), removed.end());
+  std::vector<std::string> expected{dead, mine};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(removed, expected);
   EXPECT_FALSE(std::filesystem::exists("/dev/shm" + dead));
-  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live->name()));
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + mine));
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live));
+  ::kill(runner, SIGKILL);
+  ::waitpid(runner, nullptr, 0);
+  ::shm_unlink(live.c_str());
 }
 
 // The name carries 64 random bits: another local user cannot create it first.
