@@ -1343,6 +1343,19 @@ Status read_peer_entries(const std::vector<std::string>& texts, const PeerListSo
   return Status::ok();
 }
 
+// The peer whose id is `id_text`; an error names `where`.
+Result<PeerConfig*> listed_peer(Document& d, std::string_view id_text, const std::string& where) {
+  std::string problem;
+  auto id = id_of(id_text, &problem);
+  if (!id) return Status::invalid(fmt::format("{}: {}", where, problem));
+  auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
+                         [&](const PeerConfig& p) { return p.id == *id; });
+  if (it == d.config.peers.end())
+    return Status::invalid(
+        fmt::format("{}: no peer {} (give it with --peer, [[peers]] or --peers-from)", where, *id));
+  return &*it;
+}
+
 // "ID=KEY" entries: the peers' CURVE public keys.
 Status read_peer_keys(const std::vector<std::string>& texts, const PeerListSource& src,
                       Document& d) {
@@ -1352,36 +1365,21 @@ Status read_peer_keys(const std::vector<std::string>& texts, const PeerListSourc
     if (eq == std::string::npos)
       return Status::invalid(
           fmt::format("{}: no '=' between ID and key (the form is ID=KEY)", src.where(shown)));
-    std::string problem;
-    auto id = id_of(std::string_view(text).substr(0, eq), &problem);
-    if (!id) return Status::invalid(fmt::format("{}: {}", src.where(shown), problem));
-    auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
-                           [&](const PeerConfig& p) { return p.id == *id; });
-    if (it == d.config.peers.end())
-      return Status::invalid(
-          fmt::format("{}: no peer {} (give it with --peer, [[peers]] or "
-                      "--peers-from)",
-                      src.where(shown), *id));
-    it->public_key = text.substr(eq + 1);
-    src.record(d.origins, fmt::format("peers[{}].public_key", it - d.config.peers.begin()), shown);
+    auto peer = listed_peer(d, std::string_view(text).substr(0, eq), src.where(shown));
+    if (!peer) return peer.status();
+    (*peer)->public_key = text.substr(eq + 1);
+    src.record(d.origins, fmt::format("peers[{}].public_key", *peer - d.config.peers.data()),
+               shown);
   }
   return Status::ok();
 }
 
 Status read_bans(const std::vector<std::string>& texts, const PeerListSource& src, Document& d) {
   for (const std::string& text : texts) {
-    std::string problem;
-    auto id = id_of(text, &problem);
-    if (!id) return Status::invalid(fmt::format("{}: {}", src.where(text), problem));
-    auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
-                           [&](const PeerConfig& p) { return p.id == *id; });
-    if (it == d.config.peers.end())
-      return Status::invalid(
-          fmt::format("{}: no peer {} (give it with --peer, [[peers]] or "
-                      "--peers-from)",
-                      src.where(text), *id));
-    it->banned = true;
-    src.record(d.origins, fmt::format("peers[{}].banned", it - d.config.peers.begin()), text);
+    auto peer = listed_peer(d, text, src.where(text));
+    if (!peer) return peer.status();
+    (*peer)->banned = true;
+    src.record(d.origins, fmt::format("peers[{}].banned", *peer - d.config.peers.data()), text);
   }
   return Status::ok();
 }

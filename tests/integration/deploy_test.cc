@@ -96,6 +96,13 @@ class Deploy : public ::testing::Test {
             result.string()};
   }
 
+  // One trainer a node, its result in r<node>.
+  void start_trainers(std::vector<ChildProcess>& trainers, int steps) const {
+    for (int i = 0; i < 3; ++i)
+      trainers.emplace_back(trainer(i, steps, tmp_.path() / ("r" + std::to_string(i))),
+                            tmp_.path() / ("t" + std::to_string(i) + ".log"));
+  }
+
   const trainer::testing::TempDir tmp_;
   fs::path hosts_;
 };
@@ -126,9 +133,7 @@ TEST_F(Deploy, VariablesAloneConfigureEveryDaemon) {
                  {binary("gossipd")}),
         tmp_.path() / ("gossipd-" + std::to_string(i) + ".log"));
   }
-  for (int i = 0; i < 3; ++i)
-    trainers.emplace_back(trainer(i, 400, tmp_.path() / ("r" + std::to_string(i))),
-                          tmp_.path() / ("t" + std::to_string(i) + ".log"));
+  start_trainers(trainers, 400);
   for (int i = 0; i < 3; ++i) {
     expect_trained(trainers[i], tmp_.path() / ("r" + std::to_string(i)), daemons[i].log());
     EXPECT_NE(daemons[i].log().find("strategy local-sgd T=8"), std::string::npos)
@@ -153,9 +158,7 @@ TEST_F(Deploy, AHostfileOfNamesStartsACluster) {
                               "--name", names[i], "--run-dir", tmp_.path().string(), "--strategy",
                               "gossip", "--topology", "complete", "--period", "4"}),
         tmp_.path() / ("gossipd-" + std::to_string(i) + ".log"));
-  for (int i = 0; i < 3; ++i)
-    trainers.emplace_back(trainer(i, 400, tmp_.path() / ("r" + std::to_string(i))),
-                          tmp_.path() / ("t" + std::to_string(i) + ".log"));
+  start_trainers(trainers, 400);
   for (int i = 0; i < 3; ++i) {
     expect_trained(trainers[i], tmp_.path() / ("r" + std::to_string(i)), daemons[i].log());
     EXPECT_NE(
