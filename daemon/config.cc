@@ -1344,13 +1344,27 @@ Status read_peer_entries(const std::vector<std::string>& texts, const PeerListSo
 }
 
 // The peer whose id is `id_text`; an error names `where`.
+// The peer whose id (or, from --peers-from, name) is `id_text`; an error names `where`.
+// This node itself gives nullptr: one list of keys can then serve every node.
 Result<PeerConfig*> listed_peer(Document& d, std::string_view id_text, const std::string& where) {
+  auto& peers = d.config.peers;
+  if (!id_text.empty() && !std::isdigit(static_cast<unsigned char>(id_text[0]))) {
+    std::vector<ListedNode> named;
+    for (const PeerConfig& p : peers) named.push_back({p.name, p.name, 0});
+    if (auto found = find_node(named, id_text); found && !peers[*found].name.empty())
+      return &peers[*found];
+    const std::string& self = d.config.node_name;
+    if (!self.empty() && find_node({{self, self, 0}}, id_text)) return nullptr;
+    return Status::invalid(fmt::format(
+        "{}: no peer named '{}' (names come from --peers-from; or give the id)", where, id_text));
+  }
   std::string problem;
   auto id = id_of(id_text, &problem);
   if (!id) return Status::invalid(fmt::format("{}: {}", where, problem));
-  auto it = std::find_if(d.config.peers.begin(), d.config.peers.end(),
-                         [&](const PeerConfig& p) { return p.id == *id; });
-  if (it == d.config.peers.end())
+  if (d.has_id && *id == d.config.node_id) return nullptr;
+  auto it =
+      std::find_if(peers.begin(), peers.end(), [&](const PeerConfig& p) { return p.id == *id; });
+  if (it == peers.end())
     return Status::invalid(
         fmt::format("{}: no peer {} (give it with --peer, [[peers]] or --peers-from)", where, *id));
   return &*it;
@@ -1367,6 +1381,7 @@ Status read_peer_keys(const std::vector<std::string>& texts, const PeerListSourc
           fmt::format("{}: no '=' between ID and key (the form is ID=KEY)", src.where(shown)));
     auto peer = listed_peer(d, std::string_view(text).substr(0, eq), src.where(shown));
     if (!peer) return peer.status();
+    if (*peer == nullptr) continue;  // this node's own key, in a list shared by all
     (*peer)->public_key = text.substr(eq + 1);
     src.record(d.origins, fmt::format("peers[{}].public_key", *peer - d.config.peers.data()),
                shown);
@@ -1378,6 +1393,8 @@ Status read_bans(const std::vector<std::string>& texts, const PeerListSource& sr
   for (const std::string& text : texts) {
     auto peer = listed_peer(d, text, src.where(text));
     if (!peer) return peer.status();
+    if (*peer == nullptr)
+      return Status::invalid(fmt::format("{}: that is this node", src.where(text)));
     (*peer)->banned = true;
     src.record(d.origins, fmt::format("peers[{}].banned", *peer - d.config.peers.data()), text);
   }
@@ -1594,17 +1611,20 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const E
 
   std::vector<std::string> banned_texts;
   CLI::Option* ban_option =
-      app.add_option("--ban-peer", banned_texts,
-                     "refuse a peer's CURVE key and every message from it, repeatable: ID (sets "
-                     "peers[].banned)")
+      app.add_option(
+             "--ban-peer", banned_texts,
+             "refuse a peer's CURVE key and every message from it, repeatable: ID, or NAME with "
+             "--peers-from (sets peers[].banned)")
           ->type_name("ID")
           ->take_all()
           ->expected(1);
 
   std::vector<std::string> peer_key_texts;
   CLI::Option* peer_key_option =
-      app.add_option("--peer-key", peer_key_texts,
-                     "a peer's CURVE public key, repeatable: ID=Z85 (sets peers[].public_key)")
+      app.add_option(
+             "--peer-key", peer_key_texts,
+             "a peer's CURVE public key, repeatable: ID=Z85, or NAME=Z85 with --peers-from (sets "
+             "peers[].public_key)")
           ->type_name("ID=KEY")
           ->take_all()
           ->expected(1);

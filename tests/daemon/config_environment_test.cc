@@ -2,6 +2,7 @@
 // whole configuration reads them.
 
 #include <gtest/gtest.h>
+#include <zmq.h>
 
 #include <filesystem>
 #include <fstream>
@@ -196,6 +197,29 @@ TEST(ConfigPeersFrom, BansApplyToListedIds) {
   ASSERT_FALSE(unlisted.is_ok());
   EXPECT_NE(message(unlisted).find("flag '--ban-peer 7': no peer 7"), std::string::npos)
       << message(unlisted);
+}
+
+TEST(ConfigPeersFrom, KeysAndBansTakeListedNames) {
+  char pub[3][41], sec[3][41];
+  for (int i = 0; i < 3; ++i)
+    if (zmq_curve_keypair(pub[i], sec[i]) != 0) GTEST_SKIP() << "this libzmq has no CURVE";
+  auto c = configure(
+      {"--peers-from", "dns:g-{0..2}.s", "--name", "g-0", "--run-dir", "/tmp/g", "--secret-key",
+       sec[0], "--ban-peer", "g-2"},
+      // One list for every node: this node's own entry is passed over.
+      {{"GOSSIPD_PEER_KEY", std::string("g-0=") + pub[0] + ",g-1=" + pub[1] + ",g-2.s=" + pub[2]}});
+  ASSERT_TRUE(c.is_ok()) << message(c);
+  ASSERT_EQ(c->peers.size(), 2u);
+  EXPECT_EQ(c->peers[0].public_key, pub[1]) << "g-1: the first label of g-1.s";
+  EXPECT_EQ(c->peers[1].public_key, pub[2]);
+  EXPECT_TRUE(c->peers[1].banned);
+  EXPECT_FALSE(c->peers[0].banned);
+  auto unknown =
+      configure({"--peers-from", "dns:g-{0..2}.s", "--name", "g-0", "--run-dir", "/tmp/g",
+                 "--secret-key", sec[0], "--peer-key", std::string("g-7=") + pub[1]},
+                {});
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(message(unknown).find("no peer named 'g-7'"), std::string::npos) << message(unknown);
 }
 
 }  // namespace
