@@ -132,6 +132,10 @@ int run(RunOptions& o) {
   };
 
   auto daemon_argv = daemon_args(o, *gossipd, own_dir.path());
+  // The node's first round waits for all of its trainers, unless the settings say otherwise.
+  if (o.daemon_flags.count("--expect-trainers") == 0 &&
+      std::getenv("GOSSIPD_EXPECT_TRAINERS") == nullptr && config->expect_trainers == 0)
+    daemon_argv.insert(daemon_argv.end(), {"--expect-trainers", std::to_string(per_node)});
   if (Status st = start("gossipd", daemon_argv, {}); !st) {
     spdlog::error("{}", st.message());
     return kExitFailure;

@@ -250,9 +250,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 47>& fields() {
+const std::array<Field, 48>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 47> kFields = {{
+  static const std::array<Field, 48> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -297,6 +297,12 @@ const std::array<Field, 47>& fields() {
        IntegerSpec{{1, 64, 1},
                    [](const C& c) -> uint64_t { return c.max_trainers; },
                    [](C& c, uint64_t v) { c.max_trainers = static_cast<uint32_t>(v); }}},
+      {"node.expect_trainers", "--expect-trainers", "N",
+       "the node's first round waits until N trainers have attached (gossipctl run sets it to "
+       "--nproc-per-node), 0..64; 0: the first trainer starts it",
+       IntegerSpec{{0, 64, 1},
+                   [](const C& c) -> uint64_t { return c.expect_trainers; },
+                   [](C& c, uint64_t v) { c.expect_trainers = static_cast<uint32_t>(v); }}},
       {"node.metrics_port", "--metrics-port", "PORT",
        "serve Prometheus metrics at http://<listen host>:PORT/metrics, 1..65535; 0: off",
        IntegerSpec{{0, 65535, 1},
@@ -762,6 +768,10 @@ std::string peer_entry_name(const Origins& o, size_t i) {
 Status check_config(const DaemonConfig& c, const Origins& o) {
   for (const Field& f : fields())
     if (auto problem = stored_problem(f, c)) return key_error(o, f.key, *problem);
+  if (c.expect_trainers > c.max_trainers)
+    return key_error(o, "node.expect_trainers",
+                     fmt::format("{} trainers cannot attach: node.max_trainers is {}",
+                                 c.expect_trainers, c.max_trainers));
 
   const std::string ipc_path = c.ipc_endpoint().substr(std::string_view("ipc://").size());
   if (ipc_path.size() > kMaxIpcPath)

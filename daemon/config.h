@@ -99,6 +99,7 @@ struct DaemonConfig {
   uint64_t seed = 0;
   std::string log_level = "info";  // trace, debug, info, warn, error, off
   uint32_t max_trainers = 8;       // trainers per node (replica slots in the arena)
+  uint32_t expect_trainers = 0;    // the first round waits for this many; 0: for the first
   // Prometheus text exposition at http://<listen host>:<port>/metrics; 0: not served.
   uint32_t metrics_port = 0;
   // CURVE (Z85, `gossipctl keygen`): set, the peer channel is encrypted and admits only

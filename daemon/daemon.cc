@@ -550,6 +550,15 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
 void Daemon::maybe_start_round() {
   if (round_running_ || joining_ || !sessions_.all_waiting()) return;
   auto waiting = sessions_.all();
+  // The node's trainers start together: a late one would join at the node's step
+  // instead of training the first period with the others.
+  if (round_ == 0 && !round_started_ && waiting.size() < config_.expect_trainers) {
+    if (!waiting_for_trainers_logged_)
+      spdlog::info("{} of {} trainers attached; the first round waits for the others",
+                   waiting.size(), config_.expect_trainers);
+    waiting_for_trainers_logged_ = true;
+    return;
+  }
   if (async() && staged_ready_) {
     // The trainers are at a step boundary, blocked until we reply: the last round's
     // change goes into their replicas now, on top of the steps they took meanwhile.
@@ -602,6 +611,7 @@ void Daemon::maybe_start_round() {
   }
   step_ = step;
   round_running_ = true;
+  round_started_ = true;
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
   if (!async()) {
     worker_->submit(round_model_, round_, step_);

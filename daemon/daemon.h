@@ -77,9 +77,11 @@ class Daemon {
   // Strategy sma: the node's trainers follow this central model (sgd/sma.h).
   std::unique_ptr<sgd::CentralModel> central_;
   bool waiting_for_learners_logged_ = false;
-  std::span<float> round_model_;  // what the running (or last) round averaged in place
-  uint64_t round_ = 0;            // rounds completed
-  uint64_t step_ = 0;             // the node's step at the last round
+  bool waiting_for_trainers_logged_ = false;  // node.expect_trainers
+  bool round_started_ = false;                // a round ever started (node.expect_trainers)
+  std::span<float> round_model_;              // what the running (or last) round averaged in place
+  uint64_t round_ = 0;                        // rounds completed
+  uint64_t step_ = 0;                         // the node's step at the last round
   bool round_running_ = false;
   // Start-up: the first attach waits while the worker asks the peers for a fresher
   // state than ours (a restarted node) and the checkpoint, if any, is restored.

@@ -87,6 +87,12 @@ TEST(RunLauncher, TwoNodesOfTwoTrainersEachTrainAndExitZero) {
                 std::string::npos)
           << log;
     EXPECT_NE(log.find("SIGTERM received"), std::string::npos) << "gossipd stopped at the end";
+    // Both trainers were there for the first round (--expect-trainers from the launcher).
+    const size_t first_round = log.find("round 0:");
+    ASSERT_NE(first_round, std::string::npos) << log;
+    const size_t first = log.find("attached in slot");
+    ASSERT_NE(first, std::string::npos) << log;
+    EXPECT_LT(log.find("attached in slot", first + 1), first_round) << log;
     EXPECT_FALSE(daemons_left(tmp.path() / ("node" + std::to_string(i) + ".log")));
   }
   for (int rank = 1; rank < 4; ++rank)
