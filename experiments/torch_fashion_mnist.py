@@ -148,7 +148,8 @@ def main(argv=None):
         loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
         opt.zero_grad()
         loss.backward()
-        last = opt.step()
+        opt.step()
+        last = opt.last if client else None
         step = last.step if client else step + 1
         if o.eval_every and step % o.eval_every == 0:
             sent = f", sent {last.payload_sent / 1e6:.1f} MB" if client else ""

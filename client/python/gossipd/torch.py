@@ -7,7 +7,7 @@ optimizer wrapper whose step() also steps the client.
     opt = gossipd.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), attached)
     step = attached.model.start_step    # the node's step: a restarted trainer goes on there
     while step < steps:                   # and an elastic ring may move it (StepResult.step)
-        loss = ...; opt.zero_grad(); loss.backward(); step = opt.step().step   # + client.step()
+        loss = ...; opt.zero_grad(); loss.backward(); opt.step(); step = opt.last.step  # + client.step()
     opt.finish()                                                     # the end-of-run synchronization
 
 CPU parameters are re-pointed at the arena, so nothing is copied. CUDA parameters
@@ -31,13 +31,18 @@ __all__ = ["AttachedModule", "attach_module", "DistributedOptimizer", "scale_lr"
 
 
 class AttachedModule:
-    def __init__(self, client, module, model, params, arena, staged):
+    def __init__(self, client, module, model, params, arena, staged, buffers=(), buffer_arena=()):
         self.client = client
         self.module = module
         self.model = model      # gossipd.Model
         self.params = params    # the module's parameters, in layout order
         self.arena = arena      # torch views of the arena, shaped like params
         self.staged = staged    # True: params are elsewhere (CUDA) and copied through the arena
+        # Floating-point buffers (BatchNorm's running statistics, ...), after the
+        # parameters in the layout: averaged with them. In gradient mode the arena's
+        # other slots carry gradients, and these carry the buffers' values.
+        self.buffers = list(buffers)
+        self.buffer_arena = list(buffer_arena)
         self.last = None        # the last step's result
 
     @property
@@ -45,14 +50,16 @@ class AttachedModule:
         return self.model.gradients
 
     def to_arena(self):
-        if self.gradient_mode:
-            with torch.no_grad():
+        with torch.no_grad():
+            if self.gradient_mode:
                 for p, a in zip(self.params, self.arena):
                     a.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
-        elif self.staged:
-            with torch.no_grad():
+            elif self.staged:
                 for p, a in zip(self.params, self.arena):
                     a.copy_(p.detach())
+            if self.gradient_mode or self.staged:
+                for b, a in zip(self.buffers, self.buffer_arena):
+                    a.copy_(b)
 
     def from_arena(self):
         with torch.no_grad():
@@ -64,6 +71,9 @@ class AttachedModule:
             elif self.staged:
                 for p, a in zip(self.params, self.arena):
                     p.copy_(a)
+            if self.gradient_mode or self.staged:
+                for b, a in zip(self.buffers, self.buffer_arena):
+                    b.copy_(a)
 
     def step(self):
         """One local step done: the client's step, with staging around synchronization points."""
@@ -88,10 +98,16 @@ class AttachedModule:
         return self.last
 
 
-def attach_module(client, module, names=None):
+def attach_module(client, module, names=None, buffers="average"):
     """Attaches `module`'s parameters (float32, in named_parameters() order, or in the
-    order of `names`). On CPU they are re-pointed at the arena; a node whose arena is
-    not initialized yet takes this module's values."""
+    order of `names`) and, with buffers="average" (the default), its float32 buffers
+    (BatchNorm's running mean and variance, anything registered with register_buffer),
+    which are averaged with the parameters; buffers="none" leaves them local. Integer
+    buffers (num_batches_tracked) are never sent: every replica counts the same steps.
+    On CPU the tensors are re-pointed at the arena; a node whose arena is not
+    initialized yet takes this module's values."""
+    if buffers not in ("average", "none"):
+        raise ValueError(f"buffers='{buffers}': 'average' or 'none'")
     named = dict(module.named_parameters())
     order = list(names) if names is not None else list(named)
     missing = [n for n in order if n not in named]
@@ -101,22 +117,37 @@ def attach_module(client, module, names=None):
     for n, p in zip(order, params):
         if p.dtype != torch.float32:
             raise ValueError(f"parameter {n} is {p.dtype}; gossipd exchanges float32")
-    model = client.attach([(n, p.numel()) for n, p in zip(order, params)])
-    arena = [torch.frombuffer(buf, dtype=torch.float32).view(p.shape) for buf, p in zip(model.buffers, params)]
-    staged = any(p.device.type != "cpu" for p in params)
+    shared = []
+    if buffers == "average":
+        shared = [(n, b) for n, b in module.named_buffers() if b.dtype == torch.float32]
+        other = [f"{n} ({b.dtype})" for n, b in module.named_buffers()
+                 if b.is_floating_point() and b.dtype != torch.float32]
+        if other:
+            raise ValueError(f"buffer(s) {other} are not float32; gossipd exchanges float32 "
+                             "(or pass buffers='none')")
+    layout = [(n, p.numel()) for n, p in zip(order, params)] + [(f"buffer:{n}", b.numel()) for n, b in shared]
+    model = client.attach(layout)
+    views = [torch.frombuffer(buf, dtype=torch.float32) for buf in model.buffers]
+    tensors = params + [b for _, b in shared]
+    views = [v.view(t.shape) for v, t in zip(views, tensors)]
+    arena, buffer_arena = views[:len(params)], views[len(params):]
+    staged = any(t.device.type != "cpu" for t in tensors)
     if staged:
         _pin(model.buffers)
     with torch.no_grad():
-        for p, a in zip(params, arena):
+        for i, (t, a) in enumerate(zip(tensors, views)):
             if model.gradients:
+                if i >= len(params):
+                    a.copy_(t)  # buffer slots carry values, whatever the mode
                 continue  # the arena carries gradients; the parameters stay where they are
             if model.initialized:
-                p.copy_(a)  # the node's model wins over this trainer's init
+                t.copy_(a)  # the node's model wins over this trainer's init
             else:
-                a.copy_(p.detach())
+                a.copy_(t.detach())
             if not staged:
-                p.data = a  # zero copy from now on
-    return AttachedModule(client, module, model, params, arena, staged)
+                t.data = a  # zero copy from now on
+    return AttachedModule(client, module, model, params, arena, staged,
+                          [b for _, b in shared], buffer_arena)
 
 
 def _pin(buffers):
@@ -132,38 +163,70 @@ def _pin(buffers):
         pass
 
 
-class DistributedOptimizer:
-    """Wraps any torch.optim.Optimizer: step() runs it, then steps the client (local
-    SGD, gossip, ...); with the allreduce strategy, the gradients are averaged across
-    the nodes first and the optimizer steps on the mean."""
+class DistributedOptimizer(torch.optim.Optimizer):
+    """A torch.optim.Optimizer around any other: step() runs it, then steps the client
+    (local SGD, gossip, ...); with the allreduce strategy the gradients are averaged
+    across the nodes first and the optimizer steps on the mean.
+
+    It shares the inner optimizer's param_groups (the same dicts) and state, so LR
+    schedulers, zero_grad(set_to_none=True) and closures work as on the inner one.
+    step() returns the closure's loss, as every optimizer does; `last` is the client's
+    StepResult of that step (the node's step, whether it synchronized, traffic).
+    The arena's layout is fixed at attach: add_param_group is refused."""
 
     def __init__(self, optimizer, attached):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, not {type(optimizer).__name__}")
         self.optimizer = optimizer
         self.attached = attached
+        self.last = None
+        self._constructing = True
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self._constructing = False
+        self.state = optimizer.state
 
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
+    def __repr__(self):
+        return f"DistributedOptimizer({self.optimizer!r})"
+
+    def add_param_group(self, param_group):
+        if self._constructing:
+            return super().add_param_group(param_group)
+        raise ValueError("gossipd: the arena's layout is fixed when the module attaches, so a "
+                         "parameter group cannot be added now; attach a module that has every "
+                         "parameter, then build the optimizer")
 
     def zero_grad(self, set_to_none=False):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         if self.attached.gradient_mode:
-            result = self.attached.step()       # averages the gradients
-            self.optimizer.step(closure)
-            return result
-        self.optimizer.step(closure)
-        return self.attached.step()
+            self.last = self.attached.step()  # averages the gradients (and the buffers)
+            self.optimizer.step()
+        else:
+            self.optimizer.step()
+            self.last = self.attached.step()
+        return loss
 
     def finish(self):
-        return self.attached.finish()
+        self.last = self.attached.finish()
+        return self.last
 
     def state_dict(self):
-        return self.optimizer.state_dict()
+        """The inner optimizer's state, and the node's step this trainer reached."""
+        step = self.last.step if self.last is not None else self.attached.model.start_step
+        return {"optimizer": self.optimizer.state_dict(),
+                "gossipd": {"step": step, "strategy": self.attached.model.strategy}}
 
-    def load_state_dict(self, state):
-        self.optimizer.load_state_dict(state)
+    def load_state_dict(self, state_dict):
+        inner = state_dict["optimizer"] if "gossipd" in state_dict else state_dict
+        self.optimizer.load_state_dict(inner)
+        # load_state_dict replaces the inner optimizer's groups: share the new ones.
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
 
 
 def scale_lr(lr, nodes, rule="linear"):
