@@ -16,6 +16,7 @@ in layout order (the format gossip-train --evaluate and gossipctl read).
 import argparse
 import gzip
 import json
+import os
 import pathlib
 import struct
 import sys
@@ -97,10 +98,15 @@ def accuracy(model, images, labels):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--endpoint", help="the node's daemon: ipc://RUN_DIR/gossipd-ID.sock")
+    # Under `gossipctl run` the launcher's variables give the endpoint and the shard.
+    env = os.environ
+    p.add_argument("--endpoint", default=env.get("GOSSIP_ENDPOINT"),
+                   help="the node's daemon: ipc://RUN_DIR/gossipd-ID.sock (default: $GOSSIP_ENDPOINT)")
     p.add_argument("--standalone", action="store_true", help="train without a daemon")
-    p.add_argument("--node", type=int, default=0)
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--node", type=int, default=int(env.get("GOSSIP_RANK", 0)),
+                   help="this trainer's shard (default: $GOSSIP_RANK)")
+    p.add_argument("--nodes", type=int, default=int(env.get("GOSSIP_WORLD_SIZE", 1)),
+                   help="shards (default: $GOSSIP_WORLD_SIZE)")
     p.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch", type=int, default=64)

@@ -2,8 +2,9 @@
 """gossipd.torch as a PyTorch user meets it (issue 22, parts 1 and 2): DistributedOptimizer
 is a torch.optim.Optimizer (an LR scheduler takes it, closures and set_to_none work,
 state_dict round-trips, add_param_group is refused), and BatchNorm's running
-statistics are averaged with the parameters. Two real daemons on loopback, one trainer
-thread each, on the real Fashion-MNIST; exit code 77 where python3-torch is missing.
+statistics are averaged with the parameters; the PyTorch example runs under
+`gossipctl run`. Real daemons on loopback, on the real Fashion-MNIST; exit code 77
+where python3-torch is missing.
 
     /usr/bin/python3 tests/client/python_torch_optimizer_test.py --build build
 """
@@ -179,6 +180,41 @@ class TorchOptimizer(unittest.TestCase):
             self.assertAlmostEqual(inner.param_groups[0]["lr"], 0.05, msg="the scheduler reaches the inner optimizer")
             client.detach()
             client.close()
+
+
+@unittest.skipIf(SKIP, SKIP)
+class ExampleUnderTheLauncher(unittest.TestCase):
+    def test_two_gossipctl_runs_train_the_pytorch_example(self):
+        """`gossipctl run -- python3 experiments/torch_fashion_mnist.py`: the example takes
+        its endpoint and shard from the launcher's variables."""
+        import json
+        import subprocess
+        import tempfile
+        ports = harness.free_ports(2)
+        with tempfile.TemporaryDirectory(prefix="gossip-example-") as tmp:
+            procs = []
+            for i in range(2):
+                cmd = [str(harness.BUILD / "bin" / "gossipctl"), "run", "--id", str(i), "--listen",
+                       f"tcp://127.0.0.1:{ports[i]}", "--peer", f"{1 - i}=tcp://127.0.0.1:{ports[1 - i]}",
+                       "--strategy", "local-sgd", "--period", "4", "--", "/usr/bin/python3",
+                       str(ROOT / "experiments" / "torch_fashion_mnist.py"), "--model", "mlp",
+                       "--steps", "200", "--result", f"{tmp}/r{i}.json"]
+                log = open(f"{tmp}/node{i}.log", "w")
+                procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+            try:
+                codes = [p.wait(timeout=180) for p, _ in procs]
+            finally:
+                for p, log in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                    log.close()
+            logs = "\n".join(pathlib.Path(f"{tmp}/node{i}.log").read_text()[-3000:] for i in range(2))
+            self.assertEqual(codes, [0, 0], logs)
+            results = [json.loads(pathlib.Path(f"{tmp}/r{i}.json").read_text()) for i in range(2)]
+            self.assertEqual([r["node"] for r in results], [0, 1], "the shards came from GOSSIP_RANK")
+            self.assertEqual(results[0]["accuracy_average"], results[1]["accuracy_average"])
+            self.assertGreater(results[0]["accuracy_average"], 0.75, results)
 
 
 def client_layout(attached):
