@@ -37,5 +37,18 @@ fi
 
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Some of these packages are services (prometheus, munge, slurmctld, slurmd): the tests
+# start their own, on loopback, from the repo's scripts. A policy-rc.d that answers 101
+# keeps their postinst from starting the system's copies (or failing where there is no
+# config for them); one the machine already has is left alone.
+policy=/usr/sbin/policy-rc.d
+added_policy=""
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+  $sudo chmod 755 "$policy"
+  added_policy=1
+  trap '$sudo rm -f "$policy"' EXIT
+fi
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ -n "$added_policy" ]; then $sudo rm -f "$policy"; trap - EXIT; fi
