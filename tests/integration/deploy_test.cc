@@ -29,13 +29,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kNssWrapper = "/usr/lib/x86_64-linux-gnu/libnss_wrapper.so";
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The value of "key": in a one-line JSON object (the trainer's --result).
 double json_number(const std::string& json, const std::string& key) {
   const size_t at = json.find("\"" + key + "\":");
@@ -109,7 +102,7 @@ class Deploy : public ::testing::Test {
 
 void expect_trained(ChildProcess& t, const fs::path& result, const std::string& logs) {
   ASSERT_EQ(t.wait(180s), 0) << t.log() << logs;
-  const std::string json = read(result);
+  const std::string json = read_text(result);
   EXPECT_GT(json_number(json, "accuracy_local"), 0.70) << json;
   EXPECT_GT(json_number(json, "payload_recv"), 0) << "no model came from a peer: " << json;
 }

@@ -33,12 +33,14 @@ int ChildProcess::wait(std::chrono::milliseconds timeout) {
   return exit->signal ? 128 + exit->signal : exit->code;
 }
 
-std::string ChildProcess::log() const {
-  std::ifstream f(log_);
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
 }
+
+std::string ChildProcess::log() const { return read_text(log_); }
 
 std::vector<int> free_ports(int n) {
   // Never the same port twice in one process: a test that picks ports (for metrics, a

@@ -75,4 +75,7 @@ std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid);
 
 std::string binary(const std::string& name);  // test_bin_dir()/name
 
+// A file's whole text; empty when it cannot be read.
+std::string read_text(const std::filesystem::path& path);
+
 }  // namespace gossip::testing

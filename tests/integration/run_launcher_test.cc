@@ -23,13 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // gossipctl run for node `id` of two on loopback, then `command`.
 std::vector<std::string> launcher(int id, const std::vector<int>& ports,
                                   std::vector<std::string> command,
@@ -57,7 +50,7 @@ std::vector<std::string> launcher(int id, const std::vector<int>& ports,
 
 // No gossipd of this test's is left: none whose run directory is under `dir`.
 bool daemons_left(const fs::path& log) {
-  const std::string text = read(log);
+  const std::string text = read_text(log);
   const size_t at = text.find("ipc://");
   if (at == std::string::npos) return false;
   const std::string socket = text.substr(at + 6, text.find(' ', at) - at - 6);
@@ -96,8 +89,8 @@ TEST(RunLauncher, TwoNodesOfTwoTrainersEachTrainAndExitZero) {
     EXPECT_FALSE(daemons_left(tmp.path() / ("node" + std::to_string(i) + ".log")));
   }
   for (int rank = 1; rank < 4; ++rank)
-    EXPECT_FALSE(read(tmp.path() / ("r" + std::to_string(rank))).empty()) << "rank " << rank;
-  const std::string json = read(tmp.path() / "r0");
+    EXPECT_FALSE(read_text(tmp.path() / ("r" + std::to_string(rank))).empty()) << "rank " << rank;
+  const std::string json = read_text(tmp.path() / "r0");
   const size_t at = json.find("\"accuracy_local\":");
   ASSERT_NE(at, std::string::npos) << json;
   EXPECT_GT(std::stod(json.substr(at + 17)), 0.70) << json;
@@ -116,7 +109,7 @@ TEST(RunLauncher, TrainersGetTheirEndpointAndRanksInTheEnvironment) {
                              {"--nproc-per-node", "2"}),
                     tmp.path() / "node.log");
   ASSERT_EQ(node.wait(60s), 0) << node.log();
-  const std::string second = read(dump + ".1");
+  const std::string second = read_text(dump + ".1");
   for (const char* expected :
        {"GOSSIP_NODE=1\n", "GOSSIP_NODES=2\n", "GOSSIP_LOCAL_RANK=1\n", "GOSSIP_RANK=3\n",
         "GOSSIP_WORLD_SIZE=4\n", "GOSSIP_LOCAL_WORLD_SIZE=2\n", "LOCAL_RANK=1\n", "RANK=3\n",
@@ -124,7 +117,7 @@ TEST(RunLauncher, TrainersGetTheirEndpointAndRanksInTheEnvironment) {
     EXPECT_NE(second.find(expected), std::string::npos) << expected << " in\n" << second;
   EXPECT_NE(second.find("GOSSIP_ENDPOINT=ipc://"), std::string::npos) << second;
   EXPECT_NE(second.find("gossipd-1.sock"), std::string::npos) << second;
-  EXPECT_NE(read(dump + ".0").find("GOSSIP_RANK=2\n"), std::string::npos);
+  EXPECT_NE(read_text(dump + ".0").find("GOSSIP_RANK=2\n"), std::string::npos);
 }
 
 TEST(RunLauncher, AFailingTrainerStopsTheNodeWithItsStatus) {
@@ -151,7 +144,7 @@ TEST(RunLauncher, ASigtermIsForwardedAndEverythingStops) {
           {"/bin/sh", "-c", "trap 'touch " + marker.string() + "; exit 0' TERM; sleep 60 & wait"}),
       tmp.path() / "node.log");
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (read(tmp.path() / "node.log").find("listening on") == std::string::npos &&
+  while (read_text(tmp.path() / "node.log").find("listening on") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(50ms);
   std::this_thread::sleep_for(300ms);  // the trainer's shell has set its trap

@@ -21,13 +21,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string read(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(Startup, ATrainerStartedBeforeItsDaemonWaitsForItAndTrains) {
   Cluster c(1, {"--strategy", "local-sgd", "--period", "4"});
   const auto result = c.run_dir() / "trainer.json";
@@ -38,7 +31,7 @@ TEST(Startup, ATrainerStartedBeforeItsDaemonWaitsForItAndTrains) {
   ASSERT_TRUE(trainer.running()) << "the trainer did not wait:\n" << trainer.log();
   c.start_all();
   ASSERT_EQ(trainer.wait(120s), 0) << trainer.log() << c.log(0);
-  const std::string json = read(result);
+  const std::string json = read_text(result);
   EXPECT_NE(json.find("\"accuracy_local\""), std::string::npos) << json;
   EXPECT_NE(c.log(0).find("attached"), std::string::npos) << c.log(0);
 }
