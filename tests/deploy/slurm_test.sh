@@ -5,6 +5,7 @@
 # the same settings. Exits 77 with the reason where Slurm cannot be started.
 #
 # Usage: tests/deploy/slurm_test.sh BIN_DIR SOURCE_DIR
+#   KEEP=1  leave the work directory (srun.log, the results) for a look afterwards
 set -euo pipefail
 bin=${1:?BIN_DIR}
 src=${2:?SOURCE_DIR}
