@@ -142,6 +142,14 @@ int gossip_sync(gossip_client* c, gossip_step_result* out) {
   return GOSSIP_OK;
 }
 
+int gossip_start(gossip_client* c, gossip_step_result* out) {
+  if (!c) return GOSSIP_EINVAL;
+  auto r = c->client->start();
+  if (!r) return fail(c, r.status());
+  fill(out, *r);
+  return GOSSIP_OK;
+}
+
 int gossip_detach(gossip_client* c) {
   if (!c) return GOSSIP_EINVAL;
   c->model.reset();  // its tensors point into the unmapped arena

@@ -207,6 +207,16 @@ Result<StepResult> Client::sync() {
   return impl_->synchronize();
 }
 
+Result<StepResult> Client::start() {
+  if (!impl_->attached) return Status::invalid("start before attach");
+  auto r = impl_->request(ipc::Start{});
+  if (!r) return r.status();
+  auto* ok = std::get_if<ipc::SyncOk>(&*r);
+  if (!ok) return Status::protocol(fmt::format("expected sync_ok, got {}", ipc::message_name(*r)));
+  impl_->last_traffic = to_traffic(ok->traffic);
+  return StepResult{impl_->steps, false, impl_->round, impl_->last_traffic};
+}
+
 bool Client::next_step_syncs() const { return impl_->syncs_at(impl_->steps + 1); }
 
 uint64_t Client::steps() const { return impl_->steps; }

@@ -255,6 +255,8 @@ void Daemon::handle_ipc() {
       on_attach(route, *a, zmq_msg_get(frames[1].handle(), ZMQ_SRCFD));
     } else if (auto* s = std::get_if<ipc::Sync>(&*msg)) {
       on_sync(route, *s);
+    } else if (std::holds_alternative<ipc::Start>(*msg)) {
+      on_start(route);
     } else if (std::holds_alternative<ipc::Detach>(*msg)) {
       on_detach(route);
     } else if (std::holds_alternative<ipc::StatsRequest>(*msg)) {
@@ -432,6 +434,52 @@ void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
   maybe_start_round();
 }
 
+void Daemon::on_start(const std::string& route) {
+  TrainerSession* s = sessions_.find(route);
+  if (!s) return reply(route, ipc::Error{"start before attach"});
+  if (s->waiting) return reply(route, ipc::Error{"start while a sync is pending"});
+  if (std::find(start_waiters_.begin(), start_waiters_.end(), route) != start_waiters_.end())
+    return reply(route, ipc::Error{"start while a start is pending"});
+  start_waiters_.push_back(route);
+  if (start_done_) return finish_start();
+  if (starting_) return;
+  // Node 0's replica is the model (its first trainer's); any other node's is where the
+  // worker writes node 0's.
+  auto slot = arena_->slot(s->slot);
+  start_model_.assign(slot.begin(), slot.end());
+  starting_ = true;
+  worker_->submit_start(start_model_);
+}
+
+void Daemon::finish_start() {
+  Status status = Status::ok();
+  if (starting_) {
+    auto result = worker_->take_result();
+    if (!result) return;
+    starting_ = false;
+    status = std::move(result->status);
+    start_done_ = status.is_ok();
+    if (start_done_ && !strategy_->gradients && last_good_.empty()) last_good_ = start_model_;
+  }
+  if (!status) spdlog::error("start-up: {}", status.message());
+  ipc::SyncOk ok;
+  ok.round = round_;
+  ok.step = step_;
+  ok.traffic = worker_->traffic().totals();
+  for (const auto& route : start_waiters_) {
+    TrainerSession* s = sessions_.find(route);
+    if (!s) continue;  // exited meanwhile
+    if (!status) {
+      reply(route, ipc::Error{fmt::format("start-up: {}", status.message())});
+      continue;
+    }
+    std::copy(start_model_.begin(), start_model_.end(), arena_->slot(s->slot).begin());
+    reply(route, ok);
+  }
+  start_waiters_.clear();
+  maybe_start_round();
+}
+
 void Daemon::on_detach(const std::string& route) {
   TrainerSession* s = sessions_.find(route);
   if (!s) return reply(route, ipc::Error{"detach before attach"});
@@ -548,7 +596,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
 }
 
 void Daemon::maybe_start_round() {
-  if (round_running_ || joining_ || !sessions_.all_waiting()) return;
+  if (round_running_ || joining_ || starting_ || !sessions_.all_waiting()) return;
   auto waiting = sessions_.all();
   // The node's trainers start together: a late one would join at the node's step
   // instead of training the first period with the others.
@@ -660,6 +708,7 @@ void Daemon::guard_result() {
 
 void Daemon::handle_round_done() {
   if (joining_) return finish_join();
+  if (starting_) return finish_start();
   auto result = worker_->take_result();
   if (!result) return;
   round_running_ = false;

@@ -54,6 +54,8 @@ class Daemon {
   void send_attach_ok(TrainerSession* s, bool initialized);
   void finish_join();
   void on_sync(const std::string& route, const proto::ipc::Sync& s);
+  void on_start(const std::string& route);
+  void finish_start();
   void on_detach(const std::string& route);
   void on_stats(const std::string& route);
   void detach(TrainerSession* s, const std::string& why);
@@ -89,6 +91,13 @@ class Daemon {
   std::vector<std::string> pending_attach_;  // routes answered when the join is done
   std::optional<Checkpoint> resume_;         // read at start from config.checkpoint
   std::vector<std::string> participants_;    // routes waiting on the running round
+  // Start-up (ipc::Start): the cluster's initial model, node 0's. While the worker
+  // publishes or fetches it, start_waiters_ wait; once it is here (start_done_) a
+  // later Start takes it at once.
+  bool starting_ = false;
+  bool start_done_ = false;
+  std::vector<float> start_model_;
+  std::vector<std::string> start_waiters_;
   // async-gossip: trainers do not wait for their round. It runs on a copy of the node's
   // model; the change it made (staged_) is added to the replicas at the next sync point.
   bool async() const { return strategy_->asynchronous; }

@@ -42,6 +42,8 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->transport_ = std::move(transport).value();
   if (hooks.wrap_channel) w->transport_ = hooks.wrap_channel(std::move(w->transport_));
   w->router_ = std::make_unique<peers::Router>(*w->transport_);
+  w->initial_ =
+      std::make_unique<sgd::InitialModel>(*w->router_, config.strategy.chunk_bytes / sizeof(float));
   auto codec = compression::make_codec(config.strategy.codec);
   if (!codec) return codec.status();
   w->codec_ = std::move(codec).value();
@@ -295,6 +297,15 @@ void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t step) {
   cv_.notify_all();
 }
 
+void SyncWorker::submit_start(std::span<float> model) {
+  {
+    std::lock_guard lock(mu_);
+    job_ = Job{model, 0, 0, true};
+    result_.reset();
+  }
+  cv_.notify_all();
+}
+
 void SyncWorker::submit_join(uint64_t min_round, std::optional<sgd::StrategyState> resume) {
   {
     std::lock_guard lock(mu_);
@@ -463,6 +474,33 @@ void SyncWorker::write_checkpoint_now() {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
+void SyncWorker::run_start(std::span<float> model) {
+  RoundResult r;
+  uint64_t layout = 0;
+  {
+    std::lock_guard lock(mu_);
+    layout = layout_;
+  }
+  if (node_ == sgd::InitialModel::kSource) {
+    initial_->publish(model, layout);
+    spdlog::info("start-up: this node's model is the cluster's initial model");
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    r.status = initial_->fetch(model, layout, t0 + round_timeout_, &stop_, [this] {
+      if (membership_) membership_->tick(next_round_);
+    });
+    if (r.status)
+      spdlog::info(
+          "start-up: took node 0's initial model ({:.0f} ms)",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  {
+    std::lock_guard lock(mu_);
+    result_ = std::move(r);
+  }
+  signal_done();
+}
+
 void SyncWorker::run() {
   pthread_setname_np(pthread_self(), "gossipd-sync");
   while (true) {
@@ -485,6 +523,10 @@ void SyncWorker::run() {
     }
     if (join) {
       run_join(join->min_round, std::move(join->resume));
+      continue;
+    }
+    if (job.start) {
+      run_start(job.model);
       continue;
     }
     if (job.model.empty()) {

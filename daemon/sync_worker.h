@@ -23,6 +23,7 @@
 #include "peers/topology.h"
 #include "peers/zmq_transport.h"
 #include "sgd/all_reduce.h"
+#include "sgd/initial_model.h"
 #include "sgd/neighbor_exchange.h"
 #include "sgd/peer_ring.h"
 #include "sgd/registry.h"
@@ -54,6 +55,10 @@ class SyncWorker {
     std::optional<uint64_t> step;
   };
   std::optional<RoundResult> take_result();
+  // Start-up (sgd/initial_model.h), after set_model(), like a round: on node 0,
+  // `model` becomes the cluster's initial model; on any other node, node 0's is
+  // written into it. take_result() then says how it went (its round is 0).
+  void submit_start(std::span<float> model);
   // Once the node's model is known the worker validates and buffers what peers send
   // between rounds too.
   void set_model(size_t numel, uint64_t layout_fingerprint);
@@ -104,6 +109,7 @@ class SyncWorker {
   std::unique_ptr<peers::PeerChannel> transport_;  // ZeroMQ (wrapped by hooks)
   // The one reader of transport_; the components below subscribe to it.
   std::unique_ptr<peers::Router> router_;
+  std::unique_ptr<sgd::InitialModel> initial_;
   compression::CodecSpec codec_;                   // outlives the two below, which point at it
   std::unique_ptr<compression::ThreadPool> pool_;  // idem
   // What the strategy runs on: an all-reduce (local SGD) or a neighbor exchange
@@ -127,7 +133,9 @@ class SyncWorker {
     std::span<float> model;
     uint64_t round = 0;
     uint64_t step = 0;
+    bool start = false;  // the initial model, not a round
   };
+  void run_start(std::span<float> model);
   struct JoinJob {
     uint64_t min_round = 0;
     std::optional<sgd::StrategyState> resume;

@@ -94,7 +94,11 @@ bool write_wire_headers(const fs::path& root) {
         proto::PsReplica{1, 8, 100, proto::PsReplica::kSnapshot, 0, 1, kLayout}, 400);
   write("ps-replica_request", proto::PsReplica{1, 0, 0, proto::PsReplica::kRequest, 0, 1, kLayout},
         0);
-  static_assert(proto::kMaxKind == 16, "a new kind: add its seed above");
+  write("initial-model_request",
+        proto::InitialModel{proto::InitialModel::kRequest, 0, 0, 0, 2000, kLayout}, 0);
+  write("initial-model_chunk",
+        proto::InitialModel{proto::InitialModel::kChunk, 1, 1000, 1000, 2000, kLayout}, 4000);
+  static_assert(proto::kMaxKind == 17, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",
@@ -246,6 +250,7 @@ bool write_ipc_messages(const fs::path& root) {
       {"attach_ok", attach_ok},
       {"sync", ipc::Sync{7}},
       {"sync_ok", sync_ok},
+      {"start", ipc::Start{}},
       {"detach", ipc::Detach{}},
       {"detach_ok", ipc::DetachOk{}},
       {"stats", ipc::StatsRequest{}},

@@ -53,6 +53,9 @@ void check_promises(const proto::Message& m) {
   else if (const auto* r = std::get_if<proto::PsReplica>(&m.body);
            r && r->what != proto::PsReplica::kRequest)
     check_slice(e, r->offset, r->numel, CodecId::kNone, 1.0);
+  else if (const auto* i = std::get_if<proto::InitialModel>(&m.body);
+           i && i->what != proto::InitialModel::kRequest)
+    check_slice(e, i->offset, i->numel, CodecId::kNone, 1.0);
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else

@@ -43,6 +43,11 @@ struct Schema<SyncOk> {
   static constexpr std::array<std::string_view, 3> kKeys = {"round", "step", "traffic"};
 };
 template <>
+struct Schema<Start> {
+  static constexpr const char* kName = "start";
+  static constexpr std::array<std::string_view, 0> kKeys = {};
+};
+template <>
 struct Schema<Detach> {
   static constexpr const char* kName = "detach";
   static constexpr std::array<std::string_view, 0> kKeys = {};
@@ -207,6 +212,7 @@ void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys,
 void pack_body(Packer& pk, const SyncOk& m) {
   pack_fields(pk, Schema<SyncOk>::kKeys, m.round, m.step, m.traffic);
 }
+void pack_body(Packer&, const Start&) {}
 void pack_body(Packer&, const Detach&) {}
 void pack_body(Packer&, const DetachOk&) {}
 void pack_body(Packer&, const StatsRequest&) {}
@@ -492,6 +498,7 @@ Status read_body(const FieldReader& r, SyncOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
   return r.read("traffic", &m->traffic);
 }
+Status read_body(const FieldReader&, Start*) { return Status::ok(); }
 Status read_body(const FieldReader&, Detach*) { return Status::ok(); }
 Status read_body(const FieldReader&, DetachOk*) { return Status::ok(); }
 Status read_body(const FieldReader&, StatsRequest*) { return Status::ok(); }

@@ -64,6 +64,12 @@ struct SyncOk {
   Traffic traffic;  // this node's totals over all peers
 };
 
+// trainer -> daemon, once after attach when AttachOk.initialized was false: the
+// replica holds this trainer's initial model; make it start from the cluster's (node
+// 0's, which every node takes, so no two replicas start from their own random init).
+// The answer is a SyncOk once the replica holds node 0's model.
+struct Start {};
+
 struct Detach {};
 struct DetachOk {};
 struct StatsRequest {};
@@ -99,7 +105,7 @@ struct Shutdown {
 };
 
 using Message = std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest,
-                             StatsReply, Error, Shutdown>;
+                             StatsReply, Error, Shutdown, Start>;
 
 const char* message_name(const Message& m);
 std::string encode(const Message& m);

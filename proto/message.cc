@@ -46,6 +46,8 @@ const char* kind_name(Kind k) {
       return "ps-params";
     case Kind::kPsReplica:
       return "ps-replica";
+    case Kind::kInitialModel:
+      return "initial-model";
   }
   return "?";
 }
@@ -216,6 +218,11 @@ Status check(const Envelope& e, const Body& body) {
           if (m.what == PsReplica::kRequest) return check_payload_less(e);
           if (m.what == PsReplica::kUpdate && m.divisor == 0)
             return Status::protocol("ps-replica with divisor=0");
+          return check_slice(e, m.offset, m.numel, CodecId::kNone);
+        } else if constexpr (std::is_same_v<T, InitialModel>) {
+          if (m.what > InitialModel::kChunk)
+            return Status::protocol(fmt::format("initial-model of unknown what={}", m.what));
+          if (m.what == InitialModel::kRequest) return check_payload_less(e);
           return check_slice(e, m.offset, m.numel, CodecId::kNone);
         } else if constexpr (std::is_same_v<T, NcclId>) {
           if (e.length != kNcclIdBytes)

@@ -46,8 +46,9 @@ enum class Kind : uint8_t {
   kPsPull = 14,
   kPsParams = 15,
   kPsReplica = 16,
+  kInitialModel = 17,
 };
-inline constexpr uint8_t kMaxKind = 16;
+inline constexpr uint8_t kMaxKind = 17;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -282,10 +283,30 @@ struct PsReplica {
   }
 };
 
+// Start-up (sgd/initial_model.h): every node's replicas start from node 0's model.
+// `what`: a request for it (no payload; asked again until it comes), or a slice
+// [offset, offset + numel) of it, in order from seq 0, of a model of `total`
+// elements (payload: raw fp32).
+struct InitialModel {
+  static constexpr Kind kKind = Kind::kInitialModel;
+  enum What : uint8_t { kRequest = 0, kChunk = 1 };
+  uint8_t what = kRequest;
+  uint64_t seq = 0;
+  uint64_t offset = 0;
+  uint64_t numel = 0;
+  uint64_t total = 0;
+  uint64_t layout = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("what", what), f("seq", seq), f("offset", offset), f("numel", numel), f("total", total);
+    f("layout", layout);
+  }
+};
+
 // In Kind order: Body's index is the kind minus one.
 using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
                           StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull,
-                          PsParams, PsReplica>;
+                          PsParams, PsReplica, InitialModel>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

@@ -183,6 +183,83 @@ class TorchOptimizer(unittest.TestCase):
 
 
 @unittest.skipIf(SKIP, SKIP)
+class StartUp(unittest.TestCase):
+    """Every replica starts from node 0's module, whatever each trainer's seed."""
+
+    def attach_all(self, flags, nodes=3, initial="node0", node0_delay=0.0):
+        import time
+        import gossipd
+        import gossipd.torch
+        inits, after, errors = {}, {}, []
+
+        def attach(c, i):
+            try:
+                if i == 0:
+                    time.sleep(node0_delay)  # the others wait for node 0, asking again
+                with INIT_LOCK:
+                    torch.manual_seed(10 + i)
+                    net = bn_net()
+                inits[i] = [t.detach().clone() for t in net.state_dict().values()]
+                client = gossipd.Client(c.endpoint(i), trainer=f"start-{i}", timeout=60)
+                attached = gossipd.torch.attach_module(client, net, initial=initial)
+                after[i] = [t.detach().clone() for t in net.state_dict().values()]
+                # The arena holds what the module holds (CPU: they are the same memory).
+                if not attached.gradient_mode:
+                    for p, a in zip(attached.params, attached.arena):
+                        self.assertEqual(p.data_ptr(), a.data_ptr())
+                client.detach()
+                client.close()
+            except Exception as e:  # reported by the test, with its node
+                errors.append(f"node {i}: {e!r}")
+        with harness.Cluster(nodes, flags) as c:
+            ts = [threading.Thread(target=attach, args=(c, i)) for i in range(nodes)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            self.assertFalse(any(t.is_alive() for t in ts), "a trainer hung:\n" + c.logs())
+            self.assertEqual(errors, [], c.logs())
+            logs = c.logs()
+        return inits, after, logs
+
+    def assert_all_start_from_node0(self, inits, after, nodes):
+        for i in range(nodes):
+            for got, want in zip(after[i], inits[0]):
+                self.assertTrue(torch.equal(got, want), f"node {i} did not start from node 0's model")
+        for i in range(1, nodes):  # and node 0's really differed from theirs
+            self.assertFalse(all(torch.equal(a, b) for a, b in zip(inits[i], inits[0])))
+
+    def test_local_sgd_replicas_start_from_node_0_which_starts_last(self):
+        inits, after, logs = self.attach_all(["--strategy", "local-sgd", "--period", "4"], node0_delay=3.0)
+        self.assert_all_start_from_node0(inits, after, 3)
+        self.assertIn("took node 0's initial model", logs)
+
+    def test_allreduce_parameters_start_from_node_0_too(self):
+        # Gradient mode: the arena carries gradients, and the parameters pass through it once.
+        inits, after, _ = self.attach_all(["--strategy", "allreduce"], nodes=2)
+        self.assert_all_start_from_node0(inits, after, 2)
+
+    def test_gossip_replicas_start_from_node_0(self):
+        inits, after, _ = self.attach_all(["--strategy", "gossip", "--topology", "ring"])
+        self.assert_all_start_from_node0(inits, after, 3)
+
+    def test_initial_own_keeps_each_trainers_model(self):
+        inits, after, _ = self.attach_all(["--strategy", "local-sgd", "--period", "4"], nodes=2, initial="own")
+        for i in range(2):
+            for got, want in zip(after[i], inits[i]):
+                self.assertTrue(torch.equal(got, want))
+
+    def test_without_node_0_the_start_fails_with_the_reason(self):
+        import gossipd
+        import gossipd.torch
+        with harness.Cluster(2, ["--strategy", "local-sgd", "--round-timeout", "2"]) as c:
+            client = gossipd.Client(c.endpoint(1), trainer="alone", timeout=30)
+            with self.assertRaisesRegex(gossipd.GossipError, "node 0 did not send its initial model"):
+                gossipd.torch.attach_module(client, bn_net())
+            client.close()
+
+
+@unittest.skipIf(SKIP, SKIP)
 class ExampleUnderTheLauncher(unittest.TestCase):
     def test_two_gossipctl_runs_train_the_pytorch_example(self):
         """`gossipctl run -- python3 experiments/torch_fashion_mnist.py`: the example takes

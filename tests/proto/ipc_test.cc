@@ -217,7 +217,8 @@ std::vector<Message> samples() {
           StatsRequest{},
           sample_stats_reply(),
           Error{"layout differs: tensor 2 'fc1.weight'"},
-          Shutdown{"SIGTERM"}};
+          Shutdown{"SIGTERM"},
+          Start{}};
 }
 
 // ------------------------------------------------------------------ comparisons
@@ -260,6 +261,7 @@ void expect_eq(const SyncOk& a, const SyncOk& b) {
   EXPECT_EQ(a.step, b.step);
   expect_eq(a.traffic, b.traffic);
 }
+void expect_eq(const Start&, const Start&) {}
 void expect_eq(const Detach&, const Detach&) {}
 void expect_eq(const DetachOk&, const DetachOk&) {}
 void expect_eq(const StatsRequest&, const StatsRequest&) {}
@@ -346,9 +348,9 @@ TEST(Ipc, RoundTripLargestLayout) {
 TEST(Ipc, MessageNames) {
   std::vector<std::string> names;
   for (const Message& m : samples()) names.push_back(message_name(m));
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
-                                      "detach_ok", "stats", "stats_reply", "error", "shutdown"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
+                                             "detach_ok", "stats", "stats_reply", "error",
+                                             "shutdown", "start"}));
 }
 
 // The format other implementations (the Python client) read and write.

@@ -196,6 +196,25 @@ TEST(WireHeader, ParameterServerSlicesFollowTheSliceRules) {
                  "carries no payload");
 }
 
+TEST(WireHeader, InitialModelRequestsCarryNothingAndChunksARawSlice) {
+  const InitialModel chunk = round_trip(InitialModel{InitialModel::kChunk, 2, 8, 4, 12, 7}, 16);
+  EXPECT_EQ(chunk.what, InitialModel::kChunk);
+  EXPECT_EQ(chunk.seq, 2u);
+  EXPECT_EQ(chunk.offset, 8u);
+  EXPECT_EQ(chunk.numel, 4u);
+  EXPECT_EQ(chunk.total, 12u);
+  EXPECT_EQ(chunk.layout, 7u);
+  EXPECT_EQ(round_trip(InitialModel{InitialModel::kRequest, 0, 0, 0, 12, 7}, 0).what,
+            InitialModel::kRequest);
+  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{InitialModel::kChunk, 0, 0, 4, 4, 1}, 15)),
+                 "raw fp32 needs numel * 4");
+  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{InitialModel::kChunk, 0, 0, 0, 4, 1}, 0)),
+                 "numel=0");
+  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{InitialModel::kRequest, 0, 0, 0, 4, 1}, 4)),
+                 "carries no payload");
+  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{2, 0, 0, 0, 4, 1}, 0)), "unknown what=2");
+}
+
 TEST(WireHeader, LargestChunkFitsTheHeadLimit) {
   ModelChunk c = chunk();
   c.numel = kMaxPayloadBytes / 4;
@@ -243,6 +262,8 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return PsParams{};
         case Kind::kPsReplica:
           return PsReplica{};
+        case Kind::kInitialModel:
+          return InitialModel{};
       }
       return Hello{};
     }();

@@ -109,6 +109,12 @@ class Client {
   // A synchronization round now, whatever the schedule. Collective: every trainer of
   // every node must call it at the same step.
   Result<StepResult> sync();
+  // Start-up, once after attach() when Model::initialized is false and the replica
+  // holds this trainer's initial model: blocks until the replica holds node 0's
+  // initial model instead (node 0's own trainer publishes it), so that every
+  // replica of the cluster starts from one model. Node 0 must start too; the wait
+  // is bounded by the daemon's round timeout.
+  Result<StepResult> start();
   // True when the next step() is a synchronization point.
   bool next_step_syncs() const;
   uint64_t steps() const;

@@ -51,6 +51,10 @@ int gossip_model(const gossip_client* c, gossip_model_info* out);
 int gossip_next_step_syncs(const gossip_client* c);
 int gossip_step(gossip_client* c, gossip_step_result* out);
 int gossip_sync(gossip_client* c, gossip_step_result* out);
+/* Once after gossip_attach when `initialized` was 0 and the tensors hold this trainer's
+ * initial model: blocks until they hold node 0's initial model (node 0's trainer
+ * publishes its own), so that every replica starts from one model. */
+int gossip_start(gossip_client* c, gossip_step_result* out);
 int gossip_detach(gossip_client* c);
 void gossip_close(gossip_client* c);
 /* The last error of c, or of the calling thread's last failed gossip_connect when c is NULL. */

@@ -202,6 +202,9 @@ def _declare(lib):
     lib.gossip_next_step_syncs.argtypes = [P]
     lib.gossip_step.argtypes = [P, ctypes.POINTER(_StepResult)]
     lib.gossip_sync.argtypes = [P, ctypes.POINTER(_StepResult)]
+    if hasattr(lib, "gossip_start"):  # absent from libraries before 0.1's start-up broadcast
+        lib.gossip_start.argtypes = [P, ctypes.POINTER(_StepResult)]
+        lib.gossip_start.restype = ctypes.c_int
     lib.gossip_detach.argtypes = [P]
     lib.gossip_close.argtypes = [P]
     lib.gossip_close.restype = None
@@ -266,6 +269,15 @@ class Client:
     def sync(self):
         """A synchronization round now; collective (every trainer of every node)."""
         return self._result(self._lib.gossip_sync)
+
+    def start(self):
+        """Once after attach() when model.initialized is False and the buffers hold this
+        trainer's initial model: blocks until they hold node 0's instead (node 0's
+        trainer publishes its own), so that every replica starts from one model."""
+        if not hasattr(self._lib, "gossip_start"):
+            raise GossipError(EINVAL, f"the loaded libgossip ({_lib_path}) has no gossip_start: "
+                              "it is older than this package")
+        return self._result(self._lib.gossip_start)
 
     def last_step(self):
         """The run's last step() (call it instead): the step, then a synchronization

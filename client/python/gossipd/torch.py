@@ -98,16 +98,24 @@ class AttachedModule:
         return self.last
 
 
-def attach_module(client, module, names=None, buffers="average"):
+def attach_module(client, module, names=None, buffers="average", initial="node0"):
     """Attaches `module`'s parameters (float32, in named_parameters() order, or in the
     order of `names`) and, with buffers="average" (the default), its float32 buffers
     (BatchNorm's running mean and variance, anything registered with register_buffer),
     which are averaged with the parameters; buffers="none" leaves them local. Integer
     buffers (num_batches_tracked) are never sent: every replica counts the same steps.
-    On CPU the tensors are re-pointed at the arena; a node whose arena is not
-    initialized yet takes this module's values."""
+    On CPU the tensors are re-pointed at the arena.
+
+    Where the model starts: a node that already trains (another trainer of it, a
+    restart that took a peer's state, a checkpoint) hands its model to the module.
+    Otherwise, with initial="node0" (the default, as DDP broadcasts rank 0's
+    parameters), every node starts from node 0's module, buffers included: load a
+    checkpoint into node 0's module before attaching to start the cluster from it.
+    initial="own" keeps this module's values (every node must then seed alike)."""
     if buffers not in ("average", "none"):
         raise ValueError(f"buffers='{buffers}': 'average' or 'none'")
+    if initial not in ("node0", "own"):
+        raise ValueError(f"initial='{initial}': 'node0' or 'own'")
     named = dict(module.named_parameters())
     order = list(names) if names is not None else list(named)
     missing = [n for n in order if n not in named]
@@ -146,8 +154,23 @@ def attach_module(client, module, names=None, buffers="average"):
                 a.copy_(t.detach())
             if not staged:
                 t.data = a  # zero copy from now on
+    if not model.initialized and initial == "node0":
+        _start_from_node0(client, model, tensors, views, staged)
     return AttachedModule(client, module, model, params, arena, staged,
                           [b for _, b in shared], buffer_arena)
+
+
+def _start_from_node0(client, model, tensors, views, staged):
+    """The arena's slots get this module's values (in gradient mode they carry
+    gradients later, so the parameters pass through them once), then node 0's."""
+    with torch.no_grad():
+        if model.gradients:
+            for t, a in zip(tensors, views):
+                a.copy_(t.detach())
+        client.start()
+        if model.gradients or staged:
+            for t, a in zip(tensors, views):
+                t.copy_(a)
 
 
 def _pin(buffers):

@@ -1,0 +1,151 @@
+// Start-up over three real ZeroMQ transports on loopback: node 1 takes node 0's model
+// chunk by chunk even when node 0 publishes after it asked, and refuses what a
+// non-source peer sends, a model with NaN, another layout's, and node 0's silence,
+// each with the reason.
+
+#include "sgd/initial_model.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "peers/zmq_transport.h"
+#include "tests/sgd/loopback_port.h"
+
+namespace gossip::sgd {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kLayout = 0x1234;
+constexpr uint64_t kChunk = 100;  // elements: a model of 1000 is ten chunks
+
+struct Mesh {
+  std::vector<std::unique_ptr<peers::ZmqTransport>> t;
+  std::vector<std::unique_ptr<peers::Router>> r;
+  std::vector<std::unique_ptr<InitialModel>> m;
+  explicit Mesh(uint32_t n) {
+    std::vector<std::string> ep;
+    for (uint32_t i = 0; i < n; ++i) ep.push_back("tcp://127.0.0.1:" + std::to_string(free_port()));
+    for (uint32_t i = 0; i < n; ++i) {
+      std::vector<peers::Peer> peers;
+      for (uint32_t j = 0; j < n; ++j)
+        if (j != i) peers.push_back({j, ep[j], ""});
+      t.push_back(peers::ZmqTransport::create(i, ep[i], peers).value());
+      r.push_back(std::make_unique<peers::Router>(*t.back()));
+      m.push_back(std::make_unique<InitialModel>(*r.back(), kChunk));
+    }
+  }
+};
+
+// Polls `node`'s router (answering requests) until `stop`, calling `at_start` first
+// after `delay`.
+std::thread serve(Mesh& mesh, uint32_t node, std::atomic<bool>& stop,
+                  std::function<void()> after_delay, std::chrono::milliseconds delay) {
+  return std::thread([&mesh, node, &stop, after_delay = std::move(after_delay), delay] {
+    const auto at = Clock::now() + delay;
+    bool done = false;
+    while (!stop) {
+      if (!done && Clock::now() >= at) {
+        after_delay();
+        done = true;
+      }
+      mesh.r[node]->poll(10ms);
+    }
+  });
+}
+
+std::vector<float> ramp(size_t n) {
+  std::vector<float> x(n);
+  std::iota(x.begin(), x.end(), 0.5f);
+  return x;
+}
+
+TEST(InitialModel, ANodeTakesNode0sModelEvenWhenNode0PublishesAfterItAsked) {
+  Mesh mesh(3);
+  const auto model = ramp(1000);
+  std::atomic<bool> stop{false};
+  auto source = serve(
+      mesh, 0, stop, [&] { mesh.m[0]->publish(model, kLayout); }, 500ms);
+  std::vector<float> got(1000, -1.0f), other(1000, -1.0f);
+  std::thread second(
+      [&] { EXPECT_TRUE(mesh.m[2]->fetch(other, kLayout, Clock::now() + 20s, nullptr)); });
+  const Status st = mesh.m[1]->fetch(got, kLayout, Clock::now() + 20s, nullptr);
+  second.join();
+  stop = true;
+  source.join();
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(got, model);
+  EXPECT_EQ(other, model);
+  EXPECT_TRUE(mesh.m[0]->published());
+}
+
+TEST(InitialModel, ChunksFromAPeerOtherThanNode0AreNotTaken) {
+  Mesh mesh(3);
+  std::atomic<bool> stop{false};
+  // Node 2 pushes a model of its own at node 1, unasked; node 0 never publishes.
+  auto hostile = serve(
+      mesh, 2, stop,
+      [&] {
+        auto buf = std::make_shared<std::vector<std::byte>>(kChunk * sizeof(float));
+        for (uint64_t seq = 0; seq < 10; ++seq)
+          (void)mesh.t[2]->send_shared(1, 0,
+                                       proto::InitialModel{proto::InitialModel::kChunk, seq,
+                                                           seq * kChunk, kChunk, 1000, kLayout},
+                                       buf);
+      },
+      100ms);
+  std::vector<float> got(1000, -1.0f);
+  const Status st = mesh.m[1]->fetch(got, kLayout, Clock::now() + 1500ms, nullptr);
+  stop = true;
+  hostile.join();
+  EXPECT_EQ(st.code(), Status::Code::kTimeout) << st.message();
+  EXPECT_NE(st.message().find("node 0 did not send its initial model"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(got, std::vector<float>(1000, -1.0f)) << "node 2's chunks were written";
+}
+
+TEST(InitialModel, NaNAndAnotherLayoutAreRefusedWithTheReason) {
+  for (bool nan : {true, false}) {
+    Mesh mesh(2);
+    auto model = ramp(1000);
+    if (nan) model[517] = std::nanf("");
+    std::atomic<bool> stop{false};
+    auto source = serve(
+        mesh, 0, stop, [&] { mesh.m[0]->publish(model, nan ? kLayout : kLayout + 1); }, 0ms);
+    std::vector<float> got(1000);
+    const Status st = mesh.m[1]->fetch(got, kLayout, Clock::now() + 10s, nullptr);
+    stop = true;
+    source.join();
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.message().find(nan ? "NaN or Inf" : "the trainers attached different models"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
+TEST(InitialModel, AModelOfAnotherSizeIsRefused) {
+  Mesh mesh(2);
+  const auto model = ramp(1500);  // node 1's model has 1000 elements
+  std::atomic<bool> stop{false};
+  auto source = serve(
+      mesh, 0, stop, [&] { mesh.m[0]->publish(model, kLayout); }, 0ms);
+  std::vector<float> got(1000);
+  const Status st = mesh.m[1]->fetch(got, kLayout, Clock::now() + 10s, nullptr);
+  stop = true;
+  source.join();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("node 0's model has 1500 elements, this node's 1000"),
+            std::string::npos)
+      << st.message();
+}
+
+}  // namespace
+}  // namespace gossip::sgd
