@@ -283,6 +283,7 @@ SyncWorker::~SyncWorker() {
   exchange_.reset();
   all_reduce_.reset();
   ring_.reset();
+  initial_.reset();  // subscribed to the router
   router_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);
@@ -443,6 +444,7 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
 }
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
+  initial_->discard();
   // What a joiner gets: a copy per round, for the gossip family and an elastic
   // local-SGD ring only.
   if (membership_ && membership_->admits_joiners())

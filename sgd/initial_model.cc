@@ -40,16 +40,16 @@ void InitialModel::publish(std::span<const float> model, uint64_t layout) {
   layout_ = layout;
   total_ = model.size();
   published_ = true;
-  for (auto& [peer, waiting] : waiting_)
-    if (waiting) serve(peer);
+  served_.clear();  // a new model: everyone gets it
+  for (const auto& p : transport_.peers()) serve(p.id);
   waiting_.clear();
 }
 
 void InitialModel::serve(uint32_t peer) {
   const auto now = Clock::now();
-  if (auto it = asked_.find(peer); it != asked_.end() && now - it->second < kAskAgain) return;
-  asked_[peer] = now;
-  spdlog::info("sending peer {} the initial model ({} chunks)", peer, snapshot_.chunks.size());
+  if (auto it = served_.find(peer); it != served_.end() && now - it->second < kAskAgain) return;
+  served_[peer] = now;
+  spdlog::debug("sending peer {} the initial model ({} chunks)", peer, snapshot_.chunks.size());
   for (size_t seq = 0; seq < snapshot_.chunks.size(); ++seq) {
     const auto& c = snapshot_.chunks[seq];
     const proto::InitialModel body{
@@ -71,66 +71,80 @@ void InitialModel::on_message(peers::Incoming& in) {
       waiting_[in.peer] = true;
     return;
   }
-  if (download_ && in.peer == kSource) on_chunk(in);
+  if (in.peer == kSource && router_.self() != kSource && !taken_) on_chunk(in);
 }
 
 void InitialModel::on_chunk(const peers::Incoming& in) {
-  Download& d = *download_;
+  Received& r = received_;
   const auto& h = in.as<proto::InitialModel>();
-  if (!d.failure) return;
-  if (h.seq == 0) {
-    d.received = 0;  // a copy from the start (node 0 served this node again)
-    d.next_seq = 0;
+  if (h.seq == 0) {  // a copy from the start: node 0 published, or served this node again
+    r = Received{};
+    r.total = h.total;
+    r.layout = h.layout;
   }
-  if (h.seq != d.next_seq) return;  // the rest of a copy this node no longer reads
-  if (d.layout != 0 && h.layout != d.layout) {
-    d.failure = Status::mismatch(fmt::format(
+  if (!r.failure || h.seq != r.next_seq || r.total == 0)
+    return;  // the rest of a copy this node no longer reads
+  if (h.total != r.total || h.layout != r.layout) {
+    r.failure = Status::protocol(fmt::format(
+        "chunk {} is of a model of {} elements, layout {:016x}; chunk 0 said {}, {:016x}", h.seq,
+        h.total, h.layout, r.total, r.layout));
+    return;
+  }
+  if (h.offset != r.model.size() || h.numel > r.total - r.model.size()) {
+    r.failure =
+        Status::protocol(fmt::format("chunk {} covers [{}, {}), expected [{}, ...) of {}", h.seq,
+                                     h.offset, h.offset + h.numel, r.model.size(), r.total));
+    return;
+  }
+  const auto* values = static_cast<const float*>(in.payload.data());
+  r.model.insert(r.model.end(), values, values + h.numel);
+  ++r.next_seq;
+}
+
+Status InitialModel::check(std::span<const float> model, uint64_t layout) const {
+  const Received& r = received_;
+  if (!r.failure) return r.failure;
+  if (r.layout != layout)
+    return Status::mismatch(fmt::format(
         "node 0's model has layout {:016x}, this node's {:016x}: the trainers attached different "
         "models",
-        h.layout, d.layout));
-    return;
-  }
-  if (h.total != d.model.size()) {
-    d.failure = Status::mismatch(fmt::format(
+        r.layout, layout));
+  if (r.total != model.size())
+    return Status::mismatch(fmt::format(
         "node 0's model has {} elements, this node's {}: the trainers attached different models",
-        h.total, d.model.size()));
-    return;
+        r.total, model.size()));
+  if (any_nonfinite(r.model)) {
+    count_refusal(Refusal::kNonFinite);
+    transport_.note_dropped(kSource, "an initial model with NaN or Inf: not taken");
+    return Status::protocol("it holds NaN or Inf");
   }
-  if (h.offset != d.received || h.numel > d.model.size() - d.received) {
-    d.failure =
-        Status::protocol(fmt::format("chunk {} covers [{}, {}), expected [{}, ...) of {}", h.seq,
-                                     h.offset, h.offset + h.numel, d.received, d.model.size()));
-    return;
-  }
-  std::memcpy(d.model.data() + d.received, in.payload.data(), h.numel * sizeof(float));
-  d.received += h.numel;
-  ++d.next_seq;
+  return Status::ok();
 }
 
 Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_point deadline,
                            const std::atomic<bool>* cancel, const std::function<void()>& tick) {
   if (model.empty()) return Status::ok();
-  Download d;
-  d.model = model;
-  d.layout = layout;
-  download_ = &d;
-  struct End {
-    Download*& d;
-    ~End() { d = nullptr; }
-  } end{download_};
-  auto last_heard = Clock::time_point{};  // asks at once
+  auto last_heard = Clock::time_point{};  // asks at once unless node 0's push is here
   uint64_t heard = 0;
-  while (d.received < model.size()) {
-    if (!d.failure) return d.failure.with_context("the initial model from node 0");
+  while (true) {
+    router_.poll(std::chrono::milliseconds(0));
+    const Received& r = received_;
+    if (!r.failure || r.complete()) {
+      GOSSIP_RETURN_IF_ERROR(check(model, layout).with_context("the initial model from node 0"));
+      std::copy(r.model.begin(), r.model.end(), model.begin());
+      taken_ = true;
+      received_ = Received{};
+      return Status::ok();
+    }
     const auto now = Clock::now();
     if (cancel && cancel->load()) return Status::closed("start-up cancelled");
     if (now >= deadline)
       return Status::timeout(fmt::format(
           "node 0 did not send its initial model in time ({} of {} elements); is node 0 up, and "
-          "did its trainer attach?",
-          d.received, model.size()));
-    if (d.received != heard) {
-      heard = d.received;
+          "did its trainer attach and start?",
+          r.model.size(), model.size()));
+    if (r.model.size() != heard) {
+      heard = r.model.size();
       last_heard = now;
     }
     if (now - last_heard >= kAskAgain) {
@@ -144,12 +158,8 @@ Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_
     if (tick) tick();
     router_.poll(std::chrono::milliseconds(20));
   }
-  if (any_nonfinite(model)) {
-    count_refusal(Refusal::kNonFinite);
-    transport_.note_dropped(kSource, "an initial model with NaN or Inf: not taken");
-    return Status::protocol("node 0's initial model holds NaN or Inf");
-  }
-  return Status::ok();
 }
+
+void InitialModel::discard() { received_ = Received{}; }
 
 }  // namespace gossip::sgd

@@ -5,14 +5,16 @@
 // gradient strategies (whose arena carries gradients) would never bring them
 // together at all.
 //
-//   node k != 0                     node 0
-//   initial-model request ──────►   (remembered until node 0's trainer has started)
-//                         ◄──────   initial-model chunks, raw fp32, in order
+//   node 0                                   node k != 0
+//   publish: initial-model chunks ──────────► kept until its trainer starts
+//                                  ◄────────── initial-model request (nothing came
+//   chunks again (at most once per 2 s) ─────► for 2 s: node 0 had not started)
 //
-// A node asks again every second until the model comes or its deadline passes, so
-// a node 0 that starts late, or restarts, is waited for. Only node 0's chunks are
-// taken, checked against the layout and the size and for NaN and Inf. Owned by the
-// sync worker's thread, like the router it subscribes to.
+// Node 0 pushes the model to every peer when it publishes, since it may be inside a
+// round by the time a peer asks (a ring round does not read the control channel)
+// and ZeroMQ queues the chunks for a peer that is not up yet. Only node 0's chunks
+// are taken, in order, checked against the layout and the size and for NaN and Inf.
+// Owned by the sync worker's thread, like the router it subscribes to.
 
 #include <atomic>
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -44,11 +47,16 @@ class InitialModel {
   Status fetch(std::span<float> model, uint64_t layout,
                std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* cancel,
                const std::function<void()>& tick = {});
+  // After the node's first round: a model node 0 pushed that no trainer took
+  // (initial="own") is memory for nothing.
+  void discard();
 
  private:
   void on_message(peers::Incoming& in);
   void serve(uint32_t peer);
   void on_chunk(const peers::Incoming& in);
+  // What node 0 sent, against this node's model: the reason it is not taken.
+  Status check(std::span<const float> model, uint64_t layout) const;
 
   peers::Router& router_;
   peers::PeerChannel& transport_;
@@ -58,17 +66,19 @@ class InitialModel {
   uint64_t layout_ = 0;
   uint64_t total_ = 0;
   OutgoingModel snapshot_;
-  std::map<uint32_t, std::chrono::steady_clock::time_point> asked_;  // waiting, or last served
-  std::map<uint32_t, bool> waiting_;
-  // The fetcher's side, while fetch() runs.
-  struct Download {
-    std::span<float> model;
+  std::map<uint32_t, std::chrono::steady_clock::time_point> served_;  // last time, by peer
+  std::map<uint32_t, bool> waiting_;  // asked before node 0 published
+  // Any other node: what node 0 sent, as it arrives (before fetch() too).
+  struct Received {
+    std::vector<float> model;  // grows with the chunks, up to total
+    uint64_t total = 0;
     uint64_t layout = 0;
-    uint64_t received = 0;
     uint64_t next_seq = 0;
     Status failure;
+    bool complete() const { return total > 0 && model.size() == total; }
   };
-  Download* download_ = nullptr;
+  Received received_;
+  bool taken_ = false;                        // fetch() succeeded: later copies are ignored
   peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 

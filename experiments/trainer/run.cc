@@ -168,7 +168,20 @@ int run(const RunOptions& o) {
   if (!trainer) return fail(trainer.status());
   // The init depends on the seed only, so every node starts from the same model; a
   // model already in the arena (another trainer of the node was first) is kept.
-  if (!initialized) trainer->model().init(o.seed);
+  if (!initialized) {
+    trainer->model().init(o.seed);
+    // The seed gives every node the same init already; start() makes it node 0's, so
+    // that trainers of other frameworks (or seeds) in the cluster start from it too.
+    // Synchronous SGD's arena carries gradients: the parameters pass through it once.
+    if (client) {
+      for (size_t t = 0; t < exchange.size(); ++t)
+        std::copy(parameters[t].begin(), parameters[t].end(), exchange[t].begin());
+      auto started = client->start();
+      if (!started) return fail(started.status().with_context("start-up"));
+      for (size_t t = 0; t < exchange.size(); ++t)
+        std::copy(exchange[t].begin(), exchange[t].end(), parameters[t].begin());
+    }
+  }
   spdlog::info("{} node {}/{}: {} training samples ({}), {} test samples, steps {}..{}, lr {} ({})",
                o.standalone ? "standalone" : o.endpoint, o.node, o.nodes, shard_size,
                o.partition.to_string(), test->size(), start_step, o.steps, o.sgd.lr,

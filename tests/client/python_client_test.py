@@ -235,7 +235,10 @@ class ClientApi(unittest.TestCase):
         self.assertEqual(gossipd.torch.warmup_lr(1.0, 10, 10), 1.0)
 
 
-if __name__ == "__main__":
+def main():
+    """The command line of every Python client test: --build DIR, then unittest's own
+    arguments; exit code 77 (skipped) without torch."""
+    global BUILD
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=str(BUILD))
     args, rest = p.parse_known_args()
@@ -244,4 +247,8 @@ if __name__ == "__main__":
     if SKIP:
         print(f"skipped: {SKIP}")
         sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    unittest.main(module="__main__", argv=[sys.argv[0]] + rest)
+
+
+if __name__ == "__main__":
+    main()

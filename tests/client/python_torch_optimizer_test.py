@@ -9,8 +9,6 @@ where python3-torch is missing.
     /usr/bin/python3 tests/client/python_torch_optimizer_test.py --build build
 """
 
-import argparse
-import os
 import pathlib
 import sys
 import threading
@@ -299,12 +297,4 @@ def client_layout(attached):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--build", default=str(harness.BUILD))
-    args, rest = p.parse_known_args()
-    harness.BUILD = pathlib.Path(args.build)
-    os.environ.setdefault("GOSSIP_LIBRARY", str(harness.BUILD / "lib" / "libgossip.so"))
-    if SKIP:
-        print(f"skipped: {SKIP}")
-        sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    harness.main()

@@ -27,7 +27,8 @@ except ImportError as e:
     raise ImportError(f"gossipd.torch needs PyTorch ({e}): Debian's python3-torch, or the package's "
                       "'torch' extra (gossipd-client[torch])") from e
 
-__all__ = ["AttachedModule", "attach_module", "DistributedOptimizer", "scale_lr", "warmup_lr"]
+__all__ = ["AttachedModule", "attach_module", "CommHookState", "comm_hook", "DistributedOptimizer", "scale_lr",
+           "warmup_lr"]
 
 
 class AttachedModule:
@@ -250,6 +251,74 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # load_state_dict replaces the inner optimizer's groups: share the new ones.
         self.param_groups = self.optimizer.param_groups
         self.state = self.optimizer.state
+
+
+class CommHookState:
+    """The state of gossipd's DDP communication hook: a client attached, in gradient mode
+    (--strategy allreduce), with one flat tensor as large as the module's gradients.
+
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(gossipd.torch.CommHookState(client, model), gossipd.torch.comm_hook)
+
+    DDP keeps its buckets, its start-up broadcast and its buffers; gossipd averages the
+    gradients across the nodes with its transport and the node's codec (--codec fp16,
+    topk:0.01+ef, ...), as DDP's default hook does with its process group."""
+
+    def __init__(self, client, module, name="ddp.gradients"):
+        self.total = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        if self.total == 0:
+            raise ValueError("the module has no parameter that requires a gradient")
+        self.client = client
+        self.model = client.attach([(name, self.total)])
+        if not self.model.gradients:
+            raise ValueError(f"the node's strategy is '{self.model.strategy}': the DDP hook averages gradients "
+                             "at every step, which needs --strategy allreduce")
+        self.arena = torch.frombuffer(self.model.buffers[0], dtype=torch.float32)
+        self.pending = []   # (bucket index, its flat gradients, its future) of this step
+        self.received = 0
+        self.last = None    # the client's StepResult of the last step
+
+    def flush(self):
+        """Every bucket of the step is here: one round averages them all (the buckets
+        go into the arena in index order, the order every rank's DDP agrees on)."""
+        pending = sorted(self.pending, key=lambda p: p[0])
+        self.pending, self.received = [], 0
+        try:
+            offset = 0
+            with torch.no_grad():
+                for _, buf, _ in pending:
+                    self.arena[offset:offset + buf.numel()].copy_(buf.reshape(-1))
+                    offset += buf.numel()
+                self.last = self.client.step()
+                offset = 0
+                for _, buf, _ in pending:
+                    buf.copy_(self.arena[offset:offset + buf.numel()].view_as(buf))
+                    offset += buf.numel()
+        except Exception as e:  # DDP raises it from backward()
+            for _, _, fut in pending:
+                fut.set_exception(e)
+            return
+        for _, buf, fut in pending:
+            fut.set_result(buf)
+
+
+def comm_hook(state, bucket):
+    """A DDP communication hook (DistributedDataParallel.register_comm_hook) that averages
+    each bucket through gossipd. The futures complete when the step's last bucket is in:
+    the buckets are reduced in one round (backward is not overlapped with it yet)."""
+    buf = bucket.buffer()
+    fut = torch.futures.Future()
+    state.pending.append((bucket.index(), buf, fut))
+    state.received += buf.numel()
+    if state.received > state.total:
+        e = RuntimeError(f"DDP's buckets hold {state.received} gradients, the module {state.total}: "
+                         "build CommHookState from the module DDP wraps")
+        for _, _, f in state.pending:
+            f.set_exception(e)
+        state.pending, state.received = [], 0
+    elif state.received == state.total:
+        state.flush()
+    return fut
 
 
 def scale_lr(lr, nodes, rule="linear"):
