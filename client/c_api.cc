@@ -150,6 +150,28 @@ int gossip_start(gossip_client* c, gossip_step_result* out) {
   return GOSSIP_OK;
 }
 
+int gossip_send_bucket(gossip_client* c, uint64_t offset, uint64_t numel, int last) {
+  if (!c) return GOSSIP_EINVAL;
+  auto s = c->client->send_bucket(offset, numel, last != 0);
+  return s ? GOSSIP_OK : fail(c, s);
+}
+
+int gossip_buckets_answered(gossip_client* c, uint64_t* out) {
+  if (!c || !out) return GOSSIP_EINVAL;
+  auto r = c->client->buckets_answered();
+  if (!r) return fail(c, r.status());
+  *out = *r;
+  return GOSSIP_OK;
+}
+
+int gossip_wait_buckets(gossip_client* c, gossip_step_result* out) {
+  if (!c) return GOSSIP_EINVAL;
+  auto r = c->client->wait_buckets();
+  if (!r) return fail(c, r.status());
+  fill(out, *r);
+  return GOSSIP_OK;
+}
+
 int gossip_detach(gossip_client* c) {
   if (!c) return GOSSIP_EINVAL;
   c->model.reset();  // its tensors point into the unmapped arena

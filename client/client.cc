@@ -43,15 +43,35 @@ struct Client::Impl {
   // One request, one reply; an Error reply becomes a Status, a Shutdown too.
   Result<ipc::Message> request(const ipc::Message& m) { return request(m, options.timeout); }
   Result<ipc::Message> request(const ipc::Message& m, std::chrono::milliseconds timeout) {
+    if (buckets_out > 0)
+      return Status::invalid(fmt::format(
+          "'{}' while {} bucket(s) of this step are unanswered: wait_buckets() first",
+          ipc::message_name(m), buckets_out));
+    GOSSIP_RETURN_IF_ERROR(send(m));
+    return receive(ipc::message_name(m), timeout);
+  }
+  Status send(const ipc::Message& m) {
     if (!broken.empty()) return Status::closed("connection to gossipd unusable: " + broken);
     std::string body = ipc::encode(m);
     try {
       if (!socket.send(zmq::buffer(body), zmq::send_flags::dontwait))
         return Status::io_error("cannot send to gossipd: queue full");
+      return Status::ok();
+    } catch (const zmq::error_t& e) {
+      return Status::io_error(fmt::format("gossipd at {}: {}", options.endpoint, e.what()));
+    }
+  }
+  // The next reply (to the request named `what`), waiting at most `timeout`; with
+  // timeout 0, nullopt-like: a timeout Status without breaking the connection.
+  Result<ipc::Message> receive(const char* what, std::chrono::milliseconds timeout,
+                               bool may_be_absent = false) {
+    if (!broken.empty()) return Status::closed("connection to gossipd unusable: " + broken);
+    try {
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
       if (zmq::poll(&item, 1, timeout) == 0) {
+        if (may_be_absent) return Status::not_found("no reply yet");
         broken = fmt::format("gossipd at {} did not answer '{}' within {} ms", options.endpoint,
-                             ipc::message_name(m), timeout.count());
+                             what, timeout.count());
         return Status::timeout(broken);
       }
       zmq::message_t reply;
@@ -69,6 +89,34 @@ struct Client::Impl {
     } catch (const zmq::error_t& e) {
       return Status::io_error(fmt::format("gossipd at {}: {}", options.endpoint, e.what()));
     }
+  }
+
+  // Buckets of this step handed in (SyncRange) and not answered yet, and the first
+  // failure among the answers taken.
+  uint64_t buckets_out = 0;
+  bool step_sent = false;  // the step's last bucket went out
+  uint64_t answered = 0;   // this step's buckets answered so far
+  Status bucket_failure;
+  // One bucket's answer; false when none is there (may_be_absent).
+  Result<bool> take_bucket_answer(std::chrono::milliseconds timeout, bool may_be_absent) {
+    auto r = receive("sync_range", timeout, may_be_absent);
+    if (!r && may_be_absent && r.status().code() == Status::Code::kNotFound) return false;
+    --buckets_out;
+    if (!r) {
+      if (bucket_failure) bucket_failure = r.status();
+      if (!broken.empty() || !attached) buckets_out = 0;  // nothing more will come
+      return true;
+    }
+    auto* ok = std::get_if<ipc::SyncOk>(&*r);
+    if (!ok) {
+      if (bucket_failure)
+        bucket_failure = Status::protocol(
+            fmt::format("expected sync_ok for a bucket, got {}", ipc::message_name(*r)));
+      return true;
+    }
+    last_traffic = to_traffic(ok->traffic);
+    round = ok->round;
+    return true;
   }
 
   bool syncs_at(uint64_t step) const { return step % period == 0 || step <= post_local; }
@@ -215,6 +263,43 @@ Result<StepResult> Client::start() {
   if (!ok) return Status::protocol(fmt::format("expected sync_ok, got {}", ipc::message_name(*r)));
   impl_->last_traffic = to_traffic(ok->traffic);
   return StepResult{impl_->steps, false, impl_->round, impl_->last_traffic};
+}
+
+Status Client::send_bucket(uint64_t offset, uint64_t numel, bool last) {
+  if (!impl_->attached) return Status::invalid("send_bucket before attach");
+  if (impl_->step_sent)
+    return Status::invalid("send_bucket after the step's last bucket: wait_buckets() first");
+  GOSSIP_RETURN_IF_ERROR(impl_->send(ipc::SyncRange{impl_->steps + 1, offset, numel, last}));
+  ++impl_->buckets_out;
+  impl_->step_sent = last;
+  return Status::ok();
+}
+
+Result<uint64_t> Client::buckets_answered() {
+  uint64_t n = 0;
+  while (impl_->buckets_out > 0) {
+    auto got = impl_->take_bucket_answer(std::chrono::milliseconds(0), true);
+    if (!got) return got.status();
+    if (!*got) break;
+    ++n;
+  }
+  impl_->answered += n;
+  return impl_->answered;
+}
+
+Result<StepResult> Client::wait_buckets() {
+  if (!impl_->step_sent) return Status::invalid("wait_buckets before the step's last bucket");
+  while (impl_->buckets_out > 0) {
+    auto got = impl_->take_bucket_answer(impl_->options.timeout, false);
+    if (!got) return got.status();
+  }
+  impl_->step_sent = false;
+  impl_->answered = 0;
+  ++impl_->steps;
+  Status failure = std::move(impl_->bucket_failure);
+  impl_->bucket_failure = Status::ok();
+  if (!failure) return failure;
+  return StepResult{impl_->steps, true, impl_->round, impl_->last_traffic};
 }
 
 bool Client::next_step_syncs() const { return impl_->syncs_at(impl_->steps + 1); }

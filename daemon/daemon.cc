@@ -255,6 +255,8 @@ void Daemon::handle_ipc() {
       on_attach(route, *a, zmq_msg_get(frames[1].handle(), ZMQ_SRCFD));
     } else if (auto* s = std::get_if<ipc::Sync>(&*msg)) {
       on_sync(route, *s);
+    } else if (auto* r = std::get_if<ipc::SyncRange>(&*msg)) {
+      on_sync_range(route, *r);
     } else if (std::holds_alternative<ipc::Start>(*msg)) {
       on_start(route);
     } else if (std::holds_alternative<ipc::Detach>(*msg)) {
@@ -423,6 +425,7 @@ void Daemon::finish_join() {
   pending_attach_.clear();
   resume_.reset();
   maybe_start_round();
+  maybe_start_bucket();
 }
 
 void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
@@ -478,6 +481,113 @@ void Daemon::finish_start() {
   }
   start_waiters_.clear();
   maybe_start_round();
+  maybe_start_bucket();
+}
+
+void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
+  TrainerSession* s = sessions_.find(route);
+  if (!s) return reply(route, ipc::Error{"sync_range before attach"});
+  if (!strategy_->gradients)
+    return reply(route, ipc::Error{fmt::format(
+                            "sync_range: the node's strategy '{}' exchanges models; buckets of "
+                            "gradients are for a gradient strategy (allreduce)",
+                            config_.strategy.name)});
+  if (s->waiting) return reply(route, ipc::Error{"sync_range while a sync is pending"});
+  const uint64_t numel = arena_->numel();
+  if (m.numel == 0 || m.offset > numel || m.numel > numel - m.offset)
+    return reply(route, ipc::Error{fmt::format(
+                            "sync_range: elements [{}, {}) are not a bucket of the model's {}",
+                            m.offset, m.offset + m.numel, numel)});
+  if (s->buckets.size() >= 4096)
+    return reply(route, ipc::Error{"sync_range: more than 4096 buckets waiting"});
+  s->buckets.push_back(m);
+  maybe_start_bucket();
+}
+
+void Daemon::maybe_start_bucket() {
+  if (round_running_ || joining_ || starting_) return;
+  auto sessions = sessions_.all();
+  if (sessions.empty()) return;
+  for (auto* s : sessions)
+    if (s->buckets.empty()) return;  // the node's trainers hand in each bucket together
+  const ipc::SyncRange front = sessions[0]->buckets.front();
+  for (auto* s : sessions) {
+    const auto& b = s->buckets.front();
+    if (b.offset == front.offset && b.numel == front.numel) continue;
+    // Trainers of one node that cut the gradients differently cannot be averaged.
+    const std::string why = fmt::format(
+        "sync_range: the node's trainers handed in different buckets ([{}, {}) and [{}, {}))",
+        front.offset, front.offset + front.numel, b.offset, b.offset + b.numel);
+    spdlog::error("{}", why);
+    for (auto* o : sessions) {
+      o->buckets.pop_front();
+      reply(o->route, ipc::Error{why});
+    }
+    return maybe_start_bucket();
+  }
+  if (sessions.size() == 1) {
+    round_model_ = arena_->slot(sessions[0]->slot).subspan(front.offset, front.numel);
+  } else {
+    node_model_.resize(arena_->numel());
+    auto sum = std::span<float>(node_model_).subspan(front.offset, front.numel);
+    auto first = arena_->slot(sessions[0]->slot).subspan(front.offset, front.numel);
+    std::copy(first.begin(), first.end(), sum.begin());
+    for (size_t t = 1; t < sessions.size(); ++t) {
+      auto x = arena_->slot(sessions[t]->slot).subspan(front.offset, front.numel);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += x[i];
+    }
+    const float inv = 1.0f / static_cast<float>(sessions.size());
+    for (auto& v : sum) v *= inv;
+    round_model_ = sum;
+  }
+  participants_.clear();
+  bucket_ = front;
+  for (auto* s : sessions) {
+    participants_.push_back(s->route);
+    bucket_.step = std::max(bucket_.step, s->buckets.front().step);
+    bucket_.last = bucket_.last || s->buckets.front().last;
+  }
+  round_running_ = true;
+  bucket_round_ = true;
+  round_started_ = true;
+  guard_nonfinite();
+  worker_->submit_bucket(round_model_, bucket_.offset, round_, bucket_.step);
+}
+
+void Daemon::finish_bucket() {
+  auto result = worker_->take_result();
+  if (!result) return;
+  round_running_ = false;
+  bucket_round_ = false;
+  round_ = result->round + 1;
+  if (result->status.is_ok()) {
+    guard_result();
+    if (bucket_.last) step_ = bucket_.step;
+  } else {
+    spdlog::error("round {} (bucket [{}, {})) failed: {}", round_ - 1, bucket_.offset,
+                  bucket_.offset + bucket_.numel, result->status.message());
+  }
+  ipc::SyncOk ok;
+  ok.round = round_;
+  ok.step = bucket_.step;
+  ok.traffic = worker_->traffic().totals();
+  for (const auto& route : participants_) {
+    TrainerSession* s = sessions_.find(route);
+    if (!s || s->buckets.empty()) continue;
+    s->buckets.pop_front();
+    if (!result->status) {
+      reply(route,
+            ipc::Error{fmt::format("synchronization failed: {}", result->status.message())});
+      continue;
+    }
+    auto dst = arena_->slot(s->slot).subspan(bucket_.offset, bucket_.numel);
+    if (dst.data() != round_model_.data())
+      std::copy(round_model_.begin(), round_model_.end(), dst.begin());
+    reply(route, ok);
+  }
+  participants_.clear();
+  maybe_start_bucket();
+  maybe_start_round();
 }
 
 void Daemon::on_detach(const std::string& route) {
@@ -494,6 +604,7 @@ void Daemon::detach(TrainerSession* s, const std::string& why) {
   std::erase(participants_, route);
   sessions_.remove(route);
   maybe_start_round();  // the others may have been waiting only for this one
+  maybe_start_bucket();
 }
 
 void Daemon::handle_trainer_exit(int pidfd) {
@@ -548,7 +659,9 @@ void Daemon::guard_nonfinite() {
   spdlog::error(
       "round {}: the node's update has {} NaN/Inf value(s), the first at {}: {} (--nonfinite {})",
       round_, r.count,
-      layout_ ? describe_position(*layout_, r.first) : fmt::format("element {}", r.first), what,
+      layout_ ? describe_position(*layout_, r.first + (bucket_round_ ? bucket_.offset : 0))
+              : fmt::format("element {}", r.first),
+      what,
       config_.strategy.nonfinite);
 }
 
@@ -709,6 +822,7 @@ void Daemon::guard_result() {
 void Daemon::handle_round_done() {
   if (joining_) return finish_join();
   if (starting_) return finish_start();
+  if (bucket_round_) return finish_bucket();
   auto result = worker_->take_result();
   if (!result) return;
   round_running_ = false;

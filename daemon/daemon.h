@@ -55,6 +55,9 @@ class Daemon {
   void finish_join();
   void on_sync(const std::string& route, const proto::ipc::Sync& s);
   void on_start(const std::string& route);
+  void on_sync_range(const std::string& route, const proto::ipc::SyncRange& m);
+  void maybe_start_bucket();
+  void finish_bucket();
   void finish_start();
   void on_detach(const std::string& route);
   void on_stats(const std::string& route);
@@ -85,6 +88,9 @@ class Daemon {
   uint64_t round_ = 0;                        // rounds completed
   uint64_t step_ = 0;                         // the node's step at the last round
   bool round_running_ = false;
+  // The running round covers a bucket of the gradients (SyncRange), not the model.
+  bool bucket_round_ = false;
+  proto::ipc::SyncRange bucket_;  // the running bucket round's
   // Start-up: the first attach waits while the worker asks the peers for a fresher
   // state than ours (a restarted node) and the checkpoint, if any, is restored.
   bool joining_ = false;

@@ -292,7 +292,17 @@ SyncWorker::~SyncWorker() {
 void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t step) {
   {
     std::lock_guard lock(mu_);
-    job_ = Job{model, round, step};
+    job_ = Job{model, round, step, false, std::nullopt};
+    result_.reset();
+  }
+  cv_.notify_all();
+}
+
+void SyncWorker::submit_bucket(std::span<float> model, uint64_t offset, uint64_t round,
+                               uint64_t step) {
+  {
+    std::lock_guard lock(mu_);
+    job_ = Job{model, round, step, false, offset};
     result_.reset();
   }
   cv_.notify_all();
@@ -301,7 +311,7 @@ void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t step) {
 void SyncWorker::submit_start(std::span<float> model) {
   {
     std::lock_guard lock(mu_);
-    job_ = Job{model, 0, 0, true};
+    job_ = Job{model, 0, 0, true, std::nullopt};
     result_.reset();
   }
   cv_.notify_all();
@@ -479,18 +489,23 @@ void SyncWorker::write_checkpoint_now() {
 void SyncWorker::run_start(std::span<float> model) {
   RoundResult r;
   uint64_t layout = 0;
+  size_t numel = 0;
   {
     std::lock_guard lock(mu_);
     layout = layout_;
+    numel = numel_;
   }
+  // Between polls, what the idle loop does: peers that already run round 0 send its
+  // chunks meanwhile, which the strategy validates against the model's size, and
+  // the gossip family's heartbeats go on.
+  const auto idle = [&] { strategy_->progress(next_round_, numel, std::chrono::milliseconds(0)); };
+  idle();
   if (node_ == sgd::InitialModel::kSource) {
     initial_->publish(model, layout);
     spdlog::info("start-up: this node's model is the cluster's initial model");
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    r.status = initial_->fetch(model, layout, t0 + round_timeout_, &stop_, [this] {
-      if (membership_) membership_->tick(next_round_);
-    });
+    r.status = initial_->fetch(model, layout, t0 + round_timeout_, &stop_, idle);
     if (r.status)
       spdlog::info(
           "start-up: took node 0's initial model ({:.0f} ms)",
@@ -545,6 +560,7 @@ void SyncWorker::run() {
     sgd::RoundOptions opts;
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;
+    opts.offset = job.bucket.value_or(0);
     Status st = strategy_->synchronize(job.model, round, opts);
     RoundResult result{std::move(st), round, std::nullopt};
     if (result.status && membership_ && membership_->left_out()) {
@@ -553,7 +569,8 @@ void SyncWorker::run() {
         next_round_ = result.round + 1;
       }
     }
-    if (result.status) after_round(job.model, result.round, result.step.value_or(job.step));
+    if (result.status && !job.bucket)
+      after_round(job.model, result.round, result.step.value_or(job.step));
     {
       std::lock_guard lock(mu_);
       result_ = std::move(result);

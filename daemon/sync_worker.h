@@ -47,6 +47,9 @@ class SyncWorker {
   // (in place), after set_model(). The caller must not touch model until
   // take_result() returns a value.
   void submit(std::span<float> model, uint64_t round, uint64_t step);
+  // A gradient strategy's round over one bucket of the model, `model` being its
+  // elements from `offset` on. Not checkpointed (the checkpoint holds whole models).
+  void submit_bucket(std::span<float> model, uint64_t offset, uint64_t round, uint64_t step);
   struct RoundResult {
     Status status;
     uint64_t round = 0;  // the round it ran: later than submitted when the node caught up
@@ -134,6 +137,7 @@ class SyncWorker {
     uint64_t round = 0;
     uint64_t step = 0;
     bool start = false;  // the initial model, not a round
+    std::optional<uint64_t> bucket;  // a bucket's round: its offset in the model
   };
   void run_start(std::span<float> model);
   struct JoinJob {

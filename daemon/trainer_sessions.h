@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "proto/ipc.h"
 
 namespace gossip::daemon {
 
@@ -25,6 +27,8 @@ struct TrainerSession {
   uint32_t slot = 0;
   bool waiting = false;  // blocked in a Sync until the round completes
   uint64_t sync_step = 0;
+  // Gradient buckets handed in (SyncRange) and not answered yet, oldest first.
+  std::deque<proto::ipc::SyncRange> buckets;
 };
 
 class TrainerSessions {

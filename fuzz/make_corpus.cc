@@ -251,6 +251,7 @@ bool write_ipc_messages(const fs::path& root) {
       {"sync", ipc::Sync{7}},
       {"sync_ok", sync_ok},
       {"start", ipc::Start{}},
+      {"sync_range", ipc::SyncRange{3, 4096, 1024, true}},
       {"detach", ipc::Detach{}},
       {"detach_ok", ipc::DetachOk{}},
       {"stats", ipc::StatsRequest{}},

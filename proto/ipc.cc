@@ -43,6 +43,11 @@ struct Schema<SyncOk> {
   static constexpr std::array<std::string_view, 3> kKeys = {"round", "step", "traffic"};
 };
 template <>
+struct Schema<SyncRange> {
+  static constexpr const char* kName = "sync_range";
+  static constexpr std::array<std::string_view, 4> kKeys = {"step", "offset", "numel", "last"};
+};
+template <>
 struct Schema<Start> {
   static constexpr const char* kName = "start";
   static constexpr std::array<std::string_view, 0> kKeys = {};
@@ -213,6 +218,9 @@ void pack_body(Packer& pk, const SyncOk& m) {
   pack_fields(pk, Schema<SyncOk>::kKeys, m.round, m.step, m.traffic);
 }
 void pack_body(Packer&, const Start&) {}
+void pack_body(Packer& pk, const SyncRange& m) {
+  pack_fields(pk, Schema<SyncRange>::kKeys, m.step, m.offset, m.numel, m.last);
+}
 void pack_body(Packer&, const Detach&) {}
 void pack_body(Packer&, const DetachOk&) {}
 void pack_body(Packer&, const StatsRequest&) {}
@@ -499,6 +507,12 @@ Status read_body(const FieldReader& r, SyncOk* m) {
   return r.read("traffic", &m->traffic);
 }
 Status read_body(const FieldReader&, Start*) { return Status::ok(); }
+Status read_body(const FieldReader& r, SyncRange* m) {
+  GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
+  GOSSIP_RETURN_IF_ERROR(r.read("offset", &m->offset));
+  GOSSIP_RETURN_IF_ERROR(r.read("numel", &m->numel));
+  return r.read("last", &m->last);
+}
 Status read_body(const FieldReader&, Detach*) { return Status::ok(); }
 Status read_body(const FieldReader&, DetachOk*) { return Status::ok(); }
 Status read_body(const FieldReader&, StatsRequest*) { return Status::ok(); }

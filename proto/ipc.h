@@ -50,6 +50,19 @@ struct Sync {
   uint64_t step = 0;
 };
 
+// trainer -> daemon, gradient strategies only (the arena carries gradients): the
+// bucket [offset, offset + numel) of the replica holds this step's gradients; average
+// it now, while backward computes the next one (wait-free backpropagation). Buckets
+// are sent in the same order by every trainer of every node, `last` on the step's
+// final one; each is answered by a SyncOk once the mean is in the replica, and the
+// trainer may send the next before that answer.
+struct SyncRange {
+  uint64_t step = 0;
+  uint64_t offset = 0;
+  uint64_t numel = 0;
+  bool last = false;
+};
+
 struct Traffic {
   uint64_t payload_sent = 0, payload_recv = 0;
   uint64_t wire_sent = 0, wire_recv = 0;
@@ -105,7 +118,7 @@ struct Shutdown {
 };
 
 using Message = std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest,
-                             StatsReply, Error, Shutdown, Start>;
+                             StatsReply, Error, Shutdown, Start, SyncRange>;
 
 const char* message_name(const Message& m);
 std::string encode(const Message& m);

@@ -31,6 +31,10 @@ struct StrategyState {
 struct RoundOptions {
   std::chrono::steady_clock::time_point deadline;  // the round fails after it
   const std::atomic<bool>* cancel = nullptr;       // set by the owner to abandon the round
+  // A gradient strategy's round may cover a bucket of the model only (the trainers
+  // hand in their gradients as backward produces them): where it starts in the
+  // model, for what a strategy keeps per element (error-feedback residuals).
+  uint64_t offset = 0;
 };
 
 class Strategy {

@@ -14,9 +14,14 @@ Status SynchronousSgd::synchronize(std::span<float> gradients, uint64_t round,
   options.deadline = round_options.deadline;
   options.cancel = round_options.cancel;
   if (codec_ && codec_->id() != proto::CodecId::kNone) {
-    if (error_feedback_ && (!residual_ || residual_->residual().size() != gradients.size()))
-      residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, gradients.size());
-    options.compression = {codec_, residual_.get(), pool_};
+    compression::ErrorFeedback* residual = nullptr;
+    if (error_feedback_) {
+      auto& r = residuals_[round_options.offset];
+      if (!r || r->residual().size() != gradients.size())
+        r = std::make_unique<compression::ErrorFeedback>(*codec_, gradients.size());
+      residual = r.get();
+    }
+    options.compression = {codec_, residual, pool_};
   }
   return all_reduce_.all_reduce_mean(gradients, round, options);
 }

@@ -6,6 +6,7 @@
 // through an error-feedback residual when the codec is biased (EF-SGD, Karimireddy
 // et al. 2019).
 
+#include <map>
 #include <memory>
 
 #include "compression/codec.h"
@@ -21,7 +22,8 @@ class SynchronousSgd final : public Strategy {
   SynchronousSgd(AllReduce& all_reduce, const compression::Codec* codec, bool error_feedback,
                  compression::ThreadPool* pool);
 
-  // In place: gradients <- the mean of every node's gradients of this step.
+  // In place: gradients <- the mean of every node's gradients of this step (or of
+  // the bucket at options.offset).
   Status synchronize(std::span<float> gradients, uint64_t round,
                      const RoundOptions& options) override;
   uint64_t round_to_run(uint64_t proposed) const override {
@@ -39,7 +41,8 @@ class SynchronousSgd final : public Strategy {
   const compression::Codec* codec_;
   bool error_feedback_;
   compression::ThreadPool* pool_;
-  std::unique_ptr<compression::ErrorFeedback> residual_;
+  // By the offset of the bucket each one compresses (the whole model: 0).
+  std::map<uint64_t, std::unique_ptr<compression::ErrorFeedback>> residuals_;
 };
 
 }  // namespace gossip::sgd

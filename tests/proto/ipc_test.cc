@@ -218,7 +218,8 @@ std::vector<Message> samples() {
           sample_stats_reply(),
           Error{"layout differs: tensor 2 'fc1.weight'"},
           Shutdown{"SIGTERM"},
-          Start{}};
+          Start{},
+          SyncRange{UINT64_MAX, 1000, 250, true}};
 }
 
 // ------------------------------------------------------------------ comparisons
@@ -262,6 +263,12 @@ void expect_eq(const SyncOk& a, const SyncOk& b) {
   expect_eq(a.traffic, b.traffic);
 }
 void expect_eq(const Start&, const Start&) {}
+void expect_eq(const SyncRange& a, const SyncRange& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_EQ(a.numel, b.numel);
+  EXPECT_EQ(a.last, b.last);
+}
 void expect_eq(const Detach&, const Detach&) {}
 void expect_eq(const DetachOk&, const DetachOk&) {}
 void expect_eq(const StatsRequest&, const StatsRequest&) {}
@@ -350,7 +357,7 @@ TEST(Ipc, MessageNames) {
   for (const Message& m : samples()) names.push_back(message_name(m));
   EXPECT_EQ(names, (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
                                              "detach_ok", "stats", "stats_reply", "error",
-                                             "shutdown", "start"}));
+                                             "shutdown", "start", "sync_range"}));
 }
 
 // The format other implementations (the Python client) read and write.

@@ -115,6 +115,16 @@ class Client {
   // replica of the cluster starts from one model. Node 0 must start too; the wait
   // is bounded by the daemon's round timeout.
   Result<StepResult> start();
+  // Wait-free backpropagation, for a gradient strategy (Model::gradients): instead of
+  // step(), hand in the step's gradients bucket by bucket as backward produces them
+  // (each a range of the replica, in the same order on every trainer of every node,
+  // `last` on the final one); the daemon averages each while backward computes the
+  // next. wait_buckets() then blocks until every bucket's mean is in the replica and
+  // counts the step. buckets_answered() says, without blocking, how many of this
+  // step's buckets are averaged already.
+  Status send_bucket(uint64_t offset, uint64_t numel, bool last);
+  Result<uint64_t> buckets_answered();
+  Result<StepResult> wait_buckets();
   // True when the next step() is a synchronization point.
   bool next_step_syncs() const;
   uint64_t steps() const;

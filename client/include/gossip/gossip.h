@@ -55,6 +55,14 @@ int gossip_sync(gossip_client* c, gossip_step_result* out);
  * initial model: blocks until they hold node 0's initial model (node 0's trainer
  * publishes its own), so that every replica starts from one model. */
 int gossip_start(gossip_client* c, gossip_step_result* out);
+/* Wait-free backpropagation (gradient strategies): hand in this step's gradients
+ * [offset, offset + numel) of the replica as backward produces them, `last` != 0 on the
+ * step's final bucket; gossip_wait_buckets blocks until every bucket's mean is in the
+ * replica and counts the step. gossip_buckets_answered: how many of this step's
+ * buckets are averaged already (no blocking). Offsets and sizes are in floats. */
+int gossip_send_bucket(gossip_client* c, uint64_t offset, uint64_t numel, int last);
+int gossip_buckets_answered(gossip_client* c, uint64_t* out);
+int gossip_wait_buckets(gossip_client* c, gossip_step_result* out);
 int gossip_detach(gossip_client* c);
 void gossip_close(gossip_client* c);
 /* The last error of c, or of the calling thread's last failed gossip_connect when c is NULL. */

@@ -75,6 +75,7 @@ class Model:
     start_step: int        # the node's step at attach (a late trainer starts there)
     strategy: str          # the node's strategy, for logs
     gradients: bool        # the buffers carry gradients, averaged every step (synchronous SGD)
+    offsets: list = None   # each tensor's element offset in the replica (send_bucket's unit)
 
 
 _lib = None
@@ -205,6 +206,12 @@ def _declare(lib):
     if hasattr(lib, "gossip_start"):  # absent from libraries before 0.1's start-up broadcast
         lib.gossip_start.argtypes = [P, ctypes.POINTER(_StepResult)]
         lib.gossip_start.restype = ctypes.c_int
+    if hasattr(lib, "gossip_send_bucket"):  # and before its buckets
+        lib.gossip_send_bucket.argtypes = [P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int]
+        lib.gossip_buckets_answered.argtypes = [P, ctypes.POINTER(ctypes.c_uint64)]
+        lib.gossip_wait_buckets.argtypes = [P, ctypes.POINTER(_StepResult)]
+        for f in ("gossip_send_bucket", "gossip_buckets_answered", "gossip_wait_buckets"):
+            getattr(lib, f).restype = ctypes.c_int
     lib.gossip_detach.argtypes = [P]
     lib.gossip_close.argtypes = [P]
     lib.gossip_close.restype = None
@@ -249,8 +256,11 @@ class Client:
         self._check(self._lib.gossip_model(self._c, ctypes.byref(info)))
         buffers = [(ctypes.c_float * int(numel)).from_address(ctypes.addressof(ptrs[i].contents))
                    for i, (_, numel) in enumerate(layout)]
+        base = ctypes.addressof(ptrs[0].contents)  # the replica's first tensor is at its start
+        offsets = [(ctypes.addressof(ptrs[i].contents) - base) // ctypes.sizeof(ctypes.c_float)
+                   for i in range(n)]
         self.model = Model([name for name, _ in layout], buffers, bool(initialized.value), info.node, info.nodes,
-                           info.start_step, info.strategy.decode(), bool(info.gradients))
+                           info.start_step, info.strategy.decode(), bool(info.gradients), offsets)
         return self.model
 
     def next_step_syncs(self):
@@ -278,6 +288,30 @@ class Client:
             raise GossipError(EINVAL, f"the loaded libgossip ({_lib_path}) has no gossip_start: "
                               "it is older than this package")
         return self._result(self._lib.gossip_start)
+
+    def _need(self, fn):
+        if not hasattr(self._lib, fn):
+            raise GossipError(EINVAL, f"the loaded libgossip ({_lib_path}) has no {fn}: it is older than this "
+                              "package")
+
+    def send_bucket(self, offset, numel, last):
+        """Gradient strategies: this step's gradients in elements [offset, offset + numel)
+        of the buffers (as one flat replica) are ready; the daemon averages them while
+        backward goes on. `last` on the step's final bucket, then wait_buckets()."""
+        self._need("gossip_send_bucket")
+        self._check(self._lib.gossip_send_bucket(self._c, int(offset), int(numel), 1 if last else 0))
+
+    def buckets_answered(self):
+        """How many of this step's buckets the daemon has averaged already (no blocking)."""
+        self._need("gossip_buckets_answered")
+        n = ctypes.c_uint64(0)
+        self._check(self._lib.gossip_buckets_answered(self._c, ctypes.byref(n)))
+        return n.value
+
+    def wait_buckets(self):
+        """Blocks until every bucket of the step is averaged; counts the step."""
+        self._need("gossip_wait_buckets")
+        return self._result(self._lib.gossip_wait_buckets)
 
     def last_step(self):
         """The run's last step() (call it instead): the step, then a synchronization

@@ -45,6 +45,7 @@ class AttachedModule:
         self.buffers = list(buffers)
         self.buffer_arena = list(buffer_arena)
         self.last = None        # the last step's result
+        self.buckets = None     # gradient mode with buckets: _Buckets
 
     @property
     def gradient_mode(self):
@@ -78,12 +79,32 @@ class AttachedModule:
 
     def step(self):
         """One local step done: the client's step, with staging around synchronization points."""
+        if self.buckets is not None:
+            return self._step_buckets()
         sync = self.gradient_mode or self.client.next_step_syncs()
         if sync:
             self.to_arena()
         r = self.client.step()
         if r.synced or self.gradient_mode:
             self.from_arena()
+        self.last = r
+        return r
+
+    def _step_buckets(self):
+        """Backward handed in the buckets as it produced them (wait-free backpropagation);
+        what it did not (parameters without a gradient this step, the buffers) goes now."""
+        b = self.buckets
+        with torch.no_grad():
+            for i, p in enumerate(self.params):
+                if not b.ready[i]:
+                    self.arena[i].copy_(p.grad if p.grad is not None else torch.zeros_like(p))
+                    b.ready[i] = True
+            for buf, a in zip(self.buffers, self.buffer_arena):
+                a.copy_(buf)
+        b.send_ready(final=True)
+        r = self.client.wait_buckets()
+        b.reset()
+        self.from_arena()
         self.last = r
         return r
 
@@ -99,7 +120,94 @@ class AttachedModule:
         return self.last
 
 
-def attach_module(client, module, names=None, buffers="average", initial="node0"):
+class _Buckets:
+    """Wait-free backpropagation (Horovod's and DDP's overlap): the parameters cut, in
+    reverse order (the order backward produces their gradients), into buckets of about
+    `cap` bytes, each a contiguous range of the replica; a hook on each parameter copies
+    its gradient into the arena as backward computes it, and a complete bucket goes to
+    the daemon at once, in bucket order, while backward computes the next. The buffers
+    (and anything backward did not reach) go in one more bucket at step()."""
+
+    # As DDP: the first bucket is small, so that averaging starts early in backward.
+    FIRST_BUCKET_BYTES = 1 << 20
+
+    def __init__(self, attached, cap_bytes):
+        self.attached = attached
+        self.client = attached.client
+        params = attached.params
+        offsets = attached.model.offsets
+        self.ready = [False] * len(params)
+        self.ranges = []        # (offset, numel) of each bucket in the replica
+        self.members = []       # the parameter indices of each bucket
+        current, size = [], 0
+        limit = min(cap_bytes, self.FIRST_BUCKET_BYTES)
+        for i in reversed(range(len(params))):
+            current.append(i)
+            size += params[i].numel() * 4
+            if size >= limit:
+                self._close(current, offsets)
+                current, size, limit = [], 0, cap_bytes
+        if current:
+            self._close(current, offsets)
+        if attached.buffers:  # the buffers' values, after every parameter in the layout
+            first = len(params)
+            last = len(offsets) - 1
+            self.ranges.append((offsets[first], offsets[last] + attached.buffer_arena[-1].numel() - offsets[first]))
+            self.members.append([])
+        self.bucket_of = {}
+        for b, members in enumerate(self.members):
+            for i in members:
+                self.bucket_of[i] = b
+        self.sent = 0
+        self.sent_at = []       # time.monotonic() of each bucket's send, this step
+        self.handles = [p.register_hook(self._hook(i)) for i, p in enumerate(params)]
+
+    def _close(self, members, offsets):
+        lo, hi = min(members), max(members)
+        numel = offsets[hi] + self.attached.params[hi].numel() - offsets[lo]
+        self.ranges.append((offsets[lo], numel))
+        self.members.append(members)
+
+    def _hook(self, i):
+        arena = self.attached.arena[i]
+
+        def hook(grad):
+            if self.ready[i]:  # a second backward before step(): the first one's buckets are out
+                raise RuntimeError("gossipd: a second backward() before step() with gradient buckets; "
+                                   "accumulate with bucket_cap_mb=None")
+            with torch.no_grad():
+                arena.copy_(grad)
+            self.ready[i] = True
+            self.send_ready()
+            return grad
+        return hook
+
+    def send_ready(self, final=False):
+        """Sends every bucket, in order, whose parameters are all in; with final, the
+        buffers' bucket too."""
+        import time
+        while self.sent < len(self.ranges):
+            b = self.sent
+            if not all(self.ready[i] for i in self.members[b]):
+                return
+            if not self.members[b] and not final:
+                return  # the buffers' bucket waits for step()
+            offset, numel = self.ranges[b]
+            self.client.send_bucket(offset, numel, last=b == len(self.ranges) - 1)
+            self.sent_at.append(time.monotonic())
+            self.sent += 1
+
+    def reset(self):
+        self.ready = [False] * len(self.ready)
+        self.sent = 0
+        self.sent_at = []
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def attach_module(client, module, names=None, buffers="average", initial="node0", bucket_cap_mb=25):
     """Attaches `module`'s parameters (float32, in named_parameters() order, or in the
     order of `names`) and, with buffers="average" (the default), its float32 buffers
     (BatchNorm's running mean and variance, anything registered with register_buffer),
@@ -112,7 +220,11 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
     Otherwise, with initial="node0" (the default, as DDP broadcasts rank 0's
     parameters), every node starts from node 0's module, buffers included: load a
     checkpoint into node 0's module before attaching to start the cluster from it.
-    initial="own" keeps this module's values (every node must then seed alike)."""
+    initial="own" keeps this module's values (every node must then seed alike).
+
+    With a gradient strategy (allreduce), bucket_cap_mb (25 MB, DDP's default) cuts the
+    gradients into buckets that backward hands to the daemon as it produces them, so
+    that averaging overlaps backward; None hands them all in at step()."""
     if buffers not in ("average", "none"):
         raise ValueError(f"buffers='{buffers}': 'average' or 'none'")
     if initial not in ("node0", "own"):
@@ -157,8 +269,11 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
                 t.data = a  # zero copy from now on
     if not model.initialized and initial == "node0":
         _start_from_node0(client, model, tensors, views, staged)
-    return AttachedModule(client, module, model, params, arena, staged,
-                          [b for _, b in shared], buffer_arena)
+    attached = AttachedModule(client, module, model, params, arena, staged,
+                              [b for _, b in shared], buffer_arena)
+    if model.gradients and bucket_cap_mb is not None and not staged:
+        attached.buckets = _Buckets(attached, bucket_cap_mb * 1024 * 1024)
+    return attached
 
 
 def _start_from_node0(client, model, tensors, views, staged):
