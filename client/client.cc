@@ -44,9 +44,9 @@ struct Client::Impl {
   Result<ipc::Message> request(const ipc::Message& m) { return request(m, options.timeout); }
   Result<ipc::Message> request(const ipc::Message& m, std::chrono::milliseconds timeout) {
     if (buckets_out > 0)
-      return Status::invalid(fmt::format(
-          "'{}' while {} bucket(s) of this step are unanswered: wait_buckets() first",
-          ipc::message_name(m), buckets_out));
+      return Status::invalid(
+          fmt::format("'{}' while {} bucket(s) of this step are unanswered: wait_buckets() first",
+                      ipc::message_name(m), buckets_out));
     GOSSIP_RETURN_IF_ERROR(send(m));
     return receive(ipc::message_name(m), timeout);
   }

@@ -576,8 +576,7 @@ void Daemon::finish_bucket() {
     if (!s || s->buckets.empty()) continue;
     s->buckets.pop_front();
     if (!result->status) {
-      reply(route,
-            ipc::Error{fmt::format("synchronization failed: {}", result->status.message())});
+      reply(route, ipc::Error{fmt::format("synchronization failed: {}", result->status.message())});
       continue;
     }
     auto dst = arena_->slot(s->slot).subspan(bucket_.offset, bucket_.numel);
@@ -661,8 +660,7 @@ void Daemon::guard_nonfinite() {
       round_, r.count,
       layout_ ? describe_position(*layout_, r.first + (bucket_round_ ? bucket_.offset : 0))
               : fmt::format("element {}", r.first),
-      what,
-      config_.strategy.nonfinite);
+      what, config_.strategy.nonfinite);
 }
 
 void Daemon::publish_gauges() {

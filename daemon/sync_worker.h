@@ -136,7 +136,7 @@ class SyncWorker {
     std::span<float> model;
     uint64_t round = 0;
     uint64_t step = 0;
-    bool start = false;  // the initial model, not a round
+    bool start = false;              // the initial model, not a round
     std::optional<uint64_t> bucket;  // a bucket's round: its offset in the model
   };
   void run_start(std::span<float> model);

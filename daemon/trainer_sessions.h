@@ -7,8 +7,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <memory>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
