@@ -115,5 +115,45 @@ class WaitFreeBackprop(unittest.TestCase):
             self.assertTrue(torch.equal(p0, p1))
 
 
+    def test_bad_buckets_get_an_error_that_names_the_problem(self):
+        import gossipd
+        with harness.Cluster(1, ["--strategy", "local-sgd"]) as c:
+            client = gossipd.Client(c.endpoint(0), trainer="models", timeout=30)
+            client.attach([("w", 100)])
+            client.send_bucket(0, 100, last=True)
+            with self.assertRaisesRegex(gossipd.GossipError, "exchanges models"):
+                client.wait_buckets()
+            client.close()
+        with harness.Cluster(1, ["--strategy", "allreduce"]) as c:
+            client = gossipd.Client(c.endpoint(0), trainer="range", timeout=30)
+            client.attach([("w", 100)])
+            client.send_bucket(96, 100, last=True)
+            with self.assertRaisesRegex(gossipd.GossipError, r"elements \[96, 196\) are not a bucket"):
+                client.wait_buckets()
+            with self.assertRaisesRegex(gossipd.GossipError, "wait_buckets before the step's last bucket"):
+                client.wait_buckets()
+            # Two trainers of one node that cut their gradients differently.
+            other = gossipd.Client(c.endpoint(0), trainer="other", local_rank=1, timeout=30)
+            other.attach([("w", 100)])
+            errors = []
+
+            def send(cl, offset, numel):
+                try:
+                    cl.send_bucket(offset, numel, last=True)
+                    cl.wait_buckets()
+                except gossipd.GossipError as e:
+                    errors.append(str(e))
+            ts = [threading.Thread(target=send, args=(client, 0, 50)),
+                  threading.Thread(target=send, args=(other, 0, 60))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+            self.assertEqual(len(errors), 2, errors)
+            self.assertTrue(all("handed in different buckets" in e for e in errors), errors)
+            client.close()
+            other.close()
+
+
 if __name__ == "__main__":
     harness.main()
