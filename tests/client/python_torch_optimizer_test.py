@@ -181,6 +181,52 @@ class TorchOptimizer(unittest.TestCase):
 
 
 @unittest.skipIf(SKIP, SKIP)
+class GradScalerPattern(unittest.TestCase):
+    """synchronize() before the scaler: a node whose gradients overflow does not stall
+    the others, and its Inf never reaches the network (its daemon sends zeros)."""
+
+    def test_an_overflowing_node_is_dropped_not_waited_for(self):
+        import gossipd
+        import gossipd.torch
+        nets, opts, out, errors = [], [], {}, []
+        with harness.Cluster(2, ["--strategy", "allreduce"]) as c:
+            for i in range(2):
+                torch.manual_seed(0)
+                net = nn.Linear(3, 1, bias=False)
+                att = gossipd.torch.attach_module(gossipd.Client(c.endpoint(i), trainer=f"amp-{i}"), net)
+                nets.append(net)
+                opts.append(gossipd.torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=1.0), att))
+            before = nets[0].weight.detach().clone()
+
+            def run(i):
+                try:
+                    opt, net = opts[i], nets[i]
+                    opt.zero_grad()
+                    net.weight.grad = torch.full((1, 3), 4.0) if i == 0 else torch.tensor([[1.0, float("inf"), 2.0]])
+                    opt.synchronize()
+                    out[i] = net.weight.grad.clone()
+                    # What GradScaler.step does: the inner step only where the gradients are finite.
+                    with opt.skip_synchronize():
+                        if torch.isfinite(net.weight.grad).all():
+                            opt.step()
+                except Exception as e:  # surfaced below
+                    errors.append(e)
+            ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+            self.assertFalse(any(t.is_alive() for t in ts), "a node waited for the other")
+            self.assertEqual(errors, [])
+            logs = c.logs()
+        # Node 1 contributed zeros: both hold node 0's gradient halved, finite, and stepped alike.
+        for i in range(2):
+            self.assertTrue(torch.equal(out[i], torch.full((1, 3), 2.0)), out[i])
+            self.assertTrue(torch.equal(nets[i].weight.detach(), before - 2.0))
+        self.assertIn("NaN/Inf", logs)
+
+
+@unittest.skipIf(SKIP, SKIP)
 class StartUp(unittest.TestCase):
     """Every replica starts from node 0's module, whatever each trainer's seed."""
 

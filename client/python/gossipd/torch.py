@@ -311,7 +311,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
     schedulers, zero_grad(set_to_none=True) and closures work as on the inner one.
     step() returns the closure's loss, as every optimizer does; `last` is the client's
     StepResult of that step (the node's step, whether it synchronized, traffic).
-    The arena's layout is fixed at attach: add_param_group is refused."""
+    The arena's layout is fixed at attach: add_param_group is refused.
+
+    Mixed precision with a GradScaler, as with Horovod: average first, so that every
+    node's scaler sees the same gradients and skips (or not) the same steps, and no
+    node leaves the others waiting in a round it never joins:
+
+        scaler.scale(loss).backward()
+        opt.synchronize()                 # the round: the mean is in .grad
+        scaler.unscale_(opt)              # optional (clipping)
+        with opt.skip_synchronize():
+            scaler.step(opt)              # may skip the inner step on every node alike
+        scaler.update()
+
+    A node whose gradients overflowed (Inf or NaN) does not send them: its daemon's
+    guard contributes zeros instead (--nonfinite), so the others step on a finite mean."""
 
     def __init__(self, optimizer, attached):
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -323,9 +337,31 @@ class DistributedOptimizer(torch.optim.Optimizer):
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self._constructing = False
         self.state = optimizer.state
+        self._skip_synchronize = False
 
     def __repr__(self):
         return f"DistributedOptimizer({self.optimizer!r})"
+
+    def synchronize(self):
+        """Gradient strategies: the step's round now (step() then does not run it again
+        inside skip_synchronize()); the mean of every node's gradients is in .grad
+        afterwards. Nothing for model strategies, which synchronize after the step."""
+        if self.attached.gradient_mode:
+            self.last = self.attached.step()
+        return self.last
+
+    def skip_synchronize(self):
+        """A context in which step() only steps the inner optimizer (after synchronize())."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def skipping():
+            self._skip_synchronize = True
+            try:
+                yield
+            finally:
+                self._skip_synchronize = False
+        return skipping()
 
     def add_param_group(self, param_group):
         if self._constructing:
@@ -343,7 +379,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         if self.attached.gradient_mode:
-            self.last = self.attached.step()  # averages the gradients (and the buffers)
+            if not self._skip_synchronize:
+                self.synchronize()  # averages the gradients (and the buffers)
             self.optimizer.step()
         else:
             self.optimizer.step()
