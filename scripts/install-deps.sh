@@ -12,7 +12,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
-  python3 python3-matplotlib python3-torch python3-pip iproute2
+  python3 python3-matplotlib python3-torch python3-torchvision python3-pip iproute2
   libnss-wrapper prometheus slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev llvm clang-format clang-tidy
 )

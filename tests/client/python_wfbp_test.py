@@ -115,6 +115,26 @@ class WaitFreeBackprop(unittest.TestCase):
             self.assertTrue(torch.equal(p0, p1))
 
 
+    def test_a_frozen_layer_is_neither_waited_for_nor_moved(self):
+        import gossipd
+        import gossipd.torch
+        with harness.Cluster(1, ["--strategy", "allreduce"]) as c:
+            net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+            net[0].weight.requires_grad_(False)
+            frozen = net[0].weight.detach().clone()
+            client = gossipd.Client(c.endpoint(0), trainer="frozen", timeout=30)
+            attached = gossipd.torch.attach_module(client, net, bucket_cap_mb=0.0001)
+            opt = gossipd.torch.DistributedOptimizer(
+                torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.1, weight_decay=0.1), attached)
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                net(torch.randn(4, 8)).sum().backward()
+                opt.step()
+            self.assertTrue(torch.equal(net[0].weight.detach(), frozen))
+            self.assertIsNone(net[0].weight.grad)
+            self.assertEqual(opt.last.step, 3)
+            client.close()
+
     def test_bad_buckets_get_an_error_that_names_the_problem(self):
         import gossipd
         with harness.Cluster(1, ["--strategy", "local-sgd"]) as c:

@@ -67,6 +67,8 @@ class AttachedModule:
         with torch.no_grad():
             if self.gradient_mode:
                 for p, a in zip(self.params, self.arena):
+                    if not p.requires_grad:
+                        continue  # frozen: no gradient, so that no optimizer moves it
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
                     p.grad.copy_(a)
@@ -160,7 +162,14 @@ class _Buckets:
                 self.bucket_of[i] = b
         self.sent = 0
         self.sent_at = []       # time.monotonic() of each bucket's send, this step
-        self.handles = [p.register_hook(self._hook(i)) for i, p in enumerate(params)]
+        # Frozen parameters have no gradient to wait for: zeros, ready from the start.
+        self.frozen = [not p.requires_grad for p in params]
+        with torch.no_grad():
+            for i, frozen in enumerate(self.frozen):
+                if frozen:
+                    attached.arena[i].zero_()
+        self.ready = list(self.frozen)
+        self.handles = [p.register_hook(self._hook(i)) for i, p in enumerate(params) if p.requires_grad]
 
     def _close(self, members, offsets):
         lo, hi = min(members), max(members)
@@ -198,7 +207,7 @@ class _Buckets:
             self.sent += 1
 
     def reset(self):
-        self.ready = [False] * len(self.ready)
+        self.ready = list(self.frozen)
         self.sent = 0
         self.sent_at = []
 
@@ -426,50 +435,54 @@ class CommHookState:
             raise ValueError(f"the node's strategy is '{self.model.strategy}': the DDP hook averages gradients "
                              "at every step, which needs --strategy allreduce")
         self.arena = torch.frombuffer(self.model.buffers[0], dtype=torch.float32)
-        self.pending = []   # (bucket index, its flat gradients, its future) of this step
+        self.pending = []   # (offset, its flat gradients, its future) of this step's buckets
         self.received = 0
         self.last = None    # the client's StepResult of the last step
 
-    def flush(self):
-        """Every bucket of the step is here: one round averages them all (the buckets
-        go into the arena in index order, the order every rank's DDP agrees on)."""
-        pending = sorted(self.pending, key=lambda p: p[0])
+    def fail(self, e):
+        """DDP raises it from backward(); the step's buckets are dropped."""
+        for _, _, fut in self.pending:
+            fut.set_exception(e)
         self.pending, self.received = [], 0
+
+    def complete(self):
+        """The step's last bucket is out: wait for every mean, then hand each to DDP."""
         try:
-            offset = 0
-            with torch.no_grad():
-                for _, buf, _ in pending:
-                    self.arena[offset:offset + buf.numel()].copy_(buf.reshape(-1))
-                    offset += buf.numel()
-                self.last = self.client.step()
-                offset = 0
-                for _, buf, _ in pending:
-                    buf.copy_(self.arena[offset:offset + buf.numel()].view_as(buf))
-                    offset += buf.numel()
-        except Exception as e:  # DDP raises it from backward()
-            for _, _, fut in pending:
-                fut.set_exception(e)
-            return
+            self.last = self.client.wait_buckets()
+        except Exception as e:
+            return self.fail(e)
+        with torch.no_grad():
+            for offset, buf, fut in self.pending:
+                buf.copy_(self.arena[offset:offset + buf.numel()].view_as(buf))
+        pending, self.pending, self.received = self.pending, [], 0
         for _, buf, fut in pending:
             fut.set_result(buf)
 
 
 def comm_hook(state, bucket):
     """A DDP communication hook (DistributedDataParallel.register_comm_hook) that averages
-    each bucket through gossipd. The futures complete when the step's last bucket is in:
-    the buckets are reduced in one round (backward is not overlapped with it yet)."""
+    each bucket through gossipd. DDP hands the buckets over in order, as backward fills
+    them; each goes to the daemon at once (its place in the flat tensor follows the
+    buckets before it), so that the daemon averages it while backward computes the
+    next. The futures complete when the step's last bucket is averaged."""
     buf = bucket.buffer()
     fut = torch.futures.Future()
-    state.pending.append((bucket.index(), buf, fut))
+    offset = state.received
+    state.pending.append((offset, buf, fut))
     state.received += buf.numel()
     if state.received > state.total:
-        e = RuntimeError(f"DDP's buckets hold {state.received} gradients, the module {state.total}: "
-                         "build CommHookState from the module DDP wraps")
-        for _, _, f in state.pending:
-            f.set_exception(e)
-        state.pending, state.received = [], 0
-    elif state.received == state.total:
-        state.flush()
+        state.fail(RuntimeError(f"DDP's buckets hold {state.received} gradients, the module {state.total}: "
+                                "build CommHookState from the module DDP wraps"))
+        return fut
+    try:
+        with torch.no_grad():
+            state.arena[offset:offset + buf.numel()].copy_(buf.reshape(-1))
+        state.client.send_bucket(offset, buf.numel(), last=state.received == state.total)
+    except Exception as e:
+        state.fail(e)
+        return fut
+    if state.received == state.total:
+        state.complete()
     return fut
 
 
