@@ -15,9 +15,12 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // A fetcher that hears nothing for this long asks again (node 0 had not started, or
-// restarted); node 0 serves one peer at most once per this long, so that the asks
-// again of a slow transfer do not multiply it, nor a hostile peer's requests.
+// restarted).
 constexpr auto kAskAgain = std::chrono::seconds(2);
+// Node 0 serves one peer at most once per this long (publishing pushes to all at
+// once), so that neither the asks again of a slow transfer nor a hostile peer's
+// requests make it send the model more than that.
+constexpr auto kServeAgain = std::chrono::seconds(30);
 
 }  // namespace
 
@@ -47,7 +50,7 @@ void InitialModel::publish(std::span<const float> model, uint64_t layout) {
 
 void InitialModel::serve(uint32_t peer) {
   const auto now = Clock::now();
-  if (auto it = served_.find(peer); it != served_.end() && now - it->second < kAskAgain) return;
+  if (auto it = served_.find(peer); it != served_.end() && now - it->second < kServeAgain) return;
   served_[peer] = now;
   spdlog::debug("sending peer {} the initial model ({} chunks)", peer, snapshot_.chunks.size());
   for (size_t seq = 0; seq < snapshot_.chunks.size(); ++seq) {

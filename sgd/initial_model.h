@@ -8,7 +8,7 @@
 //   node 0                                   node k != 0
 //   publish: initial-model chunks ──────────► kept until its trainer starts
 //                                  ◄────────── initial-model request (nothing came
-//   chunks again (at most once per 2 s) ─────► for 2 s: node 0 had not started)
+//   chunks again (at most once per 30 s) ────► for 2 s: node 0 had not started)
 //
 // Node 0 pushes the model to every peer when it publishes, since it may be inside a
 // round by the time a peer asks (a ring round does not read the control channel)
