@@ -147,5 +147,28 @@ TEST(InitialModel, AModelOfAnotherSizeIsRefused) {
       << st.message();
 }
 
+TEST(InitialModel, APeersRequestsCannotMakeNode0SendTheModelAgainAndAgain) {
+  Mesh mesh(2);
+  const auto model = ramp(1000);
+  uint64_t chunks = 0;  // what node 1 receives, besides its own InitialModel's handling
+  auto counting = mesh.r[1]->subscribe({proto::Kind::kInitialModel}, [&](peers::Incoming& in) {
+    if (in.as<proto::InitialModel>().what == proto::InitialModel::kChunk) ++chunks;
+  });
+  std::atomic<bool> stop{false};
+  auto source = serve(
+      mesh, 0, stop, [&] { mesh.m[0]->publish(model, kLayout); }, 0ms);
+  // Node 1 asks 50 times in 2.5 s, as a hostile peer would to make node 0 send and send.
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(mesh.t[1]->send(
+        0, 0, proto::InitialModel{proto::InitialModel::kRequest, 0, 0, 0, 1000, kLayout}));
+    mesh.r[1]->poll(50ms);
+  }
+  stop = true;
+  source.join();
+  const auto until = Clock::now() + 1s;
+  while (Clock::now() < until) mesh.r[1]->poll(20ms);
+  EXPECT_EQ(chunks, 10u) << "node 0 sent the model " << chunks / 10.0 << " times";
+}
+
 }  // namespace
 }  // namespace gossip::sgd
