@@ -571,6 +571,8 @@ void SyncWorker::run() {
     }
     if (result.status && !job.bucket)
       after_round(job.model, result.round, result.step.value_or(job.step));
+    else if (result.status)
+      initial_->discard();
     {
       std::lock_guard lock(mu_);
       result_ = std::move(result);
