@@ -10,13 +10,17 @@ optimizer wrapper whose step() also steps the client.
         loss = ...; opt.zero_grad(); loss.backward(); opt.step(); step = opt.last.step  # + client.step()
     opt.finish()                                                     # the end-of-run synchronization
 
-CPU parameters are re-pointed at the arena, so nothing is copied. CUDA parameters
-are staged: copied to the arena before a synchronization point and back after it,
-with the arena's pages page-locked for the GPU (cudaHostRegister) where torch
-allows; CUDA IPC handles are not supported by the daemon yet. (No GPU was available
-where this was written: the CUDA path is untested.) For the `allreduce` strategy the arena carries
-gradients instead: step() copies .grad in, the daemon averages them, and the
-optimizer then steps on the mean, as Horovod's DistributedOptimizer does.
+At attach every node starts from node 0's module (Client.start(); initial="own" keeps
+this trainer's). CPU parameters are re-pointed at the arena, so nothing is copied.
+CUDA parameters are staged: copied to the arena before a synchronization point and
+back after it, with the arena's pages page-locked for the GPU (cudaHostRegister) where
+torch allows; CUDA IPC handles are not supported by the daemon yet. (No GPU was
+available where this was written: the CUDA path is untested.) For the `allreduce`
+strategy the arena carries gradients instead: hooks hand them to the daemon in
+buckets as backward produces them (wait-free backpropagation), the daemon averages
+each while backward goes on, and the optimizer then steps on the mean, as Horovod's
+DistributedOptimizer does. comm_hook gives DDP users the same through
+DistributedDataParallel.register_comm_hook.
 """
 
 import math
