@@ -424,8 +424,7 @@ void Daemon::finish_join() {
   }
   pending_attach_.clear();
   resume_.reset();
-  maybe_start_round();
-  maybe_start_bucket();
+  maybe_start_next();
 }
 
 void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
@@ -480,8 +479,7 @@ void Daemon::finish_start() {
     reply(route, ok);
   }
   start_waiters_.clear();
-  maybe_start_round();
-  maybe_start_bucket();
+  maybe_start_next();
 }
 
 void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
@@ -501,6 +499,11 @@ void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
   if (s->buckets.size() >= 4096)
     return reply(route, ipc::Error{"sync_range: more than 4096 buckets waiting"});
   s->buckets.push_back(m);
+  maybe_start_bucket();
+}
+
+void Daemon::maybe_start_next() {
+  maybe_start_round();
   maybe_start_bucket();
 }
 
@@ -585,8 +588,7 @@ void Daemon::finish_bucket() {
     reply(route, ok);
   }
   participants_.clear();
-  maybe_start_bucket();
-  maybe_start_round();
+  maybe_start_next();
 }
 
 void Daemon::on_detach(const std::string& route) {
@@ -602,8 +604,7 @@ void Daemon::detach(TrainerSession* s, const std::string& why) {
   std::string route = s->route;
   std::erase(participants_, route);
   sessions_.remove(route);
-  maybe_start_round();  // the others may have been waiting only for this one
-  maybe_start_bucket();
+  maybe_start_next();  // the others may have been waiting only for this one
 }
 
 void Daemon::handle_trainer_exit(int pidfd) {

@@ -57,6 +57,8 @@ class Daemon {
   void on_start(const std::string& route);
   void on_sync_range(const std::string& route, const proto::ipc::SyncRange& m);
   void maybe_start_bucket();
+  // Whatever the trainers wait for and can start now: a round or a bucket's round.
+  void maybe_start_next();
   void finish_bucket();
   void finish_start();
   void on_detach(const std::string& route);

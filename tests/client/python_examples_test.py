@@ -2,7 +2,7 @@
 """The examples a user copies (examples/), each run as the README says: one
 `gossipctl run` per node, on loopback, on the real Fashion-MNIST. The CNN trains to
 a real accuracy; the torchvision model (Debian's python3-torchvision; skipped with the
-reason where it is missing) runs a few steps end to end, since ResNet-18 on two CPU
+reason where it is missing) runs three steps end to end, since ResNet-18 on two CPU
 cores takes minutes per hundred steps. Exit code 77 where python3-torch is missing.
 
     /usr/bin/python3 tests/client/python_examples_test.py --build build
@@ -55,10 +55,11 @@ def accuracies(outs):
 class Examples(unittest.TestCase):
     def test_the_cnn_trains_under_the_launcher(self):
         codes, outs = run_example(["--strategy", "local-sgd", "--period", "4"],
-                                  [str(ROOT / "examples" / "cnn_fashion_mnist.py"), "--steps", "300"], 300)
+                                  [str(ROOT / "examples" / "cnn_fashion_mnist.py"), "--steps", "200"], 300)
         self.assertEqual(codes, [0, 0], "\n".join(o[-3000:] for o in outs))
         acc = accuracies(outs)
         self.assertEqual(len(acc), 2, outs)
+        print(f"\ncnn example, 200 steps: {acc}", file=sys.stderr)
         self.assertEqual(acc[0], acc[1], "the nodes end with one model")
         self.assertGreater(acc[0], 0.80)
 
@@ -68,7 +69,7 @@ class Examples(unittest.TestCase):
         except ImportError as e:
             self.skipTest(f"python3-torchvision is missing ({e})")
         codes, outs = run_example(["--strategy", "allreduce"],
-                                  [str(ROOT / "examples" / "torchvision_fashion_mnist.py"), "--steps", "6",
+                                  [str(ROOT / "examples" / "torchvision_fashion_mnist.py"), "--steps", "3",
                                    "--test-images", "500"], 300)
         self.assertEqual(codes, [0, 0], "\n".join(o[-3000:] for o in outs))
         acc = accuracies(outs)

@@ -24,6 +24,7 @@ DistributedDataParallel.register_comm_hook.
 """
 
 import math
+import time
 
 try:
     import torch
@@ -142,7 +143,6 @@ class _Buckets:
         self.client = attached.client
         params = attached.params
         offsets = attached.model.offsets
-        self.ready = [False] * len(params)
         self.ranges = []        # (offset, numel) of each bucket in the replica
         self.members = []       # the parameter indices of each bucket
         current, size = [], 0
@@ -160,10 +160,6 @@ class _Buckets:
             last = len(offsets) - 1
             self.ranges.append((offsets[first], offsets[last] + attached.buffer_arena[-1].numel() - offsets[first]))
             self.members.append([])
-        self.bucket_of = {}
-        for b, members in enumerate(self.members):
-            for i in members:
-                self.bucket_of[i] = b
         self.sent = 0
         self.sent_at = []       # time.monotonic() of each bucket's send, this step
         # Frozen parameters have no gradient to wait for: zeros, ready from the start.
@@ -198,7 +194,6 @@ class _Buckets:
     def send_ready(self, final=False):
         """Sends every bucket, in order, whose parameters are all in; with final, the
         buffers' bucket too."""
-        import time
         while self.sent < len(self.ranges):
             b = self.sent
             if not all(self.ready[i] for i in self.members[b]):
