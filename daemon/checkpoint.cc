@@ -173,4 +173,21 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
   return c;
 }
 
+std::string describe_state(const sgd::StrategyState& state) {
+  std::string out;
+  for (const auto& [name, v] : state.tensors) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const auto* p = reinterpret_cast<const Bytef*>(v.data());
+    const size_t bytes = v.size() * sizeof(float);
+    for (size_t off = 0; off < bytes;) {
+      const uInt n = static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30));
+      crc = crc32(crc, p + off, n);
+      off += n;
+    }
+    out += fmt::format("{}{} {} crc {:08x}", out.empty() ? "" : ", ", name, v.size(),
+                       static_cast<uint32_t>(crc));
+  }
+  return out.empty() ? "none" : out;
+}
+
 }  // namespace gossip::daemon

@@ -31,5 +31,9 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c);
 // Errors name the file and what is wrong with it (truncated, bad CRC, sizes).
 // A missing file is Status::not_found.
 Result<Checkpoint> read_checkpoint(const std::string& path);
+// The strategy state's tensors by name with the CRC-32 of their bytes, for the log
+// lines of a checkpoint written and of a state restored, so that the two can be
+// compared ("local_sgd.momentum 235152 crc 1a2b3c4d, ...").
+std::string describe_state(const sgd::StrategyState& state);
 
 }  // namespace gossip::daemon

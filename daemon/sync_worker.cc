@@ -408,7 +408,20 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
       membership_->joined();
     }
   }
-  if (r.status && !r.state && resume) r.status = strategy_->load_state(*resume);
+  if (r.status && resume && !r.state) {
+    r.status = strategy_->load_state(*resume);
+    if (r.status) spdlog::info("restored the checkpoint's state: {}", describe_state(*resume));
+  } else if (r.status && resume) {
+    // The model is a peer's now, but what the checkpoint holds of this node's own
+    // (its error-feedback residual, its outer momentum) is still its own.
+    auto kept = strategy_->keep_own_state(*resume);
+    if (!kept)
+      spdlog::warn("the checkpoint's state not kept after taking peer {}'s model: {}",
+                   r.state->from, kept.status().message());
+    else
+      spdlog::info("kept the checkpoint's own state after taking peer {}'s model: {}",
+                   r.state->from, describe_state(*kept));
+  }
   {
     std::lock_guard lock(mu_);
     joined_ = std::move(r);
@@ -481,9 +494,10 @@ void SyncWorker::write_checkpoint_now() {
   }
   last_written_ = true;
   spdlog::info(
-      "checkpoint {}: round {}, step {}, {} parameters ({:.0f} ms)", checkpoint_path_, last_->round,
-      last_->step, last_->model.size(),
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      "checkpoint {}: round {}, step {}, {} parameters ({:.0f} ms); state: {}", checkpoint_path_,
+      last_->round, last_->step, last_->model.size(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+      describe_state(last_->state));
 }
 
 void SyncWorker::run_start(std::span<float> model) {

@@ -61,6 +61,26 @@ void LocalSgd::took_model(std::span<const float> model) {
   momentum_.assign(model.size(), 0.0f);
 }
 
+Result<StrategyState> LocalSgd::keep_own_state(const StrategyState& saved) {
+  // The residual is the mass this node's updates have not delivered yet: its own,
+  // whoever's model it goes on from. The outer momentum is not: every member applies
+  // the same one to the same averaged delta, so a stale copy from the checkpoint
+  // would set this replica apart from the others' for good (took_model() restarts it
+  // at zero, which does too; the state transfer does not carry the members' yet).
+  StrategyState kept;
+  if (saved.empty() || !saved.tensors.count("local_sgd.residual") || !error_feedback_ || !codec_)
+    return kept;
+  auto previous = saved.tensor("local_sgd.previous", 0);
+  if (!previous) return previous.status();
+  const size_t n = (*previous)->size();
+  auto r = saved.tensor("local_sgd.residual", n);
+  if (!r) return r.status();
+  residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, n);
+  residual_->restore(**r);
+  kept.tensors["local_sgd.residual"] = **r;
+  return kept;
+}
+
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& round_options) {
   CollectiveOptions options;

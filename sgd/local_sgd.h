@@ -52,6 +52,9 @@ class LocalSgd final : public Strategy {
   // (the state transfer carries the model only), a difference that decays by the
   // momentum factor every round.
   void took_model(std::span<const float> model) override;
+  // The error-feedback residual (mass this node has not delivered yet); the peer's
+  // model stays the synchronization point.
+  Result<StrategyState> keep_own_state(const StrategyState& saved) override;
   StrategyState save_state() const override;
   Status load_state(const StrategyState& state) override;
 

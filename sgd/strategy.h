@@ -57,6 +57,13 @@ class Strategy {
     return state.empty() ? Status::ok()
                          : Status::invalid("this strategy keeps no state between rounds");
   }
+  // After took_model(): restores from `saved` (this node's checkpoint) what is still
+  // this node's own although its model came from a peer, and returns that part; the
+  // rest of `saved` is stale. Default: nothing.
+  virtual Result<StrategyState> keep_own_state(const StrategyState& saved) {
+    (void)saved;
+    return StrategyState{};
+  }
   // The layout fingerprint carried in every message; peers with another are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
   // Between rounds: the node took `model` from a peer (it joined mid-run, or was

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "compression/codec_spec.h"
+
 namespace gossip::sgd {
 namespace {
 
@@ -74,6 +76,33 @@ TEST(LocalSgd, AFailedRoundLeavesTheModelAndTheOuterStateAlone) {
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("peer 2"), std::string::npos);
   EXPECT_EQ(x[0], 7.0f);
+}
+
+// A node that rejoins takes a member's model (took_model) but keeps, from its own
+// checkpoint, the error-feedback residual: mass its updates have not delivered yet.
+TEST(LocalSgd, ARejoiningNodeKeepsItsResidualFromItsCheckpoint) {
+  FixedMean ar;
+  auto codec = compression::make_codec("topk:0.5").value();
+  LocalSgd sgd(ar, OuterOptimizer{}, codec.codec.get(), true);
+  StrategyState saved;
+  saved.tensors["local_sgd.previous"] = {1, 2, 3, 4};
+  saved.tensors["local_sgd.momentum"] = {0, 0, 0, 0};
+  saved.tensors["local_sgd.residual"] = {0.5f, -0.25f, 0, 0.125f};
+  ASSERT_TRUE(sgd.load_state(saved).is_ok());
+  const std::vector<float> members = {9, 8, 7, 6};
+  sgd.took_model(members);
+  EXPECT_EQ(sgd.save_state().tensors.count("local_sgd.residual"), 0u) << "took_model drops it";
+  auto kept = sgd.keep_own_state(saved);
+  ASSERT_TRUE(kept) << kept.status().message();
+  EXPECT_EQ(kept->tensors.at("local_sgd.residual"), saved.tensors.at("local_sgd.residual"));
+  EXPECT_EQ(kept->tensors.count("local_sgd.momentum"), 0u) << "the members' momentum is not ours";
+  const StrategyState now = sgd.save_state();
+  EXPECT_EQ(now.tensors.at("local_sgd.residual"), saved.tensors.at("local_sgd.residual"));
+  EXPECT_EQ(now.tensors.at("local_sgd.previous"), members) << "the members' model stays x_prev";
+  // A checkpoint of another model size is refused with the reason.
+  StrategyState other = saved;
+  other.tensors["local_sgd.residual"] = {1, 2};
+  EXPECT_FALSE(sgd.keep_own_state(other));
 }
 
 TEST(LocalSgd, UnknownOuterOptimizerIsNamed) {
