@@ -347,12 +347,21 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int conne
     pending_attach_.push_back(route);
     return;
   }
+  if (strategy_->gradients && round_started_) {
+    sessions_.remove(route);
+    return refuse(fmt::format(
+        "strategy {}: this node's trainers have taken {} steps, and their parameters live in the "
+        "trainers (the arena carries gradients), so a trainer that attaches now cannot start from "
+        "them; attach every trainer before the first step",
+        config_.strategy.name, step_));
+  }
   // A trainer joining a node that already trains starts from the node's model:
-  // a blocked trainer's replica is stable; otherwise the last round's average.
+  // a blocked trainer's replica is stable; otherwise the last round's average. A
+  // gradient strategy's replicas hold gradients: the trainer starts (ipc::Start).
   bool initialized = false;
   TrainerSession* source = nullptr;
   for (auto* o : sessions_.all())
-    if (o != s && (!source || o->waiting)) source = o;
+    if (o != s && (!source || o->waiting) && !strategy_->gradients) source = o;
   auto dst = arena_->slot(s->slot);
   if (source) {
     auto src = arena_->slot(source->slot);
@@ -444,7 +453,18 @@ void Daemon::on_start(const std::string& route) {
     return reply(route, ipc::Error{"start while a start is pending"});
   start_waiters_.push_back(route);
   if (start_done_) return finish_start();
-  if (starting_) return;
+  maybe_submit_start();
+}
+
+void Daemon::maybe_submit_start() {
+  // The worker runs one job at a time: a trainer that starts while the node's round
+  // runs (a late trainer of a gradient strategy) waits for its end.
+  if (start_waiters_.empty() || starting_ || start_done_ || round_running_ || joining_) return;
+  TrainerSession* s = sessions_.find(start_waiters_.front());
+  if (!s) {
+    start_waiters_.erase(start_waiters_.begin());
+    return maybe_submit_start();
+  }
   // Node 0's replica is the model (its first trainer's); any other node's is where the
   // worker writes node 0's.
   auto slot = arena_->slot(s->slot);
@@ -503,6 +523,7 @@ void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
 }
 
 void Daemon::maybe_start_next() {
+  maybe_submit_start();
   maybe_start_round();
   maybe_start_bucket();
 }
@@ -840,7 +861,7 @@ void Daemon::handle_round_done() {
     } else {
       spdlog::error("round {} failed: {}", round_ - 1, result->status.message());
     }
-    maybe_start_round();
+    maybe_start_next();
     return;
   }
   if (result->status.is_ok()) {
@@ -876,7 +897,7 @@ void Daemon::handle_round_done() {
     }
   }
   participants_.clear();
-  maybe_start_round();
+  maybe_start_next();
 }
 
 }  // namespace gossip::daemon

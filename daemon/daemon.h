@@ -55,6 +55,7 @@ class Daemon {
   void finish_join();
   void on_sync(const std::string& route, const proto::ipc::Sync& s);
   void on_start(const std::string& route);
+  void maybe_submit_start();
   void on_sync_range(const std::string& route, const proto::ipc::SyncRange& m);
   void maybe_start_bucket();
   // Whatever the trainers wait for and can start now: a round or a bucket's round.

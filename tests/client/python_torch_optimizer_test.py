@@ -12,6 +12,7 @@ where python3-torch is missing.
 import pathlib
 import sys
 import threading
+import time
 import unittest
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -292,6 +293,45 @@ class StartUp(unittest.TestCase):
         for i in range(2):
             for got, want in zip(after[i], inits[i]):
                 self.assertTrue(torch.equal(got, want))
+
+    def test_trainers_of_one_node_start_alike_and_a_late_one_is_refused_under_allreduce(self):
+        # allreduce: the parameters live in the trainers (the arena carries gradients).
+        # Two trainers that attach before the first step both start from node 0's
+        # model; one that attaches after it cannot, and is told why.
+        import gossipd
+        import gossipd.torch
+        with harness.Cluster(1, ["--strategy", "allreduce"]) as c:
+            nets, opts = [], []
+            for rank in range(2):
+                torch.manual_seed(3 + rank)
+                net = bn_net()
+                if rank == 0:
+                    initial = [t.detach().clone() for t in net.parameters()]
+                att = gossipd.torch.attach_module(
+                    gossipd.Client(c.endpoint(0), trainer=f"t{rank}", local_rank=rank, timeout=30), net)
+                nets.append(net)
+                opts.append(gossipd.torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), att))
+            for got, want in zip(nets[1].parameters(), initial):
+                self.assertTrue(torch.equal(got.detach(), want), "the second trainer started from node 0's model")
+            errors = []
+
+            def step(i):
+                try:
+                    opts[i].zero_grad()
+                    nets[i](torch.randn(8, 1, 28, 28)).sum().backward()
+                    opts[i].step()
+                except Exception as e:  # surfaced below
+                    errors.append(e)
+            ts = [threading.Thread(target=step, args=(i,)) for i in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+            self.assertEqual(errors, [])
+            late = gossipd.Client(c.endpoint(0), trainer="late", local_rank=2, timeout=30)
+            with self.assertRaisesRegex(gossipd.GossipError, "attach every trainer before the first step"):
+                gossipd.torch.attach_module(late, bn_net())
+            late.close()
 
     def test_without_node_0_the_start_fails_with_the_reason(self):
         import gossipd
