@@ -61,8 +61,9 @@ struct Client::Impl {
       return Status::io_error(fmt::format("gossipd at {}: {}", options.endpoint, e.what()));
     }
   }
-  // The next reply (to the request named `what`), waiting at most `timeout`; with
-  // timeout 0, nullopt-like: a timeout Status without breaking the connection.
+  // The next reply (to the request named `what`), waiting at most `timeout`. No reply
+  // in time breaks the connection (a late one would answer the next request), unless
+  // `may_be_absent`: then it is Status::not_found and the connection stays usable.
   Result<ipc::Message> receive(const char* what, std::chrono::milliseconds timeout,
                                bool may_be_absent = false) {
     if (!broken.empty()) return Status::closed("connection to gossipd unusable: " + broken);
