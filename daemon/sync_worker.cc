@@ -413,7 +413,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     if (r.status) spdlog::info("restored the checkpoint's state: {}", describe_state(*resume));
   } else if (r.status && resume) {
     // The model is a peer's now, but what the checkpoint holds of this node's own
-    // (its error-feedback residual, its outer momentum) is still its own.
+    // (local SGD's error-feedback residual) is still its own.
     auto kept = strategy_->keep_own_state(*resume);
     if (!kept)
       spdlog::warn("the checkpoint's state not kept after taking peer {}'s model: {}",
