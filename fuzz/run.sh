@@ -4,7 +4,7 @@
 #   fuzz/run.sh [--seconds N] [--target NAME] [--jobs J]
 #
 #   --seconds N   time per target (default 60); ctest's Fuzz.Short uses 10
-#   --target NAME one of: wire_header codec_decode ipc_message config state_transfer
+#   --target NAME one of: wire_header codec_decode ipc_message config state_transfer initial_model
 #                 (default: all)
 #   --jobs J      parallel compile jobs (default 2)
 #
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_targets=(wire_header codec_decode ipc_message config state_transfer)
+all_targets=(wire_header codec_decode ipc_message config state_transfer initial_model)
 seconds=60
 jobs=2
 targets=()
