@@ -20,16 +20,17 @@ constexpr char kMagic[8] = {'G', 'S', 'P', 'C', 'K', 'P', 'T', '1'};
 constexpr uint64_t kMaxHeaderBytes = 64u << 20;
 constexpr uint64_t kMaxFloats = uint64_t{1} << 34;
 
-uint32_t crc_of(const std::string& bytes) {
+uint32_t crc_of(const void* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
-  for (size_t off = 0; off < bytes.size();) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - off, 1u << 30));
+  const auto* p = static_cast<const Bytef*>(data);
+  for (size_t off = 0; off < size;) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(size - off, 1u << 30));
     crc = crc32(crc, p + off, n);
     off += n;
   }
   return static_cast<uint32_t>(crc);
 }
+uint32_t crc_of(const std::string& bytes) { return crc_of(bytes.data(), bytes.size()); }
 
 void append_floats(std::string& out, const std::vector<float>& v) {
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -175,18 +176,9 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
 
 std::string describe_state(const sgd::StrategyState& state) {
   std::string out;
-  for (const auto& [name, v] : state.tensors) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    const auto* p = reinterpret_cast<const Bytef*>(v.data());
-    const size_t bytes = v.size() * sizeof(float);
-    for (size_t off = 0; off < bytes;) {
-      const uInt n = static_cast<uInt>(std::min<size_t>(bytes - off, 1u << 30));
-      crc = crc32(crc, p + off, n);
-      off += n;
-    }
+  for (const auto& [name, v] : state.tensors)
     out += fmt::format("{}{} {} crc {:08x}", out.empty() ? "" : ", ", name, v.size(),
-                       static_cast<uint32_t>(crc));
-  }
+                       crc_of(v.data(), v.size() * sizeof(float)));
   return out.empty() ? "none" : out;
 }
 

@@ -111,9 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::feed(in, senders, sent, source_sent);
   };
   std::vector<float> model(1 + data[0] % 64, -7.0f);
-  const Status st = initial.fetch(model, fuzz::kLayout,
-                                  std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                  &cancel, tick);
+  const Status st =
+      initial.fetch(model, fuzz::kLayout,
+                    std::chrono::steady_clock::now() + std::chrono::seconds(5), &cancel, tick);
   if (!st) return 0;
   fuzz::expect(source_sent, "a fetched initial model came from node 0's chunks");
   for (size_t i = 0; i < model.size(); ++i) {

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <cstring>
-
 #include "base/finite.h"
 #include "base/refusals.h"
 
@@ -33,13 +31,7 @@ InitialModel::InitialModel(peers::Router& router, uint64_t chunk_elems)
 
 void InitialModel::publish(std::span<const float> model, uint64_t layout) {
   snapshot_.round = 0;
-  snapshot_.chunks.clear();
-  for (uint64_t off = 0; off < model.size(); off += chunk_elems_) {
-    const auto part = model.subspan(off, std::min<uint64_t>(chunk_elems_, model.size() - off));
-    auto buf = std::make_shared<std::vector<std::byte>>(part.size_bytes());
-    std::memcpy(buf->data(), part.data(), part.size_bytes());
-    snapshot_.chunks.push_back({off, part.size(), std::move(buf)});
-  }
+  snapshot_.copy_raw(model, chunk_elems_);
   layout_ = layout;
   total_ = model.size();
   published_ = true;

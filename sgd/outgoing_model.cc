@@ -40,6 +40,19 @@ Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_rou
   return Status::ok();
 }
 
+void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems) {
+  // Fresh buffers each time: ZeroMQ may still hold the last ones for a receiver.
+  codec = proto::CodecId::kNone;
+  chunks.clear();
+  chunk_elems = std::max<uint64_t>(1, chunk_elems);
+  for (uint64_t off = 0; off < x.size(); off += chunk_elems) {
+    const auto part = x.subspan(off, std::min<uint64_t>(chunk_elems, x.size() - off));
+    auto buf = std::make_shared<std::vector<std::byte>>(part.size_bytes());
+    std::memcpy(buf->data(), part.data(), part.size_bytes());
+    chunks.push_back({off, part.size(), std::move(buf)});
+  }
+}
+
 Status OutgoingModel::send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,
                            double weight) const {
   for (size_t seq = 0; seq < chunks.size(); ++seq) {

@@ -36,18 +36,9 @@ StateTransfer::StateTransfer(peers::Router& router, std::function<bool(uint32_t)
 
 void StateTransfer::publish(std::span<const float> model, uint64_t next_round, uint64_t step,
                             double weight, uint64_t layout, uint64_t chunk_elems) {
-  // Fresh buffers each time: ZeroMQ may still hold the last ones for a joiner.
   snapshot_.round = next_round;
   snapshot_.kind = proto::Kind::kStateChunk;
-  snapshot_.codec = proto::CodecId::kNone;
-  snapshot_.chunks.clear();
-  chunk_elems = std::max<uint64_t>(1, chunk_elems);
-  for (uint64_t off = 0; off < model.size(); off += chunk_elems) {
-    const auto part = model.subspan(off, std::min<uint64_t>(chunk_elems, model.size() - off));
-    auto buf = std::make_shared<std::vector<std::byte>>(part.size_bytes());
-    std::memcpy(buf->data(), part.data(), part.size_bytes());
-    snapshot_.chunks.push_back({off, part.size(), std::move(buf)});
-  }
+  snapshot_.copy_raw(model, chunk_elems);
   next_round_ = next_round;
   step_ = step;
   weight_ = weight;
