@@ -105,7 +105,7 @@ class AttachedModule:
             for i, p in enumerate(self.params):
                 if not b.ready[i]:
                     self.arena[i].copy_(p.grad if p.grad is not None else torch.zeros_like(p))
-                    b.ready[i] = True
+                    b.mark_ready(i)
             for buf, a in zip(self.buffers, self.buffer_arena):
                 a.copy_(buf)
         b.send_ready(final=True)
@@ -160,15 +160,17 @@ class _Buckets:
             last = len(offsets) - 1
             self.ranges.append((offsets[first], offsets[last] + attached.buffer_arena[-1].numel() - offsets[first]))
             self.members.append([])
-        self.sent = 0
-        self.sent_at = []       # time.monotonic() of each bucket's send, this step
         # Frozen parameters have no gradient to wait for: zeros, ready from the start.
         self.frozen = [not p.requires_grad for p in params]
         with torch.no_grad():
             for i, frozen in enumerate(self.frozen):
                 if frozen:
                     attached.arena[i].zero_()
-        self.ready = list(self.frozen)
+        self.bucket_of = [0] * len(params)
+        for b, members in enumerate(self.members):
+            for i in members:
+                self.bucket_of[i] = b
+        self.reset()
         self.handles = [p.register_hook(self._hook(i)) for i, p in enumerate(params) if p.requires_grad]
 
     def _close(self, members, offsets):
@@ -186,7 +188,7 @@ class _Buckets:
                                    "accumulate with bucket_cap_mb=None")
             with torch.no_grad():
                 arena.copy_(grad)
-            self.ready[i] = True
+            self.mark_ready(i)
             self.send_ready()
             return grad
         return hook
@@ -196,7 +198,7 @@ class _Buckets:
         buffers' bucket too."""
         while self.sent < len(self.ranges):
             b = self.sent
-            if not all(self.ready[i] for i in self.members[b]):
+            if self.missing[b]:
                 return
             if not self.members[b] and not final:
                 return  # the buffers' bucket waits for step()
@@ -205,10 +207,16 @@ class _Buckets:
             self.sent_at.append(time.monotonic())
             self.sent += 1
 
+    def mark_ready(self, i):
+        self.ready[i] = True
+        self.missing[self.bucket_of[i]] -= 1
+
     def reset(self):
+        """A new step: every parameter that can have a gradient is awaited again."""
         self.ready = list(self.frozen)
+        self.missing = [sum(not self.frozen[i] for i in members) for members in self.members]
         self.sent = 0
-        self.sent_at = []
+        self.sent_at = []  # time.monotonic() of each bucket's send, this step
 
     def remove(self):
         for h in self.handles:
