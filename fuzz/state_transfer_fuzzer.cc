@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "fuzz/byte_reader.h"
 #include "fuzz/invariant.h"
 #include "peers/memory_channel.h"
 #include "peers/router.h"
@@ -34,25 +35,6 @@ namespace gossip::fuzz {
 namespace {
 
 constexpr uint64_t kLayout = 0x1234;
-
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return at_ >= size_; }
-  template <class T>
-  T take() {
-    T v{};
-    const size_t n = std::min(sizeof(T), size_ - std::min(at_, size_));
-    std::memcpy(&v, data_ + at_, n);
-    at_ += sizeof(T);
-    return v;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t at_ = 0;
-};
 
 // Sends the next record from one of the peers to the joiner (node 0).
 void feed(Reader& in, std::vector<std::unique_ptr<peers::MemoryChannel>>& peers) {
