@@ -484,10 +484,7 @@ void Daemon::finish_start() {
     if (start_done_ && !strategy_->gradients && last_good_.empty()) last_good_ = start_model_;
   }
   if (!status) spdlog::error("start-up: {}", status.message());
-  ipc::SyncOk ok;
-  ok.round = round_;
-  ok.step = step_;
-  ok.traffic = worker_->traffic().totals();
+  const ipc::SyncOk ok = sync_ok(step_);
   for (const auto& route : start_waiters_) {
     TrainerSession* s = sessions_.find(route);
     if (!s) continue;  // exited meanwhile
@@ -500,6 +497,14 @@ void Daemon::finish_start() {
   }
   start_waiters_.clear();
   maybe_start_next();
+}
+
+ipc::SyncOk Daemon::sync_ok(uint64_t step) const {
+  ipc::SyncOk ok;
+  ok.round = round_;
+  ok.step = step;
+  ok.traffic = worker_->traffic().totals();
+  return ok;
 }
 
 void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
@@ -591,10 +596,7 @@ void Daemon::finish_bucket() {
     spdlog::error("round {} (bucket [{}, {})) failed: {}", round_ - 1, bucket_.offset,
                   bucket_.offset + bucket_.numel, result->status.message());
   }
-  ipc::SyncOk ok;
-  ok.round = round_;
-  ok.step = bucket_.step;
-  ok.traffic = worker_->traffic().totals();
+  const ipc::SyncOk ok = sync_ok(bucket_.step);
   for (const auto& route : participants_) {
     TrainerSession* s = sessions_.find(route);
     if (!s || s->buckets.empty()) continue;
@@ -802,10 +804,7 @@ void Daemon::maybe_start_round() {
   staged_.assign(round_model_.begin(), round_model_.end());
   round_model_ = async_model_;
   worker_->submit(round_model_, round_, step_);
-  ipc::SyncOk ok;
-  ok.round = round_;
-  ok.step = step_;
-  ok.traffic = worker_->traffic().totals();
+  const ipc::SyncOk ok = sync_ok(step_);
   for (const auto& route : participants_) {
     if (TrainerSession* s = sessions_.find(route)) {
       s->waiting = false;
@@ -873,10 +872,7 @@ void Daemon::handle_round_done() {
         if (TrainerSession* s = sessions_.find(route)) replicas.push_back(arena_->slot(s->slot));
       if (!replicas.empty()) central_->correct(replicas);
     }
-    ipc::SyncOk ok;
-    ok.round = round_;
-    ok.step = step_;
-    ok.traffic = worker_->traffic().totals();
+    const ipc::SyncOk ok = sync_ok(step_);
     for (const auto& route : participants_) {
       TrainerSession* s = sessions_.find(route);
       if (!s) continue;

@@ -50,6 +50,9 @@ class Daemon {
   void handle_trainer_exit(int pidfd);
   void handle_ipc_disconnects();
   void reply(const std::string& route, const proto::ipc::Message& m);
+  // What a trainer hears when its replica holds what it waited for: the rounds done,
+  // `step` and the node's traffic.
+  proto::ipc::SyncOk sync_ok(uint64_t step) const;
   void on_attach(const std::string& route, const proto::ipc::Attach& a, int connection_fd);
   void send_attach_ok(TrainerSession* s, bool initialized);
   void finish_join();

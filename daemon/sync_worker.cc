@@ -384,15 +384,14 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   return fetched;
 }
 
+std::pair<size_t, uint64_t> SyncWorker::model_shape() {
+  std::lock_guard lock(mu_);
+  return {numel_, layout_};
+}
+
 void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume) {
   JoinResult r;
-  size_t numel = 0;
-  uint64_t layout = 0;
-  {
-    std::lock_guard lock(mu_);
-    numel = numel_;
-    layout = layout_;
-  }
+  const auto [numel, layout] = model_shape();
   if (membership_ && membership_->admits_joiners() && join_options_.offer_wait.count() > 0) {
     auto fetched = fetch_state(numel, layout, min_round);
     if (!fetched) {
@@ -502,13 +501,10 @@ void SyncWorker::write_checkpoint_now() {
 
 void SyncWorker::run_start(std::span<float> model) {
   RoundResult r;
-  uint64_t layout = 0;
-  size_t numel = 0;
-  {
-    std::lock_guard lock(mu_);
-    layout = layout_;
-    numel = numel_;
-  }
+  // Named copies, not structured bindings: clang before 16 cannot capture those.
+  const auto shape = model_shape();
+  const size_t numel = shape.first;
+  const uint64_t layout = shape.second;
   // Between polls, what the idle loop does: peers that already run round 0 send its
   // chunks meanwhile, which the strategy validates against the model's size, and
   // the gossip family's heartbeats go on.

@@ -140,6 +140,7 @@ class SyncWorker {
     std::optional<uint64_t> bucket;  // a bucket's round: its offset in the model
   };
   void run_start(std::span<float> model);
+  std::pair<size_t, uint64_t> model_shape();  // numel_ and layout_, read under mu_
   struct JoinJob {
     uint64_t min_round = 0;
     std::optional<sgd::StrategyState> resume;

@@ -99,6 +99,28 @@ class Cluster:
         self.close()
 
 
+def run_under_launcher(tmp, flags, argv_of, timeout):
+    """Two nodes on loopback, each `gossipctl run FLAGS -- /usr/bin/python3 ARGV`, where
+    argv_of(i) is node i's script and arguments; waits at most `timeout` s for each and
+    kills what is left. Their exit codes and outputs (logs in `tmp`)."""
+    ports = free_ports(2)
+    procs = []
+    for i in range(2):
+        cmd = [str(BUILD / "bin" / "gossipctl"), "run", "--id", str(i), "--listen", f"tcp://127.0.0.1:{ports[i]}",
+               "--peer", f"{1 - i}=tcp://127.0.0.1:{ports[1 - i]}"] + flags + ["--", "/usr/bin/python3"] + argv_of(i)
+        log = open(f"{tmp}/node{i}.log", "w")
+        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+    try:
+        codes = [p.wait(timeout=timeout) for p, _ in procs]
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+    return codes, [pathlib.Path(f"{tmp}/node{i}.log").read_text() for i in range(2)]
+
+
 def read_model(path):
     a = array.array("f")
     with open(path, "rb") as f:

@@ -10,7 +10,6 @@ cores takes minutes per hundred steps. Exit code 77 where python3-torch is missi
 
 import pathlib
 import re
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -26,25 +25,8 @@ SKIP = harness.SKIP
 
 def run_example(flags, script_args, timeout):
     """Two nodes, each `gossipctl run FLAGS -- python3 SCRIPT_ARGS`; their outputs."""
-    ports = harness.free_ports(2)
     with tempfile.TemporaryDirectory(prefix="gossip-examples-") as tmp:
-        procs = []
-        for i in range(2):
-            cmd = [str(harness.BUILD / "bin" / "gossipctl"), "run", "--id", str(i), "--listen",
-                   f"tcp://127.0.0.1:{ports[i]}", "--peer", f"{1 - i}=tcp://127.0.0.1:{ports[1 - i]}"] + flags + [
-                "--", "/usr/bin/python3"] + script_args
-            log = open(f"{tmp}/node{i}.log", "w")
-            procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
-        try:
-            codes = [p.wait(timeout=timeout) for p, _ in procs]
-        finally:
-            for p, log in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-                log.close()
-        outs = [pathlib.Path(f"{tmp}/node{i}.log").read_text() for i in range(2)]
-    return codes, outs
+        return harness.run_under_launcher(tmp, flags, lambda i: script_args, timeout)
 
 
 def accuracies(outs):

@@ -349,28 +349,13 @@ class ExampleUnderTheLauncher(unittest.TestCase):
         """`gossipctl run -- python3 experiments/torch_fashion_mnist.py`: the example takes
         its endpoint and shard from the launcher's variables."""
         import json
-        import subprocess
         import tempfile
-        ports = harness.free_ports(2)
         with tempfile.TemporaryDirectory(prefix="gossip-example-") as tmp:
-            procs = []
-            for i in range(2):
-                cmd = [str(harness.BUILD / "bin" / "gossipctl"), "run", "--id", str(i), "--listen",
-                       f"tcp://127.0.0.1:{ports[i]}", "--peer", f"{1 - i}=tcp://127.0.0.1:{ports[1 - i]}",
-                       "--strategy", "local-sgd", "--period", "4", "--", "/usr/bin/python3",
-                       str(ROOT / "experiments" / "torch_fashion_mnist.py"), "--model", "mlp",
-                       "--steps", "200", "--result", f"{tmp}/r{i}.json"]
-                log = open(f"{tmp}/node{i}.log", "w")
-                procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
-            try:
-                codes = [p.wait(timeout=180) for p, _ in procs]
-            finally:
-                for p, log in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-                    log.close()
-            logs = "\n".join(pathlib.Path(f"{tmp}/node{i}.log").read_text()[-3000:] for i in range(2))
+            codes, outs = harness.run_under_launcher(
+                tmp, ["--strategy", "local-sgd", "--period", "4"],
+                lambda i: [str(ROOT / "experiments" / "torch_fashion_mnist.py"), "--model", "mlp", "--steps", "200",
+                           "--result", f"{tmp}/r{i}.json"], 180)
+            logs = "\n".join(out[-3000:] for out in outs)
             self.assertEqual(codes, [0, 0], logs)
             results = [json.loads(pathlib.Path(f"{tmp}/r{i}.json").read_text()) for i in range(2)]
             self.assertEqual([r["node"] for r in results], [0, 1], "the shards came from GOSSIP_RANK")
