@@ -369,7 +369,8 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   o.tick = [this] { membership_->tick(next_round_); };
   // What arrives meanwhile goes to its subscribers, as in a round.
   sgd::StateTransfer& transfer = membership_->state();
-  auto fetched = transfer.fetch(numel, layout, o);
+  const size_t shared = strategy_->shared_state_numel(numel);
+  auto fetched = transfer.fetch(numel, shared, layout, o);
   if (!fetched || !*fetched) return fetched;
   // Back in (into the ring, where the members now wait for this node); if they went
   // on while it fetched, the state it resumes from is the one they hold now.
@@ -379,7 +380,8 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   } else if (*members_next) {
     o.min_round = (*fetched)->round;
     o.only = membership_->members();
-    if (auto fresher = transfer.fetch(numel, layout, o); fresher && *fresher) return fresher;
+    if (auto fresher = transfer.fetch(numel, shared, layout, o); fresher && *fresher)
+      return fresher;
   }
   return fetched;
 }
@@ -400,7 +402,7 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
       membership_->joined();
       r.state = std::move(**fetched);
       next_round_ = r.state->round;
-      strategy_->took_model(r.state->model);
+      strategy_->took_model(r.state->model, r.state->shared);
       spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
                    r.state->round, r.state->step);
     } else {
@@ -448,7 +450,7 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
   }
   const sgd::NodeState& state = **fetched;
   std::copy(state.model.begin(), state.model.end(), model.begin());
-  strategy_->took_model(model);
+  strategy_->took_model(model, state.shared);
   if (membership_->left_out()) {
     back_off(fmt::format(
         "took the model of peer {} before round {}, but the members did not take this node back",
@@ -470,7 +472,8 @@ void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_
   // What a joiner gets: a copy per round, for the gossip family and an elastic
   // local-SGD ring only.
   if (membership_ && membership_->admits_joiners())
-    membership_->state().publish(model, ran + 1, step, 1.0, layout_, chunk_elems_);
+    membership_->state().publish(model, strategy_->shared_state(), ran + 1, step, 1.0, layout_,
+                                 chunk_elems_);
   if (checkpoint_path_.empty()) return;
   if (!last_) last_.emplace();
   last_->node = node_;

@@ -6,8 +6,10 @@
 // and the join is cancelled when the input ends.
 //
 // Input: byte 0 sets --trim (0 or 1) and a weight bound (none or 4), byte 1 the
-// model's size (1..64 elements); then records of an op byte and a sender byte:
-//   op % 4 == 0  offer: flags (has_state, right layout), round (8 bytes), step (8)
+// model's size (1..64 elements, its low six bits) and whether the strategy shares a
+// state as large besides it (bit 6); then records of an op byte and a sender byte:
+//   op % 4 == 0  offer: flags (has_state, right layout, wrong size), round (8 bytes),
+//                step (8)
 //   op % 4 == 1  chunk: round (8), seq (1), offset (8), numel (2, mod 512), weight
 //                (8, a double), flags (right layout), then numel floats (4 bytes
 //                each; missing bytes are zeros)
@@ -15,8 +17,8 @@
 //   op % 4 == 3  heartbeat
 //
 // Checked beyond "no crash, no hang, no sanitizer report", for a state that comes
-// out: it has the model's size, no NaN or Inf, a finite positive weight within the
-// bound, and it comes from one of the peers.
+// out: it has the model's size and the shared state's, no NaN or Inf, a finite positive weight
+// within the bound, and it comes from one of the peers.
 
 #include <atomic>
 #include <chrono>
@@ -37,7 +39,9 @@ namespace {
 constexpr uint64_t kLayout = 0x1234;
 
 // Sends the next record from one of the peers to the joiner (node 0).
-void feed(Reader& in, std::vector<std::unique_ptr<peers::MemoryChannel>>& peers) {
+// `state_numel`: the joiner's model and shared state.
+void feed(Reader& in, std::vector<std::unique_ptr<peers::MemoryChannel>>& peers,
+          size_t state_numel) {
   const uint8_t op = in.take<uint8_t>();
   peers::MemoryChannel& from = *peers[in.take<uint8_t>() % peers.size()];
   switch (op % 4) {
@@ -48,6 +52,7 @@ void feed(Reader& in, std::vector<std::unique_ptr<peers::MemoryChannel>>& peers)
       offer.has_state = flags & 1;
       offer.layout = (flags & 2) ? kLayout : kLayout + 1;
       offer.step = in.take<uint64_t>();
+      if (offer.has_state) offer.numel = state_numel + ((flags & 4) ? 1 : 0);
       (void)from.send(0, round, offer);
       return;
     }
@@ -89,6 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   peers::Router router(*joiner);
   sgd::StateTransfer transfer(router, [](uint32_t) { return false; });
 
+  const size_t numel = 1 + data[1] % 64;
+  const size_t shared = (data[1] & 64) ? numel : 0;
+  const size_t state_numel = numel + shared;
   std::atomic<bool> cancel{false};
   sgd::JoinOptions o;
   o.offer_wait = std::chrono::milliseconds(1000);
@@ -101,14 +109,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.done())
       cancel = true;
     else
-      fuzz::feed(in, others);
+      fuzz::feed(in, others, state_numel);
   };
-  const size_t numel = 1 + data[1] % 64;
-  auto got = transfer.fetch(numel, fuzz::kLayout, o);
+  auto got = transfer.fetch(numel, shared, fuzz::kLayout, o);
   if (!got.is_ok() || !got->has_value()) return 0;
   const sgd::NodeState& s = **got;
   fuzz::expect(s.model.size() == numel, "a fetched state has the model's size");
+  fuzz::expect(s.shared.size() == shared, "a fetched state has the shared state's size");
   for (float x : s.model) fuzz::expect(std::isfinite(x), "a fetched state holds no NaN or Inf");
+  for (float x : s.shared) fuzz::expect(std::isfinite(x), "a fetched state holds no NaN or Inf");
   fuzz::expect(std::isfinite(s.weight) && s.weight > 0, "a fetched weight is finite and positive");
   fuzz::expect(o.max_weight == 0 || s.weight <= o.max_weight, "a fetched weight is within bounds");
   fuzz::expect(s.from >= 1 && s.from <= 3, "a fetched state comes from a peer");

@@ -235,6 +235,9 @@ Status check(const Envelope& e, const Body& body) {
         } else if constexpr (std::is_same_v<T, StateOffer>) {
           if (m.has_state && e.round == 0)
             return Status::protocol("state-offer of a state before round 0");
+          if (m.has_state != (m.numel > 0))
+            return Status::protocol(
+                fmt::format("state-offer with has_state={} of {} elements", m.has_state, m.numel));
           return check_payload_less(e);
         } else {
           return check_payload_less(e);

@@ -26,8 +26,9 @@
 namespace gossip::proto {
 
 inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
-// Version 1 (a flat msgpack map header, before typed messages) is refused by name.
-inline constexpr uint32_t kWireVersion = 2;
+// Version 1 (a flat msgpack map header, before typed messages) is refused by name;
+// version 3 added state-offer's `numel`.
+inline constexpr uint32_t kWireVersion = 3;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -162,10 +163,14 @@ struct StateOffer {
   static constexpr Kind kKind = Kind::kStateOffer;
   bool has_state = false;  // false: the sender offers nothing
   uint64_t step = 0;       // the trainers' step the state belongs to
+  // Elements its state-chunks will carry: the model, then what the strategy's
+  // members hold alike besides it (local SGD's outer momentum), so that a joiner
+  // whose strategy keeps another size refuses the offer instead of a transfer.
+  uint64_t numel = 0;
   uint64_t layout = 0;
   template <class F>
   void fields(F&& f) {
-    f("has_state", has_state), f("step", step), f("layout", layout);
+    f("has_state", has_state), f("step", step), f("numel", numel), f("layout", layout);
   }
 };
 

@@ -1,6 +1,7 @@
 #include "sgd/local_sgd.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sgd/registry.h"
 
@@ -54,19 +55,31 @@ Status LocalSgd::load_state(const StrategyState& state) {
   return Status::ok();
 }
 
-void LocalSgd::took_model(std::span<const float> model) {
+void LocalSgd::took_model(std::span<const float> model, std::span<const float> shared) {
   residual_.reset();                     // this node's own error, of the model it no longer has
   if (plain() && !compressed()) return;  // rounds average the models themselves
   previous_.assign(model.begin(), model.end());
+  if (nesterov() && shared.size() == model.size()) {
+    momentum_.assign(shared.begin(), shared.end());
+    return;
+  }
+  if (nesterov())
+    spdlog::warn("took a model without the members' outer momentum: it restarts at zero here");
   momentum_.assign(model.size(), 0.0f);
+}
+
+std::span<const float> LocalSgd::shared_state() const {
+  // Before the first round there is none; the state transfer offers no state then.
+  if (!nesterov() || momentum_.size() != previous_.size()) return {};
+  return momentum_;
 }
 
 Result<StrategyState> LocalSgd::keep_own_state(const StrategyState& saved) {
   // The residual is the mass this node's updates have not delivered yet: its own,
   // whoever's model it goes on from. The outer momentum is not: every member applies
   // the same one to the same averaged delta, so a stale copy from the checkpoint
-  // would set this replica apart from the others' for good (took_model() restarts it
-  // at zero, which does too; the state transfer does not carry the members' yet).
+  // would set this replica apart from the others' for good; took_model() took the
+  // members' with their model.
   StrategyState kept;
   if (saved.empty() || !saved.tensors.count("local_sgd.residual") || !error_feedback_ || !codec_)
     return kept;
@@ -119,11 +132,11 @@ void LocalSgd::apply(std::span<float> model, std::span<const float> delta) {
   // and the same averaged delta, so every node takes the same step.
   const float lr = static_cast<float>(outer_.lr);
   const float mu = static_cast<float>(outer_.momentum);
-  const bool nesterov = outer_.kind == OuterOptimizer::Kind::kNesterov;
+  const bool with_momentum = nesterov();
   for (size_t i = 0; i < model.size(); ++i) {
     float g = -delta[i];
     float step = g;
-    if (nesterov) {
+    if (with_momentum) {
       momentum_[i] = mu * momentum_[i] + g;
       step = g + mu * momentum_[i];
     }

@@ -48,10 +48,13 @@ class LocalSgd final : public Strategy {
     all_reduce_.set_layout_fingerprint(fingerprint);
   }
   // The members' x_prev is the model they published: rounds after this one average
-  // the change since it, as theirs do. The outer momentum starts again from zero
-  // (the state transfer carries the model only), a difference that decays by the
-  // momentum factor every round.
-  void took_model(std::span<const float> model) override;
+  // the change since it, as theirs do; and their outer momentum is `shared`, so the
+  // next outer step is theirs too (empty: it restarts at zero, and the replica stays
+  // apart from the members' by what the momentum would have added).
+  void took_model(std::span<const float> model, std::span<const float> shared) override;
+  // The outer Nesterov momentum, which every member applies alike.
+  std::span<const float> shared_state() const override;
+  size_t shared_state_numel(size_t numel) const override { return nesterov() ? numel : 0; }
   // The error-feedback residual (mass this node has not delivered yet); the peer's
   // model stays the synchronization point.
   Result<StrategyState> keep_own_state(const StrategyState& saved) override;
@@ -60,6 +63,7 @@ class LocalSgd final : public Strategy {
 
  private:
   bool compressed() const { return codec_ && codec_->id() != proto::CodecId::kNone; }
+  bool nesterov() const { return outer_.kind == OuterOptimizer::Kind::kNesterov; }
   bool plain() const { return outer_.kind == OuterOptimizer::Kind::kNone && outer_.lr == 1.0; }
   // model <- x_prev + outer step for the averaged change `delta` (= x_avg - x_prev).
   void apply(std::span<float> model, std::span<const float> delta);

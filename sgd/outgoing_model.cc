@@ -40,16 +40,23 @@ Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_rou
   return Status::ok();
 }
 
-void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems) {
+void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems,
+                             std::span<const float> tail) {
   // Fresh buffers each time: ZeroMQ may still hold the last ones for a receiver.
   codec = proto::CodecId::kNone;
   chunks.clear();
   chunk_elems = std::max<uint64_t>(1, chunk_elems);
-  for (uint64_t off = 0; off < x.size(); off += chunk_elems) {
-    const auto part = x.subspan(off, std::min<uint64_t>(chunk_elems, x.size() - off));
-    auto buf = std::make_shared<std::vector<std::byte>>(part.size_bytes());
-    std::memcpy(buf->data(), part.data(), part.size_bytes());
-    chunks.push_back({off, part.size(), std::move(buf)});
+  const uint64_t total = x.size() + tail.size();
+  for (uint64_t off = 0; off < total; off += chunk_elems) {
+    const uint64_t n = std::min<uint64_t>(chunk_elems, total - off);
+    auto buf = std::make_shared<std::vector<std::byte>>(n * sizeof(float));
+    // A chunk may hold the end of x and the start of tail.
+    const uint64_t from_x = off < x.size() ? std::min<uint64_t>(n, x.size() - off) : 0;
+    if (from_x > 0) std::memcpy(buf->data(), x.data() + off, from_x * sizeof(float));
+    if (from_x < n)
+      std::memcpy(buf->data() + from_x * sizeof(float), tail.data() + (off + from_x - x.size()),
+                  (n - from_x) * sizeof(float));
+    chunks.push_back({off, n, std::move(buf)});
   }
 }
 

@@ -33,9 +33,9 @@ struct OutgoingModel {
   // what the receivers will decode, through compression.error_feedback when set.
   Status encode(std::span<float> x, uint32_t self, uint64_t round, uint64_t chunk_elems,
                 const Compression& compression);
-  // A copy of x in raw fp32 chunks of `chunk_elems` elements (a state or an initial
-  // model, sent whole to whoever asks).
-  void copy_raw(std::span<const float> x, uint64_t chunk_elems);
+  // A copy of x, then tail, as one vector in raw fp32 chunks of `chunk_elems`
+  // elements (a state or an initial model, sent whole to whoever asks).
+  void copy_raw(std::span<const float> x, uint64_t chunk_elems, std::span<const float> tail = {});
   // Queues every chunk to `peer`, each header carrying `weight` (push-sum) and the
   // layout fingerprint.
   Status send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,

@@ -34,11 +34,13 @@ StateTransfer::StateTransfer(peers::Router& router, std::function<bool(uint32_t)
                             proto::Kind::kStateOffer, proto::Kind::kStateChunk, proto::Kind::kBye},
                            [this](peers::Incoming& in) { on_message(in); })) {}
 
-void StateTransfer::publish(std::span<const float> model, uint64_t next_round, uint64_t step,
-                            double weight, uint64_t layout, uint64_t chunk_elems) {
+void StateTransfer::publish(std::span<const float> model, std::span<const float> shared,
+                            uint64_t next_round, uint64_t step, double weight, uint64_t layout,
+                            uint64_t chunk_elems) {
   snapshot_.round = next_round;
   snapshot_.kind = proto::Kind::kStateChunk;
-  snapshot_.copy_raw(model, chunk_elems);
+  snapshot_.copy_raw(model, chunk_elems, shared);
+  numel_ = model.size() + shared.size();
   next_round_ = next_round;
   step_ = step;
   weight_ = weight;
@@ -47,7 +49,8 @@ void StateTransfer::publish(std::span<const float> model, uint64_t next_round, u
 
 void StateTransfer::send_offer(uint32_t peer, bool with_state) {
   with_state = with_state && has_state();
-  const proto::StateOffer offer{with_state, with_state ? step_ : 0, layout_};
+  const proto::StateOffer offer{with_state, with_state ? step_ : 0, with_state ? numel_ : 0,
+                                layout_};
   if (Status st = transport_.send(peer, with_state ? next_round_ : 0, offer); !st)
     spdlog::warn("state offer to peer {}: {}", peer, st.message());
 }
@@ -116,6 +119,14 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
         in.peer, h.layout, f.layout);
     return;
   }
+  if (h.numel != f.numel) {
+    // The same model with another strategy state: another --outer-optimizer, say.
+    spdlog::warn(
+        "peer {} offers a state of {} elements, this node's has {} ({} of the model, {} the "
+        "strategy shares with it): not taken; do all nodes run the same strategy options?",
+        in.peer, h.numel, f.numel, f.numel - f.shared_numel, f.shared_numel);
+    return;
+  }
   f.offers.push_back({in.peer, round, h.step, h.layout});
 }
 
@@ -141,8 +152,8 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
   f.state.weight = h.weight;
 }
 
-Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t layout,
-                                                      const JoinOptions& options) {
+Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, size_t shared_numel,
+                                                      uint64_t layout, const JoinOptions& options) {
   running_.clear();
   const auto& peers = transport_.peers();
   if (peers.empty()) return std::optional<NodeState>();
@@ -151,7 +162,8 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t lay
     std::optional<Fetch>& f;
     ~End() { f.reset(); }
   } end{fetch_};
-  fetch_->numel = numel;
+  fetch_->numel = numel + shared_numel;
+  fetch_->shared_numel = shared_numel;
   fetch_->layout = layout;
   fetch_->options = &options;
   for (const auto& p : peers) (void)transport_.send(p.id, 0, proto::Join{});
@@ -193,8 +205,12 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, uint64_t lay
   if (states.empty())
     return Status::timeout("join: no peer that offered its state delivered a usable one (" +
                            failures + ")");
-  if (states.size() == 1) return std::optional<NodeState>(std::move(states.front()));
-  return std::optional<NodeState>(robust_state(std::move(states), options.trim));
+  NodeState state = states.size() == 1 ? std::move(states.front())
+                                       : robust_state(std::move(states), options.trim);
+  // The chunks held the model and then the shared state.
+  state.shared.assign(state.model.begin() + static_cast<ptrdiff_t>(numel), state.model.end());
+  state.model.resize(numel);
+  return std::optional<NodeState>(std::move(state));
 }
 
 // A lone donor that claims a far newer round or step than the others is a hijack

@@ -6,9 +6,13 @@
 //
 //   joiner                         each peer
 //   join            ──────────►
-//                   ◄──────────    state-offer {has_state, step} for round r
+//                   ◄──────────    state-offer {has_state, step, numel} for round r
 //   state-request   ──────────►    (to the freshest offer only)
 //                   ◄──────────    state-offer, then state-chunks (raw fp32)
+//
+// The state is the model and, after it in the same chunks, what the strategy's
+// members hold alike besides it (Strategy::shared_state: local SGD's outer
+// momentum), so that a joiner goes on exactly as the members do.
 //
 // Owned by the sync worker's thread, like the router it subscribes to.
 
@@ -33,6 +37,7 @@ struct NodeState {
   uint64_t step = 0;    // the trainers' step when it was taken
   double weight = 1.0;  // push-sum weight of the model
   std::vector<float> model;
+  std::vector<float> shared;  // the strategy's shared state (Strategy::shared_state)
 };
 
 struct JoinOptions {
@@ -60,16 +65,18 @@ class StateTransfer {
   StateTransfer(peers::Router& router, std::function<bool(uint32_t peer)> took_part);
 
   // After every completed round: the state this node offers to joiners.
-  void publish(std::span<const float> model, uint64_t next_round, uint64_t step, double weight,
-               uint64_t layout, uint64_t chunk_elems);
+  void publish(std::span<const float> model, std::span<const float> shared, uint64_t next_round,
+               uint64_t step, double weight, uint64_t layout, uint64_t chunk_elems);
   bool has_state() const { return next_round_ > 0; }
 
-  // The joiner's side, for a model of `numel` elements and layout `layout`: the
-  // freshest state a peer offers, or nullopt when none has one (a cluster that
-  // starts). A peer that fails mid-transfer is replaced by the next offer. Messages
-  // of other kinds that arrive meanwhile go to their subscribers, which can ask
-  // fetching() to tell a join from a round.
-  Result<std::optional<NodeState>> fetch(size_t numel, uint64_t layout, const JoinOptions& options);
+  // The joiner's side, for a model of `numel` elements and layout `layout` and a
+  // shared strategy state of `shared_numel`: the freshest state a peer offers, or
+  // nullopt when none has one (a cluster that starts). An offer of another size is
+  // not taken; a peer that fails mid-transfer is replaced by the next offer.
+  // Messages of other kinds that arrive meanwhile go to their subscribers, which
+  // can ask fetching() to tell a join from a round.
+  Result<std::optional<NodeState>> fetch(size_t numel, size_t shared_numel, uint64_t layout,
+                                         const JoinOptions& options);
   bool fetching() const { return fetch_.has_value(); }
 
   // Peers whose offer said they run rounds (filled by fetch).
@@ -87,7 +94,8 @@ class StateTransfer {
     // Out of line: clang (14) takes a nested class with member initializers for not
     // default-constructible inside std::optional of its enclosing class.
     Fetch();
-    size_t numel = 0;
+    size_t numel = 0;         // the model's and the shared state's elements
+    size_t shared_numel = 0;  // of which the shared state's
     uint64_t layout = 0;
     const JoinOptions* options = nullptr;
     std::vector<Offer> offers;
@@ -115,6 +123,7 @@ class StateTransfer {
   OutgoingModel snapshot_;  // raw fp32 chunks, shared with ZeroMQ while they are sent
   uint64_t next_round_ = 0;
   uint64_t step_ = 0;
+  uint64_t numel_ = 0;  // of the published state, the shared part included
   double weight_ = 1.0;
   uint64_t layout_ = 0;
   std::vector<uint32_t> running_;

@@ -67,8 +67,20 @@ class Strategy {
   // The layout fingerprint carried in every message; peers with another are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
   // Between rounds: the node took `model` from a peer (it joined mid-run, or was
-  // left out and came back), so that its next round starts where the peer's does.
-  virtual void took_model(std::span<const float> model) { (void)model; }
+  // left out and came back), and with it the peer's shared_state(), so that its
+  // next round starts where the peer's does. `shared` is empty or of
+  // shared_state_numel() elements.
+  virtual void took_model(std::span<const float> model, std::span<const float> shared) {
+    (void)model, (void)shared;
+  }
+  // What every member holds alike after a round besides the model, which a node
+  // taking a member's model must take too (local SGD's outer momentum), and its size
+  // for a model of `numel` elements. Between rounds only.
+  virtual std::span<const float> shared_state() const { return {}; }
+  virtual size_t shared_state_numel(size_t numel) const {
+    (void)numel;
+    return 0;
+  }
   // Gauges for /metrics, by full metric name, with their help text. Called from any
   // thread: implementations read atomics only.
   struct Gauge {

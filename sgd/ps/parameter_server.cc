@@ -568,7 +568,7 @@ void ParameterServer::progress(uint64_t, size_t numel, std::chrono::milliseconds
   for (Served& s : served_) serve(s);
 }
 
-void ParameterServer::took_model(std::span<const float> model) {
+void ParameterServer::took_model(std::span<const float> model, std::span<const float>) {
   baseline_.assign(model.begin(), model.end());
   residual_.reset();
 }

@@ -84,7 +84,7 @@ class ParameterServer final : public Strategy {
   void set_layout_fingerprint(uint64_t fingerprint) override { layout_ = fingerprint; }
   StrategyState save_state() const override;
   Status load_state(const StrategyState& state) override;
-  void took_model(std::span<const float> model) override;
+  void took_model(std::span<const float> model, std::span<const float> shared) override;
   std::vector<Gauge> gauges() const override;
 
   // The largest lead of a worker whose pull was answered over the slowest live

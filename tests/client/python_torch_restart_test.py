@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Issue 22's second "done when": a node's trainer and daemon are killed (SIGKILL) in
-the middle of a PyTorch run and restarted. Three daemons run local SGD on an elastic ring
-with top-k + error feedback, each checkpointing every round; each trainer saves DistributedOptimizer.state_dict() (SGD's momentum buffers,
+the middle of a PyTorch run and restarted. Three daemons run local SGD with DiLoCo's outer
+Nesterov momentum on an elastic ring with top-k + error feedback, each checkpointing every round; each trainer saves DistributedOptimizer.state_dict() (SGD's momentum buffers,
 the node's step) at every synchronization. After the restart:
   - the trainer's optimizer holds exactly the momentum buffers and step it saved;
   - the daemon, which takes the running nodes' model to rejoin the ring, keeps its own
     error-feedback residual: its CRC-32 equals the one of the last checkpoint it wrote
-    before it was killed (the daemons' log lines);
+    before it was killed (the daemons' log lines), and takes the members' outer momentum
+    with their model, so that its outer steps stay theirs;
   - every node trains on to the target accuracy, and all end with one model.
 On the real Fashion-MNIST, real processes on loopback. Exit code 77 without torch.
 
@@ -109,7 +110,9 @@ class KillAndRestart(unittest.TestCase):
             procs[f"d{i}"] = subprocess.Popen(
                 [str(harness.BUILD / "bin" / "gossipd"), "--id", str(i), "--listen", peer(i)] + peers +
                 ["--run-dir", str(tmp / f"run{i}"), "--strategy", "local-sgd",
-                 "--period", "4", "--elastic", "on", "--codec", "topk:0.05+ef", "--checkpoint", str(tmp / f"node{i}.ckpt"), "--checkpoint-every", "1",
+                 "--period", "4", "--elastic", "on", "--codec", "topk:0.05+ef",
+                 "--outer-optimizer", "nesterov", "--outer-lr", "0.5", "--outer-momentum", "0.5",
+                 "--checkpoint", str(tmp / f"node{i}.ckpt"), "--checkpoint-every", "1",
                  "--round-timeout", "20", "--dead-after", "2"], stdout=log, stderr=subprocess.STDOUT)
             deadline = time.monotonic() + 10
             while not (tmp / f"run{i}" / f"gossipd-{i}.sock").exists():
@@ -159,6 +162,7 @@ class KillAndRestart(unittest.TestCase):
                 return dict(re.findall(r"(\S+) (\d+ crc [0-9a-f]{8})", line))
             saved, now = tensors(written[-1]), tensors(kept[0])
             self.assertEqual(sorted(now), ["local_sgd.residual"], kept[0])
+            self.assertNotIn("without the members' outer momentum", log_k)
             for name, digest in now.items():
                 self.assertEqual(digest, saved[name], f"{name}: saved {written[-1]}, kept {kept[0]}")
             results = [json.loads((tmp / f"result{i}.json").read_text()) for i in range(NODES)]

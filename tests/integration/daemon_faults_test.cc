@@ -134,7 +134,7 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   send(stranger, {proto::encode_head(1, 0, chunk, 8), std::string(8, '\0')});
   // A newer daemon's message, and an old one's (version 1: a msgpack map): refused
   // by their version, never read as this version's.
-  send(node1, {head_of_version(3, 1), std::string(8, '\0')});
+  send(node1, {head_of_version(4, 1), std::string(8, '\0')});
   send(node1, {std::string("\x81\xa1v\x01"), std::string(8, '\0')});
   // Valid, but of a kind nothing here handles (no NCCL all-reduce runs): counted and
   // logged once per kind by the router, not as invalid, and never lost in silence.
@@ -155,7 +155,7 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   }
   EXPECT_EQ(dropped, 6u) << cluster.log(0);
   std::string log = cluster.log(0);
-  EXPECT_NE(log.find("wire version 3 (newer than this daemon's 2)"), std::string::npos) << log;
+  EXPECT_NE(log.find("wire version 4 (newer than this daemon's 3)"), std::string::npos) << log;
   EXPECT_NE(log.find("a wire version 1 header"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped message from peer 1"), std::string::npos) << log;
   EXPECT_NE(log.find("unknown sender 'node-9'"), std::string::npos) << log;

@@ -140,9 +140,10 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(n.layout, 8u);
   round_trip(Heartbeat{}, 0);
   round_trip(Join{}, 0);
-  const StateOffer o = round_trip(StateOffer{true, 1234, 6}, 0);
+  const StateOffer o = round_trip(StateOffer{true, 1234, 40, 6}, 0);
   EXPECT_TRUE(o.has_state);
   EXPECT_EQ(o.step, 1234u);
+  EXPECT_EQ(o.numel, 40u);
   EXPECT_EQ(o.layout, 6u);
   EXPECT_FALSE(round_trip(StateOffer{}, 0, 1, 0).has_state) << "no state: round 0 is fine";
   round_trip(StateRequest{}, 0);
@@ -304,7 +305,7 @@ TEST(WireHeader, ANewerVersionIsRefusedByNumberNeverRead) {
 TEST(WireHeader, AnOlderVersionIsNamed) {
   Items e = envelope(Kind::kHello, 0);
   e[1] = u(1);
-  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "wire version 1 (older than this daemon's 2)");
+  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "wire version 1 (older than this daemon's 3)");
   // Version 1 heads were flat msgpack maps: {v: 1, kind: 1, ...}.
   msgpack::sbuffer buf;
   Packer pk(buf);
@@ -432,7 +433,7 @@ TEST(WireHeader, BodyMustHaveExactlyItsFields) {
                  "hello body must be an array of 1");
   // A body of another kind: a hello's fields for a state-offer.
   EXPECT_REFUSED(decode(head_of(envelope(Kind::kStateOffer, 0), {u(0)})),
-                 "state-offer body must be an array of 3 fields");
+                 "state-offer body must be an array of 4 fields");
   EXPECT_REFUSED(decode(envelope_only(Kind::kHello)), "hello lacks its body");
 }
 
@@ -530,8 +531,15 @@ TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {
 }
 
 TEST(WireHeader, StateOfferWithAStateNamesItsRound) {
-  EXPECT_REFUSED(decode(encode_head(0, 0, StateOffer{true, 5, 0}, 0)),
+  EXPECT_REFUSED(decode(encode_head(0, 0, StateOffer{true, 5, 8, 0}, 0)),
                  "state-offer of a state before round 0");
+}
+
+TEST(WireHeader, StateOfferHasASizeExactlyWhenItHasAState) {
+  EXPECT_REFUSED(decode(encode_head(0, 3, StateOffer{true, 5, 0, 0}, 0)),
+                 "state-offer with has_state=true of 0 elements");
+  EXPECT_REFUSED(decode(encode_head(0, 0, StateOffer{false, 0, 8, 0}, 0)),
+                 "state-offer with has_state=false of 8 elements");
 }
 
 TEST(WireHeader, ChunkSizesMustAgree) {

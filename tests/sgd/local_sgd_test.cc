@@ -90,7 +90,7 @@ TEST(LocalSgd, ARejoiningNodeKeepsItsResidualFromItsCheckpoint) {
   saved.tensors["local_sgd.residual"] = {0.5f, -0.25f, 0, 0.125f};
   ASSERT_TRUE(sgd.load_state(saved).is_ok());
   const std::vector<float> members = {9, 8, 7, 6};
-  sgd.took_model(members);
+  sgd.took_model(members, {});
   EXPECT_EQ(sgd.save_state().tensors.count("local_sgd.residual"), 0u) << "took_model drops it";
   auto kept = sgd.keep_own_state(saved);
   ASSERT_TRUE(kept) << kept.status().message();
@@ -103,6 +103,37 @@ TEST(LocalSgd, ARejoiningNodeKeepsItsResidualFromItsCheckpoint) {
   StrategyState other = saved;
   other.tensors["local_sgd.residual"] = {1, 2};
   EXPECT_FALSE(sgd.keep_own_state(other));
+}
+
+// A node that takes a member's model under an outer optimizer takes the members'
+// momentum too (shared_state), and its next outer step is theirs bit for bit;
+// without it, it restarts at zero and its replica parts from theirs.
+TEST(LocalSgd, ANodeThatTakesTheMembersMomentumStepsAsTheyDo) {
+  const OuterOptimizer outer{OuterOptimizer::Kind::kNesterov, 0.7, 0.9};
+  FixedMean ar;
+  LocalSgd member(ar, outer);
+  EXPECT_EQ(member.shared_state_numel(3), 3u);
+  EXPECT_EQ(LocalSgd(ar, OuterOptimizer{}).shared_state_numel(3), 0u) << "no momentum, none";
+  std::vector<float> x = {0, 0, 0};
+  EXPECT_TRUE(member.shared_state().empty()) << "before the first round";
+  for (const std::vector<float>& mean : {std::vector<float>{1, 2, 3}, {2, 4, 1}, {3, 3, 3}}) {
+    ar.mean = mean;
+    ASSERT_TRUE(member.synchronize(x, 0, opts()).is_ok());
+  }
+  const std::vector<float> shared(member.shared_state().begin(), member.shared_state().end());
+  ASSERT_EQ(shared.size(), 3u);
+  EXPECT_NE(shared, std::vector<float>(3, 0.0f));
+
+  LocalSgd joiner(ar, outer), forgetful(ar, outer);
+  std::vector<float> y = x, z = x;
+  joiner.took_model(y, shared);
+  forgetful.took_model(z, {});
+  ar.mean = {5, 1, 2};
+  ASSERT_TRUE(member.synchronize(x, 3, opts()).is_ok());
+  ASSERT_TRUE(joiner.synchronize(y, 3, opts()).is_ok());
+  ASSERT_TRUE(forgetful.synchronize(z, 3, opts()).is_ok());
+  EXPECT_EQ(y, x);
+  EXPECT_NE(z, x) << "without the momentum the outer step differs";
 }
 
 TEST(LocalSgd, UnknownOuterOptimizerIsNamed) {
