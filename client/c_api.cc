@@ -81,9 +81,11 @@ int gossip_connect(const char* endpoint, const char* trainer, uint32_t local_ran
   }
 }
 
-int gossip_attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
-                  float** tensors, int* initialized) {
-  if (!c) return GOSSIP_EINVAL;
+namespace {
+
+// gossip_attach and gossip_attach_dtype; `dtype` is valid.
+int attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
+           gossip::DType dtype, void** tensors, int* initialized) {
   if (n == 0 || !names || !numels || !tensors) {
     c->last_error = "gossip_attach: need n > 0 and non-NULL names, numels, tensors";
     return GOSSIP_EINVAL;
@@ -95,11 +97,11 @@ int gossip_attach(gossip_client* c, size_t n, const char* const* names, const ui
         c->last_error = "gossip_attach: names[" + std::to_string(i) + "] is NULL";
         return GOSSIP_EINVAL;
       }
-      layout.push_back({names[i], numels[i]});
+      layout.push_back({names[i], numels[i], dtype});
     }
     auto m = c->client->attach(layout);
     if (!m) return fail(c, m.status());
-    for (size_t i = 0; i < n; ++i) tensors[i] = m->tensors[i].data();
+    for (size_t i = 0; i < n; ++i) tensors[i] = m->bytes[i].data();
     if (initialized) *initialized = m->initialized ? 1 : 0;
     c->model = std::move(*m);
     return GOSSIP_OK;
@@ -107,6 +109,43 @@ int gossip_attach(gossip_client* c, size_t n, const char* const* names, const ui
     c->last_error = "out of memory";
     return GOSSIP_EIO;
   }
+}
+
+}  // namespace
+
+int gossip_attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
+                  float** tensors, int* initialized) {
+  if (!c) return GOSSIP_EINVAL;
+  try {
+    std::vector<void*> raw(tensors ? n : 0);
+    const int rc = attach(c, n, names, numels, gossip::DType::kF32, tensors ? raw.data() : nullptr,
+                          initialized);
+    if (rc == GOSSIP_OK)
+      for (size_t i = 0; i < n; ++i) tensors[i] = static_cast<float*>(raw[i]);
+    return rc;
+  } catch (const std::bad_alloc&) {
+    c->last_error = "out of memory";
+    return GOSSIP_EIO;
+  }
+}
+
+int gossip_attach_dtype(gossip_client* c, size_t n, const char* const* names,
+                        const uint64_t* numels, const char* dtype, void** tensors,
+                        int* initialized) {
+  if (!c) return GOSSIP_EINVAL;
+  const std::string d = dtype ? dtype : "f32";
+  gossip::DType t;
+  if (d == "f32") {
+    t = gossip::DType::kF32;
+  } else if (d == "bf16") {
+    t = gossip::DType::kBF16;
+  } else if (d == "f16") {
+    t = gossip::DType::kF16;
+  } else {
+    c->last_error = "gossip_attach_dtype: unknown dtype '" + d + "' (valid: f32, bf16, f16)";
+    return GOSSIP_EINVAL;
+  }
+  return attach(c, n, names, numels, t, tensors, initialized);
 }
 
 int gossip_model(const gossip_client* c, gossip_model_info* out) {

@@ -201,13 +201,19 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
+// The public enum is the wire's, value for value.
+static_assert(static_cast<int>(DType::kF32) == static_cast<int>(proto::DType::kF32) &&
+              static_cast<int>(DType::kBF16) == static_cast<int>(proto::DType::kBF16) &&
+              static_cast<int>(DType::kF16) == static_cast<int>(proto::DType::kF16));
+
 Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   if (impl_->attached) return Status::invalid("already attached");
   ipc::Attach a;
   a.trainer = impl_->options.trainer;
   a.local_rank = impl_->options.local_rank;
   a.pid = static_cast<int32_t>(::getpid());
-  for (const auto& t : layout) a.layout.tensors.push_back({t.name, proto::DType::kF32, t.numel});
+  for (const auto& t : layout)
+    a.layout.tensors.push_back({t.name, static_cast<proto::DType>(t.dtype), t.numel});
   GOSSIP_RETURN_IF_ERROR(proto::validate_layout(a.layout));
   auto r = impl_->request(a);
   if (!r) return r.status();
@@ -222,7 +228,8 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   auto offsets = proto::tensor_offsets(a.layout);
   if (offsets != ok->offsets)
     return Status::protocol("daemon's tensor offsets differ from the layout's");
-  auto mapping = client::ShmMapping::map(ok->arena, ok->slot_offset, numel * sizeof(float));
+  const size_t element = proto::dtype_size(a.layout.dtype());
+  auto mapping = client::ShmMapping::map(ok->arena, ok->slot_offset, numel * element);
   if (!mapping) return mapping.status();
 
   impl_->slot = std::move(mapping).value();
@@ -231,9 +238,12 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   impl_->post_local = ok->post_local;
   impl_->steps = ok->step;
   Model m;
-  auto* base = reinterpret_cast<float*>(impl_->slot.data());
-  for (size_t i = 0; i < layout.size(); ++i)
-    m.tensors.emplace_back(base + offsets[i], layout[i].numel);
+  std::byte* base = impl_->slot.data();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    m.bytes.emplace_back(base + offsets[i] * element, layout[i].numel * element);
+    if (a.layout.dtype() == proto::DType::kF32)
+      m.tensors.emplace_back(reinterpret_cast<float*>(base) + offsets[i], layout[i].numel);
+  }
   m.initialized = ok->initialized;
   m.start_step = ok->step;
   m.node = ok->node;

@@ -16,6 +16,7 @@
 #include "compression/bytes.h"
 #include "compression/codec.h"
 #include "compression/half.h"
+#include "compression/half_arrays.h"
 #include "compression/thread_pool.h"
 
 namespace gossip::compression {
@@ -188,5 +189,18 @@ class HalfCodec final : public Codec {
 std::unique_ptr<Codec> make_fp16() { return std::make_unique<HalfCodec<Fp16>>(); }
 
 std::unique_ptr<Codec> make_bf16() { return std::make_unique<HalfCodec<Bf16>>(); }
+
+void fp32_to_fp16(std::span<const float> src, std::byte* dst) {
+  Fp16::encode(active_isa(), src.data(), dst, src.size());
+}
+void fp16_to_fp32(const std::byte* src, std::span<float> dst) {
+  Fp16::decode(active_isa(), src, dst.data(), dst.size());
+}
+void fp32_to_bf16(std::span<const float> src, std::byte* dst) {
+  Bf16::encode(active_isa(), src.data(), dst, src.size());
+}
+void bf16_to_fp32(const std::byte* src, std::span<float> dst) {
+  Bf16::decode(active_isa(), src, dst.data(), dst.size());
+}
 
 }  // namespace gossip::compression

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "compression/half_arrays.h"
+
 namespace gossip::daemon {
 
 std::string Arena::name_for(uint32_t node) {
@@ -48,12 +50,14 @@ std::vector<std::string> Arena::remove_stale(uint32_t node) {
   return removed;
 }
 
-Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t numel) {
+Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t numel,
+                            proto::DType dtype) {
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
     return Status::invalid(
         fmt::format("arena name '{}' must be '/' followed by a file name", name));
   if (slots == 0 || numel == 0) return Status::invalid("arena needs at least one slot and element");
-  uint64_t slot_bytes = (numel * sizeof(float) + kPageBytes - 1) / kPageBytes * kPageBytes;
+  const uint64_t element = proto::dtype_size(dtype);
+  uint64_t slot_bytes = (numel * element + kPageBytes - 1) / kPageBytes * kPageBytes;
   uint64_t size = kPageBytes + slot_bytes * slots;
 
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -92,8 +96,11 @@ Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t nu
   a.slot_bytes_ = slot_bytes;
   a.numel_ = numel;
   a.slots_ = slots;
+  a.dtype_ = dtype;
+  if (dtype != proto::DType::kF32) a.views_.resize(slots);  // each made at its first use
   auto* h = reinterpret_cast<ArenaHeader*>(a.base_);
-  *h = ArenaHeader{ArenaHeader::kMagic, 1, slots, slot_bytes, numel};
+  *h = ArenaHeader{ArenaHeader::kMagic,          2, slots, slot_bytes, numel,
+                   static_cast<uint32_t>(dtype), 0};
   return a;
 }
 
@@ -108,6 +115,8 @@ Arena& Arena::operator=(Arena&& o) noexcept {
     slot_bytes_ = o.slot_bytes_;
     numel_ = o.numel_;
     slots_ = o.slots_;
+    dtype_ = o.dtype_;
+    views_ = std::move(o.views_);
   }
   return *this;
 }
@@ -124,7 +133,29 @@ void Arena::release() {
 uint64_t Arena::slot_offset(uint32_t slot) const { return kPageBytes + slot * slot_bytes_; }
 
 std::span<float> Arena::slot(uint32_t slot) {
-  return {reinterpret_cast<float*>(base_ + slot_offset(slot)), numel_};
+  if (dtype_ == proto::DType::kF32) return {reinterpret_cast<float*>(replica(slot)), numel_};
+  if (views_[slot].empty()) views_[slot].assign(numel_, 0.0f);
+  return views_[slot];
+}
+
+void Arena::pull(uint32_t slot, uint64_t offset, uint64_t numel) {
+  if (dtype_ == proto::DType::kF32) return;
+  const auto dst = this->slot(slot).subspan(offset, numel);
+  const std::byte* src = replica(slot) + 2 * offset;
+  if (dtype_ == proto::DType::kBF16)
+    compression::bf16_to_fp32(src, dst);
+  else
+    compression::fp16_to_fp32(src, dst);
+}
+
+void Arena::push(uint32_t slot, uint64_t offset, uint64_t numel) {
+  if (dtype_ == proto::DType::kF32) return;
+  const auto src = std::span<const float>(this->slot(slot)).subspan(offset, numel);
+  std::byte* dst = replica(slot) + 2 * offset;
+  if (dtype_ == proto::DType::kBF16)
+    compression::fp32_to_bf16(src, dst);
+  else
+    compression::fp32_to_fp16(src, dst);
 }
 
 }  // namespace gossip::daemon

@@ -326,7 +326,8 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int conne
     }
     layout_ = a.layout;
     uint64_t numel = proto::padded_numel(*layout_);
-    auto arena = Arena::create(Arena::name_for(config_.node_id), config_.max_trainers, numel);
+    auto arena = Arena::create(Arena::name_for(config_.node_id), config_.max_trainers, numel,
+                               layout_->dtype());
     if (!arena) {
       layout_.reset();
       sessions_.remove(route);
@@ -334,8 +335,9 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int conne
     }
     arena_ = std::move(arena).value();
     worker_->set_model(numel, layout_->fingerprint());
-    spdlog::info("model: {} tensors, {} parameters; arena {} ({} bytes)", layout_->tensors.size(),
-                 layout_->total_numel(), arena_->name(), arena_->size_bytes());
+    spdlog::info("model: {} tensors, {} parameters ({}); arena {} ({} bytes)",
+                 layout_->tensors.size(), layout_->total_numel(),
+                 proto::dtype_name(layout_->dtype()), arena_->name(), arena_->size_bytes());
     // The trainer hears back once the peers have said whether they hold a fresher model.
     joining_ = true;
     pending_attach_.push_back(route);
@@ -379,6 +381,7 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int conne
 }
 
 void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
+  if (initialized) arena_->push(s->slot);  // the node's model, into a 16-bit replica
   ipc::AttachOk ok;
   ok.node = config_.node_id;
   ok.nodes = config_.nodes();
@@ -442,6 +445,7 @@ void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
   if (s->waiting) return reply(route, ipc::Error{"sync while a sync is already pending"});
   s->waiting = true;
   s->sync_step = m.step;
+  arena_->pull(s->slot);
   maybe_start_round();
 }
 
@@ -452,6 +456,7 @@ void Daemon::on_start(const std::string& route) {
   if (std::find(start_waiters_.begin(), start_waiters_.end(), route) != start_waiters_.end())
     return reply(route, ipc::Error{"start while a start is pending"});
   start_waiters_.push_back(route);
+  arena_->pull(s->slot);
   if (start_done_) return finish_start();
   maybe_submit_start();
 }
@@ -493,6 +498,7 @@ void Daemon::finish_start() {
       continue;
     }
     std::copy(start_model_.begin(), start_model_.end(), arena_->slot(s->slot).begin());
+    arena_->push(s->slot);
     reply(route, ok);
   }
   start_waiters_.clear();
@@ -524,6 +530,7 @@ void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
   if (s->buckets.size() >= 4096)
     return reply(route, ipc::Error{"sync_range: more than 4096 buckets waiting"});
   s->buckets.push_back(m);
+  arena_->pull(s->slot, m.offset, m.numel);
   maybe_start_bucket();
 }
 
@@ -608,6 +615,7 @@ void Daemon::finish_bucket() {
     auto dst = arena_->slot(s->slot).subspan(bucket_.offset, bucket_.numel);
     if (dst.data() != round_model_.data())
       std::copy(round_model_.begin(), round_model_.end(), dst.begin());
+    arena_->push(s->slot, bucket_.offset, bucket_.numel);
     reply(route, ok);
   }
   participants_.clear();
@@ -808,6 +816,7 @@ void Daemon::maybe_start_round() {
   for (const auto& route : participants_) {
     if (TrainerSession* s = sessions_.find(route)) {
       s->waiting = false;
+      arena_->push(s->slot);  // the last round's staged change, if any
       reply(route, ok);
     }
   }
@@ -879,6 +888,7 @@ void Daemon::handle_round_done() {
       auto dst = arena_->slot(s->slot);
       if (!central_ && dst.data() != round_model_.data())
         std::copy(round_model_.begin(), round_model_.end(), dst.begin());
+      arena_->push(s->slot);
       s->waiting = false;
       reply(route, ok);
     }

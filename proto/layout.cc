@@ -10,13 +10,19 @@ const char* dtype_name(DType d) {
   switch (d) {
     case DType::kF32:
       return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
   }
   return "?";
 }
 
 Result<DType> parse_dtype(const std::string& s) {
   if (s == "f32" || s == "float32") return DType::kF32;
-  return Status::invalid(fmt::format("unsupported dtype '{}' (supported: f32)", s));
+  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
+  if (s == "f16" || s == "float16") return DType::kF16;
+  return Status::invalid(fmt::format("unsupported dtype '{}' (supported: f32, bf16, f16)", s));
 }
 
 uint64_t Layout::total_numel() const {
@@ -57,6 +63,11 @@ Status validate_layout(const Layout& layout) {
       return Status::invalid(fmt::format("tensor {} '{}' appears twice", i, t.name));
     if (t.numel == 0)
       return Status::invalid(fmt::format("tensor {} '{}' has 0 elements", i, t.name));
+    if (t.dtype != layout.tensors.front().dtype)
+      return Status::invalid(fmt::format(
+          "tensor {} '{}' is {} and tensor 0 '{}' {}: one dtype for the whole model (cast it)", i,
+          t.name, dtype_name(t.dtype), layout.tensors.front().name,
+          dtype_name(layout.tensors.front().dtype)));
     if (t.numel > kMaxModelNumel || total + t.numel > kMaxModelNumel)
       return Status::invalid(
           fmt::format("layout exceeds {} elements at tensor {} '{}'", kMaxModelNumel, i, t.name));
@@ -87,21 +98,21 @@ std::optional<std::string> first_difference(const Layout& node, const Layout& ot
 }
 
 std::vector<uint64_t> tensor_offsets(const Layout& layout) {
-  constexpr uint64_t kAlign = 64 / sizeof(float);
+  const uint64_t align = 64 / dtype_size(layout.dtype());
   std::vector<uint64_t> offsets;
   offsets.reserve(layout.tensors.size());
   uint64_t off = 0;
   for (const auto& t : layout.tensors) {
     offsets.push_back(off);
-    off += (t.numel + kAlign - 1) / kAlign * kAlign;
+    off += (t.numel + align - 1) / align * align;
   }
   return offsets;
 }
 
 uint64_t padded_numel(const Layout& layout) {
-  constexpr uint64_t kAlign = 64 / sizeof(float);
+  const uint64_t align = 64 / dtype_size(layout.dtype());
   uint64_t off = 0;
-  for (const auto& t : layout.tensors) off += (t.numel + kAlign - 1) / kAlign * kAlign;
+  for (const auto& t : layout.tensors) off += (t.numel + align - 1) / align * align;
   return off;
 }
 

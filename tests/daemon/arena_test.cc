@@ -68,6 +68,55 @@ TEST(Arena, ATrainerMappingSeesTheDaemonsWritesAndViceVersa) {
   EXPECT_EQ(trainer[0], -1.0f);
 }
 
+// A 16-bit replica: the trainer's bytes are bf16 or fp16, the daemon's view fp32;
+// pull() reads a range exactly, push() rounds a range to nearest even and leaves
+// the rest of the replica (the next gradient bucket the trainer writes) alone.
+TEST(Arena, SixteenBitReplicasArePulledAndPushedByRange) {
+  for (const auto dtype : {proto::DType::kBF16, proto::DType::kF16}) {
+    SCOPED_TRACE(proto::dtype_name(dtype));
+    const std::string name = unique_name("half");
+    auto arena = Arena::create(name, 2, 4096, dtype);
+    ASSERT_TRUE(arena.is_ok()) << arena.status().message();
+    EXPECT_EQ(arena->dtype(), dtype);
+    EXPECT_EQ(arena->slot_offset(1) - arena->slot_offset(0), 8192u) << "2 bytes an element";
+    auto mapping = client::ShmMapping::map(name, arena->slot_offset(1), 4096 * 2);
+    ASSERT_TRUE(mapping.is_ok()) << mapping.status().message();
+    auto* trainer = reinterpret_cast<uint16_t*>(mapping->data());
+    const bool bf16 = dtype == proto::DType::kBF16;
+    const uint16_t one = bf16 ? 0x3f80 : 0x3c00, minus_two = bf16 ? 0xc000 : 0xc000;
+    std::fill(trainer, trainer + 4096, one);
+    trainer[100] = minus_two;
+    arena->pull(1, 64, 64);  // [64, 128)
+    auto view = arena->slot(1);
+    ASSERT_EQ(view.size(), 4096u);
+    EXPECT_EQ(view[64], 1.0f);
+    EXPECT_EQ(view[100], -2.0f);
+    EXPECT_EQ(view[63], 0.0f) << "outside the range: not read";
+    EXPECT_EQ(view[128], 0.0f);
+
+    // Halfway between 1 and the next value up (bf16: 2^-7 apart, fp16: 2^-10): ties
+    // go to the even one, 1; a little more goes up.
+    view[70] = bf16 ? 1.0f + 1.0f / 256 : 1.0f + 1.0f / 2048;
+    view[72] = bf16 ? 1.0f + 1.0f / 200 : 1.0f + 1.0f / 1800;
+    view[71] = 3.0f;
+    view[200] = 5.0f;  // outside the pushed range
+    arena->push(1, 64, 64);
+    EXPECT_EQ(trainer[70], one) << "a tie goes to even";
+    EXPECT_EQ(trainer[72], one + 1) << "above the tie: up";
+    EXPECT_EQ(trainer[71], bf16 ? 0x4040 : 0x4200) << "3.0";
+    EXPECT_EQ(trainer[200], one) << "outside the range: not written";
+    EXPECT_EQ(arena->slot(0)[71], 0.0f) << "another slot's view";
+  }
+  // An fp32 model's view is the replica itself: pull and push have nothing to do.
+  const std::string name = unique_name("f32");
+  auto arena = Arena::create(name, 1, 64);
+  ASSERT_TRUE(arena.is_ok());
+  auto mapping = client::ShmMapping::map(name, arena->slot_offset(0), 64 * 4);
+  ASSERT_TRUE(mapping.is_ok());
+  reinterpret_cast<float*>(mapping->data())[3] = 7.0f;
+  EXPECT_EQ(arena->slot(0)[3], 7.0f);
+}
+
 TEST(Arena, MappingBeyondTheObjectOrUnalignedIsRefused) {
   std::string name = unique_name("bounds");
   auto arena = Arena::create(name, 1, 100);

@@ -638,11 +638,14 @@ TEST(Ipc, IntegerRanges) {
 
 TEST(Ipc, BadDtype) {
   Val a = tree(sample_attach());
-  at(array_of(at(a, "layout"))[1], "dtype") = S("f16");
+  at(array_of(at(a, "layout"))[1], "dtype") = S("f64");
   auto d = decode(a);
   EXPECT_REFUSED(
-      d, AllOf(HasSubstr("attach: field 'layout[1].dtype'"), HasSubstr("unsupported dtype 'f16'")));
+      d, AllOf(HasSubstr("attach: field 'layout[1].dtype'"), HasSubstr("unsupported dtype 'f64'")));
   EXPECT_EQ(d.status().code(), Status::Code::kInvalid);
+  // A known dtype, but not the other tensors': one dtype for the whole model.
+  at(array_of(at(a, "layout"))[1], "dtype") = S("bf16");
+  EXPECT_REFUSED(decode(a), HasSubstr("is bf16 and tensor 0"));
 }
 
 Val attach_with(const Layout& l) {

@@ -146,11 +146,39 @@ TEST(Layout, Validate) {
 }
 
 TEST(Layout, Dtype) {
-  EXPECT_STREQ(dtype_name(DType::kF32), "f32");
-  EXPECT_TRUE(parse_dtype("f32").is_ok());
-  auto bad = parse_dtype("bf16");
+  for (const DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto parsed = parse_dtype(dtype_name(d));
+    ASSERT_TRUE(parsed.is_ok()) << dtype_name(d);
+    EXPECT_EQ(*parsed, d);
+  }
+  EXPECT_EQ(*parse_dtype("bfloat16"), DType::kBF16);
+  EXPECT_EQ(*parse_dtype("float16"), DType::kF16);
+  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
+  auto bad = parse_dtype("f64");
   ASSERT_FALSE(bad.is_ok());
-  EXPECT_THAT(bad.status().message(), HasSubstr("unsupported dtype 'bf16'"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("unsupported dtype 'f64' (supported: f32, bf16, f16)"));
+}
+
+// A 16-bit model's tensors start on 64-byte boundaries too: every 32 elements.
+TEST(Layout, SixteenBitOffsetsAreAlignedToo) {
+  Layout l;
+  l.tensors = {{"a", DType::kBF16, 1}, {"b", DType::kBF16, 32}, {"c", DType::kBF16, 33}};
+  EXPECT_EQ(tensor_offsets(l), (std::vector<uint64_t>{0, 32, 64}));
+  EXPECT_EQ(padded_numel(l), 128u);
+  EXPECT_EQ(l.dtype(), DType::kBF16);
+  EXPECT_TRUE(validate_layout(l).is_ok());
+  Layout f32 = l;
+  for (auto& t : f32.tensors) t.dtype = DType::kF32;
+  EXPECT_NE(f32.fingerprint(), l.fingerprint()) << "peers of another dtype refuse each other";
+}
+
+TEST(Layout, OneDtypeForTheWholeModel) {
+  Layout l = mlp();
+  l.tensors[2].dtype = DType::kF16;
+  EXPECT_THAT(validate_layout(l).message(),
+              HasSubstr("tensor 2 'fc2.weight' is f16 and tensor 0 'fc1.weight' f32: one dtype for "
+                        "the whole model"));
 }
 
 }  // namespace

@@ -27,9 +27,14 @@
 
 namespace gossip {
 
+// The element type of the replica in the arena, one for the whole model. The daemon
+// averages in fp32 and rounds a 16-bit replica back to nearest even.
+enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
 struct TensorDesc {
   std::string name;
   uint64_t numel = 0;
+  DType dtype = DType::kF32;
 };
 
 struct ClientOptions {
@@ -46,7 +51,10 @@ struct ClientOptions {
 
 // The trainer's replica, mapped from the daemon's arena.
 struct Model {
-  std::vector<std::span<float>> tensors;  // one span per TensorDesc, in order
+  std::vector<std::span<float>> tensors;  // one span per TensorDesc, in order (fp32 models)
+  // Each tensor's elements in its dtype, 2 bytes an element for bf16 and fp16 (little-
+  // endian: the low byte first), 4 for fp32, whose bytes are those of `tensors`.
+  std::vector<std::span<std::byte>> bytes;
   bool initialized = false;  // true: the arena already holds the node's model; do not re-init
   uint64_t start_step = 0;   // the node's step count at attach (a late trainer starts there)
   uint32_t node = 0;

@@ -36,6 +36,12 @@ int gossip_connect(const char* endpoint, const char* trainer, uint32_t local_ran
  * *initialized says whether it already holds the node's model. */
 int gossip_attach(gossip_client* c, size_t n, const char* const* names, const uint64_t* numels,
                   float** tensors, int* initialized);
+/* The same for a model of `dtype` ("f32", "bf16" or "f16"; NULL is "f32"): tensors[i]
+ * points at tensor i's elements, 2 bytes each for bf16 and f16. The daemon averages in
+ * fp32 and rounds a 16-bit replica back to nearest even. */
+int gossip_attach_dtype(gossip_client* c, size_t n, const char* const* names,
+                        const uint64_t* numels, const char* dtype, void** tensors,
+                        int* initialized);
 /* What the node said at attach; GOSSIP_EINVAL before a successful attach. gradients
  * 1 means the tensors carry gradients (averaged at every step: synchronous SGD); 0
  * that the strategy synchronizes the model in place. */
@@ -59,7 +65,8 @@ int gossip_start(gossip_client* c, gossip_step_result* out);
  * [offset, offset + numel) of the replica as backward produces them, `last` != 0 on the
  * step's final bucket; gossip_wait_buckets blocks until every bucket's mean is in the
  * replica and counts the step. gossip_buckets_answered: how many of this step's
- * buckets are averaged already (no blocking). Offsets and sizes are in floats. */
+ * buckets are averaged already (no blocking). Offsets and sizes are in elements of the
+ * model's dtype. */
 int gossip_send_bucket(gossip_client* c, uint64_t offset, uint64_t numel, int last);
 int gossip_buckets_answered(gossip_client* c, uint64_t* out);
 int gossip_wait_buckets(gossip_client* c, gossip_step_result* out);

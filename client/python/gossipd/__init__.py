@@ -68,7 +68,7 @@ class StepResult:
 @dataclass
 class Model:
     names: list
-    buffers: list          # ctypes float arrays inside the arena, one per tensor
+    buffers: list          # ctypes arrays inside the arena, one per tensor (c_float; c_uint16 for bf16, f16)
     initialized: bool      # the arena already held the node's model: do not overwrite it
     node: int
     nodes: int
@@ -76,6 +76,7 @@ class Model:
     strategy: str          # the node's strategy, for logs
     gradients: bool        # the buffers carry gradients, averaged every step (synchronous SGD)
     offsets: list = None   # each tensor's element offset in the replica (send_bucket's unit)
+    dtype: str = "f32"     # the replica's element type: f32, bf16 or f16
 
 
 _lib = None
@@ -206,6 +207,11 @@ def _declare(lib):
     if hasattr(lib, "gossip_start"):  # absent from libraries before 0.1's start-up broadcast
         lib.gossip_start.argtypes = [P, ctypes.POINTER(_StepResult)]
         lib.gossip_start.restype = ctypes.c_int
+    if hasattr(lib, "gossip_attach_dtype"):  # and before 16-bit arenas
+        lib.gossip_attach_dtype.argtypes = [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                            ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
+                                            ctypes.POINTER(P), ctypes.POINTER(ctypes.c_int)]
+        lib.gossip_attach_dtype.restype = ctypes.c_int
     if hasattr(lib, "gossip_send_bucket"):  # and before its buckets
         lib.gossip_send_bucket.argtypes = [P, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int]
         lib.gossip_buckets_answered.argtypes = [P, ctypes.POINTER(ctypes.c_uint64)]
@@ -239,28 +245,40 @@ class Client:
             raise GossipError(rc, self._lib.gossip_last_error(self._c).decode(errors="replace"))
         return rc
 
-    def attach(self, layout):
-        """layout: [(name, numel), ...] in the node's order. Fails with the daemon's
-        message when it differs from the layout the node already has."""
+    def attach(self, layout, dtype="f32"):
+        """layout: [(name, numel), ...] in the node's order; dtype: the replica's element
+        type, f32, bf16 or f16, one for the whole model (the daemon averages in fp32 and
+        rounds back to it). Fails with the daemon's message when it differs from the
+        layout the node already has."""
         if self.model is not None:
             raise GossipError(EINVAL, "already attached")
         n = len(layout)
         if n == 0:
             raise GossipError(EINVAL, "attach: the layout is empty")
+        element = {"f32": ctypes.c_float, "bf16": ctypes.c_uint16, "f16": ctypes.c_uint16}.get(dtype)
+        if element is None:
+            raise GossipError(EINVAL, f"attach: dtype '{dtype}' (valid: f32, bf16, f16)")
         names = (ctypes.c_char_p * n)(*[name.encode() for name, _ in layout])
         numels = (ctypes.c_uint64 * n)(*[int(numel) for _, numel in layout])
-        ptrs = (ctypes.POINTER(ctypes.c_float) * n)()
         initialized = ctypes.c_int(0)
-        self._check(self._lib.gossip_attach(self._c, n, names, numels, ptrs, ctypes.byref(initialized)))
+        if hasattr(self._lib, "gossip_attach_dtype"):
+            ptrs = (ctypes.c_void_p * n)()
+            self._check(self._lib.gossip_attach_dtype(self._c, n, names, numels, dtype.encode(), ptrs,
+                                                      ctypes.byref(initialized)))
+            addresses = [ptrs[i] for i in range(n)]
+        elif dtype == "f32":
+            ptrs = (ctypes.POINTER(ctypes.c_float) * n)()
+            self._check(self._lib.gossip_attach(self._c, n, names, numels, ptrs, ctypes.byref(initialized)))
+            addresses = [ctypes.addressof(ptrs[i].contents) for i in range(n)]
+        else:
+            raise GossipError(EINVAL, f"attach: this libgossip ({library_version()}) has f32 arenas only")
         info = _ModelInfo()
         self._check(self._lib.gossip_model(self._c, ctypes.byref(info)))
-        buffers = [(ctypes.c_float * int(numel)).from_address(ctypes.addressof(ptrs[i].contents))
-                   for i, (_, numel) in enumerate(layout)]
-        base = ctypes.addressof(ptrs[0].contents)  # the replica's first tensor is at its start
-        offsets = [(ctypes.addressof(ptrs[i].contents) - base) // ctypes.sizeof(ctypes.c_float)
-                   for i in range(n)]
+        buffers = [(element * int(numel)).from_address(addresses[i]) for i, (_, numel) in enumerate(layout)]
+        base = addresses[0]  # the replica's first tensor is at its start
+        offsets = [(a - base) // ctypes.sizeof(element) for a in addresses]
         self.model = Model([name for name, _ in layout], buffers, bool(initialized.value), info.node, info.nodes,
-                           info.start_step, info.strategy.decode(), bool(info.gradients), offsets)
+                           info.start_step, info.strategy.decode(), bool(info.gradients), offsets, dtype)
         return self.model
 
     def next_step_syncs(self):

@@ -149,7 +149,7 @@ class _Buckets:
         limit = min(cap_bytes, self.FIRST_BUCKET_BYTES)
         for i in reversed(range(len(params))):
             current.append(i)
-            size += params[i].numel() * 4
+            size += params[i].numel() * params[i].element_size()
             if size >= limit:
                 self._close(current, offsets)
                 current, size, limit = [], 0, cap_bytes
@@ -223,13 +223,22 @@ class _Buckets:
             h.remove()
 
 
+# The arena's element types and their torch dtypes.
+_ARENA_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
 def attach_module(client, module, names=None, buffers="average", initial="node0", bucket_cap_mb=25):
-    """Attaches `module`'s parameters (float32, in named_parameters() order, or in the
-    order of `names`) and, with buffers="average" (the default), its float32 buffers
+    """Attaches `module`'s parameters (in named_parameters() order, or in the order of
+    `names`) and, with buffers="average" (the default), its floating-point buffers
     (BatchNorm's running mean and variance, anything registered with register_buffer),
     which are averaged with the parameters; buffers="none" leaves them local. Integer
     buffers (num_batches_tracked) are never sent: every replica counts the same steps.
     On CPU the tensors are re-pointed at the arena.
+
+    The parameters are float32, bfloat16 or float16, one dtype for all of them (and for
+    the buffers): the arena holds the replica in it (a module.to(torch.bfloat16) model
+    takes half the memory and copies of a float32 one), the daemon averages in float32
+    and rounds back to it, to nearest even.
 
     Where the model starts: a node that already trains (another trainer of it, a
     restart that took a peer's state, a checkpoint) hands its model to the module.
@@ -251,20 +260,24 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
     if missing:
         raise ValueError(f"the module has no parameter(s) {missing}")
     params = [named[n] for n in order]
+    dtype = params[0].dtype if params else torch.float32
     for n, p in zip(order, params):
-        if p.dtype != torch.float32:
-            raise ValueError(f"parameter {n} is {p.dtype}; gossipd exchanges float32")
+        if p.dtype not in _ARENA_DTYPES:
+            raise ValueError(f"parameter {n} is {p.dtype}; gossipd's arenas hold float32, bfloat16 or float16")
+        if p.dtype != dtype:
+            raise ValueError(f"parameter {n} is {p.dtype} and {order[0]} {dtype}: one dtype for the whole "
+                             "model (module.to(dtype))")
     shared = []
     if buffers == "average":
-        shared = [(n, b) for n, b in module.named_buffers() if b.dtype == torch.float32]
+        shared = [(n, b) for n, b in module.named_buffers() if b.dtype == dtype]
         other = [f"{n} ({b.dtype})" for n, b in module.named_buffers()
-                 if b.is_floating_point() and b.dtype != torch.float32]
+                 if b.is_floating_point() and b.dtype != dtype]
         if other:
-            raise ValueError(f"buffer(s) {other} are not float32; gossipd exchanges float32 "
-                             "(or pass buffers='none')")
+            raise ValueError(f"buffer(s) {other} are not {dtype} as the parameters are: one dtype for the "
+                             "whole model (module.to(dtype), or pass buffers='none')")
     layout = [(n, p.numel()) for n, p in zip(order, params)] + [(f"buffer:{n}", b.numel()) for n, b in shared]
-    model = client.attach(layout)
-    views = [torch.frombuffer(buf, dtype=torch.float32) for buf in model.buffers]
+    model = client.attach(layout, dtype=_ARENA_DTYPES[dtype])
+    views = [torch.frombuffer(buf, dtype=dtype) for buf in model.buffers]
     tensors = params + [b for _, b in shared]
     views = [v.view(t.shape) for v, t in zip(views, tensors)]
     arena, buffer_arena = views[:len(params)], views[len(params):]
