@@ -61,6 +61,21 @@ std::unique_ptr<Codec> make_sign(uint32_t block);  // EF-signSGD, mean |x| per b
 std::unique_ptr<Codec> make_topk(double ratio, bool approximate, ValueType values);
 std::unique_ptr<Codec> make_randk(double ratio, ValueType values);
 
+// A composed sparse codec (composed_codec.cc): a selection, the kept values
+// quantized to `value_bits` (2, 4 or 8; 32 keeps fp32) with a scale per block, and
+// the indices in the encoding `indices` names (auto: the smallest for the payload
+// at hand; rand-k's are implicit).
+struct ChainOptions {
+  enum class Indices : uint8_t { kAuto, kDelta, kChunk12, kEliasFano };
+  bool randk = false;  // else top-k
+  double ratio = 0.01;
+  bool approximate = false;  // top-k's sampled threshold
+  uint32_t value_bits = 32;
+  Indices indices = Indices::kAuto;
+};
+std::unique_ptr<Codec> make_chain(const ChainOptions& options);
+const char* index_mode_name(ChainOptions::Indices m);
+
 // k = ceil(ratio * n), at least 1 when n > 0 and at most n: the count top-k and
 // rand-k keep.
 uint64_t sparse_count(double ratio, uint64_t n);

@@ -10,7 +10,9 @@ namespace gossip::compression {
 
 const char* codec_forms() {
   return "none, fp16, bf16, int8[:BLOCK], qsgd:LEVELS, sign[:BLOCK], topk:RATIO[:approx][:fp16], "
-         "randk:RATIO[:fp16], each optionally followed by +ef; RATIO in (0,1]";
+         "randk:RATIO[:fp16], or a chain topk:RATIO[:approx][+quant:BITS][+idx:MODE] | "
+         "randk:RATIO+quant:BITS (BITS 2, 4 or 8; MODE auto, delta, chunk12 or eliasfano), each "
+         "optionally followed by +ef; RATIO in (0,1]";
 }
 
 std::string CodecSpec::canonical() const { return codec->spec() + (error_feedback ? "+ef" : ""); }
@@ -50,6 +52,61 @@ Result<double> parse_ratio(std::string_view spec, std::string_view text) {
   return v;
 }
 
+// The stages after a chain's selection: topk:R[:approx] or randk:R, then quant:BITS
+// and idx:MODE, each at most once.
+Result<std::unique_ptr<Codec>> make_chain_of(std::string_view spec,
+                                             std::span<const std::string_view> stages) {
+  ChainOptions o;
+  auto first = split(stages[0], ':');
+  if (first[0] != "topk" && first[0] != "randk")
+    return bad(spec, fmt::format("a chain starts with topk or randk, not '{}'", first[0]));
+  o.randk = first[0] == "randk";
+  if (first.size() < 2)
+    return bad(spec, fmt::format("{} needs a ratio, e.g. {}:0.01", first[0], first[0]));
+  auto ratio = parse_ratio(spec, first[1]);
+  if (!ratio) return ratio.status();
+  o.ratio = *ratio;
+  for (auto opt : std::span(first).subspan(2)) {
+    if (opt == "approx" && !o.randk && !o.approximate)
+      o.approximate = true;
+    else
+      return bad(spec, fmt::format("unknown or misplaced option '{}' for {} in a chain{}", opt,
+                                   first[0], opt == "fp16" ? " (quantize with +quant:BITS)" : ""));
+  }
+  bool quant = false, idx = false;
+  for (auto stage : stages.subspan(1)) {
+    if (stage == "ef") return bad(spec, "+ef goes at the end, once");
+    auto parts = split(stage, ':');
+    if (parts[0] == "quant" && !quant && parts.size() == 2) {
+      auto bits = parse_count(spec, "quant's bits", parts[1], 2, 8);
+      if (!bits) return bits.status();
+      if (*bits != 2 && *bits != 4 && *bits != 8)
+        return bad(spec, fmt::format("quant takes 2, 4 or 8 bits, not {}", *bits));
+      o.value_bits = *bits;
+      quant = true;
+    } else if (parts[0] == "idx" && !idx && parts.size() == 2) {
+      if (o.randk)
+        return bad(spec, "rand-k's indices are implicit (derived from the seed): no idx stage");
+      if (parts[1] == "auto")
+        o.indices = ChainOptions::Indices::kAuto;
+      else if (parts[1] == "delta")
+        o.indices = ChainOptions::Indices::kDelta;
+      else if (parts[1] == "chunk12")
+        o.indices = ChainOptions::Indices::kChunk12;
+      else if (parts[1] == "eliasfano")
+        o.indices = ChainOptions::Indices::kEliasFano;
+      else
+        return bad(spec, fmt::format("unknown index encoding '{}'", parts[1]));
+      idx = true;
+    } else {
+      return bad(spec, fmt::format("unknown, repeated or malformed stage '{}'", stage));
+    }
+  }
+  if (o.randk && !quant)
+    return bad(spec, "a rand-k chain needs a quant stage (randk:RATIO alone is the rand-k codec)");
+  return make_chain(o);
+}
+
 }  // namespace
 
 Result<CodecSpec> make_codec(std::string_view spec) {
@@ -61,6 +118,12 @@ Result<CodecSpec> make_codec(std::string_view spec) {
     body.remove_suffix(kEf.size());
   }
   if (body.empty()) return bad(spec, "empty codec name");
+  if (auto stages = split(body, '+'); stages.size() > 1) {
+    auto chain = make_chain_of(spec, stages);
+    if (!chain) return chain.status();
+    out.codec = std::move(chain).value();
+    return out;
+  }
   auto parts = split(body, ':');
   std::string_view name = parts[0];
   auto args = std::span(parts).subspan(1);

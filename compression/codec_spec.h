@@ -2,7 +2,9 @@
 // Codec spec strings, as users write them in configs and on command lines:
 //   none | fp16 | bf16 | int8[:BLOCK] | qsgd:LEVELS | sign[:BLOCK]
 //   | topk:RATIO[:approx][:fp16] | randk:RATIO[:fp16]
-// each optionally followed by "+ef" (error feedback). RATIO is in (0, 1].
+//   | topk:RATIO[:approx][+quant:BITS][+idx:MODE] | randk:RATIO+quant:BITS   (a chain)
+// each optionally followed by "+ef" (error feedback). RATIO is in (0, 1]; a chain's
+// error feedback covers all of its stages.
 
 #include <memory>
 #include <string>

@@ -47,6 +47,7 @@
 #include "compression/half.h"
 #include "compression/sparse_encoding.h"
 #include "compression/thread_pool.h"
+#include "compression/topk_select.h"
 
 namespace gossip::compression {
 
@@ -62,8 +63,7 @@ constexpr int kApproxTries = 3;
 
 inline uint32_t mag_key(float f) { return float_bits(f) & 0x7fffffffu; }
 
-// Tolerated shortfall of the approximate count: floor(k * 0.1).
-inline uint64_t approx_slack(uint64_t k) { return k / 10; }
+inline uint64_t approx_slack(uint64_t k) { return topk_approx_slack(k); }
 
 // A position of the threshold sample, uniform in [0, bound): Lemire's multiply-shift
 // of SplitMix64's next draw (the tiny bias is irrelevant for a threshold estimate, and
@@ -312,14 +312,11 @@ class TopkCodec final : public Codec {
 
   Status encode(std::span<const float> x, const CodecContext& ctx,
                 std::vector<std::byte>& out) const override {
-    uint64_t k = sparse_count(ratio_, x.size());
-    Candidates kept;
-    Status st = approximate_ ? select_approx(x, k, ctx.seed, ctx.pool, kept)
-                             : select_exact(x, k, ctx.pool, kept);
-    GOSSIP_RETURN_IF_ERROR(st);
-    std::vector<float> vals(kept.bits.size());
-    for (size_t i = 0; i < vals.size(); ++i) vals[i] = bits_float(kept.bits[i]);
-    return encode_sparse(x.size(), kept.index, vals, values_, out);
+    std::vector<uint64_t> index;
+    std::vector<float> vals;
+    GOSSIP_RETURN_IF_ERROR(select_topk(x, sparse_count(ratio_, x.size()), approximate_, ctx.seed,
+                                       ctx.pool, index, vals));
+    return encode_sparse(x.size(), index, vals, values_, out);
   }
 
   Status decode(std::span<const std::byte> in, const CodecContext& ctx,
@@ -343,6 +340,17 @@ class TopkCodec final : public Codec {
 };
 
 }  // namespace
+
+Status select_topk(std::span<const float> x, uint64_t k, bool approximate, uint64_t seed,
+                   ThreadPool* pool, std::vector<uint64_t>& indices, std::vector<float>& values) {
+  Candidates kept;
+  GOSSIP_RETURN_IF_ERROR(approximate ? select_approx(x, k, seed, pool, kept)
+                                     : select_exact(x, k, pool, kept));
+  indices = std::move(kept.index);
+  values.resize(kept.bits.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = bits_float(kept.bits[i]);
+  return Status::ok();
+}
 
 std::unique_ptr<Codec> make_topk(double ratio, bool approximate, ValueType values) {
   return std::make_unique<TopkCodec>(ratio, approximate, values);

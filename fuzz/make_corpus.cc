@@ -163,6 +163,12 @@ bool write_codec_payloads(const fs::path& root) {
       {{F::kTopk, true, true, 9, 66000, 10}, "topk_approx_fp16_66000"},
       {{F::kRandk, false, false, 101, 500, 11}, "randk_0.1_500"},
       {{F::kRandk, false, true, 255, 100, 12}, "randk_0.25_fp16_100"},
+      {{F::kTopk, false, false, 101 | (0 << 12), 3000, 0, true, 3}, "chain_topk_0.1_q2_auto"},
+      {{F::kTopk, false, false, 20 | (1 << 12), 4095, 0, true, 2}, "chain_topk_q4_delta"},
+      {{F::kTopk, false, false, 200 | (2 << 12), 4095, 0, true, 1}, "chain_topk_q8_chunk12"},
+      {{F::kTopk, false, false, 10 | (3 << 12), 3000, 0, true, 0}, "chain_topk_f32_eliasfano"},
+      {{F::kTopk, true, false, 9 | (3 << 12), 66000, 3, true, 3}, "chain_topk_approx_q2_ef"},
+      {{F::kRandk, false, false, 101, 500, 11, true, 2}, "chain_randk_q4"},
   };
   for (const Seed& s : seeds) {
     auto made = compression::make_codec(s.choice.spec());
@@ -217,6 +223,8 @@ bool write_ipc_messages(const fs::path& root) {
   attach_gpu.device = "cuda:0";
   attach_gpu.pid = -1;
   attach_gpu.layout.tensors = {{"w", proto::DType::kF32, 1}};
+  ipc::Attach attach_bf16 = attach;
+  attach_bf16.layout.tensors = {{"w", proto::DType::kBF16, 100}, {"b", proto::DType::kBF16, 3}};
 
   ipc::AttachOk attach_ok;
   attach_ok.node = 2;
@@ -247,6 +255,7 @@ bool write_ipc_messages(const fs::path& root) {
   const std::pair<const char*, ipc::Message> messages[] = {
       {"attach", attach},
       {"attach_gpu", attach_gpu},
+      {"attach_bf16", attach_bf16},
       {"attach_ok", attach_ok},
       {"sync", ipc::Sync{7}},
       {"sync_ok", sync_ok},

@@ -70,6 +70,8 @@ const char* codec_name(CodecId c) {
       return "topk";
     case CodecId::kRandk:
       return "randk";
+    case CodecId::kChain:
+      return "chain";
   }
   return "?";
 }

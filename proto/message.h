@@ -62,8 +62,9 @@ enum class CodecId : uint8_t {
   kSign = 5,
   kTopk = 6,
   kRandk = 7,
+  kChain = 8,  // a composed sparse codec: selection + quantized values + packed indices
 };
-inline constexpr uint8_t kMaxCodecId = 7;
+inline constexpr uint8_t kMaxCodecId = 8;
 const char* codec_name(CodecId c);
 
 // model-chunk `tensor` values: 0 is the flat model (or, for CHOCO, a correction to

@@ -24,7 +24,8 @@ double default_choco_gamma(const compression::Codec* codec) {
     case proto::CodecId::kSign:
       return 0.5;
     case proto::CodecId::kTopk:
-    case proto::CodecId::kRandk: {
+    case proto::CodecId::kRandk:
+    case proto::CodecId::kChain: {
       // γ ~ 4 × the kept fraction: on an 8-node ring with top-k 1%, 0.04 reaches
       // 1e-3 of the initial distance in ~460 rounds, 0.06 stalls and 0.2 diverges
       // (simulated, and measured by tests/integration/gossip_consensus_test).

@@ -91,6 +91,8 @@ std::unique_ptr<Codec> make_host_codec(const DeviceCodecParams& p) {
       return make_topk(p.ratio, p.approximate, p.values);
     case proto::CodecId::kRandk:
       return make_randk(p.ratio, p.values);
+    case proto::CodecId::kChain:
+      return nullptr;  // device_params() gives a chain no device form
   }
   return nullptr;
 }
@@ -114,6 +116,8 @@ std::string spec_of(const DeviceCodecParams& p) {
       return fmt::format("topk:{}{}{}", p.ratio, p.approximate ? ":approx" : "", fp16);
     case proto::CodecId::kRandk:
       return fmt::format("randk:{}{}", p.ratio, fp16);
+    case proto::CodecId::kChain:
+      return "chain";
   }
   return fmt::format("codec#{}", static_cast<int>(p.id));
 }
@@ -137,12 +141,15 @@ Status check_params(const DeviceCodecParams& p) {
       if (!(p.ratio > 0 && p.ratio <= 1))
         return Status::invalid(fmt::format("{}: ratio must be in (0, 1]", spec_of(p)));
       return Status::ok();
+    case proto::CodecId::kChain:
+      return Status::invalid("device codecs: the composed codecs run on the CPU only");
   }
   return Status::invalid(fmt::format("device codecs: unknown codec id {}", static_cast<int>(p.id)));
 }
 
 bool is_dense(proto::CodecId id) {
-  return id != proto::CodecId::kTopk && id != proto::CodecId::kRandk;
+  return id != proto::CodecId::kTopk && id != proto::CodecId::kRandk &&
+         id != proto::CodecId::kChain;
 }
 
 uint64_t dense_payload_bytes(const DeviceCodecParams& p, uint64_t n) {

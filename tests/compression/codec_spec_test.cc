@@ -53,7 +53,7 @@ TEST(CodecSpec, BadSpecsAreRefusedNamingTheProblemAndListingTheForms) {
       {"int8:0", "block size"},
       {"int8:12:3", "at most"},
       {"fp16:2", "no parameter"},
-      {"topk:0.01+ef+ef", "ratio"},
+      {"topk:0.01+ef+ef", "+ef goes at the end, once"},
   };
   for (auto [in, needle] : cases) {
     auto c = make_codec(in);

@@ -29,7 +29,9 @@ constexpr size_t kNumel = 1000;
 uint16_t to_bits(DType d, float x) {
   return d == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
 }
-float to_float(DType d, uint16_t h) { return d == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h); }
+float to_float(DType d, uint16_t h) {
+  return d == DType::kBF16 ? bf16_to_float(h) : fp16_to_float(h);
+}
 
 uint16_t* elements(Model& m, size_t tensor) {
   return reinterpret_cast<uint16_t*>(m.bytes[tensor].data());
@@ -84,8 +86,9 @@ TEST_P(SixteenBit, ReplicasHoldTheMeanRoundedToTheirDtype) {
     rounded += to_float(dtype, after[0][k]) != mean;
   }
   EXPECT_GT(rounded, kNumel / 10) << "the means were representable: nothing was rounded";
-  EXPECT_NE(cluster.log(0).find(std::string("parameters (") + (dtype == DType::kBF16 ? "bf16" : "f16")),
-            std::string::npos)
+  EXPECT_NE(
+      cluster.log(0).find(std::string("parameters (") + (dtype == DType::kBF16 ? "bf16" : "f16")),
+      std::string::npos)
       << cluster.log(0);
 }
 

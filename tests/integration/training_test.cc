@@ -114,6 +114,14 @@ TEST(Training, TopkWithErrorFeedbackReaches82PercentWithAThirtiethOfTheRingsTraf
   compressed_run("topk:0.01+ef", 30.0, 1e9);
 }
 
+// The composed codec of SparseLoCo's kind: the same top-k 1%, its values in 2 bits with
+// a scale per 128 and its indices in Elias-Fano (~11 bits an entry in all, against
+// top-k's ~42), one error-feedback memory for the chain. Measured: 85x (top-k 32x) at
+// the same accuracy (87.4 %); the first, exact round is now over a quarter of it.
+TEST(Training, ATwoBitTopkChainReaches82PercentWithASeventyFifthOfTheRingsTraffic) {
+  compressed_run("topk:0.01+quant:2+idx:auto+ef", 75.0, 1e9);
+}
+
 // Against the all-gather (the first release's exchange, n-1 whole models per node
 // and round) the same top-k saves over 50x: the original yardstick.
 TEST(Training, TopkOverTheAllGatherSendsAFiftiethOfItsUncompressedTraffic) {

@@ -471,7 +471,7 @@ TEST(WireHeader, NarrowFieldsOverflow) {
 }
 
 TEST(WireHeader, UnknownCodec) {
-  for (uint64_t c : {8, 255}) {
+  for (uint64_t c : {uint64_t{kMaxCodecId} + 1, uint64_t{255}}) {
     Items b = chunk_body();
     b[4] = u(c);
     EXPECT_REFUSED(decode(head_of(envelope(Kind::kModelChunk, kChunkBytes), b)),
