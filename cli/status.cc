@@ -46,6 +46,18 @@ std::string format_status_table(const NodeStatus& s) {
       format_bytes(s.traffic.payload_sent), format_bytes(s.traffic.wire_sent), s.traffic.msgs_sent,
       format_bytes(s.traffic.payload_recv), format_bytes(s.traffic.wire_recv), s.traffic.msgs_recv,
       s.traffic.dropped);
+  if (s.trainer_attached_seconds > 0)
+    out +=
+        fmt::format("trainers waited {:.1f} % of their time for the daemon ({:.1f} of {:.1f} s)\n",
+                    100 * s.trainer_wait_seconds / s.trainer_attached_seconds,
+                    s.trainer_wait_seconds, s.trainer_attached_seconds);
+  if (s.rounds_timed > 0)
+    out += fmt::format(
+        "rounds: {} timed, mean {:.1f} ms; the last {:.1f} ms, {} sent, {:.0f} % overlapped with "
+        "training\n",
+        s.rounds_timed, 1e3 * s.round_seconds / static_cast<double>(s.rounds_timed),
+        1e3 * s.last_round_seconds, format_bytes(s.last_round_payload_bytes),
+        100 * s.last_round_overlap);
   if (s.peers.empty()) return out + "no peers\n";
   out += fmt::format("{:<6} {:<28} {:>12} {:>12} {:>16} {:>8}  {}\n", "peer", "endpoint", "sent",
                      "received", "messages out/in", "dropped", "last heard");
@@ -88,6 +100,15 @@ std::string format_status_json(const NodeStatus& s, const std::string& endpoint)
       .add_uint("trainers", s.trainers)
       .add_raw("traffic", traffic_json(s.traffic))
       .add_raw("peers", peers)
+      .add_raw("time", JsonObjectWriter()
+                           .add_number("trainer_wait_seconds", s.trainer_wait_seconds)
+                           .add_number("trainer_attached_seconds", s.trainer_attached_seconds)
+                           .add_uint("rounds_timed", s.rounds_timed)
+                           .add_number("round_seconds", s.round_seconds)
+                           .add_number("last_round_seconds", s.last_round_seconds)
+                           .add_uint("last_round_payload_bytes", s.last_round_payload_bytes)
+                           .add_number("last_round_overlap", s.last_round_overlap)
+                           .str())
       .str();
 }
 

@@ -333,6 +333,14 @@ Result<NodeStatus> Client::status() {
   if (!s)
     return Status::protocol(fmt::format("expected stats_reply, got {}", ipc::message_name(*r)));
   NodeStatus out{s->node, s->strategy, s->round, s->step, s->trainers, to_traffic(s->traffic), {}};
+  const ipc::Timing& t = s->timing;
+  out.trainer_wait_seconds = static_cast<double>(t.trainer_wait_us) / 1e6;
+  out.trainer_attached_seconds = static_cast<double>(t.trainer_attached_us) / 1e6;
+  out.rounds_timed = t.rounds;
+  out.round_seconds = static_cast<double>(t.round_us) / 1e6;
+  out.last_round_seconds = static_cast<double>(t.last_round_us) / 1e6;
+  out.last_round_payload_bytes = t.last_round_payload;
+  out.last_round_overlap = static_cast<double>(t.last_overlap_permille) / 1000;
   for (const auto& p : s->peers) {
     out.peers.push_back(
         {p.id, p.endpoint, to_traffic(p.traffic),

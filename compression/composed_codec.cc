@@ -197,7 +197,8 @@ uint64_t elias_fano_bytes(uint64_t n, uint64_t k) {
   return packed_bytes(k, low) + (elias_fano_high_bits(n, k, low) + 7) / 8;
 }
 
-void encode_indices(uint64_t n, std::span<const uint64_t> idx, Wire w, std::vector<std::byte>& out) {
+void encode_indices(uint64_t n, std::span<const uint64_t> idx, Wire w,
+                    std::vector<std::byte>& out) {
   switch (w) {
     case Wire::kDelta: {
       uint64_t prev = 0;
@@ -240,9 +241,8 @@ Status decode_indices(Reader& r, uint64_t n, uint64_t k, Wire w, std::string_vie
     if (idx[j] >= n)
       return Status::protocol(fmt::format("{}: index {} is {}, past n = {}", who, j, idx[j], n));
     if (j > 0 && idx[j] <= idx[j - 1])
-      return Status::protocol(
-          fmt::format("{}: indices not strictly increasing at {} ({} after {})", who, j, idx[j],
-                      idx[j - 1]));
+      return Status::protocol(fmt::format("{}: indices not strictly increasing at {} ({} after {})",
+                                          who, j, idx[j], idx[j - 1]));
     return Status::ok();
   };
   switch (w) {
@@ -301,7 +301,8 @@ Status decode_indices(Reader& r, uint64_t n, uint64_t k, Wire w, std::string_vie
         ++j;
       }
       if (j != k)
-        return Status::protocol(fmt::format("{}: Elias-Fano carries {} indices, k is {}", who, j, k));
+        return Status::protocol(
+            fmt::format("{}: Elias-Fano carries {} indices, k is {}", who, j, k));
       return Status::ok();
     }
     case Wire::kImplicit:
@@ -393,7 +394,10 @@ class ComposedCodec final : public Codec {
     if (*selector != (o_.randk ? 1 : 0) || *bits != o_.value_bits)
       return Status::protocol(fmt::format(
           "{}: the sender selects by {} with {}-bit values; run one --codec on every node", who,
-          *selector == 0 ? "top-k" : *selector == 1 ? "rand-k" : "an unknown selector", *bits));
+          *selector == 0   ? "top-k"
+          : *selector == 1 ? "rand-k"
+                           : "an unknown selector",
+          *bits));
     const auto w = static_cast<Wire>(*wire);
     const bool known = *wire <= static_cast<uint8_t>(Wire::kEliasFano);
     if (!known || (w == Wire::kImplicit) != o_.randk)
@@ -408,9 +412,9 @@ class ComposedCodec final : public Codec {
     const uint64_t want = sparse_count(o_.ratio, *n);
     const uint64_t lo = o_.approximate ? want - topk_approx_slack(want) : want;
     if (*k < lo || *k > want)
-      return Status::protocol(fmt::format("{}: payload carries {} entries, {} expected", who, *k,
-                                          lo == want ? fmt::format("{}", want)
-                                                     : fmt::format("{} to {}", lo, want)));
+      return Status::protocol(
+          fmt::format("{}: payload carries {} entries, {} expected", who, *k,
+                      lo == want ? fmt::format("{}", want) : fmt::format("{} to {}", lo, want)));
     std::vector<uint64_t> idx;
     if (w == Wire::kImplicit)
       idx = randk_indices(ctx.seed, *n, *k);

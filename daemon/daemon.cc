@@ -32,7 +32,8 @@ void block_signals() {
 Daemon::Daemon(DaemonConfig config)
     : config_(std::move(config)),
       strategy_(sgd::find_strategy(config_.strategy.name)),
-      sessions_(config_.max_trainers) {
+      sessions_(config_.max_trainers),
+      time_(config_.max_trainers) {
   parse_nonfinite_policy(config_.strategy.nonfinite, &nonfinite_policy_);  // validated by config
 }
 
@@ -203,6 +204,11 @@ void Daemon::shutdown(const std::string& reason) {
 }
 
 void Daemon::reply(const std::string& route, const ipc::Message& m) {
+  // The answer a blocked trainer waits for (a bucket's answers end its wait with the
+  // step's last one).
+  if (std::holds_alternative<ipc::SyncOk>(m) || std::holds_alternative<ipc::Error>(m))
+    if (TrainerSession* s = sessions_.find(route); s && s->buckets.empty())
+      time_.wait_ends(s->slot, std::chrono::steady_clock::now());
   std::string body = ipc::encode(m);
   try {
     // ROUTER drops messages to a route that is gone; that is what we want for a
@@ -315,6 +321,7 @@ void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int conne
   auto added = sessions_.add(route, a.trainer, a.local_rank, cred.pid, connection_fd);
   if (!added) return refuse(added.status().message());
   TrainerSession* s = *added;
+  time_.attached(s->slot, std::chrono::steady_clock::now());
 
   if (!layout_) {
     if (resume_ && resume_->layout != a.layout.fingerprint()) {
@@ -445,6 +452,7 @@ void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
   if (s->waiting) return reply(route, ipc::Error{"sync while a sync is already pending"});
   s->waiting = true;
   s->sync_step = m.step;
+  time_.wait_begins(s->slot, std::chrono::steady_clock::now());
   arena_->pull(s->slot);
   maybe_start_round();
 }
@@ -456,6 +464,7 @@ void Daemon::on_start(const std::string& route) {
   if (std::find(start_waiters_.begin(), start_waiters_.end(), route) != start_waiters_.end())
     return reply(route, ipc::Error{"start while a start is pending"});
   start_waiters_.push_back(route);
+  time_.wait_begins(s->slot, std::chrono::steady_clock::now());
   arena_->pull(s->slot);
   if (start_done_) return finish_start();
   maybe_submit_start();
@@ -530,6 +539,7 @@ void Daemon::on_sync_range(const std::string& route, const ipc::SyncRange& m) {
   if (s->buckets.size() >= 4096)
     return reply(route, ipc::Error{"sync_range: more than 4096 buckets waiting"});
   s->buckets.push_back(m);
+  if (m.last) time_.wait_begins(s->slot, std::chrono::steady_clock::now());
   arena_->pull(s->slot, m.offset, m.numel);
   maybe_start_bucket();
 }
@@ -586,6 +596,8 @@ void Daemon::maybe_start_bucket() {
   round_running_ = true;
   bucket_round_ = true;
   round_started_ = true;
+  time_.round_begins(std::chrono::steady_clock::now(), static_cast<uint32_t>(sessions.size()),
+                     worker_->traffic().totals().payload_sent);
   guard_nonfinite();
   worker_->submit_bucket(round_model_, bucket_.offset, round_, bucket_.step);
 }
@@ -596,6 +608,7 @@ void Daemon::finish_bucket() {
   round_running_ = false;
   bucket_round_ = false;
   round_ = result->round + 1;
+  time_.round_ends(std::chrono::steady_clock::now(), worker_->traffic().totals().payload_sent);
   if (result->status.is_ok()) {
     guard_result();
     if (bucket_.last) step_ = bucket_.step;
@@ -634,6 +647,7 @@ void Daemon::detach(TrainerSession* s, const std::string& why) {
                sessions_.size() - 1);
   std::string route = s->route;
   std::erase(participants_, route);
+  time_.detached(s->slot, std::chrono::steady_clock::now());
   sessions_.remove(route);
   maybe_start_next();  // the others may have been waiting only for this one
 }
@@ -675,6 +689,15 @@ void Daemon::on_stats(const std::string& route) {
   r.traffic.dropped += ipc_dropped_;
   for (const auto& p : worker_->peers())
     r.peers.push_back({p.id, p.endpoint, traffic.peer_totals(p.id), traffic.silent_ms(p.id)});
+  const auto t = time_.snapshot(std::chrono::steady_clock::now());
+  const auto us = [](double s) { return static_cast<uint64_t>(s * 1e6); };
+  r.timing = {us(t.trainer_wait_seconds),
+              us(t.trainer_attached_seconds),
+              t.rounds,
+              us(t.round_seconds),
+              us(t.last_round_seconds),
+              t.last_round_payload_bytes,
+              static_cast<uint64_t>(t.last_round_overlap * 1000 + 0.5)};
   reply(route, r);
 }
 
@@ -701,6 +724,9 @@ void Daemon::publish_gauges() {
   gauge_step_.store(step_, kRelaxed);
   gauge_trainers_.store(static_cast<uint32_t>(sessions_.size()), kRelaxed);
   gauge_ipc_dropped_.store(ipc_dropped_, kRelaxed);
+  const auto time = time_.snapshot(std::chrono::steady_clock::now());
+  std::lock_guard lock(time_mu_);
+  time_published_ = time;
 }
 
 MetricsSnapshot Daemon::metrics_snapshot() const {
@@ -735,6 +761,8 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   for (size_t k = 0; k < static_cast<size_t>(Refusal::kCount); ++k)
     s.refused.push_back({refusal_name(static_cast<Refusal>(k)), refusals(static_cast<Refusal>(k))});
   for (auto& g : worker_->strategy_gauges()) s.strategy_gauges.push_back({g.name, g.help, g.value});
+  std::lock_guard lock(time_mu_);
+  s.time = time_published_;
   return s;
 }
 
@@ -803,6 +831,8 @@ void Daemon::maybe_start_round() {
   step_ = step;
   round_running_ = true;
   round_started_ = true;
+  time_.round_begins(std::chrono::steady_clock::now(), static_cast<uint32_t>(waiting.size()),
+                     worker_->traffic().totals().payload_sent);
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
   if (!async()) {
     worker_->submit(round_model_, round_, step_);
@@ -855,6 +885,7 @@ void Daemon::handle_round_done() {
   if (!result) return;
   round_running_ = false;
   round_ = result->round + 1;
+  time_.round_ends(std::chrono::steady_clock::now(), worker_->traffic().totals().payload_sent);
   if (result->step && *result->step != step_) {
     // Back in an elastic ring at the members' step: the trainers follow (SyncOk.step).
     spdlog::info("the node's step moves from {} to {}, the members' step", step_, *result->step);

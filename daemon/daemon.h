@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +21,7 @@
 #include "daemon/metrics_text.h"
 #include "daemon/nonfinite.h"
 #include "daemon/sync_worker.h"
+#include "daemon/time_accounts.h"
 #include "daemon/trainer_sessions.h"
 #include "proto/ipc.h"
 #include "proto/layout.h"
@@ -82,6 +84,7 @@ class Daemon {
 
   std::unique_ptr<SyncWorker> worker_;
   TrainerSessions sessions_;
+  TimeAccounts time_;                    // where the trainers' and the rounds' time goes
   std::optional<proto::Layout> layout_;  // fixed by the first trainer that attaches
   std::optional<Arena> arena_;
   std::vector<float> node_model_;  // the mean of several local trainers' replicas
@@ -135,6 +138,8 @@ class Daemon {
   std::atomic<uint64_t> gauge_step_{0};
   std::atomic<uint32_t> gauge_trainers_{0};
   std::atomic<uint64_t> gauge_ipc_dropped_{0};
+  mutable std::mutex time_mu_;              // the metrics thread reads time_published_
+  TimeAccounts::Snapshot time_published_;   // refreshed by publish_gauges
   std::unique_ptr<MetricsServer> metrics_;  // stopped before worker_ goes away
 };
 

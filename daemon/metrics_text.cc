@@ -35,6 +35,36 @@ void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name,
     out += fmt::format("{}{{peer=\"{}\"}} {}\n", name, label(p.peer), get(p.traffic));
 }
 
+// Where the time goes: the trainers' wait against their time attached (the fraction
+// a trainer waits is the ratio of the two counters' rates), and the rounds.
+void render_time(std::string& out, const TimeAccounts::Snapshot& t) {
+  header(out, "gossipd_trainer_wait_seconds_total", "counter",
+         "Time the node's trainers spent blocked on the daemon (a sync, a start, a step's last "
+         "gradient bucket), summed over trainers.");
+  out += fmt::format("gossipd_trainer_wait_seconds_total {:.6f}\n", t.trainer_wait_seconds);
+  header(out, "gossipd_trainer_attached_seconds_total", "counter",
+         "Time the node's trainers were attached, summed over trainers.");
+  out += fmt::format("gossipd_trainer_attached_seconds_total {:.6f}\n", t.trainer_attached_seconds);
+  header(out, "gossipd_round_duration_seconds", "histogram",
+         "Synchronization rounds, from their start on this node to their end.");
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < TimeAccounts::kRoundBuckets.size(); ++b) {
+    cumulative += t.round_buckets[b];
+    out += fmt::format("gossipd_round_duration_seconds_bucket{{le=\"{}\"}} {}\n",
+                       TimeAccounts::kRoundBuckets[b], cumulative);
+  }
+  out += fmt::format("gossipd_round_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", t.rounds);
+  out += fmt::format("gossipd_round_duration_seconds_sum {:.6f}\n", t.round_seconds);
+  out += fmt::format("gossipd_round_duration_seconds_count {}\n", t.rounds);
+  header(out, "gossipd_last_round_payload_bytes", "gauge",
+         "Bytes of model data this node sent in its last round.");
+  out += fmt::format("gossipd_last_round_payload_bytes {}\n", t.last_round_payload_bytes);
+  header(out, "gossipd_last_round_overlap_ratio", "gauge",
+         "Of the last round's time, the fraction its trainers spent training instead of waiting "
+         "for it (0: the round blocked them; 1: it ran under their compute).");
+  out += fmt::format("gossipd_last_round_overlap_ratio {:.3f}\n", t.last_round_overlap);
+}
+
 }  // namespace
 
 std::string render_metrics(const MetricsSnapshot& s) {
@@ -107,6 +137,7 @@ std::string render_metrics(const MetricsSnapshot& s) {
       out += fmt::format("gossipd_allreduce_rounds_total{{algorithm=\"{}\"}} {}\n",
                          label(algorithm), n);
   }
+  render_time(out, s.time);
   return out;
 }
 

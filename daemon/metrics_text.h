@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/time_accounts.h"
 #include "proto/ipc.h"
 
 namespace gossip::daemon {
@@ -40,6 +41,7 @@ struct MetricsSnapshot {
     double value = 0;
   };
   std::vector<Gauge> strategy_gauges;  // sgd::Strategy::gauges
+  TimeAccounts::Snapshot time;         // where the trainers' and the rounds' time goes
 };
 
 std::string render_metrics(const MetricsSnapshot& s);

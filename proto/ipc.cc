@@ -70,8 +70,14 @@ struct Schema<StatsRequest> {
 template <>
 struct Schema<StatsReply> {
   static constexpr const char* kName = "stats_reply";
-  static constexpr std::array<std::string_view, 7> kKeys = {"node",     "strategy", "round", "step",
-                                                            "trainers", "traffic",  "peers"};
+  static constexpr std::array<std::string_view, 8> kKeys = {
+      "node", "strategy", "round", "step", "trainers", "traffic", "peers", "timing"};
+};
+template <>
+struct Schema<Timing> {
+  static constexpr std::array<std::string_view, 7> kKeys = {
+      "trainer_wait_us",    "trainer_attached_us",  "rounds", "round_us", "last_round_us",
+      "last_round_payload", "last_overlap_permille"};
 };
 template <>
 struct Schema<Error> {
@@ -174,6 +180,16 @@ void pack_value(Packer& pk, const Traffic& t) {
   for (size_t i = 0; i < k.size(); ++i) pack_key(pk, k[i]), pack_value(pk, vals[i]);
 }
 
+void pack_value(Packer& pk, const Timing& t) {
+  const auto& k = Schema<Timing>::kKeys;
+  pk.pack_map(k.size());
+  const uint64_t vals[] = {
+      t.trainer_wait_us,    t.trainer_attached_us,  t.rounds, t.round_us, t.last_round_us,
+      t.last_round_payload, t.last_overlap_permille};
+  static_assert(std::size(vals) == Schema<Timing>::kKeys.size());
+  for (size_t i = 0; i < k.size(); ++i) pack_key(pk, k[i]), pack_value(pk, vals[i]);
+}
+
 void pack_value(Packer& pk, const Layout& l) {
   const auto& k = Schema<TensorSpec>::kKeys;
   pk.pack_array(static_cast<uint32_t>(l.tensors.size()));
@@ -226,7 +242,7 @@ void pack_body(Packer&, const DetachOk&) {}
 void pack_body(Packer&, const StatsRequest&) {}
 void pack_body(Packer& pk, const StatsReply& m) {
   pack_fields(pk, Schema<StatsReply>::kKeys, m.node, m.strategy, m.round, m.step, m.trainers,
-              m.traffic, m.peers);
+              m.traffic, m.peers, m.timing);
 }
 void pack_body(Packer& pk, const Error& m) { pack_fields(pk, Schema<Error>::kKeys, m.message); }
 void pack_body(Packer& pk, const Shutdown& m) {
@@ -396,6 +412,22 @@ class FieldReader {
     return Status::ok();
   }
 
+  Status read(std::string_view key, Timing* out) const {
+    FieldReader r(kind_, prefix_ + std::string(key) + ".");
+    GOSSIP_RETURN_IF_ERROR(r.open(get(key), Schema<Timing>::kKeys));
+    GOSSIP_RETURN_IF_ERROR(r.read("trainer_wait_us", &out->trainer_wait_us));
+    GOSSIP_RETURN_IF_ERROR(r.read("trainer_attached_us", &out->trainer_attached_us));
+    GOSSIP_RETURN_IF_ERROR(r.read("rounds", &out->rounds));
+    GOSSIP_RETURN_IF_ERROR(r.read("round_us", &out->round_us));
+    GOSSIP_RETURN_IF_ERROR(r.read("last_round_us", &out->last_round_us));
+    GOSSIP_RETURN_IF_ERROR(r.read("last_round_payload", &out->last_round_payload));
+    GOSSIP_RETURN_IF_ERROR(r.read("last_overlap_permille", &out->last_overlap_permille));
+    if (out->last_overlap_permille > 1000)
+      return r.error("last_overlap_permille",
+                     fmt::format("is {}, more than 1000", out->last_overlap_permille));
+    return Status::ok();
+  }
+
   // Reads the tensors and then checks the layout as a whole with validate_layout.
   Status read(std::string_view key, Layout* out) const {
     const msgpack::object& o = get(key);
@@ -523,7 +555,8 @@ Status read_body(const FieldReader& r, StatsReply* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
   GOSSIP_RETURN_IF_ERROR(r.read("trainers", &m->trainers));
   GOSSIP_RETURN_IF_ERROR(r.read("traffic", &m->traffic));
-  return r.read("peers", &m->peers);
+  GOSSIP_RETURN_IF_ERROR(r.read("peers", &m->peers));
+  return r.read("timing", &m->timing);
 }
 Status read_body(const FieldReader& r, Error* m) { return r.read("message", &m->message); }
 Status read_body(const FieldReader& r, Shutdown* m) { return r.read("reason", &m->reason); }

@@ -13,7 +13,8 @@
 
 namespace gossip::proto::ipc {
 
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: stats_reply's timing.
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
 
 // trainer -> daemon: join this node with a model of this layout.
@@ -97,6 +98,17 @@ struct PeerStats {
   uint64_t silent_ms = kNeverHeard;  // since its last message arrived
 };
 
+// Where the node's time goes (daemon/time_accounts.h), in microseconds.
+struct Timing {
+  uint64_t trainer_wait_us = 0;      // its trainers blocked on the daemon, summed
+  uint64_t trainer_attached_us = 0;  // its trainers attached, summed
+  uint64_t rounds = 0;               // rounds timed
+  uint64_t round_us = 0;             // their total duration
+  uint64_t last_round_us = 0;
+  uint64_t last_round_payload = 0;     // bytes this node sent in its last round
+  uint64_t last_overlap_permille = 0;  // of the last round, trainers' time spent not waiting
+};
+
 struct StatsReply {
   uint32_t node = 0;
   std::string strategy;
@@ -105,6 +117,7 @@ struct StatsReply {
   uint32_t trainers = 0;
   Traffic traffic;
   std::vector<PeerStats> peers;
+  Timing timing;
 };
 
 // daemon -> trainer: the request failed; the message says why.

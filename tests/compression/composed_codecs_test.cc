@@ -88,7 +88,8 @@ TEST(ComposedCodecs, TopkChainsRoundTripForEveryEncodingAndWidth) {
     for (const char* idx : {"auto", "delta", "chunk12", "eliasfano"})
       for (int bits : {32, 8, 4, 2}) {
         const std::string spec = std::string("topk:0.05") +
-                                 (bits < 32 ? "+quant:" + std::to_string(bits) : "") + "+idx:" + idx;
+                                 (bits < 32 ? "+quant:" + std::to_string(bits) : "") +
+                                 "+idx:" + idx;
         SCOPED_TRACE(spec + " n=" + std::to_string(n));
         auto c = codec(spec);
         Bytes payload;
@@ -157,8 +158,7 @@ TEST(ComposedCodecs, ErrorFeedbackCarriesWhatTheWholeChainDropped) {
     }
   }
   double worst = 0;
-  for (size_t i = 0; i < n; ++i)
-    worst = std::max(worst, std::fabs(delivered[i] / steps - u[i]));
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(delivered[i] / steps - u[i]));
   EXPECT_LT(worst, 0.05) << "the mean delivered equals the input: nothing is lost for good";
 }
 

@@ -6,6 +6,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <regex>
 #include <set>
@@ -62,7 +63,8 @@ std::string raw_exchange(int port, const std::string& bytes) {
 }
 
 // name{labels} -> value, checking every sample line's syntax and that its family
-// was declared with # TYPE first.
+// was declared with # TYPE first (a histogram's _bucket, _sum and _count samples are
+// of the family the histogram declared).
 std::map<std::string, double> parse_exposition(const std::string& text) {
   static const std::regex sample(
       R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? ([0-9.e+-]+)$)");
@@ -79,10 +81,56 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
     std::smatch m;
     EXPECT_TRUE(std::regex_match(line, m, sample)) << "not a sample line: " << line;
     if (m.empty()) continue;
-    EXPECT_TRUE(typed.count(m[1])) << m[1] << " has no # TYPE before its samples";
+    std::string family = m[1];
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (!typed.count(family) && family.ends_with(suffix))
+        family.resize(family.size() - std::strlen(suffix));
+    EXPECT_TRUE(typed.count(family)) << m[1] << " has no # TYPE before its samples";
     out[m[1].str() + m[2].str()] = std::stod(m[4]);
   }
   return out;
+}
+
+// Node 0's trainer computes 150 ms a step, node 1's nothing: node 1's trainer spends
+// its time waiting for node 0 in every round, node 0's trainer little of it; both
+// daemons time every round. What gossipctl status shows, through Client::status().
+TEST(Operations, StatusSaysHowLongTheTrainersWaitAndTheRoundsTake) {
+  Cluster c(2, {"--period", "1"});
+  c.start_all();
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(connect_to(c, i));
+    ASSERT_TRUE(clients.back());
+    ASSERT_TRUE(clients.back()->attach({{"w", 1000}}).is_ok());
+  }
+  constexpr int kSteps = 6;
+  {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 2; ++i)
+      ts.emplace_back([&, i] {
+        for (int s = 0; s < kSteps; ++s) {
+          if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+          ASSERT_TRUE(clients[i]->step().is_ok());
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  std::vector<NodeStatus> status;
+  for (int i = 0; i < 2; ++i) {
+    auto st = clients[i]->status();
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    status.push_back(*st);
+    EXPECT_EQ(st->rounds_timed, static_cast<uint64_t>(kSteps)) << "node " << i;
+    EXPECT_GT(st->last_round_payload_bytes, 0u) << "node " << i;
+    EXPECT_LE(st->trainer_wait_seconds, st->trainer_attached_seconds) << "node " << i;
+  }
+  const double wait0 = status[0].trainer_wait_seconds / status[0].trainer_attached_seconds;
+  const double wait1 = status[1].trainer_wait_seconds / status[1].trainer_attached_seconds;
+  EXPECT_LT(wait0, 0.3) << "node 0's trainer computes; its rounds are quick";
+  EXPECT_GT(wait1, 0.6) << "node 1's trainer waits for node 0 in every round";
+  EXPECT_GT(status[1].round_seconds, status[0].round_seconds)
+      << "node 1's rounds start 150 ms before node 0 joins them";
+  EXPECT_EQ(status[1].last_round_overlap, 0.0) << "local SGD's round blocks the trainer";
 }
 
 TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
@@ -129,6 +177,15 @@ TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
   EXPECT_GT(m1["gossipd_payload_bytes_received_total{peer=\"1\"}"], 0);
   EXPECT_EQ(m1.count("gossipd_peer_silent_seconds{peer=\"1\"}"), 1u);
   EXPECT_LT(m1["gossipd_peer_silent_seconds{peer=\"1\"}"], 60);
+  // The rounds are timed: a histogram whose +Inf bucket is its count, and a trainer
+  // that did nothing but step spent its time attached mostly waiting.
+  EXPECT_GE(m1["gossipd_round_duration_seconds_count"], 3);
+  EXPECT_EQ(m1["gossipd_round_duration_seconds_bucket{le=\"+Inf\"}"],
+            m1["gossipd_round_duration_seconds_count"]);
+  EXPECT_GT(m1["gossipd_round_duration_seconds_sum"], 0);
+  EXPECT_GT(m1["gossipd_trainer_attached_seconds_total"], 0);
+  EXPECT_LE(m1["gossipd_trainer_wait_seconds_total"], m1["gossipd_trainer_attached_seconds_total"]);
+  EXPECT_GT(m1["gossipd_last_round_payload_bytes"], 0);
 
   // The scrape agrees with what the daemon tells its trainers.
   auto t = clients[0]->traffic();

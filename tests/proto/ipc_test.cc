@@ -204,6 +204,7 @@ StatsReply sample_stats_reply() {
   r.peers = {{1, "tcp://10.0.0.1:5555", sample_traffic(20), 1234},
              {UINT32_MAX, "tcp://[::1]:6000", sample_traffic(30), 0},
              {9, "", Traffic{}, kNeverHeard}};
+  r.timing = {1500000, 9000000, 42, 840000, 21000, 4096, 250};
   return r;
 }
 
@@ -286,6 +287,13 @@ void expect_eq(const StatsReply& a, const StatsReply& b) {
     expect_eq(a.peers[i].traffic, b.peers[i].traffic);
     EXPECT_EQ(a.peers[i].silent_ms, b.peers[i].silent_ms);
   }
+  EXPECT_EQ(a.timing.trainer_wait_us, b.timing.trainer_wait_us);
+  EXPECT_EQ(a.timing.trainer_attached_us, b.timing.trainer_attached_us);
+  EXPECT_EQ(a.timing.rounds, b.timing.rounds);
+  EXPECT_EQ(a.timing.round_us, b.timing.round_us);
+  EXPECT_EQ(a.timing.last_round_us, b.timing.last_round_us);
+  EXPECT_EQ(a.timing.last_round_payload, b.timing.last_round_payload);
+  EXPECT_EQ(a.timing.last_overlap_permille, b.timing.last_overlap_permille);
 }
 void expect_eq(const Error& a, const Error& b) { EXPECT_EQ(a.message, b.message); }
 void expect_eq(const Shutdown& a, const Shutdown& b) { EXPECT_EQ(a.reason, b.reason); }
@@ -632,6 +640,10 @@ TEST(Ipc, IntegerRanges) {
   Val s = tree(sample_stats_reply());
   at(array_of(at(s, "peers"))[0], "id") = U(uint64_t{1} << 32);
   EXPECT_REFUSED(decode(s), HasSubstr("field 'peers[0].id' is 4294967296, out of range"));
+  Val overlap = tree(sample_stats_reply());
+  at(at(overlap, "timing"), "last_overlap_permille") = U(1001);
+  EXPECT_REFUSED(decode(overlap),
+                 HasSubstr("field 'timing.last_overlap_permille' is 1001, more than 1000"));
 }
 
 // ------------------------------------------------------------------ layouts

@@ -98,6 +98,14 @@ struct NodeStatus {
   uint32_t trainers = 0;  // attached now
   Traffic traffic;        // over all peers; dropped counts bad IPC messages too
   std::vector<PeerStatus> peers;
+  // Where the time goes: the trainers' time blocked on the daemon against their time
+  // attached (summed over trainers), and the rounds.
+  double trainer_wait_seconds = 0, trainer_attached_seconds = 0;
+  uint64_t rounds_timed = 0;
+  double round_seconds = 0;  // the timed rounds' total
+  double last_round_seconds = 0;
+  uint64_t last_round_payload_bytes = 0;  // sent by this node
+  double last_round_overlap = 0;          // in [0, 1]: trainers training, not waiting
 };
 
 class Client {
