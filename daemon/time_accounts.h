@@ -20,10 +20,10 @@ class TimeAccounts {
       0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
   struct Snapshot {
-    double trainer_wait_seconds = 0;      // summed over trainers
-    double trainer_attached_seconds = 0;  // summed over trainers
-    uint64_t rounds = 0;                  // rounds timed
-    double round_seconds = 0;             // their sum
+    double trainer_wait_seconds = 0;                                 // summed over trainers
+    double trainer_attached_seconds = 0;                             // summed over trainers
+    uint64_t rounds = 0;                                             // rounds timed
+    double round_seconds = 0;                                        // their sum
     std::array<uint64_t, kRoundBuckets.size() + 1> round_buckets{};  // not cumulative
     double last_round_seconds = 0;
     uint64_t last_round_payload_bytes = 0;  // sent by this node in its last round

@@ -25,7 +25,7 @@ TEST(TimeAccounts, WaitsAgainstTimeAttachedWithOpenIntervalsUpToNow) {
   auto s = t.snapshot(t0 + 7s);
   EXPECT_DOUBLE_EQ(s.trainer_wait_seconds, 2 + 1) << "2 s closed, 1 s open";
   EXPECT_DOUBLE_EQ(s.trainer_attached_seconds, 7 + 6);
-  t.detached(1, t0 + 8s);  // ends its wait too
+  t.detached(1, t0 + 8s);     // ends its wait too
   t.wait_begins(5, t0 + 8s);  // no such slot: ignored
   s = t.snapshot(t0 + 10s);
   EXPECT_DOUBLE_EQ(s.trainer_wait_seconds, 2 + 2);
