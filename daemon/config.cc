@@ -250,9 +250,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 48>& fields() {
+const std::array<Field, 49>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 48> kFields = {{
+  static const std::array<Field, 49> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -324,6 +324,12 @@ const std::array<Field, 48>& fields() {
        IntegerSpec{{1, kMaxI64, 1},
                    [](const C& c) -> uint64_t { return c.strategy.period; },
                    [](C& c, uint64_t v) { c.strategy.period = v; }}},
+      {"strategy.fragments", "--fragments", "F",
+       "stream the syncs: the model in F fragments, each synchronized every T steps, one every "
+       "T/F steps (T a multiple of F); 1: the whole model every T steps",
+       IntegerSpec{{1, 4096, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.fragments; },
+                   [](C& c, uint64_t v) { c.strategy.fragments = v; }}},
       {"strategy.post_local", "--post-local", "K", "synchronize every step while step <= K",
        IntegerSpec{{},
                    [](const C& c) -> uint64_t { return c.strategy.post_local; },
@@ -903,6 +909,23 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("{} averages the trainers' gradients at every step: period must be 1 "
                     "and post_local 0, got {} and {}",
                     c.strategy.name, c.strategy.period, c.strategy.post_local));
+  if (c.strategy.fragments > 1) {
+    if (!strategy->takes("fragments"))
+      return key_error(o, "strategy.fragments",
+                       fmt::format("streamed syncs are for strategy {}, not {}",
+                                   strategies_taking("fragments"), c.strategy.name));
+    if (c.strategy.period % c.strategy.fragments != 0)
+      return key_error(o, "strategy.fragments",
+                       fmt::format("{} fragments, one every period / fragments steps: period {} "
+                                   "must be a multiple of it",
+                                   c.strategy.fragments, c.strategy.period));
+    if (c.strategy.post_local != 0)
+      return key_error(o, "strategy.fragments", "streamed syncs do not take post_local");
+    if (c.strategy.elastic == "on" || !c.checkpoint.empty())
+      return key_error(o, "strategy.fragments",
+                       "streamed syncs do not take elastic = on or a checkpoint yet (a node "
+                       "holds no one round's whole model to hand over or save)");
+  }
   if (c.strategy.trim > 0 && !strategy->takes("trim"))
     return key_error(o, "strategy.trim",
                      fmt::format("trimmed-mean mixing is not for strategy {} (only for: {})",
@@ -1148,7 +1171,7 @@ namespace {
 std::vector<std::string> readers_of(std::string_view key) {
   std::string_view option;
   if (key == "strategy.gamma" || key == "strategy.delay" || key == "strategy.staleness" ||
-      key == "strategy.trim" || key == "strategy.clip")
+      key == "strategy.trim" || key == "strategy.clip" || key == "strategy.fragments")
     option = key.substr(key.find('.') + 1);
   else if (key.starts_with("strategy.outer."))
     option = "outer";

@@ -34,6 +34,9 @@ struct StrategyConfig {
   std::string name = "local-sgd";
   uint64_t period = 1;      // T: synchronize after every T steps
   uint64_t post_local = 0;  // K: synchronize every step while step <= K
+  // F: local SGD syncs the model in F fragments, fragment f every T steps at an offset
+  // of f T / F (Streaming DiLoCo): one fragment every T / F steps.
+  uint64_t fragments = 1;
   OuterOptimizerConfig outer;
   // What travels is compressed with this codec (compression/codec_spec.h); biased
   // codecs always get error feedback.

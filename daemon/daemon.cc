@@ -399,7 +399,8 @@ void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   ok.offsets = proto::tensor_offsets(*layout_);
   ok.strategy = config_.strategy.name;
   ok.gradients = strategy_->gradients;
-  ok.period = config_.strategy.period;
+  // With streamed syncs (--fragments F) a fragment every T / F steps.
+  ok.period = config_.strategy.period / config_.strategy.fragments;
   ok.post_local = config_.strategy.post_local;
   ok.step = step_;
   ok.initialized = initialized;
@@ -834,6 +835,13 @@ void Daemon::maybe_start_round() {
   time_.round_begins(std::chrono::steady_clock::now(), static_cast<uint32_t>(waiting.size()),
                      worker_->traffic().totals().payload_sent);
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
+  fragment_ = fragment_of(round_);
+  if (fragment_.numel != round_model_.size()) {
+    // Streamed syncs: this round's fragment only, as a part of the model.
+    worker_->submit_bucket(round_model_.subspan(fragment_.offset, fragment_.numel),
+                           fragment_.offset, round_, step_);
+    return;
+  }
   if (!async()) {
     worker_->submit(round_model_, round_, step_);
     return;
@@ -851,6 +859,19 @@ void Daemon::maybe_start_round() {
     }
   }
   participants_.clear();
+}
+
+Daemon::Fragment Daemon::fragment_of(uint64_t round) const {
+  const uint64_t numel = arena_->numel();
+  const uint64_t f = config_.strategy.fragments;
+  if (f <= 1) return {0, numel};
+  // Equal parts of whole 64-byte lines, so that no two fragments share a cache line.
+  constexpr uint64_t kLine = 16;
+  const uint64_t lines = (numel + kLine - 1) / kLine;
+  const uint64_t i = round % f;
+  const uint64_t begin = std::min(numel, lines * i / f * kLine);
+  const uint64_t end = std::min(numel, lines * (i + 1) / f * kLine);
+  return {begin, end - begin};
 }
 
 void Daemon::stage_async_change() {
@@ -916,10 +937,12 @@ void Daemon::handle_round_done() {
     for (const auto& route : participants_) {
       TrainerSession* s = sessions_.find(route);
       if (!s) continue;
-      auto dst = arena_->slot(s->slot);
-      if (!central_ && dst.data() != round_model_.data())
-        std::copy(round_model_.begin(), round_model_.end(), dst.begin());
-      arena_->push(s->slot);
+      // What the round changed: the whole model, or this round's fragment.
+      const auto synced = round_model_.subspan(fragment_.offset, fragment_.numel);
+      auto dst = arena_->slot(s->slot).subspan(fragment_.offset, fragment_.numel);
+      if (!central_ && dst.data() != synced.data())
+        std::copy(synced.begin(), synced.end(), dst.begin());
+      arena_->push(s->slot, fragment_.offset, fragment_.numel);
       s->waiting = false;
       reply(route, ok);
     }

@@ -72,6 +72,12 @@ class Daemon {
   void detach(TrainerSession* s, const std::string& why);
   void maybe_start_round();
   void shutdown(const std::string& reason);
+  // The part of the model round `round` synchronizes: all of it, or with streamed
+  // syncs (--fragments F) fragment round mod F, [offset, offset + numel).
+  struct Fragment {
+    uint64_t offset = 0, numel = 0;
+  };
+  Fragment fragment_of(uint64_t round) const;
 
   DaemonConfig config_;
   const sgd::StrategyDescriptor* strategy_;  // of config_.strategy.name (validated)
@@ -85,6 +91,7 @@ class Daemon {
   std::unique_ptr<SyncWorker> worker_;
   TrainerSessions sessions_;
   TimeAccounts time_;                    // where the trainers' and the rounds' time goes
+  Fragment fragment_;                    // of the round in flight
   std::optional<proto::Layout> layout_;  // fixed by the first trainer that attaches
   std::optional<Arena> arena_;
   std::vector<float> node_model_;  // the mean of several local trainers' replicas

@@ -574,6 +574,7 @@ void SyncWorker::run() {
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;
     opts.offset = job.bucket.value_or(0);
+    opts.model_numel = numel;
     Status st = strategy_->synchronize(job.model, round, opts);
     RoundResult result{std::move(st), round, std::nullopt};
     if (result.status && membership_ && membership_->left_out()) {

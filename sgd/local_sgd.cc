@@ -99,6 +99,10 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
   CollectiveOptions options;
   options.deadline = round_options.deadline;
   options.cancel = round_options.cancel;
+  if (round_options.offset != 0 ||
+      (round_options.model_numel != 0 && round_options.model_numel != model.size()))
+    return synchronize_fragment(model, round, round_options.offset, round_options.model_numel,
+                                options);
   const bool first = previous_.size() != model.size();
   if (first || !compressed()) {
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
@@ -112,7 +116,7 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
     if (plain()) return Status::ok();
     delta_.resize(model.size());
     for (size_t i = 0; i < model.size(); ++i) delta_[i] = model[i] - previous_[i];
-    apply(model, delta_);
+    apply(model, delta_, previous_, momentum_);
     return Status::ok();
   }
 
@@ -123,11 +127,52 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
   CollectiveOptions opts = options;
   opts.compression = {codec_, residual_.get(), pool_};
   GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
-  apply(model, delta_);
+  apply(model, delta_, previous_, momentum_);
   return Status::ok();
 }
 
-void LocalSgd::apply(std::span<float> model, std::span<const float> delta) {
+Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, uint64_t offset,
+                                      uint64_t model_numel, const CollectiveOptions& options) {
+  const uint64_t n = model.size();
+  if (model_numel < offset + n)
+    return Status::invalid(fmt::format("local-sgd: fragment [{}, {}) of a model of {} elements",
+                                       offset, offset + n, model_numel));
+  if (previous_.size() != model_numel) {
+    previous_.assign(model_numel, 0.0f);
+    momentum_.assign(model_numel, 0.0f);
+    started_.clear();
+  }
+  const auto previous = std::span<float>(previous_).subspan(offset, n);
+  const auto momentum = std::span<float>(momentum_).subspan(offset, n);
+  const bool first = !started_.count(offset);
+  if (first || !compressed()) {
+    GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
+    if (first) {
+      std::copy(model.begin(), model.end(), previous.begin());
+      std::fill(momentum.begin(), momentum.end(), 0.0f);
+      started_.insert(offset);
+      return Status::ok();
+    }
+    if (plain()) return Status::ok();
+    delta_.resize(n);
+    for (size_t i = 0; i < n; ++i) delta_[i] = model[i] - previous[i];
+    apply(model, delta_, previous, momentum);
+    return Status::ok();
+  }
+  delta_.resize(n);
+  for (size_t i = 0; i < n; ++i) delta_[i] = model[i] - previous[i];
+  auto& residual = fragment_residuals_[offset];
+  if (error_feedback_ && !residual)
+    residual = std::make_unique<compression::ErrorFeedback>(*codec_, n);
+  CollectiveOptions opts = options;
+  opts.compression = {codec_, residual.get(), pool_};
+  GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
+  apply(model, delta_, previous, momentum);
+  return Status::ok();
+}
+
+void LocalSgd::apply(std::span<float> model, std::span<const float> delta,
+                     std::span<float> previous, std::span<float> momentum) {
   // Pseudo-gradient g = x_prev - x_avg = -delta. Every node holds the same x_prev
   // and the same averaged delta, so every node takes the same step.
   const float lr = static_cast<float>(outer_.lr);
@@ -137,12 +182,12 @@ void LocalSgd::apply(std::span<float> model, std::span<const float> delta) {
     float g = -delta[i];
     float step = g;
     if (with_momentum) {
-      momentum_[i] = mu * momentum_[i] + g;
-      step = g + mu * momentum_[i];
+      momentum[i] = mu * momentum[i] + g;
+      step = g + mu * momentum[i];
     }
-    float x = previous_[i] - lr * step;
+    float x = previous[i] - lr * step;
     model[i] = x;
-    previous_[i] = x;
+    previous[i] = x;
   }
 }
 
@@ -152,7 +197,7 @@ StrategyDescriptor local_sgd_strategy() {
   d.summary = "average the models every `period` steps, with an optional outer optimizer (DiLoCo)";
   d.fabric = Fabric::kAllReduce;
   d.takes_nodes_back = true;
-  d.options = {"outer", "trim"};
+  d.options = {"outer", "trim", "fragments"};
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
     return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, r.params.outer,
                                                                 r.codec, r.error_feedback, r.pool));

@@ -7,8 +7,16 @@
 // With a codec, what travels is the change since the last synchronization,
 // compressed (with error feedback when asked), and every node applies the mean of
 // the decoded changes to the common previous model, so the replicas stay equal.
+//
+// A round may cover one fragment of the model (RoundOptions::offset, --fragments:
+// Streaming DiLoCo, Douillard et al. 2025, syncs fragment f every T steps at an
+// offset of f T / F): the same steps on the fragment's part of the previous model
+// and of the momentum, with an error-feedback residual per fragment; a fragment's
+// first round is its exact average.
 
+#include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,8 +73,12 @@ class LocalSgd final : public Strategy {
   bool compressed() const { return codec_ && codec_->id() != proto::CodecId::kNone; }
   bool nesterov() const { return outer_.kind == OuterOptimizer::Kind::kNesterov; }
   bool plain() const { return outer_.kind == OuterOptimizer::Kind::kNone && outer_.lr == 1.0; }
-  // model <- x_prev + outer step for the averaged change `delta` (= x_avg - x_prev).
-  void apply(std::span<float> model, std::span<const float> delta);
+  // model <- x_prev + outer step for the averaged change `delta` (= x_avg - x_prev);
+  // previous and momentum are the model's span's parts of x_prev and the momentum.
+  void apply(std::span<float> model, std::span<const float> delta, std::span<float> previous,
+             std::span<float> momentum);
+  Status synchronize_fragment(std::span<float> model, uint64_t round, uint64_t offset,
+                              uint64_t model_numel, const CollectiveOptions& options);
 
   AllReduce& all_reduce_;
   OuterOptimizer outer_;
@@ -77,6 +89,10 @@ class LocalSgd final : public Strategy {
   std::vector<float> previous_;  // x_prev: the model after the last synchronization
   std::vector<float> momentum_;  // outer Nesterov buffer
   std::vector<float> delta_;
+  // --fragments: the offsets of the fragments that had their first round, and their
+  // residuals (the whole model's is residual_).
+  std::set<uint64_t> started_;
+  std::map<uint64_t, std::unique_ptr<compression::ErrorFeedback>> fragment_residuals_;
 };
 
 }  // namespace gossip::sgd

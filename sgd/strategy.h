@@ -31,10 +31,13 @@ struct StrategyState {
 struct RoundOptions {
   std::chrono::steady_clock::time_point deadline;  // the round fails after it
   const std::atomic<bool>* cancel = nullptr;       // set by the owner to abandon the round
-  // A gradient strategy's round may cover a bucket of the model only (the trainers
-  // hand in their gradients as backward produces them): where it starts in the
-  // model, for what a strategy keeps per element (error-feedback residuals).
+  // A round may cover a part of the model only: a bucket of a gradient strategy's
+  // (the trainers hand in their gradients as backward produces them), a fragment of
+  // local SGD's (--fragments: the syncs stream). Where it starts in the model, and the
+  // whole model's size (0: the span is the whole model), for what a strategy keeps
+  // per element (error-feedback residuals, local SGD's previous model).
   uint64_t offset = 0;
+  uint64_t model_numel = 0;
 };
 
 class Strategy {

@@ -197,6 +197,62 @@ TEST(LocalSgdIntegration, PeerThatIsNotUpYetIsWaitedForAndJoined) {
   EXPECT_NE(cluster.log(0).find("peer 1 is up"), std::string::npos) << cluster.log(0);
 }
 
+// Streamed syncs (--fragments 2, period 4): the trainers sync every 2 steps, fragment 0
+// ([0, 32) of the 64 elements) at step 2, fragment 1 at step 4, fragment 0 again at 6.
+// Each sync averages its fragment exactly and leaves the other one as each node had
+// it, so every element is averaged exactly once per period.
+TEST(LocalSgdIntegration, StreamedFragmentsCoverEveryElementOncePerPeriod) {
+  Cluster cluster(2, {"--period", "4", "--fragments", "2", "--round-timeout", "30"});
+  cluster.start_all();
+  constexpr size_t kNumel = 64;
+  // after[node][sync] = the replica right after that sync.
+  std::vector<std::vector<std::vector<float>>> after(2);
+  std::vector<std::string> errors(2);
+  const auto value = [](int node, int step, size_t k) {
+    return static_cast<float>(100 * (node + 1) + 10 * step) + static_cast<float>(k) / 64;
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (int node = 0; node < 2; ++node)
+      threads.emplace_back([&, node] {
+        auto client = connect_to(cluster, node);
+        if (!client) return;
+        auto model = client->attach({{"w", kNumel}});
+        if (!model) {
+          errors[node] = model.status().message();
+          return;
+        }
+        auto w = model->tensors[0];
+        for (int step = 1; step <= 6; ++step) {
+          for (size_t k = 0; k < kNumel; ++k) w[k] = value(node, step, k);
+          const bool syncs = client->next_step_syncs();
+          if (syncs != (step % 2 == 0)) errors[node] = "a sync every 2 steps";
+          auto r = client->step();
+          if (!r) {
+            errors[node] = r.status().message();
+            return;
+          }
+          if (syncs) after[node].emplace_back(w.begin(), w.end());
+        }
+      });
+  }
+  for (int node = 0; node < 2; ++node) ASSERT_EQ(errors[node], "") << cluster.log(node);
+  ASSERT_EQ(after[0].size(), 3u);
+  for (size_t sync = 0; sync < 3; ++sync) {
+    const int step = 2 * static_cast<int>(sync + 1);
+    const size_t begin = sync % 2 == 0 ? 0 : 32, end = begin + 32;
+    for (int node = 0; node < 2; ++node)
+      for (size_t k = 0; k < kNumel; ++k) {
+        const float mean = (value(0, step, k) + value(1, step, k)) / 2;
+        if (k >= begin && k < end)
+          ASSERT_EQ(after[node][sync][k], mean) << "sync " << sync << " node " << node << " " << k;
+        else
+          ASSERT_EQ(after[node][sync][k], value(node, step, k))
+              << "sync " << sync << " node " << node << " element " << k << " is not its fragment";
+      }
+  }
+}
+
 TEST(LocalSgdIntegration, TrainersOfOneNodeAreAveragedBeforeTheNodesAre) {
   // Node 0 has two trainers, node 1 one: the result is the mean of the node means.
   Cluster cluster(2, {"--period", "1", "--round-timeout", "30"});

@@ -136,6 +136,44 @@ TEST(LocalSgd, ANodeThatTakesTheMembersMomentumStepsAsTheyDo) {
   EXPECT_NE(z, x) << "without the momentum the outer step differs";
 }
 
+RoundOptions fragment(uint64_t offset, uint64_t model_numel) {
+  RoundOptions o = opts();
+  o.offset = offset;
+  o.model_numel = model_numel;
+  return o;
+}
+
+// Streamed syncs (--fragments): a round of one fragment leaves the other's previous
+// model and momentum alone, each fragment's first round is its exact average, and a
+// fragment's outer steps are those of a whole-model run on its elements.
+TEST(LocalSgd, FragmentsKeepTheirOwnPreviousModelAndMomentum) {
+  const OuterOptimizer outer{OuterOptimizer::Kind::kNesterov, 0.5, 0.9};
+  FixedMean ar, whole_ar;
+  LocalSgd streamed(ar, outer), whole(whole_ar, outer);
+  std::vector<float> x = {0, 0, 0, 0}, w = {0, 0, 0, 0};
+  const std::vector<std::vector<float>> means = {{1, 2, 3, 4}, {3, 1, 2, 8}, {2, 2, 2, 2}};
+  for (size_t r = 0; r < means.size(); ++r) {
+    whole_ar.mean = means[r];
+    ASSERT_TRUE(whole.synchronize(w, r, opts()).is_ok());
+    for (uint64_t f : {0, 2}) {  // fragment [0, 2), then [2, 4)
+      ar.mean = {means[r][f], means[r][f + 1]};
+      auto part = std::span<float>(x).subspan(f, 2);
+      const std::vector<float> other(x.begin() + (f == 0 ? 2 : 0), x.begin() + (f == 0 ? 4 : 2));
+      ASSERT_TRUE(streamed.synchronize(part, 2 * r + f / 2, fragment(f, 4)).is_ok());
+      EXPECT_EQ(std::vector<float>(x.begin() + (f == 0 ? 2 : 0), x.begin() + (f == 0 ? 4 : 2)),
+                other)
+          << "a fragment's round leaves the rest alone";
+    }
+    for (size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(x[i], w[i]) << "round " << r << " element " << i;
+  }
+  // Element 0: 1 (exact), 2.9 (as in NesterovOuterStepFollowsDiLoCo), then g = 0.9,
+  // m = -0.9, step = 0.09: 2.855.
+  EXPECT_NEAR(x[0], 2.855f, 1e-5);
+  RoundOptions past = fragment(3, 4);
+  std::vector<float> two(2);
+  EXPECT_FALSE(streamed.synchronize(two, 9, past).is_ok()) << "a fragment past the model's end";
+}
+
 TEST(LocalSgd, UnknownOuterOptimizerIsNamed) {
   auto k = parse_outer_kind("adam");
   ASSERT_FALSE(k.is_ok());
