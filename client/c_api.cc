@@ -160,6 +160,12 @@ int gossip_model(const gossip_client* c, gossip_model_info* out) {
   return GOSSIP_OK;
 }
 
+int gossip_model_fragments(const gossip_client* c, uint64_t* out) {
+  if (!c || !out || !c->model) return GOSSIP_EINVAL;
+  *out = c->model->fragments;
+  return GOSSIP_OK;
+}
+
 int gossip_next_step_syncs(const gossip_client* c) {
   if (!c) return GOSSIP_EINVAL;
   return c->client->next_step_syncs() ? 1 : 0;

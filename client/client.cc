@@ -122,8 +122,9 @@ struct Client::Impl {
 
   bool syncs_at(uint64_t step) const { return step % period == 0 || step <= post_local; }
 
-  Result<StepResult> synchronize() {
-    auto r = request(ipc::Sync{steps});
+  // whole: the whole model whatever the schedule (see ipc::Sync).
+  Result<StepResult> synchronize(bool whole = false) {
+    auto r = request(ipc::Sync{steps, whole});
     if (!r) return r.status();
     auto* ok = std::get_if<ipc::SyncOk>(&*r);
     if (!ok)
@@ -250,6 +251,7 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   m.nodes = ok->nodes;
   m.strategy = ok->strategy;
   m.gradients = ok->gradients;
+  m.fragments = ok->fragments;
   return m;
 }
 
@@ -263,7 +265,7 @@ Result<StepResult> Client::step() {
 
 Result<StepResult> Client::sync() {
   if (!impl_->attached) return Status::invalid("sync before attach");
-  return impl_->synchronize();
+  return impl_->synchronize(true);
 }
 
 Result<StepResult> Client::start() {

@@ -401,6 +401,7 @@ void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   ok.gradients = strategy_->gradients;
   // With streamed syncs (--fragments F) a fragment every T / F steps.
   ok.period = config_.strategy.period / config_.strategy.fragments;
+  ok.fragments = config_.strategy.fragments;
   ok.post_local = config_.strategy.post_local;
   ok.step = step_;
   ok.initialized = initialized;
@@ -453,6 +454,7 @@ void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
   if (s->waiting) return reply(route, ipc::Error{"sync while a sync is already pending"});
   s->waiting = true;
   s->sync_step = m.step;
+  s->sync_whole = m.whole;
   time_.wait_begins(s->slot, std::chrono::steady_clock::now());
   arena_->pull(s->slot);
   maybe_start_round();
@@ -835,7 +837,10 @@ void Daemon::maybe_start_round() {
   time_.round_begins(std::chrono::steady_clock::now(), static_cast<uint32_t>(waiting.size()),
                      worker_->traffic().totals().payload_sent);
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
-  fragment_ = fragment_of(round_);
+  // A sync() asks for the whole model (the end of a run), whatever the schedule.
+  const bool whole = std::any_of(waiting.begin(), waiting.end(),
+                                 [](const TrainerSession* s) { return s->sync_whole; });
+  fragment_ = whole ? Fragment{0, round_model_.size()} : fragment_of(round_);
   if (fragment_.numel != round_model_.size()) {
     // Streamed syncs: this round's fragment only, as a part of the model.
     worker_->submit_bucket(round_model_.subspan(fragment_.offset, fragment_.numel),

@@ -27,6 +27,7 @@ struct TrainerSession {
   uint32_t slot = 0;
   bool waiting = false;  // blocked in a Sync until the round completes
   uint64_t sync_step = 0;
+  bool sync_whole = false;  // its Sync asks for the whole model (ipc::Sync::whole)
   // Gradient buckets handed in (SyncRange) and not answered yet, oldest first.
   std::deque<proto::ipc::SyncRange> buckets;
 };

@@ -28,14 +28,14 @@ struct Schema<Attach> {
 template <>
 struct Schema<AttachOk> {
   static constexpr const char* kName = "attach_ok";
-  static constexpr std::array<std::string_view, 13> kKeys = {
+  static constexpr std::array<std::string_view, 14> kKeys = {
       "node",     "nodes",     "slot",   "arena",      "arena_bytes", "slot_offset", "offsets",
-      "strategy", "gradients", "period", "post_local", "step",        "initialized"};
+      "strategy", "gradients", "period", "post_local", "step",        "initialized", "fragments"};
 };
 template <>
 struct Schema<Sync> {
   static constexpr const char* kName = "sync";
-  static constexpr std::array<std::string_view, 1> kKeys = {"step"};
+  static constexpr std::array<std::string_view, 2> kKeys = {"step", "whole"};
 };
 template <>
 struct Schema<SyncOk> {
@@ -110,13 +110,14 @@ struct Schema<TensorSpec> {
 // allocates a container's elements when it reads the container's header.
 //  - arrays: a layout or offsets list has at most kMaxTensors entries (one more is let
 //    through so that validate_layout, not msgpack, names a too-long layout);
-//  - maps: the widest message (attach_ok) has 2 + 12 keys;
+//  - maps: the widest message (attach_ok) has 2 + 14 keys, and a message with one
+//    key too many must be refused by its name, not by this limit;
 //  - depth: message map > peers array > peer map > traffic map;
 //  - strings: names are bounded by validate_layout; error texts and endpoints are short.
 //  - objects: the most a valid message holds (a stats_reply with kMaxArray peers has
 //    23 per peer); without it 16 MiB of one-byte values would unpack into 400 MB.
 constexpr size_t kMaxArray = kMaxTensors + 1;
-constexpr size_t kMaxMap = 16;
+constexpr size_t kMaxMap = 24;
 constexpr size_t kMaxDepth = 4;
 constexpr size_t kMaxString = 64 * 1024;
 constexpr size_t kMaxObjects = size_t{1} << 21;
@@ -227,9 +228,9 @@ void pack_body(Packer& pk, const Attach& m) {
 void pack_body(Packer& pk, const AttachOk& m) {
   pack_fields(pk, Schema<AttachOk>::kKeys, m.node, m.nodes, m.slot, m.arena, m.arena_bytes,
               m.slot_offset, m.offsets, m.strategy, m.gradients, m.period, m.post_local, m.step,
-              m.initialized);
+              m.initialized, m.fragments);
 }
-void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys, m.step); }
+void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys, m.step, m.whole); }
 void pack_body(Packer& pk, const SyncOk& m) {
   pack_fields(pk, Schema<SyncOk>::kKeys, m.round, m.step, m.traffic);
 }
@@ -530,9 +531,15 @@ Status read_body(const FieldReader& r, AttachOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("period", &m->period));
   GOSSIP_RETURN_IF_ERROR(r.read("post_local", &m->post_local));
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
-  return r.read("initialized", &m->initialized);
+  GOSSIP_RETURN_IF_ERROR(r.read("initialized", &m->initialized));
+  GOSSIP_RETURN_IF_ERROR(r.read("fragments", &m->fragments));
+  if (m->fragments == 0) return Status::protocol("attach_ok: field 'fragments' is 0");
+  return Status::ok();
 }
-Status read_body(const FieldReader& r, Sync* m) { return r.read("step", &m->step); }
+Status read_body(const FieldReader& r, Sync* m) {
+  GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
+  return r.read("whole", &m->whole);
+}
 Status read_body(const FieldReader& r, SyncOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("round", &m->round));
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));

@@ -13,7 +13,7 @@
 
 namespace gossip::proto::ipc {
 
-// 3: stats_reply's timing.
+// 3: stats_reply's timing, attach_ok's fragments, sync's whole.
 inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
 
@@ -44,11 +44,17 @@ struct AttachOk {
   uint64_t post_local = 0;   // ... and after every step while step <= post_local
   uint64_t step = 0;         // the node's current step; a late trainer starts here
   bool initialized = false;  // the replica already holds the node's model
+  // Streamed syncs (--fragments): a sync at a step of the schedule covers one of
+  // this many fragments of the model; Sync.whole covers all of it.
+  uint64_t fragments = 1;
 };
 
 // trainer -> daemon: I finished `step` and wait for the synchronized model.
 struct Sync {
   uint64_t step = 0;
+  // The whole model whatever the schedule (Client::sync(): the end of a run); a
+  // step's sync under streamed syncs covers one fragment.
+  bool whole = false;
 };
 
 // trainer -> daemon, gradient strategies only (the arena carries gradients): the

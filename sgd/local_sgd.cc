@@ -103,6 +103,14 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
       (round_options.model_numel != 0 && round_options.model_numel != model.size()))
     return synchronize_fragment(model, round, round_options.offset, round_options.model_numel,
                                 options);
+  if (!started_.empty()) {
+    // The whole model after streamed fragment rounds (a sync() at the end of a run):
+    // its exact average, from which every fragment's next round goes on.
+    GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
+    previous_.assign(model.begin(), model.end());
+    whole_synced_ = true;
+    return Status::ok();
+  }
   const bool first = previous_.size() != model.size();
   if (first || !compressed()) {
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
@@ -141,10 +149,11 @@ Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, ui
     previous_.assign(model_numel, 0.0f);
     momentum_.assign(model_numel, 0.0f);
     started_.clear();
+    whole_synced_ = false;
   }
   const auto previous = std::span<float>(previous_).subspan(offset, n);
   const auto momentum = std::span<float>(momentum_).subspan(offset, n);
-  const bool first = !started_.count(offset);
+  const bool first = !whole_synced_ && !started_.count(offset);
   if (first || !compressed()) {
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
     if (first) {

@@ -92,6 +92,7 @@ class LocalSgd final : public Strategy {
   // --fragments: the offsets of the fragments that had their first round, and their
   // residuals (the whole model's is residual_).
   std::set<uint64_t> started_;
+  bool whole_synced_ = false;  // a whole-model round gave every fragment its x_prev
   std::map<uint64_t, std::unique_ptr<compression::ErrorFeedback>> fragment_residuals_;
 };
 

@@ -200,7 +200,7 @@ TEST(LocalSgdIntegration, PeerThatIsNotUpYetIsWaitedForAndJoined) {
 // Streamed syncs (--fragments 2, period 4): the trainers sync every 2 steps, fragment 0
 // ([0, 32) of the 64 elements) at step 2, fragment 1 at step 4, fragment 0 again at 6.
 // Each sync averages its fragment exactly and leaves the other one as each node had
-// it, so every element is averaged exactly once per period.
+// it, so every element is averaged exactly once per period; sync() averages them all.
 TEST(LocalSgdIntegration, StreamedFragmentsCoverEveryElementOncePerPeriod) {
   Cluster cluster(2, {"--period", "4", "--fragments", "2", "--round-timeout", "30"});
   cluster.start_all();
@@ -234,10 +234,19 @@ TEST(LocalSgdIntegration, StreamedFragmentsCoverEveryElementOncePerPeriod) {
           }
           if (syncs) after[node].emplace_back(w.begin(), w.end());
         }
+        if (model->fragments != 2) errors[node] = "attach_ok says 2 fragments";
+        // The end of a run: sync() averages the whole model.
+        for (size_t k = 0; k < kNumel; ++k) w[k] = value(node, 7, k);
+        if (auto r = client->sync(); !r) errors[node] = r.status().message();
+        after[node].emplace_back(w.begin(), w.end());
       });
   }
   for (int node = 0; node < 2; ++node) ASSERT_EQ(errors[node], "") << cluster.log(node);
-  ASSERT_EQ(after[0].size(), 3u);
+  ASSERT_EQ(after[0].size(), 4u);
+  for (int node = 0; node < 2; ++node)
+    for (size_t k = 0; k < kNumel; ++k)
+      ASSERT_EQ(after[node][3][k], (value(0, 7, k) + value(1, 7, k)) / 2)
+          << "sync() averages every element, node " << node << " element " << k;
   for (size_t sync = 0; sync < 3; ++sync) {
     const int step = 2 * static_cast<int>(sync + 1);
     const size_t begin = sync % 2 == 0 ? 0 : 32, end = begin + 32;

@@ -188,6 +188,7 @@ AttachOk sample_attach_ok() {
   ok.post_local = 100;
   ok.step = 123456789;
   ok.initialized = true;
+  ok.fragments = 4;
   return ok;
 }
 
@@ -256,8 +257,12 @@ void expect_eq(const AttachOk& a, const AttachOk& b) {
   EXPECT_EQ(a.post_local, b.post_local);
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.initialized, b.initialized);
+  EXPECT_EQ(a.fragments, b.fragments);
 }
-void expect_eq(const Sync& a, const Sync& b) { EXPECT_EQ(a.step, b.step); }
+void expect_eq(const Sync& a, const Sync& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.whole, b.whole);
+}
 void expect_eq(const SyncOk& a, const SyncOk& b) {
   EXPECT_EQ(a.round, b.round);
   EXPECT_EQ(a.step, b.step);
@@ -431,6 +436,19 @@ TEST(Ipc, NotAMap) {
   EXPECT_REFUSED(decode(U(1)), HasSubstr("not a map"));
   EXPECT_REFUSED(decode(S("attach")), HasSubstr("not a map"));
   EXPECT_REFUSED(decode(Val{Nil{}}), HasSubstr("not a map"));
+}
+
+TEST(Ipc, AWholeSyncRoundTrips) {
+  auto d = decode(encode(Sync{12, true}));
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  ASSERT_TRUE(std::holds_alternative<Sync>(*d));
+  expect_eq(std::get<Sync>(*d), Sync{12, true});
+}
+
+TEST(Ipc, AttachOkWithNoFragmentsIsRefused) {
+  Val t = tree(sample_attach_ok());
+  at(t, "fragments") = U(0);
+  EXPECT_REFUSED(decode(t), HasSubstr("attach_ok: field 'fragments' is 0"));
 }
 
 TEST(Ipc, TrailingBytes) {

@@ -64,6 +64,9 @@ struct Model {
   // there, steps, and applies its optimizer to the mean, averaged at every step.
   // Otherwise the strategy synchronizes the model in place.
   bool gradients = false;
+  // Streamed syncs (gossipd --fragments): a step's sync covers one of this many
+  // fragments of the model, sync() all of it; end a run with sync() when it is > 1.
+  uint64_t fragments = 1;
 };
 
 struct Traffic {
@@ -122,8 +125,9 @@ class Client {
   // Counts one local step. At the strategy's synchronization points it blocks until
   // the daemon has written the synchronized model into the replica.
   Result<StepResult> step();
-  // A synchronization round now, whatever the schedule. Collective: every trainer of
-  // every node must call it at the same step.
+  // A synchronization round of the whole model now, whatever the schedule (under
+  // streamed syncs too). Collective: every trainer of every node must call it at the
+  // same step.
   Result<StepResult> sync();
   // Start-up, once after attach() when Model::initialized is false and the replica
   // holds this trainer's initial model: blocks until the replica holds node 0's

@@ -53,6 +53,10 @@ typedef struct gossip_model_info {
   int gradients;
 } gossip_model_info;
 int gossip_model(const gossip_client* c, gossip_model_info* out);
+/* Streamed syncs (gossipd --fragments): a step's synchronization covers one of *out
+ * fragments of the model, gossip_sync all of it: end a run with gossip_sync when *out > 1.
+ * GOSSIP_EINVAL before a successful attach. */
+int gossip_model_fragments(const gossip_client* c, uint64_t* out);
 /* 1 when the next gossip_step is a synchronization point, 0 when not, negative on error. */
 int gossip_next_step_syncs(const gossip_client* c);
 int gossip_step(gossip_client* c, gossip_step_result* out);

@@ -116,10 +116,11 @@ class AttachedModule:
         return r
 
     def finish(self):
-        """After the last step(): a synchronization unless that step was one (gossip-train
-        ends the same way), so every node holds the same model. Nothing in gradient
-        mode, where every step synchronizes."""
-        if self.gradient_mode or (self.last is not None and self.last.synced):
+        """After the last step(): a synchronization unless that step was one of the whole
+        model (gossip-train ends the same way), so every node holds the same model.
+        Nothing in gradient mode, where every step synchronizes."""
+        whole = self.model.fragments == 1
+        if self.gradient_mode or (self.last is not None and self.last.synced and whole):
             return self.last
         self.to_arena()
         self.last = self.client.sync()
