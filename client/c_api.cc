@@ -160,9 +160,10 @@ int gossip_model(const gossip_client* c, gossip_model_info* out) {
   return GOSSIP_OK;
 }
 
-int gossip_model_fragments(const gossip_client* c, uint64_t* out) {
-  if (!c || !out || !c->model) return GOSSIP_EINVAL;
-  *out = c->model->fragments;
+int gossip_model_schedule(const gossip_client* c, uint64_t* fragments, uint64_t* overlap) {
+  if (!c || !fragments || !overlap || !c->model) return GOSSIP_EINVAL;
+  *fragments = c->model->fragments;
+  *overlap = c->model->overlap;
   return GOSSIP_OK;
 }
 

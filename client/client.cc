@@ -33,6 +33,7 @@ struct Client::Impl {
   bool attached = false;
   uint64_t period = 1;
   uint64_t post_local = 0;
+  uint64_t overlap = 0;  // attach_ok's: a sync `overlap` steps after each of period's
   uint64_t steps = 0;
   Traffic last_traffic;
   uint64_t round = 0;
@@ -120,7 +121,10 @@ struct Client::Impl {
     return true;
   }
 
-  bool syncs_at(uint64_t step) const { return step % period == 0 || step <= post_local; }
+  bool syncs_at(uint64_t step) const {
+    return step % period == 0 || step <= post_local ||
+           (overlap > 0 && overlap < period && step % period == overlap);
+  }
 
   // whole: the whole model whatever the schedule (see ipc::Sync).
   Result<StepResult> synchronize(bool whole = false) {
@@ -236,6 +240,7 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   impl_->slot = std::move(mapping).value();
   impl_->attached = true;
   impl_->period = ok->period;
+  impl_->overlap = ok->overlap;
   impl_->post_local = ok->post_local;
   impl_->steps = ok->step;
   Model m;
@@ -252,6 +257,7 @@ Result<Model> Client::attach(const std::vector<TensorDesc>& layout) {
   m.strategy = ok->strategy;
   m.gradients = ok->gradients;
   m.fragments = ok->fragments;
+  m.overlap = ok->overlap;
   return m;
 }
 

@@ -250,9 +250,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 49>& fields() {
+const std::array<Field, 50>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 49> kFields = {{
+  static const std::array<Field, 50> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -330,6 +330,13 @@ const std::array<Field, 49>& fields() {
        IntegerSpec{{1, 4096, 1},
                    [](const C& c) -> uint64_t { return c.strategy.fragments; },
                    [](C& c, uint64_t v) { c.strategy.fragments = v; }}},
+      {"strategy.overlap_steps", "--overlap-steps", "TAU",
+       "the trainers do not wait for a sync: it runs under their next TAU steps (TAU <= T/F) and "
+       "its result is merged into their replicas then, on top of the steps taken since; 0: they "
+       "wait for it",
+       IntegerSpec{{},
+                   [](const C& c) -> uint64_t { return c.strategy.overlap_steps; },
+                   [](C& c, uint64_t v) { c.strategy.overlap_steps = v; }}},
       {"strategy.post_local", "--post-local", "K", "synchronize every step while step <= K",
        IntegerSpec{{},
                    [](const C& c) -> uint64_t { return c.strategy.post_local; },
@@ -909,6 +916,22 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("{} averages the trainers' gradients at every step: period must be 1 "
                     "and post_local 0, got {} and {}",
                     c.strategy.name, c.strategy.period, c.strategy.post_local));
+  if (c.strategy.overlap_steps > 0) {
+    if (!strategy->takes("fragments"))
+      return key_error(o, "strategy.overlap_steps",
+                       fmt::format("overlapped syncs are for strategy {}, not {}",
+                                   strategies_taking("fragments"), c.strategy.name));
+    const uint64_t every = c.strategy.period / std::max<uint64_t>(1, c.strategy.fragments);
+    if (c.strategy.overlap_steps > every)
+      return key_error(
+          o, "strategy.overlap_steps",
+          fmt::format("a sync every {} steps (period / fragments) merges before the next one "
+                      "starts: overlap_steps {} must be at most {}",
+                      every, c.strategy.overlap_steps, every));
+    if (c.strategy.post_local != 0 || c.strategy.elastic == "on" || !c.checkpoint.empty())
+      return key_error(o, "strategy.overlap_steps",
+                       "overlapped syncs do not take post_local, elastic = on or a checkpoint");
+  }
   if (c.strategy.fragments > 1) {
     if (!strategy->takes("fragments"))
       return key_error(o, "strategy.fragments",
@@ -1173,6 +1196,8 @@ std::vector<std::string> readers_of(std::string_view key) {
   if (key == "strategy.gamma" || key == "strategy.delay" || key == "strategy.staleness" ||
       key == "strategy.trim" || key == "strategy.clip" || key == "strategy.fragments")
     option = key.substr(key.find('.') + 1);
+  else if (key == "strategy.overlap_steps")
+    option = "fragments";
   else if (key.starts_with("strategy.outer."))
     option = "outer";
   else if (key == "strategy.servers")

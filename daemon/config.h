@@ -37,6 +37,9 @@ struct StrategyConfig {
   // F: local SGD syncs the model in F fragments, fragment f every T steps at an offset
   // of f T / F (Streaming DiLoCo): one fragment every T / F steps.
   uint64_t fragments = 1;
+  // TAU: a round runs under the trainers' next TAU steps, its result merged into their
+  // replicas then (the outer step on top of the steps taken since); 0: they wait.
+  uint64_t overlap_steps = 0;
   OuterOptimizerConfig outer;
   // What travels is compressed with this codec (compression/codec_spec.h); biased
   // codecs always get error feedback.

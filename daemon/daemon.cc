@@ -402,6 +402,7 @@ void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   // With streamed syncs (--fragments F) a fragment every T / F steps.
   ok.period = config_.strategy.period / config_.strategy.fragments;
   ok.fragments = config_.strategy.fragments;
+  ok.overlap = config_.strategy.overlap_steps;
   ok.post_local = config_.strategy.post_local;
   ok.step = step_;
   ok.initialized = initialized;
@@ -781,14 +782,34 @@ void Daemon::maybe_start_round() {
     waiting_for_trainers_logged_ = true;
     return;
   }
-  if (async() && staged_ready_) {
+  if (overlapped() && staged_ready_) {
     // The trainers are at a step boundary, blocked until we reply: the last round's
     // change goes into their replicas now, on top of the steps they took meanwhile.
     for (auto* s : waiting) {
-      auto x = arena_->slot(s->slot);
+      auto x = arena_->slot(s->slot).subspan(staged_fragment_.offset, staged_fragment_.numel);
       for (size_t i = 0; i < x.size(); ++i) x[i] += staged_[i];
     }
     staged_ready_ = false;
+  }
+  // A sync() asks for the whole model (the end of a run), whatever the schedule.
+  const bool whole = std::any_of(waiting.begin(), waiting.end(),
+                                 [](const TrainerSession* s) { return s->sync_whole; });
+  if (config_.strategy.overlap_steps > 0 && !whole) {
+    // Local SGD with --overlap-steps: a sync point TAU steps after a round's start
+    // only merges its result (above); a round starts every period / fragments steps.
+    uint64_t step = 0;
+    for (auto* s : waiting) step = std::max(step, s->sync_step);
+    const uint64_t every = config_.strategy.period / config_.strategy.fragments;
+    if (step % every != 0) {
+      step_ = step;
+      const ipc::SyncOk ok = sync_ok(step);
+      for (auto* s : waiting) {
+        s->waiting = false;
+        arena_->push(s->slot, staged_fragment_.offset, staged_fragment_.numel);
+        reply(s->route, ok);
+      }
+      return;
+    }
   }
   if (strategy_->central_model) {
     // Crossbow's SMA: the learners are corrected towards the central model in place,
@@ -837,24 +858,26 @@ void Daemon::maybe_start_round() {
   time_.round_begins(std::chrono::steady_clock::now(), static_cast<uint32_t>(waiting.size()),
                      worker_->traffic().totals().payload_sent);
   spdlog::debug("round {} at step {} with {} local trainer(s)", round_, step_, waiting.size());
-  // A sync() asks for the whole model (the end of a run), whatever the schedule.
-  const bool whole = std::any_of(waiting.begin(), waiting.end(),
-                                 [](const TrainerSession* s) { return s->sync_whole; });
   fragment_ = whole ? Fragment{0, round_model_.size()} : fragment_of(round_);
-  if (fragment_.numel != round_model_.size()) {
+  round_overlapped_ = overlapped() && !(whole && !async());
+  if (fragment_.numel != round_model_.size() && !round_overlapped_) {
     // Streamed syncs: this round's fragment only, as a part of the model.
     worker_->submit_bucket(round_model_.subspan(fragment_.offset, fragment_.numel),
                            fragment_.offset, round_, step_);
     return;
   }
-  if (!async()) {
+  if (!round_overlapped_) {
     worker_->submit(round_model_, round_, step_);
     return;
   }
-  async_model_.assign(round_model_.begin(), round_model_.end());
-  staged_.assign(round_model_.begin(), round_model_.end());
+  const auto part = round_model_.subspan(fragment_.offset, fragment_.numel);
+  async_model_.assign(part.begin(), part.end());
+  staged_.assign(part.begin(), part.end());
   round_model_ = async_model_;
-  worker_->submit(round_model_, round_, step_);
+  if (fragment_.numel == arena_->numel())
+    worker_->submit(round_model_, round_, step_);
+  else
+    worker_->submit_bucket(round_model_, fragment_.offset, round_, step_);
   const ipc::SyncOk ok = sync_ok(step_);
   for (const auto& route : participants_) {
     if (TrainerSession* s = sessions_.find(route)) {
@@ -881,6 +904,7 @@ Daemon::Fragment Daemon::fragment_of(uint64_t round) const {
 
 void Daemon::stage_async_change() {
   for (size_t i = 0; i < staged_.size(); ++i) staged_[i] = async_model_[i] - staged_[i];
+  staged_fragment_ = fragment_;
   staged_ready_ = true;
 }
 
@@ -917,18 +941,30 @@ void Daemon::handle_round_done() {
     spdlog::info("the node's step moves from {} to {}, the members' step", step_, *result->step);
     step_ = *result->step;
   }
-  if (result->status.is_ok()) guard_result();
-  if (async()) {
-    // Its trainers were answered when it started; they see the change at their next sync.
-    if (result->status.is_ok()) {
+  if (round_overlapped_) {
+    // Its trainers were answered when it started; they see the change at a later sync.
+    round_overlapped_ = false;
+    if (result->status.is_ok() && any_nonfinite(async_model_)) {
+      count_refusal(Refusal::kNonFinite);
+      spdlog::error(
+          "round {}: the synchronized model holds NaN or Inf, which a peer sent: its "
+          "change is dropped",
+          round_ - 1);
+    } else if (result->status.is_ok()) {
       stage_async_change();
-      last_good_.assign(async_model_.begin(), async_model_.end());
+      // What the NaN/Inf guard falls back to: the node's model as this round left it.
+      if (fragment_.numel == arena_->numel())
+        last_good_.assign(async_model_.begin(), async_model_.end());
+      else if (last_good_.size() == arena_->numel())
+        std::copy(async_model_.begin(), async_model_.end(),
+                  last_good_.begin() + static_cast<ptrdiff_t>(fragment_.offset));
     } else {
       spdlog::error("round {} failed: {}", round_ - 1, result->status.message());
     }
     maybe_start_next();
     return;
   }
+  if (result->status.is_ok()) guard_result();
   if (result->status.is_ok()) {
     // What the NaN/Inf guard falls back to; gradients have no such model.
     if (!strategy_->gradients) last_good_.assign(round_model_.begin(), round_model_.end());

@@ -120,13 +120,18 @@ class Daemon {
   bool start_done_ = false;
   std::vector<float> start_model_;
   std::vector<std::string> start_waiters_;
-  // async-gossip: trainers do not wait for their round. It runs on a copy of the node's
-  // model; the change it made (staged_) is added to the replicas at the next sync point.
+  // async-gossip, and local SGD with --overlap-steps: trainers do not wait for their
+  // round. It runs on a copy of the node's model (or of the round's fragment); the
+  // change it made (staged_) is added to the replicas at a later sync point, on top of
+  // the steps they took meanwhile: async-gossip's next, local SGD's TAU steps later.
   bool async() const { return strategy_->asynchronous; }
+  bool overlapped() const { return async() || config_.strategy.overlap_steps > 0; }
   void stage_async_change();
   std::vector<float> async_model_;  // the round's copy, mixed in place
   std::vector<float> staged_;       // before the round: its input; after: the change it made
+  Fragment staged_fragment_;        // where staged_ goes in the model
   bool staged_ready_ = false;
+  bool round_overlapped_ = false;  // the round in flight runs under the trainers' steps
   uint64_t ipc_dropped_ = 0;
   bool warned_no_credentials_ = false;
 

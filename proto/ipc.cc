@@ -28,9 +28,10 @@ struct Schema<Attach> {
 template <>
 struct Schema<AttachOk> {
   static constexpr const char* kName = "attach_ok";
-  static constexpr std::array<std::string_view, 14> kKeys = {
-      "node",     "nodes",     "slot",   "arena",      "arena_bytes", "slot_offset", "offsets",
-      "strategy", "gradients", "period", "post_local", "step",        "initialized", "fragments"};
+  static constexpr std::array<std::string_view, 15> kKeys = {
+      "node",        "nodes",   "slot",        "arena",     "arena_bytes",
+      "slot_offset", "offsets", "strategy",    "gradients", "period",
+      "post_local",  "step",    "initialized", "fragments", "overlap"};
 };
 template <>
 struct Schema<Sync> {
@@ -110,7 +111,7 @@ struct Schema<TensorSpec> {
 // allocates a container's elements when it reads the container's header.
 //  - arrays: a layout or offsets list has at most kMaxTensors entries (one more is let
 //    through so that validate_layout, not msgpack, names a too-long layout);
-//  - maps: the widest message (attach_ok) has 2 + 14 keys, and a message with one
+//  - maps: the widest message (attach_ok) has 2 + 15 keys, and a message with one
 //    key too many must be refused by its name, not by this limit;
 //  - depth: message map > peers array > peer map > traffic map;
 //  - strings: names are bounded by validate_layout; error texts and endpoints are short.
@@ -228,7 +229,7 @@ void pack_body(Packer& pk, const Attach& m) {
 void pack_body(Packer& pk, const AttachOk& m) {
   pack_fields(pk, Schema<AttachOk>::kKeys, m.node, m.nodes, m.slot, m.arena, m.arena_bytes,
               m.slot_offset, m.offsets, m.strategy, m.gradients, m.period, m.post_local, m.step,
-              m.initialized, m.fragments);
+              m.initialized, m.fragments, m.overlap);
 }
 void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys, m.step, m.whole); }
 void pack_body(Packer& pk, const SyncOk& m) {
@@ -534,7 +535,7 @@ Status read_body(const FieldReader& r, AttachOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("initialized", &m->initialized));
   GOSSIP_RETURN_IF_ERROR(r.read("fragments", &m->fragments));
   if (m->fragments == 0) return Status::protocol("attach_ok: field 'fragments' is 0");
-  return Status::ok();
+  return r.read("overlap", &m->overlap);
 }
 Status read_body(const FieldReader& r, Sync* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));

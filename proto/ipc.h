@@ -13,7 +13,7 @@
 
 namespace gossip::proto::ipc {
 
-// 3: stats_reply's timing, attach_ok's fragments, sync's whole.
+// 3: stats_reply's timing, attach_ok's fragments and overlap, sync's whole.
 inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
 
@@ -47,6 +47,9 @@ struct AttachOk {
   // Streamed syncs (--fragments): a sync at a step of the schedule covers one of
   // this many fragments of the model; Sync.whole covers all of it.
   uint64_t fragments = 1;
+  // --overlap-steps: besides every `period` steps, sync `overlap` steps after each of
+  // them, where the round that started then is merged into the replica.
+  uint64_t overlap = 0;
 };
 
 // trainer -> daemon: I finished `step` and wait for the synchronized model.

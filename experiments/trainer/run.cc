@@ -109,7 +109,7 @@ int run(const RunOptions& o) {
   std::unique_ptr<Client> client;
   bool initialized = false;
   uint64_t start_step = 0;
-  uint64_t fragments = 1;  // streamed syncs: a step's sync covers one of these
+  bool ends_apart = false;  // streamed or overlapped syncs: a step's sync leaves nodes apart
   // The parameters in this process's memory, one span per tensor of the layout.
   const auto use_own_parameters = [&] {
     own_parameters.resize(Mlp::num_parameters());
@@ -148,7 +148,7 @@ int run(const RunOptions& o) {
       initialized = model->initialized;
     }
     start_step = model->start_step;
-    fragments = model->fragments;
+    ends_apart = model->ends_apart();
     if (model->nodes != 0 && model->nodes != o.nodes) {
       spdlog::warn("--nodes {} but the daemon's cluster has {} nodes: shards follow --nodes",
                    o.nodes, model->nodes);
@@ -262,8 +262,8 @@ int run(const RunOptions& o) {
     const bool syncs = client->next_step_syncs();
     auto stepped = client->step();
     if (!stepped) return fail(stepped.status().with_context(fmt::format("step {}", step)));
-    // Under streamed syncs a step's covers one fragment: sync() covers the model.
-    if (!syncs || fragments > 1) {
+    // Under streamed or overlapped syncs a step's leaves the nodes apart: sync() does not.
+    if (!syncs || ends_apart) {
       stepped = client->sync();
       if (!stepped) return fail(stepped.status().with_context("final synchronization"));
     }

@@ -262,6 +262,70 @@ TEST(LocalSgdIntegration, StreamedFragmentsCoverEveryElementOncePerPeriod) {
   }
 }
 
+// Overlapped syncs (--fragments 2 --overlap-steps 1, period 4): the trainers sync
+// every 2 steps, where a fragment's round starts and they do not wait for it, and 1
+// step after each, where its result is merged in on top of the step taken since.
+// Node 1's trainer is 300 ms late to its step-2 sync: node 0's step-2 call returns
+// at once while the round waits for node 1, and its step-3 call waits for the round
+// (timestamps). A final sync() leaves one model.
+TEST(LocalSgdIntegration, OverlappedSyncsDoNotBlockTheStepAndMergeLater) {
+  Cluster cluster(
+      2, {"--period", "4", "--fragments", "2", "--overlap-steps", "1", "--round-timeout", "30"});
+  cluster.start_all();
+  constexpr size_t kNumel = 64;
+  constexpr int kSteps = 4;
+  const auto value = [](int node, int step, size_t k) {
+    return static_cast<float>(100 * (node + 1) + 10 * step) + static_cast<float>(k) / 64;
+  };
+  std::vector<std::vector<std::vector<float>>> after(2,
+                                                     std::vector<std::vector<float>>(kSteps + 2));
+  std::vector<std::vector<double>> seconds(2, std::vector<double>(kSteps + 1));
+  std::vector<std::string> errors(2);
+  {
+    std::vector<std::jthread> threads;
+    for (int node = 0; node < 2; ++node)
+      threads.emplace_back([&, node] {
+        auto client = connect_to(cluster, node);
+        if (!client) return;
+        auto model = client->attach({{"w", kNumel}});
+        if (!model) {
+          errors[node] = model.status().message();
+          return;
+        }
+        auto w = model->tensors[0];
+        for (int step = 1; step <= kSteps; ++step) {
+          for (size_t k = 0; k < kNumel; ++k) w[k] = value(node, step, k);
+          if (!client->next_step_syncs()) errors[node] = "a sync at every step here";
+          if (node == 1 && step == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          const auto t0 = std::chrono::steady_clock::now();
+          auto r = client->step();
+          seconds[node][step] =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (!r) {
+            errors[node] = r.status().message();
+            return;
+          }
+          after[node][step].assign(w.begin(), w.end());
+        }
+        if (auto r = client->sync(); !r) errors[node] = r.status().message();
+        after[node][kSteps + 1].assign(w.begin(), w.end());
+      });
+  }
+  for (int node = 0; node < 2; ++node) ASSERT_EQ(errors[node], "") << cluster.log(node);
+  EXPECT_LT(seconds[0][2], 0.15) << "a fragment's round does not block the step that starts it";
+  EXPECT_GT(seconds[0][3], 0.15) << "the merge one step later waits for the round";
+  for (int node = 0; node < 2; ++node)
+    for (size_t k = 0; k < kNumel; ++k) {
+      // Step 3: fragment 0 ([0, 32)) holds the step-2 round's change on top of step 3.
+      const float mean = (value(0, 2, k) + value(1, 2, k)) / 2;
+      const float change = mean - value(node, 2, k);
+      const float expected = k < 32 ? value(node, 3, k) + change : value(node, 3, k);
+      ASSERT_EQ(after[node][3][k], expected) << "node " << node << " element " << k;
+      ASSERT_EQ(after[node][2][k], value(node, 2, k)) << "step 2 returned before the round";
+      ASSERT_EQ(after[node][kSteps + 1][k], after[0][kSteps + 1][k]) << "one model at the end";
+    }
+}
+
 TEST(LocalSgdIntegration, TrainersOfOneNodeAreAveragedBeforeTheNodesAre) {
   // Node 0 has two trainers, node 1 one: the result is the mean of the node means.
   Cluster cluster(2, {"--period", "1", "--round-timeout", "30"});

@@ -189,6 +189,7 @@ AttachOk sample_attach_ok() {
   ok.step = 123456789;
   ok.initialized = true;
   ok.fragments = 4;
+  ok.overlap = 2;
   return ok;
 }
 
@@ -258,6 +259,7 @@ void expect_eq(const AttachOk& a, const AttachOk& b) {
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.initialized, b.initialized);
   EXPECT_EQ(a.fragments, b.fragments);
+  EXPECT_EQ(a.overlap, b.overlap);
 }
 void expect_eq(const Sync& a, const Sync& b) {
   EXPECT_EQ(a.step, b.step);

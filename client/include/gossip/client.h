@@ -65,8 +65,12 @@ struct Model {
   // Otherwise the strategy synchronizes the model in place.
   bool gradients = false;
   // Streamed syncs (gossipd --fragments): a step's sync covers one of this many
-  // fragments of the model, sync() all of it; end a run with sync() when it is > 1.
+  // fragments of the model; overlapped ones (--overlap-steps): its result reaches the
+  // replica this many steps later. sync() covers the whole model at once: end a run
+  // with it when either is set (ends_apart()).
   uint64_t fragments = 1;
+  uint64_t overlap = 0;
+  bool ends_apart() const { return fragments > 1 || overlap > 0; }
 };
 
 struct Traffic {

@@ -53,10 +53,12 @@ typedef struct gossip_model_info {
   int gradients;
 } gossip_model_info;
 int gossip_model(const gossip_client* c, gossip_model_info* out);
-/* Streamed syncs (gossipd --fragments): a step's synchronization covers one of *out
- * fragments of the model, gossip_sync all of it: end a run with gossip_sync when *out > 1.
+/* Streamed and overlapped syncs (gossipd --fragments, --overlap-steps): a step's
+ * synchronization covers one of *fragments fragments of the model, and with *overlap > 0
+ * its result reaches the replica *overlap steps later; gossip_sync covers the whole model
+ * at once: end a run with gossip_sync when *fragments > 1 or *overlap > 0.
  * GOSSIP_EINVAL before a successful attach. */
-int gossip_model_fragments(const gossip_client* c, uint64_t* out);
+int gossip_model_schedule(const gossip_client* c, uint64_t* fragments, uint64_t* overlap);
 /* 1 when the next gossip_step is a synchronization point, 0 when not, negative on error. */
 int gossip_next_step_syncs(const gossip_client* c);
 int gossip_step(gossip_client* c, gossip_step_result* out);

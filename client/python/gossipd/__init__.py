@@ -78,6 +78,7 @@ class Model:
     offsets: list = None   # each tensor's element offset in the replica (send_bucket's unit)
     dtype: str = "f32"     # the replica's element type: f32, bf16 or f16
     fragments: int = 1     # streamed syncs: a step's sync covers one of these fragments, sync() all
+    overlap: int = 0       # overlapped syncs: a sync's result reaches the replica this many steps later
 
 
 _lib = None
@@ -208,9 +209,9 @@ def _declare(lib):
     if hasattr(lib, "gossip_start"):  # absent from libraries before 0.1's start-up broadcast
         lib.gossip_start.argtypes = [P, ctypes.POINTER(_StepResult)]
         lib.gossip_start.restype = ctypes.c_int
-    if hasattr(lib, "gossip_model_fragments"):  # and before streamed syncs
-        lib.gossip_model_fragments.argtypes = [P, ctypes.POINTER(ctypes.c_uint64)]
-        lib.gossip_model_fragments.restype = ctypes.c_int
+    if hasattr(lib, "gossip_model_schedule"):  # and before streamed syncs
+        lib.gossip_model_schedule.argtypes = [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
+        lib.gossip_model_schedule.restype = ctypes.c_int
     if hasattr(lib, "gossip_attach_dtype"):  # and before 16-bit arenas
         lib.gossip_attach_dtype.argtypes = [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
                                             ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
@@ -278,15 +279,15 @@ class Client:
             raise GossipError(EINVAL, f"attach: this libgossip ({library_version()}) has f32 arenas only")
         info = _ModelInfo()
         self._check(self._lib.gossip_model(self._c, ctypes.byref(info)))
-        fragments = ctypes.c_uint64(1)
-        if hasattr(self._lib, "gossip_model_fragments"):
-            self._check(self._lib.gossip_model_fragments(self._c, ctypes.byref(fragments)))
+        fragments, overlap = ctypes.c_uint64(1), ctypes.c_uint64(0)
+        if hasattr(self._lib, "gossip_model_schedule"):
+            self._check(self._lib.gossip_model_schedule(self._c, ctypes.byref(fragments), ctypes.byref(overlap)))
         buffers = [(element * int(numel)).from_address(addresses[i]) for i, (_, numel) in enumerate(layout)]
         base = addresses[0]  # the replica's first tensor is at its start
         offsets = [(a - base) // ctypes.sizeof(element) for a in addresses]
         self.model = Model([name for name, _ in layout], buffers, bool(initialized.value), info.node, info.nodes,
                            info.start_step, info.strategy.decode(), bool(info.gradients), offsets, dtype,
-                           int(fragments.value))
+                           int(fragments.value), int(overlap.value))
         return self.model
 
     def next_step_syncs(self):

@@ -119,7 +119,7 @@ class AttachedModule:
         """After the last step(): a synchronization unless that step was one of the whole
         model (gossip-train ends the same way), so every node holds the same model.
         Nothing in gradient mode, where every step synchronizes."""
-        whole = self.model.fragments == 1
+        whole = self.model.fragments == 1 and self.model.overlap == 0
         if self.gradient_mode or (self.last is not None and self.last.synced and whole):
             return self.last
         self.to_arena()
