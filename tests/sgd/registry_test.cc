@@ -24,8 +24,8 @@ TEST(StrategyRegistry, EveryStrategyHasOneDescriptorThatCanMakeIt) {
                   option == "trim" || option == "clip" || option == "outer" ||
                   option == "servers" || option == "ps_mode" || option == "ps_fetch" ||
                   option == "ps_optimizer" || option == "sma" || option == "fragments")
-          << d.name << " takes an option neither StrategyParams nor the daemon's schedule has: "
-          << option;
+          << d.name
+          << " takes an option neither StrategyParams nor the daemon's schedule has: " << option;
   }
   EXPECT_EQ(names, (std::set<std::string_view>{"local-sgd", "gossip", "choco", "push-sum",
                                                "async-gossip", "allreduce", "ps", "sma"}));
