@@ -37,6 +37,11 @@ class Codec {
   virtual std::string spec() const = 0;
   // Biased codecs (top-k, sign) need error feedback to converge.
   virtual bool biased() const = 0;
+  // Whether the codec keeps the largest entries of what it is given (top-k), so a
+  // partial sum re-encoded at every hop keeps what matters: what a sparse
+  // reduce-scatter needs (sgd/ring_all_reduce.h). Rand-k's implicit indices, sign
+  // and the dense codecs do not.
+  virtual bool keeps_largest() const { return false; }
   // An upper bound of encode()'s output for n elements.
   virtual uint64_t max_encoded_bytes(uint64_t n) const = 0;
   // Replaces `out` with the payload for x (out.size() is the exact wire size).

@@ -336,6 +336,7 @@ class ComposedCodec final : public Codec {
     return s;
   }
   bool biased() const override { return true; }
+  bool keeps_largest() const override { return !o_.randk; }
   uint64_t max_encoded_bytes(uint64_t n) const override {
     const uint64_t k = sparse_count(o_.ratio, n);
     // The largest of the encodings pick_wire may choose: a delta is at most 10

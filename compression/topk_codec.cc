@@ -306,6 +306,7 @@ class TopkCodec final : public Codec {
                        values_ == ValueType::kF16 ? ":fp16" : "");
   }
   bool biased() const override { return true; }
+  bool keeps_largest() const override { return true; }
   uint64_t max_encoded_bytes(uint64_t n) const override {
     return sparse_max_encoded_size(n, sparse_count(ratio_, n), values_);
   }

@@ -55,6 +55,7 @@ constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allg
 constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
 constexpr std::string_view kAllReduceAlgorithms[] = {"auto", "ring", "tree", "butterfly", "master"};
+constexpr std::string_view kSparseAllReduce[] = {"auto", "reduce-scatter", "all-gather"};
 constexpr std::string_view kOnOff[] = {"off", "on"};
 constexpr std::string_view kServerOptimizers[] = {"sgd", "momentum", "adam"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -250,9 +251,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 50>& fields() {
+const std::array<Field, 51>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 50> kFields = {{
+  static const std::array<Field, 51> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -361,6 +362,14 @@ const std::array<Field, 50>& fields() {
        TextSpec{kAllReduceAlgorithms, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.allreduce_algorithm; },
                 [](C& c, std::string v) { c.strategy.allreduce_algorithm = std::move(v); }}},
+      {"strategy.sparse_allreduce", "--sparse-allreduce", "MODE",
+       "top-k codecs (and their chains) over the tcp or rdma ring: reduce-scatter (every hop "
+       "adds its own and re-selects the top-k, about 2k(n-1)/n entries sent per node), "
+       "all-gather (every node's top-k to every node, (n-1)k), or auto (reduce-scatter from 3 "
+       "nodes on); the same on every node",
+       TextSpec{kSparseAllReduce, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.sparse_allreduce; },
+                [](C& c, std::string v) { c.strategy.sparse_allreduce = std::move(v); }}},
       {"strategy.allreduce_table", "--allreduce-table", "FILE",
        "auto's table, one \"RANKS BYTES ALGORITHM\" row a line (bench/allreduce.sh "
        "--write-table); the same file on every node; empty: the built-in one",
@@ -910,6 +919,25 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("the {} all-reduce runs over the tcp transport (strategy local-sgd or "
                     "allreduce, transport tcp or auto), not strategy {} with transport {}",
                     c.strategy.allreduce_algorithm, c.strategy.name, c.strategy.transport));
+  if (c.strategy.sparse_allreduce == "reduce-scatter") {
+    // Said outright, it must be what runs: not quietly an all-gather.
+    auto codec = compression::make_codec(c.strategy.codec);
+    const auto why = [&](const std::string& what) {
+      return key_error(o, "strategy.sparse_allreduce",
+                       "the sparse reduce-scatter " + what + " (or leave it auto)");
+    };
+    if (codec && !codec->codec->keeps_largest())
+      return why(
+          fmt::format("re-selects a top-k codec's entries, and the codec is {}", c.strategy.codec));
+    if (!over_ring || c.strategy.transport == "allgather")
+      return why(
+          fmt::format("runs over the ring (strategy local-sgd or allreduce, transport "
+                      "tcp, rdma or auto), not strategy {} with transport {}",
+                      c.strategy.name, c.strategy.transport));
+    if (mesh_algorithm)
+      return why(
+          fmt::format("runs on the ring, not the {} all-reduce", c.strategy.allreduce_algorithm));
+  }
   if (strategy->gradients && (c.strategy.period != 1 || c.strategy.post_local != 0))
     return key_error(
         o, "strategy.period",

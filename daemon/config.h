@@ -57,6 +57,10 @@ struct StrategyConfig {
   std::string allreduce_algorithm = "auto";
   // auto's table (sgd/collectives/choice.h); "": the built-in one.
   std::string allreduce_table;
+  // Top-k codecs over the ring transports: "reduce-scatter" (re-selected at every
+  // hop), "all-gather" (every node's top-k to every node), or "auto" (the
+  // reduce-scatter from 3 nodes on; sgd/ring_all_reduce.h).
+  std::string sparse_allreduce = "auto";
   // The gossip family (peers/topology.h): the overlay, re-derived by every node for
   // every round; "" picks ring, or one-peer-exponential for push-sum.
   std::string topology;

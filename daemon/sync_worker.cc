@@ -133,6 +133,10 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
       if (!from) return from.status().with_context(fmt::format("peer {}", p.id));
       po.link_keys[p.id] = std::make_pair(*to, *from);
     }
+  if (auto mode = sgd::parse_sparse_reduce(sc.sparse_allreduce); mode)
+    po.sparse_reduce = *mode;
+  else
+    return Status::invalid("unknown --sparse-allreduce " + sc.sparse_allreduce);
   if (sc.allreduce_algorithm == "auto") {
     po.algorithm.reset();
     if (!sc.allreduce_table.empty()) {

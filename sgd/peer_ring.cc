@@ -11,6 +11,7 @@
 #include "base/finite.h"
 #include "base/refusals.h"
 #include "base/split_mix64.h"
+#include "compression/codec.h"
 
 namespace gossip::sgd {
 namespace {
@@ -96,10 +97,10 @@ std::vector<uint32_t> PeerRing::mesh_peers() const {
   return out;
 }
 
-Algorithm PeerRing::pick(size_t bytes) const {
-  return options_.algorithm
-             ? *options_.algorithm
-             : options_.table.choose(static_cast<uint32_t>(order().ids.size()), bytes);
+Algorithm PeerRing::pick(size_t bytes, bool sparse) const {
+  if (options_.algorithm) return *options_.algorithm;
+  if (sparse) return Algorithm::kRing;
+  return options_.table.choose(static_cast<uint32_t>(order().ids.size()), bytes);
 }
 
 void PeerRing::announce_to(uint32_t peer) {
@@ -436,11 +437,16 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
 
 Status PeerRing::attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options) {
   if (order().ids.size() == 1 || data.empty()) return Status::ok();
-  const Algorithm algorithm = pick(data.size_bytes());
+  const auto nodes = static_cast<uint32_t>(order().ids.size());
+  const compression::Codec* codec = options.compression.codec;
+  const bool sparse =
+      codec && codec->keeps_largest() && sparse_reduce_for(options_.sparse_reduce, nodes);
+  const Algorithm algorithm = pick(data.size_bytes(), sparse);
   if (algorithm != last_algorithm_)
-    spdlog::info("round {}: all-reduce of {} bytes over {} nodes by the {}{}", round,
-                 data.size_bytes(), order().ids.size(), algorithm_name(algorithm),
-                 options_.algorithm ? "" : " (auto)");
+    spdlog::info("round {}: all-reduce of {} bytes over {} nodes by the {}{}{}", round,
+                 data.size_bytes(), nodes, algorithm_name(algorithm),
+                 options_.algorithm ? "" : " (auto)",
+                 sparse && algorithm == Algorithm::kRing ? ", a sparse reduce-scatter" : "");
   last_algorithm_ = algorithm;
   const bool ring = algorithm == Algorithm::kRing;
   if (ring && !channel_) GOSSIP_RETURN_IF_ERROR(connect(options));
@@ -454,6 +460,7 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
   ro.wait = {options.deadline, options.cancel, {}};
   if (options_.elastic) ro.wait.interrupt = [this] { return interrupted(); };
   ro.compression = options.compression;
+  ro.sparse_reduce = sparse;
   busy_ = true;
   Status st =
       ring ? ring_.mean(*channel_, data, ro) : meshes_.at(algorithm)->mean(links_, data, ro);

@@ -57,6 +57,10 @@ struct PeerRingOptions {
   // The algorithm of every round; none: picked per round from `table` by size.
   std::optional<Algorithm> algorithm = Algorithm::kRing;
   AlgorithmTable table = AlgorithmTable::measured();
+  // Top-k contributions: by a sparse reduce-scatter over the ring or as an
+  // all-gather (sgd/ring_all_reduce.h). Where it is the reduce-scatter, auto's
+  // table gives way to the ring, the one algorithm that re-selects at every hop.
+  SparseReduce sparse_reduce = SparseReduce::kAuto;
   // Per peer: the keys of the ring-link data to it and from it (peers/curve_auth.h,
   // curve_link_key). Set (under CURVE): every link is sealed
   // (peers/sealed_ring_channel.h); empty: links are plain.
@@ -116,7 +120,9 @@ class PeerRing final : public AllReduce, public Membership {
                                              uint64_t right_session, uint64_t left_session) const;
   // The node ids this node links with under the mesh algorithms it may run.
   std::vector<uint32_t> mesh_peers() const;
-  Algorithm pick(size_t bytes) const;
+  // The algorithm of a round of `bytes` (uncompressed) whose top-k contributions go
+  // by the sparse reduce-scatter when `sparse`.
+  Algorithm pick(size_t bytes, bool sparse) const;
   Status connect_mesh(const CollectiveOptions& options);
   void absorb(const peers::Incoming& in);      // the router's handler
   void drain(std::chrono::milliseconds wait);  // absorbs what arrived, waiting at most `wait`

@@ -18,10 +18,21 @@ uint64_t tag_of(uint64_t round, uint32_t sequence) { return (round << 32) | sequ
 
 bool is_raw(const Compression& c) { return !c.codec || c.codec->id() == proto::CodecId::kNone; }
 
+bool reduces_sparse(const RingOptions& o) {
+  return o.sparse_reduce && !is_raw(o.compression) && o.compression.codec->keeps_largest();
+}
+
 }  // namespace
 
 bool ring_reduces_compressed(proto::CodecId id) {
   return id == proto::CodecId::kFp16 || id == proto::CodecId::kBf16 || id == proto::CodecId::kInt8;
+}
+
+std::optional<SparseReduce> parse_sparse_reduce(std::string_view name) {
+  if (name == "auto") return SparseReduce::kAuto;
+  if (name == "reduce-scatter") return SparseReduce::kReduceScatter;
+  if (name == "all-gather") return SparseReduce::kAllGather;
+  return std::nullopt;
 }
 
 Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
@@ -32,11 +43,19 @@ Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
   if (o.chunk_elems == 0 || o.depth == 0)
     return Status::invalid("ring: chunk size and receive depth must be at least 1");
   if (o.size == 1 || data.empty()) return Status::ok();
-  if (o.restore_on_failure) backup_.assign(data.begin(), data.end());
-  const bool hop = is_raw(o.compression) ? data.size_bytes() > o.gather_below_bytes
-                                         : ring_reduces_compressed(o.compression.codec->id());
+  compression::ErrorFeedback* ef = is_raw(o.compression) ? nullptr : o.compression.error_feedback;
+  if (o.restore_on_failure) {
+    backup_.assign(data.begin(), data.end());
+    if (ef) residual_backup_.assign(ef->residual().begin(), ef->residual().end());
+  }
+  const bool hop = is_raw(o.compression)
+                       ? data.size_bytes() > o.gather_below_bytes
+                       : ring_reduces_compressed(o.compression.codec->id()) || reduces_sparse(o);
   Status st = hop ? reduce(channel, data, o) : gather(channel, data, o);
-  if (!st.is_ok() && o.restore_on_failure) std::copy(backup_.begin(), backup_.end(), data.begin());
+  if (!st.is_ok() && o.restore_on_failure) {
+    std::copy(backup_.begin(), backup_.end(), data.begin());
+    if (ef) ef->restore(residual_backup_);
+  }
   return st;
 }
 
@@ -50,9 +69,12 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
   const uint32_t left_rank = (o.rank + o.size - 1) % o.size;
   const uint64_t longest = std::min(o.chunk_elems, s.segment(0).numel);
   const uint64_t max_bytes = codec ? codec->max_encoded_bytes(longest) : longest * sizeof(float);
+  const bool sparse = reduces_sparse(o);
+  compression::ErrorFeedback* const ef = codec ? o.compression.error_feedback : nullptr;
 
   // This node's contribution through error feedback: data <- what receivers decode.
-  if (codec && o.compression.error_feedback) {
+  // The sparse reduce-scatter feeds every hop's encode through it instead.
+  if (ef && !sparse) {
     std::vector<std::byte> payload;
     for (uint64_t off = 0; off < data.size(); off += o.chunk_elems) {
       auto x = data.subspan(off, std::min<uint64_t>(o.chunk_elems, data.size() - off));
@@ -95,20 +117,27 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
                                : std::as_writable_bytes(std::span(rx_[i % depth])).first(max_bytes);
     return ch.post_recv(tag_of(o.round, s.sequence(it.phase, it.step, it.chunk)), buffer);
   };
-  const auto send = [&](RingPhase phase, uint32_t step, uint64_t c,
-                        std::span<const float> x) -> Status {
+  // Encodes chunk c of segment seg as message seq. The sparse reduce-scatter's
+  // goes through error feedback, which leaves in x what the receiver decodes.
+  const auto encode = [&](uint32_t seg, uint64_t c, uint32_t seq,
+                          std::vector<std::byte>& out) -> Status {
+    const CodecContext ctx{chunk_seed(o.round, o.rank, seq), o.compression.pool};
+    const auto x = chunk_of(seg, c);
+    if (sparse && ef) return ef->encode(x, s.chunk(seg, c).offset, ctx, out, x);
+    return codec->encode(x, ctx, out);
+  };
+  const auto send = [&](RingPhase phase, uint32_t step, uint32_t seg, uint64_t c) -> Status {
     const uint32_t seq = s.sequence(phase, step, c);
-    if (!codec) return ch.post_send(tag_of(o.round, seq), std::as_bytes(x));
+    if (!codec) return ch.post_send(tag_of(o.round, seq), std::as_bytes(chunk_of(seg, c)));
     auto& out = tx_[tx_used++];
-    GOSSIP_RETURN_IF_ERROR(
-        codec->encode(x, {chunk_seed(o.round, o.rank, seq), o.compression.pool}, out));
+    GOSSIP_RETURN_IF_ERROR(encode(seg, c, seq, out));
     return ch.post_send(tag_of(o.round, seq), out);
   };
 
   for (size_t i = 0; i < depth; ++i) GOSSIP_RETURN_IF_ERROR(post_recv(i));
   const uint32_t first = s.send_segment(RingPhase::kReduceScatter, 0);
   for (uint64_t c = 0; c < s.chunks(first); ++c)
-    GOSSIP_RETURN_IF_ERROR(send(RingPhase::kReduceScatter, 0, c, chunk_of(first, c)));
+    GOSSIP_RETURN_IF_ERROR(send(RingPhase::kReduceScatter, 0, first, c));
 
   const float n = static_cast<float>(o.size);
   for (size_t i = 0; i < recvs.size(); ++i) {
@@ -136,7 +165,16 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
       }
       add_into(dst.data(), in.data(), dst.size());
       if (!last_step) {
-        GOSSIP_RETURN_IF_ERROR(send(RingPhase::kReduceScatter, it.step + 1, it.chunk, dst));
+        GOSSIP_RETURN_IF_ERROR(send(RingPhase::kReduceScatter, it.step + 1, it.segment, it.chunk));
+      } else if (sparse) {
+        // Fully reduced: this node owns the chunk. The all-gather carries its sum's
+        // top-k (the residual keeps the rest); every node decodes it and divides.
+        auto& out = tx_[tx_used++];
+        const uint32_t ag = s.sequence(RingPhase::kAllGather, 0, it.chunk);
+        GOSSIP_RETURN_IF_ERROR(encode(it.segment, it.chunk, ag, out));
+        GOSSIP_RETURN_IF_ERROR(codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
+        divide(dst.data(), dst.size(), n);
+        GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, ag), out));
       } else {
         // Fully reduced: this node owns the chunk. The all-gather carries its mean.
         divide(dst.data(), dst.size(), n);
@@ -150,15 +188,16 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
               codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
           GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, ag), out));
         } else {
-          GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, 0, it.chunk, dst));
+          GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, 0, it.segment, it.chunk));
         }
       }
     } else if (!codec) {  // received in place
       if (!last_step)
-        GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, it.step + 1, it.chunk, dst));
+        GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, it.step + 1, it.segment, it.chunk));
     } else {
       Status st = codec->decode(msg, {0, nullptr}, dst);
       if (!st.is_ok()) return bad(st.message());
+      if (sparse) divide(dst.data(), dst.size(), n);
       if (!last_step) {
         // Forward the owner's bytes unchanged, so every node decodes the same values.
         auto& out = tx_[tx_used++];

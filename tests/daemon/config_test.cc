@@ -682,6 +682,21 @@ TEST(ValidateConfig, AllReduceAlgorithmsParameterServersAndSmaOptions) {
   const std::string good = dir.write("good", "4 64K tree\n128 1G butterfly\n");
   EXPECT_TRUE(args({"--allreduce-table", good}).is_ok());
 
+  // The sparse reduce-scatter (issue 23): said outright, it must be what runs.
+  EXPECT_TRUE(
+      args({"--sparse-allreduce", "reduce-scatter", "--codec", "topk:0.01+quant:2"}).is_ok());
+  EXPECT_TRUE(args({"--sparse-allreduce", "all-gather", "--codec", "sign"}).is_ok());
+  EXPECT_TRUE(fails_with(args({"--sparse-allreduce", "gtopk"}),
+                         {"flag '--sparse-allreduce'", "auto, reduce-scatter, all-gather"}));
+  EXPECT_TRUE(fails_with(args({"--sparse-allreduce", "reduce-scatter", "--codec", "randk:0.01"}),
+                         {"flag '--sparse-allreduce'", "the codec is randk:0.01"}));
+  EXPECT_TRUE(fails_with(args({"--sparse-allreduce", "reduce-scatter", "--codec", "topk:0.01",
+                               "--transport", "allgather"}),
+                         {"flag '--sparse-allreduce'", "transport allgather"}));
+  EXPECT_TRUE(fails_with(args({"--sparse-allreduce", "reduce-scatter", "--codec", "topk:0.01",
+                               "--allreduce-algorithm", "butterfly"}),
+                         {"flag '--sparse-allreduce'", "not the butterfly all-reduce"}));
+
   EXPECT_TRUE(args({"--strategy", "ps", "--servers", "2", "--ps-mode", "ssp:4"}).is_ok());
   EXPECT_TRUE(fails_with(args({"--strategy", "ps", "--ps-mode", "ssp"}),
                          {"--ps-mode", "bsp, async or ssp:S"}));

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "compression/codec_spec.h"
 #include "compression/error_feedback.h"
 #include "peers/ring_channel.h"
+#include "sgd/ring_schedule.h"
 #include "tests/sgd/all_reduce_checks.h"
 
 namespace gossip::sgd {
@@ -104,6 +106,7 @@ class RingTest : public ::testing::TestWithParam<std::string> {
       o.round = round;
       o.chunk_elems = chunk_elems;
       o.gather_below_bytes = gather_below_bytes_;
+      o.sparse_reduce = sparse_reduce_;
       o.wait = {Clock::now() + timeout, nullptr};
       o.compression = c;
       if (!ef.empty()) o.compression.error_feedback = ef[r];
@@ -115,6 +118,7 @@ class RingTest : public ::testing::TestWithParam<std::string> {
   std::vector<Rank> ranks_;
   std::vector<Status> connect_results_;
   uint64_t gather_below_bytes_ = RingOptions{}.gather_below_bytes;
+  bool sparse_reduce_ = false;
 };
 
 TEST_P(RingTest, MeanMatchesAnIndependentSumForAnyLength) {
@@ -191,6 +195,109 @@ TEST_P(RingTest, SparseContributionsAreGatheredAndSummedInRankOrder) {
   expect_all_ok(connect_results_);
   for (const char* spec : {"topk:0.01", "randk:0.05"})
     testing::check_sparse_contributions(3, spec, [&](auto&&... a) { return mean(a...); });
+}
+
+// The sparse reduce-scatter (gTop-k): what it sends does not grow with n, every
+// rank ends with the same bits, the mean keeps at most k entries per chunk, and
+// the mass it did not deliver is in the residuals, to the last bit of fp32 sums.
+TEST_P(RingTest, ASparseReduceScatterSendsTwoKOverNAndLosesNoMass) {
+  for (uint32_t n : {4u, 8u}) {
+    start(n);
+    if (IsSkipped()) return;
+    expect_all_ok(connect_results_);
+    uint64_t round = 0;
+    for (const char* spec : {"topk:0.01", "topk:0.01+quant:4+idx:auto"}) {
+      auto codec = compression::make_codec(spec);
+      ASSERT_TRUE(codec.is_ok()) << codec.status().message();
+      const uint64_t numel = 8 * 20000, chunk = 5000;
+      uint64_t keep = 0;  // entries a mean may hold: k per chunk of every segment
+      const RingSchedule schedule(n, 0, numel, chunk);
+      for (uint32_t seg = 0; seg < n; ++seg)
+        for (uint64_t c = 0; c < schedule.chunks(seg); ++c)
+          keep += compression::sparse_count(0.01, schedule.chunk(seg, c).numel);
+      std::vector<std::unique_ptr<compression::ErrorFeedback>> residual;
+      std::vector<compression::ErrorFeedback*> ef;
+      for (uint32_t r = 0; r < n; ++r) {
+        residual.push_back(std::make_unique<compression::ErrorFeedback>(*codec->codec, numel));
+        ef.push_back(residual.back().get());
+      }
+      const auto sent_by = [&](uint32_t r) { return ranks_[r].traffic->totals().payload_sent; };
+      std::vector<uint64_t> sparse_bytes(n), gather_bytes(n);
+      for (int rep = 0; rep < 3; ++rep) {
+        auto data = random_data(n, numel, 70 + rep);
+        std::vector<double> mass(numel, 0.0);  // sum of contributions and residuals, before
+        for (uint32_t r = 0; r < n; ++r)
+          for (uint64_t i = 0; i < numel; ++i) mass[i] += data[r][i] + ef[r]->residual()[i];
+        std::vector<uint64_t> before(n);
+        for (uint32_t r = 0; r < n; ++r) before[r] = sent_by(r);
+        sparse_reduce_ = true;
+        expect_all_ok(mean(data, round++, {codec->codec.get(), nullptr, nullptr}, ef, chunk));
+        sparse_reduce_ = false;
+        for (uint32_t r = 0; r < n; ++r) sparse_bytes[r] += sent_by(r) - before[r];
+        expect_same_bits(data);
+        const auto nonzero = static_cast<uint64_t>(
+            std::count_if(data[0].begin(), data[0].end(), [](float x) { return x != 0.0f; }));
+        EXPECT_LE(nonzero, keep) << spec << " n=" << n;
+        EXPECT_GT(nonzero, keep / 2) << spec << " n=" << n;
+        double worst = 0;
+        for (uint64_t i = 0; i < numel; ++i) {
+          double after = double{data[0][i]} * n;
+          for (uint32_t r = 0; r < n; ++r) after += ef[r]->residual()[i];
+          worst = std::max(worst, std::fabs(after - mass[i]));
+        }
+        EXPECT_LT(worst, 1e-4) << spec << " n=" << n << ": mass lost or made";
+      }
+      // The all-gather of the same contributions, for its bytes.
+      for (int rep = 0; rep < 3; ++rep) {
+        auto data = random_data(n, numel, 70 + rep);
+        std::vector<uint64_t> before(n);
+        for (uint32_t r = 0; r < n; ++r) before[r] = sent_by(r);
+        expect_all_ok(mean(data, round++, {codec->codec.get(), nullptr, nullptr}, ef, chunk));
+        for (uint32_t r = 0; r < n; ++r) gather_bytes[r] += sent_by(r) - before[r];
+      }
+      for (uint32_t r = 0; r < n; ++r) {
+        // 2(n-1)/n against n-1 contributions: a ratio of 2/n, give or take the index
+        // coding of denser or sparser chunks.
+        const double ratio = static_cast<double>(sparse_bytes[r]) / gather_bytes[r];
+        EXPECT_LT(ratio, 2.0 / n * 1.25) << spec << " n=" << n << " rank " << r;
+        EXPECT_GT(ratio, 2.0 / n * 0.75) << spec << " n=" << n << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST_P(RingTest, AFailedSparseReduceLeavesDataAndResidualAsTheyWere) {
+  const uint32_t n = 4;
+  start(n);
+  if (IsSkipped()) return;
+  expect_all_ok(connect_results_);
+  auto codec = compression::make_codec("topk:0.01");
+  ASSERT_TRUE(codec.is_ok());
+  const uint64_t numel = 100000;
+  std::vector<std::unique_ptr<compression::ErrorFeedback>> ef;
+  for (uint32_t r = 0; r < n; ++r)
+    ef.push_back(std::make_unique<compression::ErrorFeedback>(*codec->codec, numel));
+  auto data = random_data(n, numel, 4);
+  run_all(n, [&](uint32_t r) {
+    if (r == 2) {  // dies after the others started sending
+      std::this_thread::sleep_for(200ms);
+      ranks_[r].channel.reset();
+      return;
+    }
+    RingOptions o;
+    o.size = n;
+    o.rank = r;
+    o.chunk_elems = 4096;
+    o.sparse_reduce = true;
+    o.compression = {codec->codec.get(), ef[r].get(), nullptr};
+    o.wait = {Clock::now() + 2s, nullptr};
+    const auto before = data[r];
+    const std::vector<float> zero(numel, 0.0f);
+    EXPECT_FALSE(ranks_[r].ring.mean(*ranks_[r].channel, data[r], o).is_ok()) << "rank " << r;
+    EXPECT_EQ(data[r], before) << "rank " << r;
+    EXPECT_TRUE(std::equal(zero.begin(), zero.end(), ef[r]->residual().begin()))
+        << "rank " << r << ": a failed round must not keep its hops' residual";
+  });
 }
 
 TEST_P(RingTest, ADeadRankFailsTheOthersWithinTheTimeoutNamingAPeer) {
