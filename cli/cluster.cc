@@ -660,14 +660,19 @@ struct Totals {
   uint64_t payload_sent = 0;
   double accuracy_average_model = std::nan("");
   std::vector<double> accuracy_nodes;
+  // The trainers' time blocked on their daemons, over their time attached less their
+  // evaluations (gossipd_trainer_wait_seconds_total, issue 23); NaN where unknown.
+  double wait_fraction = std::nan("");
 };
 
 Totals totals_of(const Outcome& outcome) {
   const std::vector<TrainerResult>& results = outcome.results;
   Totals t;
   if (results.empty()) return t;
-  double sum = 0;
+  double sum = 0, wait = 0, busy = 0;
   for (const TrainerResult& r : results) {
+    wait += r.wait_seconds;
+    busy += r.attached_seconds - r.eval_seconds;
     t.wire_sent += r.wire_sent;
     t.payload_sent += r.payload_sent;
     sum += r.accuracy_average;
@@ -677,6 +682,7 @@ Totals totals_of(const Outcome& outcome) {
   // final synchronization, which is the average model's for local SGD.
   t.accuracy_average_model =
       outcome.accuracy_average_model.value_or(sum / static_cast<double>(results.size()));
+  if (busy > 0) t.wait_fraction = wait / busy;
   return t;
 }
 
@@ -696,6 +702,9 @@ void print_table(const Outcome& outcome, const Totals& totals) {
                      totals.wire_sent);
   if (outcome.consensus_distance)
     out += fmt::format("consensus distance              {:.4g}\n", *outcome.consensus_distance);
+  if (!std::isnan(totals.wait_fraction))
+    out += fmt::format("trainers waiting for a sync     {:.1f} % of their training time\n",
+                       100 * totals.wait_fraction);
   out += fmt::format("wall time                       {:.1f} s\n", outcome.wall_seconds);
   std::fputs(out.c_str(), stdout);
   std::fflush(stdout);
@@ -750,6 +759,11 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
         .add_uint("payload_bytes_sent_total", totals.payload_sent)
         .add_number("accuracy_average_model", totals.accuracy_average_model)
         .add_raw("accuracy_nodes", json_number_array(totals.accuracy_nodes));
+    if (std::isnan(totals.wait_fraction)) {
+      w.add_null("trainer_wait_fraction");
+    } else {
+      w.add_number("trainer_wait_fraction", std::round(totals.wait_fraction * 1e4) / 1e4);
+    }
     if (outcome.consensus_distance) {
       w.add_number("consensus_distance", *outcome.consensus_distance);
     } else {
@@ -760,6 +774,7 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
         .add_null("payload_bytes_sent_total")
         .add_null("accuracy_average_model")
         .add_null("accuracy_nodes")
+        .add_null("trainer_wait_fraction")
         .add_null("consensus_distance");
   }
   if (out_dir.empty()) {

@@ -179,6 +179,10 @@ Result<TrainerResult> parse_trainer_result(std::string_view text) {
   GOSSIP_RETURN_IF_ERROR(uint("wire_sent", r.wire_sent));
   GOSSIP_RETURN_IF_ERROR(uint("wire_recv", r.wire_recv));
   GOSSIP_RETURN_IF_ERROR(number("wall_seconds", r.wall_seconds));
+  for (auto [key, out] : {std::pair{"wait_seconds", &r.wait_seconds},
+                          std::pair{"attached_seconds", &r.attached_seconds},
+                          std::pair{"eval_seconds", &r.eval_seconds}})
+    if (obj->count(key)) GOSSIP_RETURN_IF_ERROR(number(key, *out));
   return r;
 }
 

@@ -61,6 +61,11 @@ struct TrainerResult {
   uint64_t wire_sent = 0;
   uint64_t wire_recv = 0;
   double wall_seconds = 0;
+  // The daemon's account of its trainers' time (blocked on it, attached) and the
+  // trainer's time evaluating; 0 from a trainer that does not write them.
+  double wait_seconds = 0;
+  double attached_seconds = 0;
+  double eval_seconds = 0;
 };
 
 Result<TrainerResult> parse_trainer_result(std::string_view text);

@@ -57,6 +57,21 @@ class Run:
 
 STRAGGLER = ("--straggler", "3:4")
 DILOCO = ("--outer-optimizer", "nesterov", "--outer-lr", "0.7", "--outer-momentum", "0.9")
+# Issue 23's composed codec: top 1 %, values in 2 bits, indices packed (a sparse
+# reduce-scatter from 3 nodes on).
+CHAIN = "topk:0.01+quant:2+idx:auto+ef"
+STREAMED = ("--fragments", "4", "--overlap-steps", "2")
+
+
+def low_bandwidth_runs():
+    """Issue 23: the codecs and schedules for slow links, against the same baseline."""
+    return [
+        Run("local-sgd-T4-chain", "local-sgd", period=4, codec=CHAIN),
+        Run("local-sgd-T8-chain", "local-sgd", period=8, codec=CHAIN),
+        Run("streamed-T8-chain", "local-sgd", period=8, codec=CHAIN, extra=STREAMED),
+        Run("local-sgd-T16-chain", "local-sgd", period=16, codec=CHAIN),
+        Run("diloco-T16-chain", "local-sgd", period=16, codec=CHAIN, extra=DILOCO),
+    ]
 
 
 def iid_runs():
@@ -127,7 +142,8 @@ MATRICES = {
         Run("local-sgd-T4-topk", "local-sgd", period=4, codec="topk:0.01+ef"),
         Run("gossip-ring", "gossip", topology="ring"),
         Run("choco-topk", "choco", codec="topk:0.01", topology="ring"),
-    ],
+    ] + low_bandwidth_runs(),
+    "low-bandwidth": lambda: [Run("allreduce", "allreduce")] + low_bandwidth_runs(),
     # The test suite's: seconds, not minutes.
     "smoke": lambda: [
         Run("local-sgd-T4", "local-sgd", period=4),

@@ -50,6 +50,22 @@ def read_runs(out):
         return list(csv.DictReader(f))
 
 
+def read_waits(out):
+    """Per (testbed, run): the fraction of their training time the trainers waited for
+    a sync (gossipctl's trainer_wait_fraction, from gossipd_trainer_wait_seconds_total),
+    where runs.jsonl has it."""
+    path = pathlib.Path(out) / "runs.jsonl"
+    if not path.exists():
+        return {}
+    waits = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            s = json.loads(line)
+            if s.get("trainer_wait_fraction") is not None:
+                waits[(s.get("testbed"), s.get("run"))] = s["trainer_wait_fraction"]
+    return waits
+
+
 def by_run(rows):
     runs = {}
     for r in rows:
@@ -74,18 +90,38 @@ def first_reaching(evals, target):
     return None
 
 
+def _baseline(ev):
+    """The plain all-reduce run (no codec, its default algorithm) of a testbed and data
+    split: the anchor of the traffic and time ratios."""
+    return ev[0]["strategy"] == "allreduce" and ev[0]["codec"] == "none"
+
+
 def summarize(runs, target):
     out = []
-    baselines = {}
+    baselines, goals = {}, {}
     for (testbed, name), ev in runs.items():
-        if ev[0]["strategy"] == "allreduce" and ev[0]["codec"] == "none":
-            baselines[(testbed, ev[0]["partition"])] = int(ev[-1]["payload_sent_total"])
+        if _baseline(ev) and (name == "allreduce" or (testbed, ev[0]["partition"]) not in goals):
+            key = (testbed, ev[0]["partition"])
+            baselines[key] = int(ev[-1]["payload_sent_total"])
+            # Issue 23's yardstick: the traffic to reach the all-reduce's final accuracy
+            # minus 1 pt, and the all-reduce's own time to the target.
+            goal = _f(ev[-1], "accuracy_average_model") - 0.01
+            hit = first_reaching(ev, goal)
+            hit85 = first_reaching(ev, target)
+            goals[key] = (goal, int(hit["payload_sent_total"]) if hit else None,
+                          _f(hit85, "wall_seconds") if hit85 else None)
     for (testbed, name), ev in runs.items():
         last = ev[-1]
         hit = first_reaching(ev, target)
         total = int(last["payload_sent_total"])
         base = baselines.get((testbed, last["partition"]))
+        goal, goal_bytes, base_time = goals.get((testbed, last["partition"]), (None, None, None))
+        to_goal = first_reaching(ev, goal) if goal is not None else None
+        run_goal_bytes = int(to_goal["payload_sent_total"]) if to_goal else None
+        time = _f(hit, "wall_seconds") if hit else None
         out.append({
+            "goal_reduction": (goal_bytes / run_goal_bytes) if goal_bytes and run_goal_bytes else None,
+            "speedup": (base_time / time) if base_time and time else None,
             "testbed": testbed, "run": name, "partition": last["partition"],
             "accuracy": _f(last, "accuracy_average_model"), "nodes_mean": _f(last, "accuracy_nodes_mean"),
             "bytes": total, "wall": _f(last, "wall_seconds"),
@@ -108,18 +144,29 @@ def _bytes(n):
     return f"{n} B"
 
 
+def _percent(x):
+    return "—" if x is None else f"{x:.1%}"
+
+
 def table(summary, target):
     lines = [f"| testbed | data | run | test accuracy (average model) | nodes' mean | bytes sent (all nodes) "
-             f"| bytes to {target:.0%} | time to {target:.0%} | traffic vs all-reduce | wall time |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"| bytes to {target:.0%} | time to {target:.0%} | traffic vs all-reduce "
+             f"| traffic to all-reduce's accuracy − 1 pt | time to {target:.0%} vs all-reduce | trainers waiting "
+             f"| wall time |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summary:
         r = s["reduction"]
         # Within 1 %: the same traffic (the textbook runs all send a model per step).
         red = ("—" if not r else "1× (baseline)" if r == 1 else "1× (same)" if abs(r - 1) < 0.01
                else f"{r:.3g}× less" if r > 1 else f"{1 / r:.3g}× more")
         ttt = f"{s['time_to_target']:.1f} s" if s["time_to_target"] is not None else "not reached"
+        g = s["goal_reduction"]
+        goal = "not reached" if not g else f"{g:.3g}× less" if g >= 1 else f"{1 / g:.3g}× more"
+        v = s["speedup"]
+        sooner = "—" if not v else f"{v:.3g}× sooner" if v >= 1 else f"{1 / v:.3g}× later"
         lines.append(f"| {s['testbed']} | {s['partition']} | {s['run']} | {s['accuracy']:.2%} | {s['nodes_mean']:.2%} "
-                     f"| {_bytes(s['bytes'])} | {_bytes(s['bytes_to_target'])} | {ttt} | {red} | {s['wall']:.1f} s |")
+                     f"| {_bytes(s['bytes'])} | {_bytes(s['bytes_to_target'])} | {ttt} | {red} | {goal} | {sooner} "
+                     f"| {_percent(s.get('wait'))} | {s['wall']:.1f} s |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +241,9 @@ def write_report(out, target=0.85, readme=None):
     out = pathlib.Path(out)
     runs = by_run(read_runs(out))
     summary = summarize(runs, target)
+    waits = read_waits(out)
+    for s in summary:
+        s["wait"] = waits.get((s["testbed"], s["run"]))
     pngs = plots(runs, out)
     text = ["# Experiment results", "",
             "Written by `experiments/matrix.py` (through `experiments/run.sh`) from `runs.csv`; "

@@ -40,10 +40,12 @@ std::string to_json(const RunResult& r) {
   return fmt::format(
       "{{\"node\":{},\"steps\":{},\"accuracy_local\":{},\"accuracy_average\":{},\"loss\":{},"
       "\"test_loss\":{},\"payload_sent\":{},\"payload_recv\":{},\"wire_sent\":{},"
-      "\"wire_recv\":{},\"wall_seconds\":{}}}",
+      "\"wire_recv\":{},\"wall_seconds\":{},\"wait_seconds\":{:.3f},\"attached_seconds\":{:.3f},"
+      "\"eval_seconds\":{:.3f}}}",
       r.node, r.steps, number(r.accuracy_local), number(r.accuracy_average), number(r.loss),
       number(r.test_loss), r.traffic.payload_sent, r.traffic.payload_recv, r.traffic.wire_sent,
-      r.traffic.wire_recv, fmt::format("{:.3f}", r.wall_seconds));
+      r.traffic.wire_recv, fmt::format("{:.3f}", r.wall_seconds), r.wait_seconds,
+      r.attached_seconds, r.eval_seconds);
 }
 
 Status write_file_atomically(const std::string& path, const std::string& text) {

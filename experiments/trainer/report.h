@@ -45,6 +45,12 @@ struct RunResult {
   double test_loss = 0;  // of the average model
   TrafficCounts traffic;
   double wall_seconds = 0;
+  // Where the time went: the daemon's account of this node's trainers (blocked on it,
+  // and attached; gossipd_trainer_wait_seconds_total and _attached_), and this
+  // trainer's time evaluating, which is neither training nor waiting.
+  double wait_seconds = 0;
+  double attached_seconds = 0;
+  double eval_seconds = 0;
 };
 
 // One line of JSON, e.g. {"node":0,"steps":2000,"accuracy_local":0.83,...}; a value

@@ -195,6 +195,7 @@ int run(const RunOptions& o) {
   };
   LossWindow window;
   TrafficCounts traffic;
+  double eval_seconds = 0;
   uint64_t step = start_step;
   bool ended_with_members = false;  // taken back at the members' last step: nothing left to sync
   while (step < o.steps) {
@@ -234,6 +235,7 @@ int run(const RunOptions& o) {
       }
     }
     if (o.eval_every != 0 && step % o.eval_every == 0) {
+      const auto eval_start = std::chrono::steady_clock::now();
       const Evaluation eval = trainer->evaluate(*test);
       const double wall = elapsed();
       spdlog::info("step {} loss {:.4f} test accuracy {:.2f}% loss {:.4f} sent {} ({:.1f} s)", step,
@@ -249,6 +251,8 @@ int run(const RunOptions& o) {
         const std::string path = fmt::format("{}{}.model", o.snapshot_prefix, step);
         if (Status s = save_model(path, parameters); !s) return fail(s);
       }
+      eval_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
       window = {};
     }
   }
@@ -290,6 +294,13 @@ int run(const RunOptions& o) {
   result.test_loss = average.loss;
   result.traffic = traffic;
   result.wall_seconds = wall;
+  result.eval_seconds = eval_seconds;
+  if (client) {
+    if (auto status = client->status(); status) {
+      result.wait_seconds = status->trainer_wait_seconds;
+      result.attached_seconds = status->trainer_attached_seconds;
+    }
+  }
   if (!o.result_path.empty()) {
     if (Status s = write_file_atomically(o.result_path, to_json(result) + "\n"); !s) {
       return fail(s);

@@ -117,8 +117,8 @@ TEST_P(CompressedLocalSgd, TopkWithErrorFeedbackKeepsReplicasIdenticalAndSendsAF
   // entries at 4 bytes plus a 1-2 byte index gap per peer. The ring's sparse
   // reduce-scatter sends a third of the 200 (one segment's top 1 %) per hop, over
   // 2(n-1) hops.
-  const double entries = GetParam() == "allgather" ? (kNodes - 1) * 200.0
-                                                   : 2.0 * (kNodes - 1) * 200.0 / kNodes;
+  const double entries =
+      GetParam() == "allgather" ? (kNodes - 1) * 200.0 : 2.0 * (kNodes - 1) * 200.0 / kNodes;
   EXPECT_LT(compressed / (kRounds - 1), entries * 6.5) << "1% of entries with their indices";
   EXPECT_GT(compressed / (kRounds - 1), entries * 4.0);
 }
