@@ -406,6 +406,8 @@ class ClusterRun {
             .add("--batch", options_.batch)
             .add("--lr", options_.lr)
             .add("--eval-every", options_.effective_eval_every());
+        // Only when asked: other trainers (--trainer) need not know the flag.
+        if (options_.model != "mlp") cmd.add("--model", options_.model);
         if (j == 0) {
           cmd.add("--csv", dir_.file(csv_name(i)))
               .add("--result", dir_.file(result_name(i)))
@@ -555,6 +557,7 @@ class ClusterRun {
       return Failure{st.message(), "", ""};
     CommandLine cmd(programs_.trainer);
     cmd.add("--evaluate", average).add("--result", dir_.file(name + ".json"));
+    if (options_.model != "mlp") cmd.add("--model", options_.model);
     std::vector<Member> eval;
     if (auto f = spawn(eval, "evaluation of the " + name + " model", name + ".log", cmd.take()))
       return f;
@@ -749,6 +752,7 @@ std::string json_report(const ClusterOptions& o, const std::string& out_dir, con
       .add_int("steps", o.steps)
       .add_uint("seed", o.daemon.seed)
       .add_string("partition", o.partition)
+      .add_string("model", o.model)
       .add_string("codec", o.daemon.strategy.codec)
       .add_string("transport", o.daemon.strategy.transport)
       .add_string("topology", topology_label(o))
@@ -971,6 +975,11 @@ Subcommand add_cluster_command(CLI::App& parent) {
   app->add_option("--straggler", o->straggler,
                   "NODE:FACTOR: slow that node's trainer down FACTOR times (experiments)")
       ->default_str("");
+  app->add_option("--model", o->model,
+                  "The trainers' model: mlp (784-256-128-10, 235k parameters) or cnn (two 5x5 "
+                  "convolutions and a 2048-wide layer, 3.2M parameters: 13 MB a model)")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
   app->add_option("--batch", o->batch, "Mini-batch size")->check(CLI::PositiveNumber);
   app->add_option("--lr", o->lr, "Learning rate")->check(CLI::PositiveNumber);
   app->add_option("--eval-every", o->eval_every,

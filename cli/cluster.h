@@ -24,6 +24,8 @@ struct ClusterOptions {
   bool json = false;
   std::string straggler;  // "NODE:FACTOR": that node's trainer runs FACTOR x slower
   int batch = 64;
+  // The trainers' model: mlp (235k parameters) or cnn (3.2M; gossip-train --model).
+  std::string model = "mlp";
   double lr = 0.05;
   int64_t eval_every = 0;     // 0: steps / 10
   int base_port = 0;          // 0: free loopback ports picked by the kernel

@@ -61,6 +61,7 @@ DILOCO = ("--outer-optimizer", "nesterov", "--outer-lr", "0.7", "--outer-momentu
 # reduce-scatter from 3 nodes on).
 CHAIN = "topk:0.01+quant:2+idx:auto+ef"
 STREAMED = ("--fragments", "4", "--overlap-steps", "2")
+CNN = ("--model", "cnn")
 
 
 def low_bandwidth_runs():
@@ -144,6 +145,14 @@ MATRICES = {
         Run("choco-topk", "choco", codec="topk:0.01", topology="ring"),
     ] + low_bandwidth_runs(),
     "low-bandwidth": lambda: [Run("allreduce", "allreduce")] + low_bandwidth_runs(),
+    # Issue 23's workload where the network matters: the 3.2M-parameter CNN (13 MB a
+    # model), 300 steps (CNN_DEFAULTS).
+    "cnn": lambda: [
+        Run("cnn-allreduce", "allreduce", extra=CNN),
+        Run("cnn-local-sgd-T16-chain", "local-sgd", period=16, codec=CHAIN, extra=CNN),
+        Run("cnn-streamed-T8-chain", "local-sgd", period=8, codec=CHAIN, extra=CNN + STREAMED),
+        Run("cnn-diloco-T16-chain", "local-sgd", period=16, codec=CHAIN, extra=CNN + DILOCO),
+    ],
     # The test suite's: seconds, not minutes.
     "smoke": lambda: [
         Run("local-sgd-T4", "local-sgd", period=4),
@@ -152,6 +161,7 @@ MATRICES = {
 }
 
 SMOKE_DEFAULTS = {"nodes": 4, "steps": 200, "eval_every": 50}
+CNN_DEFAULTS = {"nodes": 8, "steps": 300, "eval_every": 30}
 
 
 class Interrupted(Exception):
@@ -216,7 +226,9 @@ def main(argv=None):
     p.add_argument("--matrix", choices=sorted(MATRICES), default="default")
     p.add_argument("--only", default="", help="comma-separated run names to run from the matrix")
     p.add_argument("--testbed", choices=["loopback", "netns"], default="loopback")
-    p.add_argument("--rate", default="100mbit", help="netns: each node's egress rate (tc tbf)")
+    p.add_argument("--rate", default="100mbit",
+                   help="netns: each node's egress rate (tc tbf), or a comma-separated list, node i "
+                        "taking the i-th and the rest the last (10mbit,100mbit: one slow node)")
     p.add_argument("--nodes", type=int)
     p.add_argument("--steps", type=int)
     p.add_argument("--eval-every", type=int)
@@ -230,7 +242,8 @@ def main(argv=None):
     p.add_argument("--keep-runs", help="keep each run's directory (logs, CSVs) under this directory")
     opts = p.parse_args(argv)
 
-    defaults = SMOKE_DEFAULTS if opts.matrix == "smoke" else {"nodes": 8, "steps": 600, "eval_every": 30}
+    defaults = {"smoke": SMOKE_DEFAULTS, "cnn": CNN_DEFAULTS}.get(
+        opts.matrix, {"nodes": 8, "steps": 600, "eval_every": 30})
     for k, v in defaults.items():
         if getattr(opts, k) is None:
             setattr(opts, k, v)
@@ -245,7 +258,7 @@ def main(argv=None):
         if unknown:
             p.error(f"--only: not in the {opts.matrix} matrix: {', '.join(sorted(unknown))}")
         runs = [r for r in runs if r.name in wanted]
-    label = "loopback" if opts.testbed == "loopback" else f"netns-{opts.rate}"
+    label = "loopback" if opts.testbed == "loopback" else f"netns-{opts.rate.replace(',', '+')}"
 
     out = pathlib.Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -271,7 +284,7 @@ def main(argv=None):
                 continue
             meta = {"testbed": label, "run": run.name, "strategy": run.strategy, "partition": run.partition,
                     "period": run.period, "codec": run.codec, "topology": summary.get("topology", run.topology),
-                    "nodes": opts.nodes}
+                    "nodes": opts.nodes, "model": summary.get("model", "mlp")}
             report.store_run(out, meta, rows, summary)
             last = rows[-1]
             print(f"    accuracy {float(last['accuracy_average_model']):.4f}, "

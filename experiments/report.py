@@ -15,7 +15,7 @@ import math
 import pathlib
 import sys
 
-META = ["testbed", "run", "strategy", "partition", "period", "codec", "topology", "nodes"]
+META = ["testbed", "run", "strategy", "partition", "period", "codec", "topology", "nodes", "model"]
 EVAL = ["step", "wall_seconds", "payload_sent_total", "payload_sent_per_node", "wire_sent_total",
         "train_loss", "accuracy_nodes_mean", "accuracy_average_model", "consensus_distance"]
 
@@ -90,6 +90,10 @@ def first_reaching(evals, target):
     return None
 
 
+def _model(row):
+    return row.get("model") or "mlp"  # rows from before the CNN have no model
+
+
 def _baseline(ev):
     """The plain all-reduce run (no codec, its default algorithm) of a testbed and data
     split: the anchor of the traffic and time ratios."""
@@ -100,8 +104,8 @@ def summarize(runs, target):
     out = []
     baselines, goals = {}, {}
     for (testbed, name), ev in runs.items():
-        if _baseline(ev) and (name == "allreduce" or (testbed, ev[0]["partition"]) not in goals):
-            key = (testbed, ev[0]["partition"])
+        key = (testbed, ev[0]["partition"], _model(ev[0]))
+        if _baseline(ev) and (name.endswith("allreduce") or key not in goals):
             baselines[key] = int(ev[-1]["payload_sent_total"])
             # Issue 23's yardstick: the traffic to reach the all-reduce's final accuracy
             # minus 1 pt, and the all-reduce's own time to the target.
@@ -114,8 +118,9 @@ def summarize(runs, target):
         last = ev[-1]
         hit = first_reaching(ev, target)
         total = int(last["payload_sent_total"])
-        base = baselines.get((testbed, last["partition"]))
-        goal, goal_bytes, base_time = goals.get((testbed, last["partition"]), (None, None, None))
+        key = (testbed, last["partition"], _model(last))
+        base = baselines.get(key)
+        goal, goal_bytes, base_time = goals.get(key, (None, None, None))
         to_goal = first_reaching(ev, goal) if goal is not None else None
         run_goal_bytes = int(to_goal["payload_sent_total"]) if to_goal else None
         time = _f(hit, "wall_seconds") if hit else None

@@ -63,12 +63,22 @@ def parse_rate(rate):
     return rate
 
 
+def parse_rates(rates, nodes):
+    """'100mbit' (every node) or a comma-separated list, node i taking the i-th rate and
+    the nodes past its end the last one: '10mbit,100mbit' is one 10 Mbit/s node among
+    100 Mbit/s ones (issue 23's heterogeneous profile)."""
+    listed = [parse_rate(r.strip()) for r in rates.split(",")]
+    if len(listed) > nodes:
+        raise TestbedError(f"{len(listed)} rates for {nodes} nodes")
+    return [listed[min(i, len(listed) - 1)] for i in range(nodes)]
+
+
 class Testbed:
-    """n namespaces on a bridge, each node's egress limited to `rate`."""
+    """n namespaces on a bridge, each node's egress limited to its rate (parse_rates)."""
 
     def __init__(self, nodes, rate, net=77):
         self.nodes = nodes
-        self.rate = parse_rate(rate)
+        self.rates = parse_rates(rate, nodes)
         tag = os.getpid() % 100000
         self.prefix = f"gd{tag}n"
         self.bridge = f"gd{tag}br"
@@ -109,7 +119,7 @@ class Testbed:
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             # A burst of ~10 ms at the rate (at least 64 KiB, one loopback-sized segment).
             _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inside, "root", "tbf",
-                  "rate", self.rate, "burst", "256kb", "latency", "100ms"])
+                  "rate", self.rates[i], "burst", "256kb", "latency", "100ms"])
 
     def close(self):
         for kind, name in reversed(self._made):

@@ -5,7 +5,7 @@
 
 namespace gossip::trainer {
 
-Evaluation evaluate(Mlp& model, const Dataset& data, size_t batch) {
+Evaluation evaluate(Model& model, const Dataset& data, size_t batch) {
   batch = std::max<size_t>(batch, 1);
   std::vector<float> inputs(batch * kImagePixels);
   std::vector<uint8_t> labels(batch);

@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "experiments/trainer/dataset.h"
-#include "experiments/trainer/mlp.h"
+#include "experiments/trainer/model.h"
 
 namespace gossip::trainer {
 
@@ -14,6 +14,6 @@ struct Evaluation {
   size_t samples = 0;
 };
 
-Evaluation evaluate(Mlp& model, const Dataset& data, size_t batch = 1000);
+Evaluation evaluate(Model& model, const Dataset& data, size_t batch = 1000);
 
 }  // namespace gossip::trainer

@@ -16,6 +16,7 @@
 
 #include "base/version.h"
 #include "experiments/trainer/dataset.h"
+#include "experiments/trainer/model.h"
 #include "experiments/trainer/partition.h"
 #include "experiments/trainer/run.h"
 
@@ -36,8 +37,11 @@ int main(int argc, char** argv) {
   o.data_dir = gossip::trainer::kDefaultDataDir;
   std::string partition = "iid";
   std::string lr_schedule = "constant";
+  std::string model = "mlp";
 
-  CLI::App app{"gossip-train: reference Fashion-MNIST trainer (MLP 784-256-128-10) for gossipd"};
+  CLI::App app{
+      "gossip-train: reference Fashion-MNIST trainer (an MLP 784-256-128-10 or a 3.2M-parameter "
+      "CNN) for gossipd"};
   app.set_version_flag("--version", std::string("gossip-train ") + gossip::kVersion);
   auto* endpoint = app.add_option("--endpoint", o.endpoint,
                                   "the daemon's IPC endpoint, ipc://DIR/gossipd-N.sock "
@@ -52,6 +56,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--nodes", o.nodes, "number of shards (trainers in the cluster)")
       ->envname("GOSSIP_WORLD_SIZE")
+      ->capture_default_str();
+  app.add_option("--model", model,
+                 "mlp (784-256-128-10, 235k parameters) or cnn (two 5x5 convolutions and a "
+                 "2048-wide layer, 3.2M parameters); every trainer of a cluster the same")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "SGD steps")->capture_default_str();
   app.add_option("--batch", o.batch, "minibatch size")->capture_default_str();
@@ -125,6 +133,9 @@ int main(int argc, char** argv) {
   auto parsed = gossip::trainer::parse_partition(partition);
   if (!parsed) return bad_flags(parsed.status().message());
   o.partition = *parsed;
+  auto kind = gossip::trainer::parse_model_kind(model);
+  if (!kind) return bad_flags(fmt::format("--model {}: not mlp or cnn", model));
+  o.model = *kind;
   auto schedule = gossip::trainer::parse_lr_schedule(lr_schedule);
   if (!schedule) return bad_flags(schedule.status().message());
   o.lr_schedule = *schedule;

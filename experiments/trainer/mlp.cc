@@ -7,7 +7,6 @@
 #include <cassert>
 #include <cmath>
 
-#include "experiments/trainer/rng.h"
 
 namespace gossip::trainer {
 namespace {
@@ -17,8 +16,6 @@ using MapR = Eigen::Map<MatrixR>;
 using ConstMapR = Eigen::Map<const MatrixR>;
 using RowMap = Eigen::Map<Eigen::RowVectorXf>;
 using ConstRowMap = Eigen::Map<const Eigen::RowVectorXf>;
-
-constexpr uint64_t kInitStream = 0x494e4954ULL;  // "INIT"
 
 constexpr std::array<TensorShape, Mlp::kNumTensors> kLayout = {{
     {"fc1.weight", Mlp::kHidden1, Mlp::kInputs},
@@ -51,35 +48,14 @@ std::span<const TensorShape, Mlp::kNumTensors> Mlp::layout() { return kLayout; }
 size_t Mlp::num_parameters() { return offset_of(kNumTensors); }
 
 Result<Mlp> Mlp::create(std::vector<std::span<float>> parameters) {
-  if (parameters.size() != kNumTensors) {
-    return Status::mismatch(
-        fmt::format("the MLP has {} tensors, got {}", kNumTensors, parameters.size()));
-  }
-  for (size_t i = 0; i < kNumTensors; ++i) {
-    if (parameters[i].size() != kLayout[i].numel()) {
-      return Status::mismatch(fmt::format("tensor {} '{}' has {} elements, expected {}", i,
-                                          kLayout[i].name, parameters[i].size(),
-                                          kLayout[i].numel()));
-    }
-  }
+  GOSSIP_RETURN_IF_ERROR(check_layout("MLP", kLayout, parameters));
   return Mlp(std::move(parameters));
 }
 
 Mlp::Mlp(std::vector<std::span<float>> parameters)
     : parameters_(std::move(parameters)), gradients_(num_parameters(), 0.0f) {}
 
-void Mlp::init(uint64_t seed) {
-  Rng rng(mix_seed(seed, kInitStream));
-  for (size_t i = 0; i < kNumTensors; ++i) {
-    auto& t = parameters_[i];
-    if (kLayout[i].cols == 1) {
-      std::fill(t.begin(), t.end(), 0.0f);
-      continue;
-    }
-    const double std_dev = std::sqrt(2.0 / static_cast<double>(kLayout[i].cols));
-    for (float& x : t) x = static_cast<float>(rng.normal() * std_dev);
-  }
-}
+void Mlp::init(uint64_t seed) { he_init(kLayout, parameters_, seed); }
 
 std::vector<std::span<float>> Mlp::gradients() {
   std::vector<std::span<float>> views;
@@ -117,20 +93,8 @@ float Mlp::forward_backward(std::span<const float> inputs, std::span<const uint8
   forward(inputs.data(), batch);
   const auto b = static_cast<Eigen::Index>(batch);
 
-  // Softmax and loss, row by row with the max subtracted; logits_ becomes dL/dlogits.
-  double loss_sum = 0;
-  const float inv_batch = 1.0f / static_cast<float>(batch);
-  for (size_t r = 0; r < batch; ++r) {
-    float* z = &logits_[r * kOutputs];
-    float max = z[0];
-    for (size_t k = 1; k < kOutputs; ++k) max = std::max(max, z[k]);
-    std::array<double, kOutputs> e;
-    double sum = 0;
-    for (size_t k = 0; k < kOutputs; ++k) sum += (e[k] = std::exp(static_cast<double>(z[k] - max)));
-    loss_sum += std::log(sum) - static_cast<double>(z[labels[r]] - max);
-    for (size_t k = 0; k < kOutputs; ++k) z[k] = static_cast<float>(e[k] / sum) * inv_batch;
-    z[labels[r]] -= inv_batch;
-  }
+  // logits_ becomes dL/dlogits.
+  const float loss = softmax_backward(logits_, labels, kOutputs);
 
   auto grads = gradients();
   ConstMapR x(inputs.data(), b, kInputs);
@@ -154,27 +118,15 @@ float Mlp::forward_backward(std::span<const float> inputs, std::span<const uint8
   MapR(grads[0].data(), kHidden1, kInputs).noalias() = g1.transpose() * x;
   RowMap(grads[1].data(), kHidden1) = g1.colwise().sum();
 
-  return static_cast<float>(loss_sum / static_cast<double>(batch));
+  return loss;
 }
 
 Mlp::Score Mlp::score(std::span<const float> inputs, std::span<const uint8_t> labels) {
   const size_t batch = labels.size();
   assert(inputs.size() == batch * kInputs);
-  Score score;
-  if (batch == 0) return score;
+  if (batch == 0) return {};
   forward(inputs.data(), batch);
-  for (size_t r = 0; r < batch; ++r) {
-    const float* z = &logits_[r * kOutputs];
-    size_t best = 0;
-    for (size_t k = 1; k < kOutputs; ++k) {
-      if (z[k] > z[best]) best = k;
-    }
-    double sum = 0;
-    for (size_t k = 0; k < kOutputs; ++k) sum += std::exp(static_cast<double>(z[k] - z[best]));
-    score.loss_sum += std::log(sum) - static_cast<double>(z[labels[r]] - z[best]);
-    score.correct += best == labels[r] ? 1 : 0;
-  }
-  return score;
+  return score_logits(logits_, labels, kOutputs);
 }
 
 }  // namespace gossip::trainer

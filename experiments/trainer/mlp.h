@@ -1,9 +1,6 @@
 #pragma once
 // The reference model: an MLP 784-256-128-10 with ReLU and softmax cross-entropy,
-// forward and backward on the CPU with Eigen.
-//
-// The MLP does not own its parameters: it views six spans (which may live in the
-// daemon's shared-memory arena), in the layout every trainer of every node declares:
+// forward and backward on the CPU with Eigen. Its layout (model.h):
 //   fc1.weight [256, 784], fc1.bias [256], fc2.weight [128, 256], fc2.bias [128],
 //   fc3.weight [10, 128],  fc3.bias [10]
 // Weights are [out, in], row-major (PyTorch's nn.Linear convention). Gradients and
@@ -16,17 +13,11 @@
 
 #include "base/status.h"
 #include "experiments/trainer/dataset.h"
+#include "experiments/trainer/model.h"
 
 namespace gossip::trainer {
 
-struct TensorShape {
-  std::string_view name;
-  size_t rows = 0;  // output features for a weight; the length for a bias
-  size_t cols = 1;  // input features for a weight; 1 for a bias
-  size_t numel() const { return rows * cols; }
-};
-
-class Mlp {
+class Mlp final : public Model {
  public:
   static constexpr size_t kInputs = kImagePixels;
   static constexpr size_t kHidden1 = 256;
@@ -40,23 +31,12 @@ class Mlp {
   // Views `parameters`; fails unless they match layout() in count and sizes.
   static Result<Mlp> create(std::vector<std::span<float>> parameters);
 
-  // He (Kaiming) normal init, std = sqrt(2 / fan_in), biases zero. Depends only on the
-  // seed, so every node that initializes starts from the same model.
-  void init(uint64_t seed);
+  void init(uint64_t seed) override;
+  float forward_backward(std::span<const float> inputs, std::span<const uint8_t> labels) override;
+  Score score(std::span<const float> inputs, std::span<const uint8_t> labels) override;
 
-  // Mean softmax cross-entropy over the batch (inputs: labels.size() * kInputs floats);
-  // leaves its gradient with respect to every parameter in gradients().
-  float forward_backward(std::span<const float> inputs, std::span<const uint8_t> labels);
-
-  struct Score {
-    double loss_sum = 0;  // summed (not mean) cross-entropy
-    size_t correct = 0;   // argmax == label
-  };
-  // Forward only.
-  Score score(std::span<const float> inputs, std::span<const uint8_t> labels);
-
-  const std::vector<std::span<float>>& parameters() const { return parameters_; }
-  std::vector<std::span<float>> gradients();
+  const std::vector<std::span<float>>& parameters() const override { return parameters_; }
+  std::vector<std::span<float>> gradients() override;
 
  private:
   explicit Mlp(std::vector<std::span<float>> parameters);

@@ -45,9 +45,10 @@ struct RunResult {
   double test_loss = 0;  // of the average model
   TrafficCounts traffic;
   double wall_seconds = 0;
-  // Where the time went: the daemon's account of this node's trainers (blocked on it,
-  // and attached; gossipd_trainer_wait_seconds_total and _attached_), and this
-  // trainer's time evaluating, which is neither training nor waiting.
+  // Where the time went from the first evaluation to the end: the daemon's account of
+  // this node's trainers (blocked on it, and attached; gossipd_trainer_wait_seconds_total
+  // and _attached_), and this trainer's time evaluating, which is neither training nor
+  // waiting. 0 without a daemon, or without an evaluation before the end.
   double wait_seconds = 0;
   double attached_seconds = 0;
   double eval_seconds = 0;

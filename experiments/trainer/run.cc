@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "experiments/trainer/dataset.h"
-#include "experiments/trainer/mlp.h"
+#include "experiments/trainer/model.h"
 #include "experiments/trainer/model_file.h"
 #include "experiments/trainer/report.h"
 #include "experiments/trainer/trainer.h"
@@ -46,17 +46,17 @@ struct LossWindow {
 
 // --evaluate: the test accuracy of a saved model (gossipctl's average of the nodes).
 int evaluate_saved(const RunOptions& o, const Dataset& test) {
-  auto values = load_model(o.evaluate_model_path, Mlp::num_parameters());
+  auto values = load_model(o.evaluate_model_path, model_parameters(o.model));
   if (!values) return fail(values.status());
   std::vector<std::span<float>> parameters;
   size_t offset = 0;
-  for (const auto& shape : Mlp::layout()) {
+  for (const auto& shape : model_layout(o.model)) {
     parameters.emplace_back(values->data() + offset, shape.numel());
     offset += shape.numel();
   }
-  auto model = Mlp::create(parameters);
+  auto model = make_model(o.model, parameters);
   if (!model) return fail(model.status());
-  const Evaluation eval = evaluate(*model, test);
+  const Evaluation eval = evaluate(**model, test);
   RunResult result;
   result.node = o.node;
   result.accuracy_local = eval.accuracy;
@@ -112,9 +112,9 @@ int run(const RunOptions& o) {
   bool ends_apart = false;  // streamed or overlapped syncs: a step's sync leaves nodes apart
   // The parameters in this process's memory, one span per tensor of the layout.
   const auto use_own_parameters = [&] {
-    own_parameters.resize(Mlp::num_parameters());
+    own_parameters.resize(model_parameters(o.model));
     size_t offset = 0;
-    for (const auto& shape : Mlp::layout()) {
+    for (const auto& shape : model_layout(o.model)) {
       parameters.emplace_back(own_parameters.data() + offset, shape.numel());
       offset += shape.numel();
     }
@@ -133,7 +133,7 @@ int run(const RunOptions& o) {
     if (!connected) return fail(connected.status().with_context("connecting to " + o.endpoint));
     client = std::move(*connected);
     std::vector<TensorDesc> layout;
-    for (const auto& shape : Mlp::layout())
+    for (const auto& shape : model_layout(o.model))
       layout.push_back({std::string(shape.name), shape.numel()});
     auto model = client->attach(layout);
     if (!model) return fail(model.status().with_context("attaching to " + o.endpoint));
@@ -161,6 +161,7 @@ int run(const RunOptions& o) {
   }
 
   TrainerOptions trainer_options;
+  trainer_options.model = o.model;
   trainer_options.batch = o.batch;
   trainer_options.sgd = o.sgd;
   trainer_options.seed = o.seed;
@@ -195,7 +196,10 @@ int run(const RunOptions& o) {
   };
   LossWindow window;
   TrafficCounts traffic;
+  // Where the time goes, from the first evaluation on: start-up and the first rounds,
+  // where every node waits for the slowest to load its data, are not the steady state.
   double eval_seconds = 0;
+  std::optional<NodeStatus> warm;
   uint64_t step = start_step;
   bool ended_with_members = false;  // taken back at the members' last step: nothing left to sync
   while (step < o.steps) {
@@ -253,6 +257,10 @@ int run(const RunOptions& o) {
       }
       eval_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+      if (client && !warm) {
+        if (auto status = client->status(); status) warm = *status;
+        eval_seconds = 0;
+      }
       window = {};
     }
   }
@@ -295,10 +303,10 @@ int run(const RunOptions& o) {
   result.traffic = traffic;
   result.wall_seconds = wall;
   result.eval_seconds = eval_seconds;
-  if (client) {
+  if (client && warm) {
     if (auto status = client->status(); status) {
-      result.wait_seconds = status->trainer_wait_seconds;
-      result.attached_seconds = status->trainer_attached_seconds;
+      result.wait_seconds = status->trainer_wait_seconds - warm->trainer_wait_seconds;
+      result.attached_seconds = status->trainer_attached_seconds - warm->trainer_attached_seconds;
     }
   }
   if (!o.result_path.empty()) {

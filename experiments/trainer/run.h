@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "experiments/trainer/model.h"
 #include "experiments/trainer/partition.h"
 #include "experiments/trainer/sgd.h"
 
@@ -15,6 +16,7 @@ struct RunOptions {
   bool standalone = false;
   uint32_t node = 0;
   uint32_t nodes = 1;
+  ModelKind model = ModelKind::kMlp;
   uint64_t steps = 2000;
   size_t batch = 64;
   SgdOptions sgd;

@@ -4,6 +4,7 @@
 // happens between steps (synchronization) is the caller's business.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -11,12 +12,13 @@
 #include "experiments/trainer/batch_sampler.h"
 #include "experiments/trainer/dataset.h"
 #include "experiments/trainer/evaluation.h"
-#include "experiments/trainer/mlp.h"
+#include "experiments/trainer/model.h"
 #include "experiments/trainer/sgd.h"
 
 namespace gossip::trainer {
 
 struct TrainerOptions {
+  ModelKind model = ModelKind::kMlp;
   size_t batch = 64;
   SgdOptions sgd;
   uint64_t seed = 0;
@@ -29,7 +31,7 @@ struct TrainerOptions {
 class Trainer {
  public:
   // `train` must outlive the trainer; `shard` are non-empty indices into it; the
-  // parameters must match Mlp::layout(). Does not initialize the parameters.
+  // parameters must match model_layout(options.model). Does not initialize the parameters.
   static Result<Trainer> create(const Dataset& train, std::vector<uint32_t> shard,
                                 std::vector<std::span<float>> parameters,
                                 const TrainerOptions& options);
@@ -44,17 +46,18 @@ class Trainer {
   float compute_gradients();
   void apply(const std::vector<std::span<float>>& gradients, float lr);
 
-  Evaluation evaluate(const Dataset& test) { return gossip::trainer::evaluate(model_, test); }
+  Evaluation evaluate(const Dataset& test) { return gossip::trainer::evaluate(*model_, test); }
 
-  Mlp& model() { return model_; }
+  Model& model() { return *model_; }
   const BatchSampler& sampler() const { return sampler_; }
 
  private:
-  Trainer(const Dataset& train, BatchSampler sampler, Mlp model, const TrainerOptions& options);
+  Trainer(const Dataset& train, BatchSampler sampler, std::unique_ptr<Model> model,
+          const TrainerOptions& options);
 
   const Dataset* train_;
   BatchSampler sampler_;
-  Mlp model_;
+  std::unique_ptr<Model> model_;
   MomentumSgd sgd_;
   size_t batch_;
   std::vector<float> inputs_;

@@ -9,6 +9,7 @@
 
 #include "experiments/trainer/dataset.h"
 #include "experiments/trainer/partition.h"
+#include "experiments/trainer/mlp.h"
 #include "experiments/trainer/trainer.h"
 
 namespace gossip::trainer {
