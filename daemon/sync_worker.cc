@@ -528,6 +528,7 @@ void SyncWorker::run_start(std::span<float> model) {
           "start-up: took node 0's initial model ({:.0f} ms)",
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  if (r.status) strategy_->started_from(model);
   {
     std::lock_guard lock(mu_);
     result_ = std::move(r);

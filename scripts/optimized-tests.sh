@@ -30,4 +30,4 @@ optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^
 # shellcheck disable=SC2034
 optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_test
                    attacks_test gossip-attacker gossipd-byzantine sync_trainer compression_bench
-                   ring_bench deploy_test)
+                   ring_bench deploy_test gossip_train_cli_test)

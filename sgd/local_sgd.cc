@@ -68,6 +68,26 @@ void LocalSgd::took_model(std::span<const float> model, std::span<const float> s
   momentum_.assign(model.size(), 0.0f);
 }
 
+void LocalSgd::started_from(std::span<const float> model) {
+  // Uncompressed rounds average the models themselves and need no common x_prev.
+  if (compressed()) start_point_.assign(model.begin(), model.end());
+}
+
+bool LocalSgd::take_start_point(uint64_t round, size_t numel) {
+  // Only nodes of a fresh cluster run round 0, and start-up gave each of them node
+  // 0's model, the same bits: the change since it is all that must travel, as in
+  // every later round. A node that did not start (a trainer that kept its own model)
+  // averages the models exactly, and the round fails on the first message of the
+  // other kind (see first_round_hint).
+  const bool take = round == 0 && start_point_.size() == numel;
+  if (take) {
+    previous_ = std::move(start_point_);
+    momentum_.assign(numel, 0.0f);
+  }
+  start_point_ = {};
+  return take;
+}
+
 std::span<const float> LocalSgd::shared_state() const {
   // Before the first round there is none; the state transfer offers no state then.
   if (!nesterov() || momentum_.size() != previous_.size()) return {};
@@ -94,8 +114,24 @@ Result<StrategyState> LocalSgd::keep_own_state(const StrategyState& saved) {
   return kept;
 }
 
+namespace {
+
+Status first_round_hint(const Status& st, uint64_t round) {
+  if (st.is_ok() || round != 0) return st;
+  return st.with_context(
+      "the first round (where some trainers started from node 0's model and others kept their "
+      "own, initial=\"own\", the nodes average it in two ways: start every trainer alike)");
+}
+
+}  // namespace
+
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& round_options) {
+  return first_round_hint(synchronize_round(model, round, round_options), round);
+}
+
+Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,
+                                   const RoundOptions& round_options) {
   CollectiveOptions options;
   options.deadline = round_options.deadline;
   options.cancel = round_options.cancel;
@@ -103,15 +139,18 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
       (round_options.model_numel != 0 && round_options.model_numel != model.size()))
     return synchronize_fragment(model, round, round_options.offset, round_options.model_numel,
                                 options);
-  if (!started_.empty()) {
-    // The whole model after streamed fragment rounds (a sync() at the end of a run):
-    // its exact average, from which every fragment's next round goes on.
+  if (!started_.empty() && started_elems_ < model.size()) {
+    // The whole model after streamed fragment rounds (a sync() at the end of a run)
+    // before every fragment had its first: its exact average, from which every
+    // fragment's next round goes on. Once all have, x_prev is whole and the round
+    // below sends the compressed change since it.
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
     previous_.assign(model.begin(), model.end());
     whole_synced_ = true;
     return Status::ok();
   }
-  const bool first = previous_.size() != model.size();
+  bool first = previous_.size() != model.size();
+  if (first && take_start_point(round, model.size())) first = false;
   if (first || !compressed()) {
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
     if (first) {
@@ -149,7 +188,8 @@ Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, ui
     previous_.assign(model_numel, 0.0f);
     momentum_.assign(model_numel, 0.0f);
     started_.clear();
-    whole_synced_ = false;
+    started_elems_ = 0;
+    whole_synced_ = take_start_point(round, model_numel);
   }
   const auto previous = std::span<float>(previous_).subspan(offset, n);
   const auto momentum = std::span<float>(momentum_).subspan(offset, n);
@@ -159,7 +199,7 @@ Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, ui
     if (first) {
       std::copy(model.begin(), model.end(), previous.begin());
       std::fill(momentum.begin(), momentum.end(), 0.0f);
-      started_.insert(offset);
+      if (started_.insert(offset).second) started_elems_ += n;
       return Status::ok();
     }
     if (plain()) return Status::ok();

@@ -60,6 +60,9 @@ class LocalSgd final : public Strategy {
   // next outer step is theirs too (empty: it restarts at zero, and the replica stays
   // apart from the members' by what the momentum would have added).
   void took_model(std::span<const float> model, std::span<const float> shared) override;
+  // Compressed: the first round (round 0) averages the change since this model instead
+  // of the models themselves, which would travel exact and whole.
+  void started_from(std::span<const float> model) override;
   // The outer Nesterov momentum, which every member applies alike.
   std::span<const float> shared_state() const override;
   size_t shared_state_numel(size_t numel) const override { return nesterov() ? numel : 0; }
@@ -77,6 +80,9 @@ class LocalSgd final : public Strategy {
   // previous and momentum are the model's span's parts of x_prev and the momentum.
   void apply(std::span<float> model, std::span<const float> delta, std::span<float> previous,
              std::span<float> momentum);
+  Status synchronize_round(std::span<float> model, uint64_t round, const RoundOptions& options);
+  // At the cluster's first round, x_prev <- the start-up model when this node has it.
+  bool take_start_point(uint64_t round, size_t numel);
   Status synchronize_fragment(std::span<float> model, uint64_t round, uint64_t offset,
                               uint64_t model_numel, const CollectiveOptions& options);
 
@@ -89,10 +95,12 @@ class LocalSgd final : public Strategy {
   std::vector<float> previous_;  // x_prev: the model after the last synchronization
   std::vector<float> momentum_;  // outer Nesterov buffer
   std::vector<float> delta_;
+  std::vector<float> start_point_;  // started_from()'s model until the first round
   // --fragments: the offsets of the fragments that had their first round, and their
   // residuals (the whole model's is residual_).
   std::set<uint64_t> started_;
-  bool whole_synced_ = false;  // a whole-model round gave every fragment its x_prev
+  uint64_t started_elems_ = 0;  // their sizes' sum: all of x_prev is set when it is the model's
+  bool whole_synced_ = false;   // a whole-model round gave every fragment its x_prev
   std::map<uint64_t, std::unique_ptr<compression::ErrorFeedback>> fragment_residuals_;
 };
 

@@ -76,6 +76,9 @@ class Strategy {
   virtual void took_model(std::span<const float> model, std::span<const float> shared) {
     (void)model, (void)shared;
   }
+  // Start-up ran on this node before its first round: `model` is the cluster's
+  // initial model (node 0's), bit for bit the same on every node that started.
+  virtual void started_from(std::span<const float> model) { (void)model; }
   // What every member holds alike after a round besides the model, which a node
   // taking a member's model must take too (local SGD's outer momentum), and its size
   // for a model of `numel` elements. Between rounds only.

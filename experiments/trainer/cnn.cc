@@ -18,9 +18,9 @@ constexpr size_t kSide = Cnn::kSide, kK = Cnn::kKernel, kPad = kK / 2;
 constexpr size_t kSide2 = kSide / 2;
 
 constexpr std::array<TensorShape, Cnn::kNumTensors> kLayout = {{
-    {"conv1.weight", Cnn::kChannels1, kK * kK * 1},
+    {"conv1.weight", Cnn::kChannels1, kK* kK * 1},
     {"conv1.bias", Cnn::kChannels1, 1},
-    {"conv2.weight", Cnn::kChannels2, kK * kK * Cnn::kChannels1},
+    {"conv2.weight", Cnn::kChannels2, kK* kK* Cnn::kChannels1},
     {"conv2.bias", Cnn::kChannels2, 1},
     {"fc1.weight", Cnn::kHidden, Cnn::kFlat},
     {"fc1.bias", Cnn::kHidden, 1},
@@ -141,7 +141,8 @@ void Cnn::forward(const float* inputs, size_t batch) {
 
   im2col(inputs, batch, kSide, 1, cols1_.data());
   MapR a1(conv1_.data(), ix(pixels1), ix(kChannels1));
-  a1.noalias() = ConstMapR(cols1_.data(), ix(pixels1), ix(kK * kK)) * weight(parameters_[0], 0).transpose();
+  a1.noalias() =
+      ConstMapR(cols1_.data(), ix(pixels1), ix(kK * kK)) * weight(parameters_[0], 0).transpose();
   a1.rowwise() += bias(parameters_[1]);
   a1 = a1.cwiseMax(0.0f);
   max_pool(conv1_.data(), batch, kSide, kChannels1, pool1_.data(), argmax1_.data());
@@ -155,7 +156,8 @@ void Cnn::forward(const float* inputs, size_t batch) {
   max_pool(conv2_.data(), batch, kSide2, kChannels2, pool2_.data(), argmax2_.data());
 
   MapR h(hidden_.data(), ix(batch), ix(kHidden));
-  h.noalias() = ConstMapR(pool2_.data(), ix(batch), ix(kFlat)) * weight(parameters_[4], 4).transpose();
+  h.noalias() =
+      ConstMapR(pool2_.data(), ix(batch), ix(kFlat)) * weight(parameters_[4], 4).transpose();
   h.rowwise() += bias(parameters_[5]);
   h = h.cwiseMax(0.0f);
   MapR logits(logits_.data(), ix(batch), ix(kOutputs));
@@ -194,7 +196,8 @@ float Cnn::forward_backward(std::span<const float> inputs, std::span<const uint8
     if (conv2_[i] <= 0.0f) d_conv2_[i] = 0.0f;
   ConstMapR da2(d_conv2_.data(), ix(pixels2), ix(kChannels2));
   ConstMapR cols2(cols2_.data(), ix(pixels2), ix(kK * kK * kChannels1));
-  MapR(grads[2].data(), ix(kChannels2), ix(kK * kK * kChannels1)).noalias() = da2.transpose() * cols2;
+  MapR(grads[2].data(), ix(kChannels2), ix(kK * kK * kChannels1)).noalias() =
+      da2.transpose() * cols2;
   RowMap(grads[3].data(), ix(kChannels2)) = da2.colwise().sum();
   d_cols2_.resize(cols2_.size());
   MapR(d_cols2_.data(), ix(pixels2), ix(kK * kK * kChannels1)).noalias() =

@@ -7,7 +7,6 @@
 #include <cassert>
 #include <cmath>
 
-
 namespace gossip::trainer {
 namespace {
 

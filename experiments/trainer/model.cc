@@ -23,9 +23,7 @@ std::optional<ModelKind> parse_model_kind(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view model_kind_name(ModelKind kind) {
-  return kind == ModelKind::kCnn ? "cnn" : "mlp";
-}
+std::string_view model_kind_name(ModelKind kind) { return kind == ModelKind::kCnn ? "cnn" : "mlp"; }
 
 std::span<const TensorShape> model_layout(ModelKind kind) {
   if (kind == ModelKind::kCnn) return Cnn::layout();
@@ -85,13 +83,12 @@ Model::Score score_logits(std::span<const float> logits, std::span<const uint8_t
 Status check_layout(std::string_view model, std::span<const TensorShape> layout,
                     const std::vector<std::span<float>>& parameters) {
   if (parameters.size() != layout.size())
-    return Status::mismatch(fmt::format("the {} has {} tensors, got {}", model, layout.size(),
-                                        parameters.size()));
+    return Status::mismatch(
+        fmt::format("the {} has {} tensors, got {}", model, layout.size(), parameters.size()));
   for (size_t i = 0; i < layout.size(); ++i)
     if (parameters[i].size() != layout[i].numel())
       return Status::mismatch(fmt::format("tensor {} '{}' has {} elements, expected {}", i,
-                                          layout[i].name, parameters[i].size(),
-                                          layout[i].numel()));
+                                          layout[i].name, parameters[i].size(), layout[i].numel()));
   return Status::ok();
 }
 

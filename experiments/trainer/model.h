@@ -20,7 +20,8 @@ namespace gossip::trainer {
 struct TensorShape {
   std::string_view name;
   size_t rows = 0;  // output features (channels) for a weight; the length for a bias
-  size_t cols = 1;  // input features (a convolution: kernel positions x input channels); 1 for a bias
+  size_t cols =
+      1;  // input features (a convolution: kernel positions x input channels); 1 for a bias
   size_t numel() const { return rows * cols; }
 };
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "experiments/trainer/dataset.h"
-#include "experiments/trainer/partition.h"
 #include "experiments/trainer/mlp.h"
+#include "experiments/trainer/partition.h"
 #include "experiments/trainer/trainer.h"
 
 namespace gossip::trainer {

@@ -3,6 +3,7 @@
 // the byte counters show what the codec saved.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -21,9 +22,10 @@ struct NodeRun {
   std::string error;
 };
 
-// Each node takes `rounds` steps (period 1) of noise and records its replica.
+// Each node takes `rounds` steps (period 1) of noise and records its replica. The
+// nodes listed in `start` first take node 0's model (Client::start, start-up).
 std::vector<NodeRun> run(const std::string& codec, int nodes, int rounds, size_t numel,
-                         const std::string& transport) {
+                         const std::string& transport, std::vector<int> start = {}) {
   // The ring's bytes are what the checks below expect.
   Cluster cluster(nodes, {"--period", "1", "--codec", codec, "--round-timeout", "30", "--transport",
                           transport, "--allreduce-algorithm", "ring"});
@@ -43,6 +45,10 @@ std::vector<NodeRun> run(const std::string& codec, int nodes, int rounds, size_t
       std::normal_distribution<float> noise(0.0f, 1.0f);
       auto w = model->tensors[0];
       for (auto& x : w) x = noise(rng);
+      if (std::find(start.begin(), start.end(), i) != start.end()) {
+        auto started = (*client)->start();
+        if (!started) return void(runs[i].error = started.status().message());
+      }
       for (int r = 0; r < rounds; ++r) {
         for (auto& x : w) x += 0.05f * noise(rng);
         runs[i].before.emplace_back(w.begin(), w.end());
@@ -121,6 +127,58 @@ TEST_P(CompressedLocalSgd, TopkWithErrorFeedbackKeepsReplicasIdenticalAndSendsAF
       GetParam() == "allgather" ? (kNodes - 1) * 200.0 : 2.0 * (kNodes - 1) * 200.0 / kNodes;
   EXPECT_LT(compressed / (kRounds - 1), entries * 6.5) << "1% of entries with their indices";
   EXPECT_GT(compressed / (kRounds - 1), entries * 4.0);
+}
+
+// Start-up gives every node node 0's model, so the first round too sends only the
+// compressed change since it: no exact average of the models (issue 23).
+TEST_P(CompressedLocalSgd, AStartedClusterSendsNoExactFirstRound) {
+  constexpr int kNodes = 3, kRounds = 4;
+  constexpr size_t kNumel = 20000;
+  auto runs = run("topk:0.01+ef", kNodes, kRounds, kNumel, GetParam(), {0, 1, 2});
+  ASSERT_FALSE(HasFailure());
+  expect_identical_replicas(runs);
+  const double entries =
+      GetParam() == "allgather" ? (kNodes - 1) * 200.0 : 2.0 * (kNodes - 1) * 200.0 / kNodes;
+  // Node 1: node 0 also sent its model to the others at start-up.
+  const double per_round = static_cast<double>(runs[1].traffic.payload_sent) / kRounds;
+  EXPECT_LT(per_round, entries * 6.5) << "every round, the first too, sends 1 % of the entries";
+  EXPECT_GT(per_round, entries * 4.0);
+  // Round 0 moved each replica from node 0's model by the mean compressed change: at
+  // most k entries per contribution changed, and the replica is not the exact mean.
+  size_t changed = 0;
+  for (size_t k = 0; k < kNumel; ++k) changed += runs[0].after[0][k] != runs[0].before[0][k];
+  EXPECT_GT(changed, 0u);
+}
+
+// A node whose trainer kept its own model (no start-up) cannot average round 0 the way
+// the started ones do: the round fails, and says why.
+TEST_P(CompressedLocalSgd, AClusterStartedOnlyInPartFailsItsFirstRoundSayingWhy) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "one transport shows it";
+  Cluster cluster(3, {"--period", "1", "--codec", "topk:0.01+ef", "--round-timeout", "3"});
+  cluster.start_all();
+  std::vector<std::string> errors(3);
+  std::vector<std::jthread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      ClientOptions o;
+      o.endpoint = cluster.ipc_endpoint(i);
+      o.timeout = 30s;
+      auto client = Client::connect(o);
+      if (!client) return void(errors[i] = "connect: " + client.status().message());
+      auto model = (*client)->attach({{"w", 20000}});
+      if (!model) return void(errors[i] = "attach: " + model.status().message());
+      for (auto& x : model->tensors[0]) x = 1.0f + static_cast<float>(i);
+      if (i != 2 && !(*client)->start()) return void(errors[i] = "start failed");
+      auto s = (*client)->step();
+      errors[i] = s ? "" : s.status().message();
+    });
+  threads.clear();
+  bool said = false;
+  for (int i = 0; i < 3; ++i) said |= errors[i].find("initial=\"own\"") != std::string::npos;
+  EXPECT_TRUE(said) << errors[0] << "\n"
+                    << errors[1] << "\n"
+                    << errors[2] << "\n"
+                    << cluster.log(0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CompressedLocalSgd, ::testing::Values("tcp", "allgather"),
