@@ -188,10 +188,11 @@ def plots(runs, out):
     written = []
     groups = {}
     for key, ev in runs.items():
-        groups.setdefault((key[0], ev[0]["partition"]), []).append((key[1], ev))
-    for (testbed, partition), members in sorted(groups.items()):
+        groups.setdefault((key[0], ev[0]["partition"], _model(ev[0])), []).append((key[1], ev))
+    for (testbed, partition, model), members in sorted(groups.items()):
         members.sort()
-        slug = f"{testbed}-{partition.replace(':', '')}"
+        # The MLP's plots keep their names; another model's get its name too.
+        slug = f"{testbed}-{partition.replace(':', '')}" + ("" if model == "mlp" else f"-{model}")
         for what, xkey, xlabel, logx in (("bytes", "payload_sent_total", "bytes sent by all nodes", True),
                                          ("time", "wall_seconds", "wall time (s)", False)):
             fig, ax = plt.subplots(figsize=(8, 5), dpi=80)

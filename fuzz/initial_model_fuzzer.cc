@@ -10,11 +10,14 @@
 //   op % 2 == 0  chunk: seq (1), offset (1), numel (1, mod 80), total (1, mod 80),
 //                flags (right layout), then numel floats (4 bytes each; missing
 //                bytes are zeros)
-//   op % 2 == 1  request
+//   op % 3 == 1  request
+//   op % 3 == 2  digest: flags (odd: the digest of the fetcher's own model, else 8
+//                bytes), total (1, mod 80)
 //
 // Checked beyond "no crash, no hang, no sanitizer report", for a fetch that succeeds:
-// the model holds no NaN or Inf, node 0 sent at least one chunk, and every element
-// is one that node 0 sent for that position (no other peer's value, no stale one).
+// the model holds no NaN or Inf, and either node 0 sent at least one chunk and every
+// element is one that node 0 sent for that position (no other peer's value, no stale
+// one), or node 0 sent the digest of the model as it was, which is left unchanged.
 
 #include <atomic>
 #include <chrono>
@@ -40,11 +43,20 @@ constexpr uint64_t kLayout = 0x1234;
 using Sent = std::map<uint64_t, std::set<uint32_t>>;  // position -> float bit patterns
 
 void feed(Reader& in, std::vector<std::unique_ptr<peers::MemoryChannel>>& senders, Sent& sent,
-          bool& source_sent) {
+          bool& source_sent, uint64_t own_digest, bool& source_digest) {
   const uint8_t op = in.take<uint8_t>();
   const size_t who = in.take<uint8_t>() % senders.size();
   peers::MemoryChannel& from = *senders[who];
-  if (op % 2 == 1) {
+  if (op % 3 == 2) {
+    const bool own = in.take<uint8_t>() & 1;
+    const uint64_t digest = own ? own_digest : in.take<uint64_t>();
+    const uint64_t total = in.take<uint8_t>() % 80;
+    if (who == 0 && digest == own_digest) source_digest = true;
+    (void)from.send(
+        1, 0, proto::InitialModel{proto::InitialModel::kDigest, digest, 0, 0, total, kLayout});
+    return;
+  }
+  if (op % 3 == 1) {
     (void)from.send(1, 0, proto::InitialModel{proto::InitialModel::kRequest, 0, 0, 0, 0, kLayout});
     return;
   }
@@ -85,18 +97,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::atomic<bool> cancel{false};
   fuzz::Sent sent;
-  bool source_sent = false;
+  bool source_sent = false, source_digest = false;
+  std::vector<float> model(1 + data[0] % 64, -7.0f);
+  const std::vector<float> before = model;
+  const uint64_t own_digest = sgd::InitialModel::digest(model);
   const auto tick = [&] {
     if (in.done())
       cancel = true;
     else
-      fuzz::feed(in, senders, sent, source_sent);
+      fuzz::feed(in, senders, sent, source_sent, own_digest, source_digest);
   };
-  std::vector<float> model(1 + data[0] % 64, -7.0f);
   const Status st =
       initial.fetch(model, fuzz::kLayout,
                     std::chrono::steady_clock::now() + std::chrono::seconds(5), &cancel, tick);
   if (!st) return 0;
+  if (model == before) {
+    fuzz::expect(source_digest || source_sent,
+                 "a model left as it was is one node 0 sent the digest (or the chunks) of");
+    return 0;
+  }
   fuzz::expect(source_sent, "a fetched initial model came from node 0's chunks");
   for (size_t i = 0; i < model.size(); ++i) {
     fuzz::expect(std::isfinite(model[i]), "a fetched initial model holds no NaN or Inf");

@@ -222,9 +222,9 @@ Status check(const Envelope& e, const Body& body) {
             return Status::protocol("ps-replica with divisor=0");
           return check_slice(e, m.offset, m.numel, CodecId::kNone);
         } else if constexpr (std::is_same_v<T, InitialModel>) {
-          if (m.what > InitialModel::kChunk)
+          if (m.what > InitialModel::kDigest)
             return Status::protocol(fmt::format("initial-model of unknown what={}", m.what));
-          if (m.what == InitialModel::kRequest) return check_payload_less(e);
+          if (m.what != InitialModel::kChunk) return check_payload_less(e);
           return check_slice(e, m.offset, m.numel, CodecId::kNone);
         } else if constexpr (std::is_same_v<T, NcclId>) {
           if (e.length != kNcclIdBytes)

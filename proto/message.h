@@ -295,7 +295,10 @@ struct PsReplica {
 // elements (payload: raw fp32).
 struct InitialModel {
   static constexpr Kind kKind = Kind::kInitialModel;
-  enum What : uint8_t { kRequest = 0, kChunk = 1 };
+  // kDigest (node 0 to a peer): node 0's model hashes to `seq` (total, layout): a peer
+  // whose replica hashes alike holds it already. A request's `seq` is the asker's own
+  // digest (0: none), to which node 0 answers with the digest when they match.
+  enum What : uint8_t { kRequest = 0, kChunk = 1, kDigest = 2 };
   uint8_t what = kRequest;
   uint64_t seq = 0;
   uint64_t offset = 0;

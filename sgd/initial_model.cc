@@ -1,7 +1,11 @@
 #include "sgd/initial_model.h"
 
 #include <fmt/format.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "base/finite.h"
 #include "base/refusals.h"
@@ -29,15 +33,50 @@ InitialModel::InitialModel(peers::Router& router, uint64_t chunk_elems)
       subscription_(router.subscribe({proto::Kind::kInitialModel},
                                      [this](peers::Incoming& in) { on_message(in); })) {}
 
+uint64_t InitialModel::digest(std::span<const float> model) {
+  // A replica that hashes alike holds the same bits: a collision would leave a node
+  // apart from the others for good, so a cryptographic hash, not a checksum. Only
+  // node 0's digests are taken, and node 0 is the source of the model anyway.
+  if (sodium_init() < 0) std::abort();        // idempotent; fails only without entropy
+  uint8_t out[crypto_generichash_BYTES_MIN];  // 16 bytes; the first 8 are sent
+  crypto_generichash(out, sizeof out, reinterpret_cast<const unsigned char*>(model.data()),
+                     model.size_bytes(), nullptr, 0);
+  uint64_t d = 0;
+  std::memcpy(&d, out, sizeof d);
+  return d == 0 ? 1 : d;
+}
+
 void InitialModel::publish(std::span<const float> model, uint64_t layout) {
   snapshot_.round = 0;
   snapshot_.copy_raw(model, chunk_elems_);
   layout_ = layout;
   total_ = model.size();
+  digest_ = digest(model);
   published_ = true;
   served_.clear();  // a new model: everyone gets it
-  for (const auto& p : transport_.peers()) serve(p.id);
+  for (const auto& p : transport_.peers()) {
+    const auto ask = waiting_.find(p.id);
+    if (ask == waiting_.end()) {
+      answer(p.id, 0, total_, layout_);  // the digest: a peer seeded alike needs no more
+    } else {
+      answer(p.id, ask->second.digest, ask->second.total, ask->second.layout);
+    }
+  }
   waiting_.clear();
+}
+
+void InitialModel::answer(uint32_t peer, uint64_t asker_digest, uint64_t total, uint64_t layout) {
+  // An unasked push (asker_digest 0) and a matching ask get the digest; a peer whose
+  // replica differs gets the chunks.
+  if (asker_digest != 0 && (asker_digest != digest_ || total != total_ || layout != layout_)) {
+    serve(peer);
+    return;
+  }
+  if (Status st = transport_.send(
+          peer, 0,
+          proto::InitialModel{proto::InitialModel::kDigest, digest_, 0, 0, total_, layout_});
+      !st)
+    spdlog::warn("initial model's digest for peer {}: {}", peer, st.message());
 }
 
 void InitialModel::serve(uint32_t peer) {
@@ -60,13 +99,20 @@ void InitialModel::on_message(peers::Incoming& in) {
   const auto& m = in.as<proto::InitialModel>();
   if (m.what == proto::InitialModel::kRequest) {
     if (router_.self() != kSource) return;  // asked the wrong node: nothing to give
+    // An ask without a digest (0) wants the chunks.
+    const uint64_t asker = m.seq == 0 ? ~uint64_t{0} : m.seq;
     if (published_)
-      serve(in.peer);
+      answer(in.peer, asker, m.total, m.layout);
     else
-      waiting_[in.peer] = true;
+      waiting_[in.peer] = {asker, m.total, m.layout};
     return;
   }
-  if (in.peer == kSource && router_.self() != kSource && !taken_) on_chunk(in);
+  if (in.peer != kSource || router_.self() == kSource || taken_) return;
+  if (m.what == proto::InitialModel::kDigest) {
+    source_digest_ = {m.seq, m.total, m.layout};
+    return;
+  }
+  on_chunk(in);
 }
 
 void InitialModel::on_chunk(const peers::Incoming& in) {
@@ -121,8 +167,16 @@ Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_
   if (model.empty()) return Status::ok();
   auto last_heard = Clock::time_point{};  // asks at once unless node 0's push is here
   uint64_t heard = 0;
+  const uint64_t own = digest(model);
   while (true) {
     router_.poll(std::chrono::milliseconds(0));
+    if (source_digest_.digest == own && source_digest_.total == model.size() &&
+        source_digest_.layout == layout) {
+      spdlog::info("start-up: this node's model is node 0's already (digest {:016x})", own);
+      taken_ = true;
+      received_ = Received{};
+      return Status::ok();
+    }
     const Received& r = received_;
     if (!r.failure || r.complete()) {
       GOSSIP_RETURN_IF_ERROR(check(model, layout).with_context("the initial model from node 0"));
@@ -142,10 +196,13 @@ Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_
       heard = r.model.size();
       last_heard = now;
     }
-    if (now - last_heard >= kAskAgain) {
+    // Node 0's digest of another model: ask for the chunks at once.
+    const bool differs = source_digest_.digest != 0;
+    if (now - last_heard >= kAskAgain || (differs && !asked_after_digest_)) {
+      asked_after_digest_ = differs;
       if (Status st = transport_.send(
               kSource, 0,
-              proto::InitialModel{proto::InitialModel::kRequest, 0, 0, 0, model.size(), layout});
+              proto::InitialModel{proto::InitialModel::kRequest, own, 0, 0, model.size(), layout});
           !st)
         spdlog::warn("asking node 0 for the initial model: {}", st.message());
       last_heard = now;
@@ -155,6 +212,9 @@ Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_
   }
 }
 
-void InitialModel::discard() { received_ = Received{}; }
+void InitialModel::discard() {
+  received_ = Received{};
+  source_digest_ = {};
+}
 
 }  // namespace gossip::sgd

@@ -10,10 +10,14 @@
 //                                  ◄────────── initial-model request (nothing came
 //   chunks again (at most once per 30 s) ────► for 2 s: node 0 had not started)
 //
-// Node 0 pushes the model to every peer when it publishes, since it may be inside a
-// round by the time a peer asks (a ring round does not read the control channel)
-// and ZeroMQ queues the chunks for a peer that is not up yet. Only node 0's chunks
-// are taken, in order, checked against the layout and the size and for NaN and Inf.
+// Node 0 pushes a digest of the model (BLAKE2b, 64 bits) to every peer when it
+// publishes, since it may be inside a round by the time a peer asks (a ring round
+// does not read the control channel) and ZeroMQ queues it for a peer that is not up
+// yet. A peer whose replica hashes alike (trainers seeded alike, the usual case)
+// holds node 0's model already and fetches nothing; any other asks, with its own
+// digest, and node 0 sends the chunks (or, to an ask that came before it published
+// with a matching digest, the digest). Only node 0's chunks and digests are taken;
+// chunks in order, checked against the layout and the size and for NaN and Inf.
 // Owned by the sync worker's thread, like the router it subscribes to.
 
 #include <atomic>
@@ -51,10 +55,15 @@ class InitialModel {
   // (initial="own") is memory for nothing.
   void discard();
 
+  // A model's digest, as node 0 sends it (never 0, which a request uses for none).
+  static uint64_t digest(std::span<const float> model);
+
  private:
   void on_message(peers::Incoming& in);
   void serve(uint32_t peer);
   void on_chunk(const peers::Incoming& in);
+  // Node 0: the digest where the asker's matches, else the chunks.
+  void answer(uint32_t peer, uint64_t asker_digest, uint64_t total, uint64_t layout);
   // What node 0 sent, against this node's model: the reason it is not taken.
   Status check(std::span<const float> model, uint64_t layout) const;
 
@@ -65,9 +74,13 @@ class InitialModel {
   bool published_ = false;
   uint64_t layout_ = 0;
   uint64_t total_ = 0;
+  uint64_t digest_ = 0;
   OutgoingModel snapshot_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> served_;  // last time, by peer
-  std::map<uint32_t, bool> waiting_;  // asked before node 0 published
+  struct Ask {
+    uint64_t digest = 0, total = 0, layout = 0;
+  };
+  std::map<uint32_t, Ask> waiting_;  // asked before node 0 published
   // Any other node: what node 0 sent, as it arrives (before fetch() too).
   struct Received {
     std::vector<float> model;  // grows with the chunks, up to total
@@ -78,6 +91,8 @@ class InitialModel {
     bool complete() const { return total > 0 && model.size() == total; }
   };
   Received received_;
+  Ask source_digest_;                         // node 0's kDigest, when one came (digest 0: none)
+  bool asked_after_digest_ = false;           // a differing digest was answered with an ask
   bool taken_ = false;                        // fetch() succeeded: later copies are ignored
   peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };

@@ -197,7 +197,7 @@ TEST(WireHeader, ParameterServerSlicesFollowTheSliceRules) {
                  "carries no payload");
 }
 
-TEST(WireHeader, InitialModelRequestsCarryNothingAndChunksARawSlice) {
+TEST(WireHeader, InitialModelRequestsAndDigestsCarryNothingAndChunksARawSlice) {
   const InitialModel chunk = round_trip(InitialModel{InitialModel::kChunk, 2, 8, 4, 12, 7}, 16);
   EXPECT_EQ(chunk.what, InitialModel::kChunk);
   EXPECT_EQ(chunk.seq, 2u);
@@ -213,7 +213,12 @@ TEST(WireHeader, InitialModelRequestsCarryNothingAndChunksARawSlice) {
                  "numel=0");
   EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{InitialModel::kRequest, 0, 0, 0, 4, 1}, 4)),
                  "carries no payload");
-  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{2, 0, 0, 0, 4, 1}, 0)), "unknown what=2");
+  const InitialModel digest =
+      round_trip(InitialModel{InitialModel::kDigest, 0xfeed, 0, 0, 12, 7}, 0);
+  EXPECT_EQ(digest.seq, 0xfeedu);
+  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{InitialModel::kDigest, 1, 0, 0, 4, 1}, 8)),
+                 "carries no payload");
+  EXPECT_REFUSED(decode(encode_head(1, 0, InitialModel{3, 0, 0, 0, 4, 1}, 0)), "unknown what=3");
 }
 
 TEST(WireHeader, LargestChunkFitsTheHeadLimit) {
