@@ -575,6 +575,12 @@ void SyncWorker::run() {
       spdlog::info("round {}: the neighbors have moved on, catching up to round {}", job.round,
                    round);
     next_round_ = round + 1;
+    // Node 0 reads no start-up requests inside a round: those not settled by now get
+    // the initial model's chunks (sgd/initial_model.h).
+    if (node_ == sgd::InitialModel::kSource)
+      initial_->before_rounds(std::chrono::seconds(5), [&] {
+        strategy_->progress(round, numel, std::chrono::milliseconds(0));
+      });
     sgd::RoundOptions opts;
     opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
     opts.cancel = &stop_;

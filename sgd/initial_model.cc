@@ -72,6 +72,7 @@ void InitialModel::answer(uint32_t peer, uint64_t asker_digest, uint64_t total, 
     serve(peer);
     return;
   }
+  if (asker_digest != 0) settled_.insert(peer);  // it holds the model
   if (Status st = transport_.send(
           peer, 0,
           proto::InitialModel{proto::InitialModel::kDigest, digest_, 0, 0, total_, layout_});
@@ -79,10 +80,30 @@ void InitialModel::answer(uint32_t peer, uint64_t asker_digest, uint64_t total, 
     spdlog::warn("initial model's digest for peer {}: {}", peer, st.message());
 }
 
+void InitialModel::before_rounds(std::chrono::milliseconds wait,
+                                 const std::function<void()>& tick) {
+  if (!published_ || pushed_) return;
+  pushed_ = true;
+  const auto peers = transport_.peers();
+  const auto deadline = Clock::now() + wait;
+  const auto all_settled = [&] {
+    for (const auto& p : peers)
+      if (!settled_.count(p.id)) return false;
+    return true;
+  };
+  while (!all_settled() && Clock::now() < deadline) {
+    router_.poll(std::chrono::milliseconds(20));
+    if (tick) tick();
+  }
+  for (const auto& p : peers)
+    if (!settled_.count(p.id)) serve(p.id);
+}
+
 void InitialModel::serve(uint32_t peer) {
   const auto now = Clock::now();
   if (auto it = served_.find(peer); it != served_.end() && now - it->second < kServeAgain) return;
   served_[peer] = now;
+  settled_.insert(peer);
   spdlog::debug("sending peer {} the initial model ({} chunks)", peer, snapshot_.chunks.size());
   for (size_t seq = 0; seq < snapshot_.chunks.size(); ++seq) {
     const auto& c = snapshot_.chunks[seq];
@@ -173,6 +194,12 @@ Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_
     if (source_digest_.digest == own && source_digest_.total == model.size() &&
         source_digest_.layout == layout) {
       spdlog::info("start-up: this node's model is node 0's already (digest {:016x})", own);
+      // Says so, or node 0 pushes the chunks before its first round.
+      if (Status st = transport_.send(
+              kSource, 0,
+              proto::InitialModel{proto::InitialModel::kRequest, own, 0, 0, model.size(), layout});
+          !st)
+        spdlog::warn("confirming node 0's initial model: {}", st.message());
       taken_ = true;
       received_ = Received{};
       return Status::ok();

@@ -11,20 +11,21 @@
 //   chunks again (at most once per 30 s) ────► for 2 s: node 0 had not started)
 //
 // Node 0 pushes a digest of the model (BLAKE2b, 64 bits) to every peer when it
-// publishes, since it may be inside a round by the time a peer asks (a ring round
-// does not read the control channel) and ZeroMQ queues it for a peer that is not up
-// yet. A peer whose replica hashes alike (trainers seeded alike, the usual case)
-// holds node 0's model already and fetches nothing; any other asks, with its own
-// digest, and node 0 sends the chunks (or, to an ask that came before it published
-// with a matching digest, the digest). Only node 0's chunks and digests are taken;
-// chunks in order, checked against the layout and the size and for NaN and Inf.
-// Owned by the sync worker's thread, like the router it subscribes to.
+// publishes. A peer whose replica hashes alike (trainers seeded alike, the usual
+// case) holds node 0's model already: it confirms with its own digest and fetches
+// nothing. Any other asks, with its digest, and node 0 sends the chunks. Node 0 reads
+// no requests inside a round (a ring round does not read the control channel), so
+// before its first round it waits a few seconds for every peer to confirm or ask, and
+// pushes the chunks to those that did not (ZeroMQ queues them for a peer not up yet). Only node 0's
+// chunks and digests are taken; chunks in order, checked against the layout and the size and for
+// NaN and Inf. Owned by the sync worker's thread, like the router it subscribes to.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +46,11 @@ class InitialModel {
   // came before are answered now, later ones at once.
   void publish(std::span<const float> model, uint64_t layout);
   bool published() const { return published_; }
+
+  // The source, before its first round: waits up to `wait` (running `tick` between
+  // polls) for every peer to confirm the digest or ask, then pushes the chunks to
+  // those that did neither. Once; nothing before publish().
+  void before_rounds(std::chrono::milliseconds wait, const std::function<void()>& tick = {});
 
   // Any other node: writes the source's model into `model` (of layout `layout`).
   // `tick` runs between polls (the caller's heartbeats).
@@ -77,6 +83,8 @@ class InitialModel {
   uint64_t digest_ = 0;
   OutgoingModel snapshot_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> served_;  // last time, by peer
+  std::set<uint32_t> settled_;  // confirmed the digest, or sent the chunks
+  bool pushed_ = false;         // before_rounds() ran
   struct Ask {
     uint64_t digest = 0, total = 0, layout = 0;
   };

@@ -116,6 +116,9 @@ Result<StrategyState> LocalSgd::keep_own_state(const StrategyState& saved) {
 
 namespace {
 
+// Nodes that average round 0 in two ways fail it on a message of the other kind, or
+// on a connection another algorithm never made (auto picks by the exact round's size):
+// any failure of a compressed round 0 may be that, and says so.
 Status first_round_hint(const Status& st, uint64_t round) {
   if (st.is_ok() || round != 0) return st;
   return st.with_context(
@@ -127,7 +130,8 @@ Status first_round_hint(const Status& st, uint64_t round) {
 
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& round_options) {
-  return first_round_hint(synchronize_round(model, round, round_options), round);
+  const Status st = synchronize_round(model, round, round_options);
+  return compressed() ? first_round_hint(st, round) : st;
 }
 
 Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,

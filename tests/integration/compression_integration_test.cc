@@ -154,7 +154,8 @@ TEST_P(CompressedLocalSgd, AStartedClusterSendsNoExactFirstRound) {
 // the started ones do: the round fails, and says why.
 TEST_P(CompressedLocalSgd, AClusterStartedOnlyInPartFailsItsFirstRoundSayingWhy) {
   if (GetParam() != "tcp") GTEST_SKIP() << "one transport shows it";
-  Cluster cluster(3, {"--period", "1", "--codec", "topk:0.01+ef", "--round-timeout", "3"});
+  // Node 0 waits 5 s for the start-up of the node that never starts, then rounds run.
+  Cluster cluster(3, {"--period", "1", "--codec", "topk:0.01+ef", "--round-timeout", "10"});
   cluster.start_all();
   std::vector<std::string> errors(3);
   std::vector<std::jthread> threads;
