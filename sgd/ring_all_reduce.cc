@@ -169,10 +169,13 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
       } else if (sparse) {
         // Fully reduced: this node owns the chunk. The all-gather carries its sum's
         // top-k (the residual keeps the rest); every node decodes it and divides.
+        // Error feedback has left in dst what the others decode already.
         auto& out = tx_[tx_used++];
         const uint32_t ag = s.sequence(RingPhase::kAllGather, 0, it.chunk);
         GOSSIP_RETURN_IF_ERROR(encode(it.segment, it.chunk, ag, out));
-        GOSSIP_RETURN_IF_ERROR(codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
+        if (!ef)
+          GOSSIP_RETURN_IF_ERROR(
+              codec->decode(out, {chunk_seed(o.round, o.rank, ag), nullptr}, dst));
         divide(dst.data(), dst.size(), n);
         GOSSIP_RETURN_IF_ERROR(ch.post_send(tag_of(o.round, ag), out));
       } else {

@@ -100,11 +100,7 @@ void max_pool(const float* in, size_t batch, size_t side, size_t channels, float
 
 std::span<const TensorShape, Cnn::kNumTensors> Cnn::layout() { return kLayout; }
 
-size_t Cnn::num_parameters() {
-  size_t n = 0;
-  for (const auto& shape : kLayout) n += shape.numel();
-  return n;
-}
+size_t Cnn::num_parameters() { return layout_numel(kLayout); }
 
 Result<Cnn> Cnn::create(std::vector<std::span<float>> parameters) {
   GOSSIP_RETURN_IF_ERROR(check_layout("CNN", kLayout, parameters));
@@ -116,15 +112,7 @@ Cnn::Cnn(std::vector<std::span<float>> parameters)
 
 void Cnn::init(uint64_t seed) { he_init(kLayout, parameters_, seed); }
 
-std::vector<std::span<float>> Cnn::gradients() {
-  std::vector<std::span<float>> views;
-  size_t offset = 0;
-  for (const auto& shape : kLayout) {
-    views.emplace_back(gradients_.data() + offset, shape.numel());
-    offset += shape.numel();
-  }
-  return views;
-}
+std::vector<std::span<float>> Cnn::gradients() { return tensor_views(kLayout, gradients_.data()); }
 
 void Cnn::forward(const float* inputs, size_t batch) {
   const size_t pixels1 = batch * kSide * kSide, pixels2 = batch * kSide2 * kSide2;

@@ -25,12 +25,6 @@ constexpr std::array<TensorShape, Mlp::kNumTensors> kLayout = {{
     {"fc3.bias", Mlp::kOutputs, 1},
 }};
 
-size_t offset_of(size_t tensor) {
-  size_t offset = 0;
-  for (size_t i = 0; i < tensor; ++i) offset += kLayout[i].numel();
-  return offset;
-}
-
 ConstMapR weight(const std::span<float>& t, size_t index) {
   return ConstMapR(t.data(), static_cast<Eigen::Index>(kLayout[index].rows),
                    static_cast<Eigen::Index>(kLayout[index].cols));
@@ -44,7 +38,7 @@ ConstRowMap bias(const std::span<float>& t) {
 
 std::span<const TensorShape, Mlp::kNumTensors> Mlp::layout() { return kLayout; }
 
-size_t Mlp::num_parameters() { return offset_of(kNumTensors); }
+size_t Mlp::num_parameters() { return layout_numel(kLayout); }
 
 Result<Mlp> Mlp::create(std::vector<std::span<float>> parameters) {
   GOSSIP_RETURN_IF_ERROR(check_layout("MLP", kLayout, parameters));
@@ -56,15 +50,7 @@ Mlp::Mlp(std::vector<std::span<float>> parameters)
 
 void Mlp::init(uint64_t seed) { he_init(kLayout, parameters_, seed); }
 
-std::vector<std::span<float>> Mlp::gradients() {
-  std::vector<std::span<float>> views;
-  size_t offset = 0;
-  for (const auto& shape : kLayout) {
-    views.emplace_back(gradients_.data() + offset, shape.numel());
-    offset += shape.numel();
-  }
-  return views;
-}
+std::vector<std::span<float>> Mlp::gradients() { return tensor_views(kLayout, gradients_.data()); }
 
 void Mlp::forward(const float* inputs, size_t batch) {
   const auto b = static_cast<Eigen::Index>(batch);

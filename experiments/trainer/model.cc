@@ -30,10 +30,21 @@ std::span<const TensorShape> model_layout(ModelKind kind) {
   return Mlp::layout();
 }
 
-size_t model_parameters(ModelKind kind) {
+size_t model_parameters(ModelKind kind) { return layout_numel(model_layout(kind)); }
+
+size_t layout_numel(std::span<const TensorShape> layout) {
   size_t n = 0;
-  for (const auto& shape : model_layout(kind)) n += shape.numel();
+  for (const auto& shape : layout) n += shape.numel();
   return n;
+}
+
+std::vector<std::span<float>> tensor_views(std::span<const TensorShape> layout, float* data) {
+  std::vector<std::span<float>> views;
+  for (const auto& shape : layout) {
+    views.emplace_back(data, shape.numel());
+    data += shape.numel();
+  }
+  return views;
 }
 
 Result<std::unique_ptr<Model>> make_model(ModelKind kind,

@@ -58,6 +58,11 @@ class Model {
 std::span<const TensorShape> model_layout(ModelKind kind);
 size_t model_parameters(ModelKind kind);
 
+// A layout's element count, and one span per tensor over `data`, back to back in
+// layout order (data holds layout_numel(layout) floats).
+size_t layout_numel(std::span<const TensorShape> layout);
+std::vector<std::span<float>> tensor_views(std::span<const TensorShape> layout, float* data);
+
 // Views `parameters`; fails unless they match model_layout(kind) in count and sizes.
 Result<std::unique_ptr<Model>> make_model(ModelKind kind, std::vector<std::span<float>> parameters);
 

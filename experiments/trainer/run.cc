@@ -48,13 +48,7 @@ struct LossWindow {
 int evaluate_saved(const RunOptions& o, const Dataset& test) {
   auto values = load_model(o.evaluate_model_path, model_parameters(o.model));
   if (!values) return fail(values.status());
-  std::vector<std::span<float>> parameters;
-  size_t offset = 0;
-  for (const auto& shape : model_layout(o.model)) {
-    parameters.emplace_back(values->data() + offset, shape.numel());
-    offset += shape.numel();
-  }
-  auto model = make_model(o.model, parameters);
+  auto model = make_model(o.model, tensor_views(model_layout(o.model), values->data()));
   if (!model) return fail(model.status());
   const Evaluation eval = evaluate(**model, test);
   RunResult result;
@@ -113,11 +107,7 @@ int run(const RunOptions& o) {
   // The parameters in this process's memory, one span per tensor of the layout.
   const auto use_own_parameters = [&] {
     own_parameters.resize(model_parameters(o.model));
-    size_t offset = 0;
-    for (const auto& shape : model_layout(o.model)) {
-      parameters.emplace_back(own_parameters.data() + offset, shape.numel());
-      offset += shape.numel();
-    }
+    parameters = tensor_views(model_layout(o.model), own_parameters.data());
   };
   if (o.standalone) {
     use_own_parameters();
