@@ -34,6 +34,9 @@ struct Client::Impl {
   uint64_t period = 1;
   uint64_t post_local = 0;
   uint64_t overlap = 0;  // attach_ok's: a sync `overlap` steps after each of period's
+  // Tune auto (sync_ok's period): the daemon moves the period, from the step of the
+  // sync that said so.
+  uint64_t anchor = 0;
   uint64_t steps = 0;
   Traffic last_traffic;
   uint64_t round = 0;
@@ -122,7 +125,7 @@ struct Client::Impl {
   }
 
   bool syncs_at(uint64_t step) const {
-    return step % period == 0 || step <= post_local ||
+    return (step >= anchor && (step - anchor) % period == 0) || step <= post_local ||
            (overlap > 0 && overlap < period && step % period == overlap);
   }
 
@@ -138,6 +141,7 @@ struct Client::Impl {
     // The node's step, which moves when an elastic ring takes the node back at the
     // members' step; the trainer's schedule follows it.
     steps = ok->step;
+    if (ok->period != 0) period = ok->period, anchor = steps;
     return StepResult{steps, true, round, last_traffic};
   }
 };

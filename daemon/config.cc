@@ -57,6 +57,7 @@ constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
 constexpr std::string_view kAllReduceAlgorithms[] = {"auto", "ring", "tree", "butterfly", "master"};
 constexpr std::string_view kSparseAllReduce[] = {"auto", "reduce-scatter", "all-gather"};
 constexpr std::string_view kOnOff[] = {"off", "on"};
+constexpr std::string_view kTune[] = {"off", "auto"};
 constexpr std::string_view kServerOptimizers[] = {"sgd", "momentum", "adam"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -251,9 +252,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 51>& fields() {
+const std::array<Field, 55>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 51> kFields = {{
+  static const std::array<Field, 55> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -338,6 +339,29 @@ const std::array<Field, 51>& fields() {
        IntegerSpec{{},
                    [](const C& c) -> uint64_t { return c.strategy.overlap_steps; },
                    [](C& c, uint64_t v) { c.strategy.overlap_steps = v; }}},
+      {"strategy.tune", "--tune", "off|auto",
+       "local SGD: auto picks the period (from T on) and a top-k codec's ratio from the measured "
+       "rounds and step time, so that the rounds hide under compute (daemon/tuner.h); off: as "
+       "given",
+       TextSpec{kTune, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.tune; },
+                [](C& c, std::string v) { c.strategy.tune = std::move(v); }}},
+      {"strategy.tune_wait", "--tune-wait", "FRACTION",
+       "tune auto: the trainers' wait for a round it aims under, as a fraction of their time",
+       NumberSpec{{0, false, 1.0},
+                  [](const C& c) { return c.strategy.tune_wait; },
+                  [](C& c, double v) { c.strategy.tune_wait = v; }}},
+      {"strategy.tune_every", "--tune-every", "ROUNDS",
+       "tune auto: rounds between two plans (each node reports what it measured over them)",
+       IntegerSpec{{2, 1u << 20, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.tune_every; },
+                   [](C& c, uint64_t v) { c.strategy.tune_every = v; }}},
+      {"strategy.tune_consensus", "--tune-consensus", "BOUND",
+       "tune auto: the longest period keeps the replicas' distance from their mean under BOUND "
+       "times the model's norm; 0: no bound",
+       NumberSpec{{0, true, std::nullopt},
+                  [](const C& c) { return c.strategy.tune_consensus; },
+                  [](C& c, double v) { c.strategy.tune_consensus = v; }}},
       {"strategy.post_local", "--post-local", "K", "synchronize every step while step <= K",
        IntegerSpec{{},
                    [](const C& c) -> uint64_t { return c.strategy.post_local; },
@@ -960,6 +984,21 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
       return key_error(o, "strategy.overlap_steps",
                        "overlapped syncs do not take post_local, elastic = on or a checkpoint");
   }
+  if (c.strategy.tuned()) {
+    if (!strategy->takes("tune"))
+      return key_error(o, "strategy.tune",
+                       fmt::format("tune auto is for strategy {}, not {} (the gossip family's "
+                                   "degree is not tuned yet)",
+                                   strategies_taking("tune"), c.strategy.name));
+    if (c.strategy.fragments > 1 || c.strategy.overlap_steps > 0 || c.strategy.post_local != 0)
+      return key_error(o, "strategy.tune",
+                       "tune auto sets the period itself: it does not take fragments, "
+                       "overlap_steps or post_local yet");
+    if (c.strategy.elastic == "on" || !c.checkpoint.empty())
+      return key_error(o, "strategy.tune",
+                       "tune auto does not take elastic = on or a checkpoint yet (a node that "
+                       "comes back does not know the plan the others run)");
+  }
   if (c.strategy.fragments > 1) {
     if (!strategy->takes("fragments"))
       return key_error(o, "strategy.fragments",
@@ -1226,6 +1265,8 @@ std::vector<std::string> readers_of(std::string_view key) {
     option = key.substr(key.find('.') + 1);
   else if (key == "strategy.overlap_steps")
     option = "fragments";
+  else if (key.starts_with("strategy.tune"))
+    option = "tune";
   else if (key.starts_with("strategy.outer."))
     option = "outer";
   else if (key == "strategy.servers")

@@ -40,6 +40,13 @@ struct StrategyConfig {
   // TAU: a round runs under the trainers' next TAU steps, its result merged into their
   // replicas then (the outer step on top of the steps taken since); 0: they wait.
   uint64_t overlap_steps = 0;
+  // "auto": the period (from `period` on) and a top-k codec's ratio follow what the
+  // rounds measure (daemon/tuner.h); "off": as given.
+  std::string tune = "off";
+  bool tuned() const { return tune == "auto"; }
+  double tune_wait = 0.05;       // the trainers' wait fraction auto aims under
+  uint64_t tune_every = 4;       // rounds between two plans
+  double tune_consensus = 0.02;  // bound of the replicas' relative distance; 0: none
   OuterOptimizerConfig outer;
   // What travels is compressed with this codec (compression/codec_spec.h); biased
   // codecs always get error feedback.

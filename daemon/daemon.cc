@@ -33,7 +33,8 @@ Daemon::Daemon(DaemonConfig config)
     : config_(std::move(config)),
       strategy_(sgd::find_strategy(config_.strategy.name)),
       sessions_(config_.max_trainers),
-      time_(config_.max_trainers) {
+      time_(config_.max_trainers),
+      tuned_period_(config_.strategy.tuned() ? config_.strategy.period : 0) {
   parse_nonfinite_policy(config_.strategy.nonfinite, &nonfinite_policy_);  // validated by config
 }
 
@@ -400,7 +401,7 @@ void Daemon::send_attach_ok(TrainerSession* s, bool initialized) {
   ok.strategy = config_.strategy.name;
   ok.gradients = strategy_->gradients;
   // With streamed syncs (--fragments F) a fragment every T / F steps.
-  ok.period = config_.strategy.period / config_.strategy.fragments;
+  ok.period = tuned_period_ ? tuned_period_ : config_.strategy.period / config_.strategy.fragments;
   ok.fragments = config_.strategy.fragments;
   ok.overlap = config_.strategy.overlap_steps;
   ok.post_local = config_.strategy.post_local;
@@ -523,6 +524,7 @@ ipc::SyncOk Daemon::sync_ok(uint64_t step) const {
   ok.round = round_;
   ok.step = step;
   ok.traffic = worker_->traffic().totals();
+  ok.period = tuned_period_;
   return ok;
 }
 
@@ -935,6 +937,7 @@ void Daemon::handle_round_done() {
   if (!result) return;
   round_running_ = false;
   round_ = result->round + 1;
+  if (result->period) tuned_period_ = *result->period;
   time_.round_ends(std::chrono::steady_clock::now(), worker_->traffic().totals().payload_sent);
   if (result->step && *result->step != step_) {
     // Back in an elastic ring at the members' step: the trainers follow (SyncOk.step).

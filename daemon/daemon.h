@@ -103,6 +103,7 @@ class Daemon {
   std::span<float> round_model_;              // what the running (or last) round averaged in place
   uint64_t round_ = 0;                        // rounds completed
   uint64_t step_ = 0;                         // the node's step at the last round
+  uint64_t tuned_period_ = 0;  // tune auto: the trainers' period now (SyncOk.period); 0: off
   bool round_running_ = false;
   // The running round covers a bucket of the gradients (SyncRange), not the model.
   bool bucket_round_ = false;

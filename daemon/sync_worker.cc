@@ -1,6 +1,7 @@
 #include "daemon/sync_worker.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -47,6 +48,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   auto codec = compression::make_codec(config.strategy.codec);
   if (!codec) return codec.status();
   w->codec_ = std::move(codec).value();
+  if (config.strategy.tuned()) GOSSIP_RETURN_IF_ERROR(w->make_tuner(config));
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
@@ -288,6 +290,7 @@ SyncWorker::~SyncWorker() {
   all_reduce_.reset();
   ring_.reset();
   initial_.reset();  // subscribed to the router
+  tuner_.reset();    // idem
   router_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);
@@ -468,7 +471,7 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
   // out trains at its own pace (alone, faster; stopped, slower), and its trainers'
   // steps must line up with the members' again, or its rounds would not be theirs
   // and the run would end on different rounds.
-  return RoundResult{Status::ok(), state.round - 1, state.step};
+  return RoundResult{Status::ok(), state.round - 1, state.step, std::nullopt};
 }
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
@@ -504,6 +507,60 @@ void SyncWorker::write_checkpoint_now() {
       last_->round, last_->step, last_->model.size(),
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
       describe_state(last_->state));
+}
+
+Status SyncWorker::make_tuner(const DaemonConfig& config) {
+  const auto& sc = config.strategy;
+  TuneSettings settings;
+  settings.wait = sc.tune_wait;
+  settings.every = sc.tune_every;
+  settings.consensus = sc.tune_consensus;
+  // From the configured period on: a shorter one than asked for is not what auto is for.
+  std::erase_if(settings.periods, [&](uint64_t p) { return p < sc.period; });
+  if (settings.periods.empty() || settings.periods.front() != sc.period)
+    settings.periods.insert(settings.periods.begin(), sc.period);
+  TunedCodec* tuned = nullptr;
+  if (codec_.codec->keeps_largest()) {
+    auto t = TunedCodec::make(*codec_.codec, {0.1, 0.03, 0.01, 0.003});
+    if (!t) return t.status();
+    tuned = t->get();
+    settings.ratios = tuned->ratios();
+    codec_.codec = std::move(t).value();
+  }
+  tuner_ = std::make_unique<Tuner>(*router_, std::move(settings), sc.period, tuned);
+  spdlog::info("tune auto: period from {} on{}, rounds under {:.0f}% of the trainers' time",
+               sc.period,
+               tuned ? fmt::format(", ratio of {} among {}", codec_.codec->spec(),
+                                   fmt::join(tuned->ratios(), ", "))
+                     : "",
+               100 * sc.tune_wait);
+  return Status::ok();
+}
+
+void SyncWorker::tune(RoundResult& result, uint64_t step,
+                      std::chrono::steady_clock::time_point began, uint64_t sent_before) {
+  const auto now = std::chrono::steady_clock::now();
+  Tuner::RoundSample s;
+  s.round = result.round;
+  s.seconds = std::chrono::duration<double>(now - began).count();
+  s.bytes = transport_->traffic().totals().payload_sent - sent_before;
+  if (tune_last_end_ && step > tune_last_step_) {
+    s.compute_s = std::chrono::duration<double>(began - *tune_last_end_).count();
+    s.steps = step - tune_last_step_;
+  }
+  s.probe = Tuner::probes(result.round);
+  tuner_->round_ran(s);
+  result.period = tuner_->next_period(result.round, std::chrono::seconds(2),
+                                      [&] { router_->poll(std::chrono::milliseconds(5)); });
+  tune_last_end_ = std::chrono::steady_clock::now();
+  tune_last_step_ = step;
+}
+
+std::vector<sgd::Strategy::Gauge> SyncWorker::strategy_gauges() const {
+  auto g = strategy_->gauges();
+  if (tuner_)
+    for (auto& t : tuner_->gauges()) g.push_back(std::move(t));
+  return g;
 }
 
 void SyncWorker::run_start(std::span<float> model) {
@@ -586,8 +643,12 @@ void SyncWorker::run() {
     opts.cancel = &stop_;
     opts.offset = job.bucket.value_or(0);
     opts.model_numel = numel;
+    if (tuner_ && !job.bucket) opts.uncompressed = tuner_->before_round(round, job.model);
+    const auto began = std::chrono::steady_clock::now();
+    const uint64_t sent = transport_->traffic().totals().payload_sent;
     Status st = strategy_->synchronize(job.model, round, opts);
-    RoundResult result{std::move(st), round, std::nullopt};
+    RoundResult result{std::move(st), round, std::nullopt, std::nullopt};
+    if (tuner_ && result.status && !job.bucket) tune(result, job.step, began, sent);
     if (result.status && membership_ && membership_->left_out()) {
       if (auto back = come_back(job.model)) {
         result = std::move(*back);

@@ -18,6 +18,7 @@
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "daemon/hooks.h"
+#include "daemon/tuner.h"
 #include "peers/ring_channel.h"
 #include "peers/router.h"
 #include "peers/topology.h"
@@ -56,6 +57,8 @@ class SyncWorker {
     // Set when the node came back into an elastic ring with a member's model: the
     // step that model is at, where the node's trainers go on from.
     std::optional<uint64_t> step;
+    // Tune auto: the trainers' period up to the next round (daemon/tuner.h).
+    std::optional<uint64_t> period;
   };
   std::optional<RoundResult> take_result();
   // Start-up (sgd/initial_model.h), after set_model(), like a round: on node 0,
@@ -86,7 +89,8 @@ class SyncWorker {
   // Rounds each all-reduce algorithm completed, by name; empty without a ring
   // transport (any thread).
   std::vector<std::pair<std::string, uint64_t>> allreduce_rounds() const;
-  std::vector<sgd::Strategy::Gauge> strategy_gauges() const { return strategy_->gauges(); }
+  // The strategy's gauges, and the tuner's under tune auto (any thread).
+  std::vector<sgd::Strategy::Gauge> strategy_gauges() const;
 
  private:
   SyncWorker() = default;
@@ -106,6 +110,10 @@ class SyncWorker {
   // tries again later).
   std::optional<RoundResult> come_back(std::span<float> model);
   void after_round(std::span<const float> model, uint64_t ran, uint64_t step);
+  Status make_tuner(const DaemonConfig& config);
+  // After a round under tune auto: its sample to the tuner, the next period to `result`.
+  void tune(RoundResult& result, uint64_t step, std::chrono::steady_clock::time_point began,
+            uint64_t sent_before);
   void write_checkpoint_now();
   void signal_done();
 
@@ -126,6 +134,9 @@ class SyncWorker {
   std::unique_ptr<peers::Topology> topology_;
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;
+  std::unique_ptr<Tuner> tuner_;  // tune auto; after the router it subscribes to
+  std::optional<std::chrono::steady_clock::time_point> tune_last_end_;  // worker thread only
+  uint64_t tune_last_step_ = 0;
   std::chrono::milliseconds round_timeout_{60000};
   int done_fd_ = -1;
 

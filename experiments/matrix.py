@@ -62,6 +62,7 @@ DILOCO = ("--outer-optimizer", "nesterov", "--outer-lr", "0.7", "--outer-momentu
 CHAIN = "topk:0.01+quant:2+idx:auto+ef"
 STREAMED = ("--fragments", "4", "--overlap-steps", "2")
 CNN = ("--model", "cnn")
+TUNE = ("--tune", "auto")
 
 
 def low_bandwidth_runs():
@@ -72,6 +73,19 @@ def low_bandwidth_runs():
         Run("streamed-T8-chain", "local-sgd", period=8, codec=CHAIN, extra=STREAMED),
         Run("local-sgd-T16-chain", "local-sgd", period=16, codec=CHAIN),
         Run("diloco-T16-chain", "local-sgd", period=16, codec=CHAIN, extra=DILOCO),
+        # Issue 23's --tune auto: the period (from 1 on) and the chain's ratio from what
+        # the rounds measure, not told the network.
+        Run("local-sgd-auto-chain", "local-sgd", period=1, codec=CHAIN, extra=TUNE),
+    ]
+
+
+def tune_runs():
+    """--tune auto against the hand-picked periods around it, the chain at 1 %."""
+    return [
+        Run("local-sgd-T2-chain", "local-sgd", period=2, codec=CHAIN),
+        Run("local-sgd-T4-chain", "local-sgd", period=4, codec=CHAIN),
+        Run("local-sgd-T8-chain", "local-sgd", period=8, codec=CHAIN),
+        Run("local-sgd-auto-chain", "local-sgd", period=1, codec=CHAIN, extra=TUNE),
     ]
 
 
@@ -145,6 +159,9 @@ MATRICES = {
         Run("choco-topk", "choco", codec="topk:0.01", topology="ring"),
     ] + low_bandwidth_runs(),
     "low-bandwidth": lambda: [Run("allreduce", "allreduce")] + low_bandwidth_runs(),
+    # --tune auto against the best hand-picked schedules; the baseline runs in
+    # "low-bandwidth" (or use --only to add it).
+    "tune": tune_runs,
     # Issue 23's workload where the network matters: the 3.2M-parameter CNN (13 MB a
     # model), 300 steps (CNN_DEFAULTS).
     "cnn": lambda: [

@@ -98,7 +98,8 @@ bool write_wire_headers(const fs::path& root) {
         proto::InitialModel{proto::InitialModel::kRequest, 0, 0, 0, 2000, kLayout}, 0);
   write("initial-model_chunk",
         proto::InitialModel{proto::InitialModel::kChunk, 1, 1000, 1000, 2000, kLayout}, 4000);
-  static_assert(proto::kMaxKind == 17, "a new kind: add its seed above");
+  write("tune-report", proto::TuneReport{3, 0.004, 0.012, 48000, 0.2, 1.6e6, 512}, 2048);
+  static_assert(proto::kMaxKind == 18, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",

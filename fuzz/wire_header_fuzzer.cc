@@ -54,8 +54,11 @@ void check_promises(const proto::Message& m) {
            r && r->what != proto::PsReplica::kRequest)
     check_slice(e, r->offset, r->numel, CodecId::kNone, 1.0);
   else if (const auto* i = std::get_if<proto::InitialModel>(&m.body);
-           i && i->what != proto::InitialModel::kRequest)
+           i && i->what == proto::InitialModel::kChunk)
     check_slice(e, i->offset, i->numel, CodecId::kNone, 1.0);
+  else if (const auto* t = std::get_if<proto::TuneReport>(&m.body))
+    expect(t->samples <= proto::kMaxTuneSamples && e.length == t->samples * sizeof(float),
+           "a tune-report carries its samples, at most kMaxTuneSamples");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else

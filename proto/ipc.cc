@@ -41,7 +41,7 @@ struct Schema<Sync> {
 template <>
 struct Schema<SyncOk> {
   static constexpr const char* kName = "sync_ok";
-  static constexpr std::array<std::string_view, 3> kKeys = {"round", "step", "traffic"};
+  static constexpr std::array<std::string_view, 4> kKeys = {"round", "step", "traffic", "period"};
 };
 template <>
 struct Schema<SyncRange> {
@@ -233,7 +233,7 @@ void pack_body(Packer& pk, const AttachOk& m) {
 }
 void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys, m.step, m.whole); }
 void pack_body(Packer& pk, const SyncOk& m) {
-  pack_fields(pk, Schema<SyncOk>::kKeys, m.round, m.step, m.traffic);
+  pack_fields(pk, Schema<SyncOk>::kKeys, m.round, m.step, m.traffic, m.period);
 }
 void pack_body(Packer&, const Start&) {}
 void pack_body(Packer& pk, const SyncRange& m) {
@@ -544,7 +544,8 @@ Status read_body(const FieldReader& r, Sync* m) {
 Status read_body(const FieldReader& r, SyncOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("round", &m->round));
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
-  return r.read("traffic", &m->traffic);
+  GOSSIP_RETURN_IF_ERROR(r.read("traffic", &m->traffic));
+  return r.read("period", &m->period);
 }
 Status read_body(const FieldReader&, Start*) { return Status::ok(); }
 Status read_body(const FieldReader& r, SyncRange* m) {

@@ -14,7 +14,8 @@
 namespace gossip::proto::ipc {
 
 // 3: stats_reply's timing, attach_ok's fragments and overlap, sync's whole.
-inline constexpr uint32_t kProtocolVersion = 3;
+// 4: sync_ok's period.
+inline constexpr uint32_t kProtocolVersion = 4;
 inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
 
 // trainer -> daemon: join this node with a model of this layout.
@@ -85,6 +86,9 @@ struct SyncOk {
   uint64_t round = 0;
   uint64_t step = 0;
   Traffic traffic;  // this node's totals over all peers
+  // Tune auto: the next sync is `period` steps after `step` (the daemon moves the
+  // period between rounds); 0: the schedule of AttachOk.
+  uint64_t period = 0;
 };
 
 // trainer -> daemon, once after attach when AttachOk.initialized was false: the

@@ -48,6 +48,8 @@ const char* kind_name(Kind k) {
       return "ps-replica";
     case Kind::kInitialModel:
       return "initial-model";
+    case Kind::kTuneReport:
+      return "tune-report";
   }
   return "?";
 }
@@ -226,6 +228,14 @@ Status check(const Envelope& e, const Body& body) {
             return Status::protocol(fmt::format("initial-model of unknown what={}", m.what));
           if (m.what != InitialModel::kChunk) return check_payload_less(e);
           return check_slice(e, m.offset, m.numel, CodecId::kNone);
+        } else if constexpr (std::is_same_v<T, TuneReport>) {
+          if (m.samples > kMaxTuneSamples)
+            return Status::protocol(
+                fmt::format("tune-report of {} samples (at most {})", m.samples, kMaxTuneSamples));
+          if (e.length != m.samples * sizeof(float))
+            return Status::protocol(fmt::format(
+                "tune-report of {} samples with a payload of {} bytes", m.samples, e.length));
+          return Status::ok();
         } else if constexpr (std::is_same_v<T, NcclId>) {
           if (e.length != kNcclIdBytes)
             return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes, says {}",

@@ -48,8 +48,9 @@ enum class Kind : uint8_t {
   kPsParams = 15,
   kPsReplica = 16,
   kInitialModel = 17,
+  kTuneReport = 18,
 };
-inline constexpr uint8_t kMaxKind = 17;
+inline constexpr uint8_t kMaxKind = 18;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -312,10 +313,32 @@ struct InitialModel {
   }
 };
 
+// --tune auto (daemon/tuner.h): what the sender measured over tuning epoch `epoch`,
+// sent to every peer after the epoch's last round (the envelope's round is its next).
+// Every node derives the same plan from the same reports. Payload: `samples` raw fp32,
+// the sender's model before that round at the indices every node derives alike.
+struct TuneReport {
+  static constexpr Kind kKind = Kind::kTuneReport;
+  uint64_t epoch = 0;
+  double step_s = 0;       // its trainers' compute time per step
+  double round_s = 0;      // the median duration of its compressed rounds
+  double round_bytes = 0;  // the mean of the bytes it sent in one of them
+  double probe_s = 0;      // its uncompressed probe round (0: not in this epoch)
+  double probe_bytes = 0;
+  uint64_t samples = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("epoch", epoch), f("step_s", step_s), f("round_s", round_s);
+    f("round_bytes", round_bytes), f("probe_s", probe_s), f("probe_bytes", probe_bytes);
+    f("samples", samples);
+  }
+};
+inline constexpr uint64_t kMaxTuneSamples = 4096;
+
 // In Kind order: Body's index is the kind minus one.
 using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
                           StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull,
-                          PsParams, PsReplica, InitialModel>;
+                          PsParams, PsReplica, InitialModel, TuneReport>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

@@ -176,7 +176,7 @@ Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,
   if (error_feedback_ && !residual_)
     residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, model.size());
   CollectiveOptions opts = options;
-  opts.compression = {codec_, residual_.get(), pool_};
+  if (!round_options.uncompressed) opts.compression = {codec_, residual_.get(), pool_};
   GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
   apply(model, delta_, previous_, momentum_);
   return Status::ok();
@@ -250,7 +250,7 @@ StrategyDescriptor local_sgd_strategy() {
   d.summary = "average the models every `period` steps, with an optional outer optimizer (DiLoCo)";
   d.fabric = Fabric::kAllReduce;
   d.takes_nodes_back = true;
-  d.options = {"outer", "trim", "fragments"};
+  d.options = {"outer", "trim", "fragments", "tune"};
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
     return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, r.params.outer,
                                                                 r.codec, r.error_feedback, r.pool));

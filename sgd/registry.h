@@ -79,7 +79,8 @@ struct StrategyDescriptor {
   // Which of StrategyParams it reads, by config key ("gamma", "delay", "staleness",
   // "trim", "clip", "outer", "servers", "ps_mode", "ps_fetch", "ps_optimizer"), and
   // which of the daemon's round schedules it allows ("fragments": streamed and
-  // overlapped syncs): another strategy given one of them is refused.
+  // overlapped syncs; "tune": the period and ratio --tune auto picks): another
+  // strategy given one of them is refused.
   std::vector<std::string_view> options;
   // Makes the strategy over `r`; `detail` gets what the log line says of its settings.
   std::function<Result<std::unique_ptr<Strategy>>(const StrategyResources& r, std::string* detail)>

@@ -38,6 +38,9 @@ struct RoundOptions {
   // per element (error-feedback residuals, local SGD's previous model).
   uint64_t offset = 0;
   uint64_t model_numel = 0;
+  // --tune auto's probe where the codec has no ratio to raise (daemon/tuner.h): what
+  // the round sends travels raw fp32, so that its time says what the bytes cost.
+  bool uncompressed = false;
 };
 
 class Strategy {

@@ -1,6 +1,7 @@
 // Local SGD across real gossipd processes on loopback: the replicas are equal to
 // the exact mean right after every averaging, and the traffic is what the exchange
 // predicts, for the ring all-reduce (the default) and the all-gather.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -425,6 +426,68 @@ TEST(LocalSgdIntegration, PostLocalScheduleSyncsEveryStepFirstThenEveryPeriod) {
     pattern += r->synced ? 'S' : '.';
   }
   EXPECT_EQ(pattern, "SSSS...S...S");
+}
+
+// Tune auto (daemon/tuner.h) over two real daemons: period 1 to start, a plan every 2
+// rounds. The first epoch (rounds 0 and 1) measures the probe (round 1, uncompressed);
+// the second's reports (rounds 2 and 3) cross after round 3 and the plan comes with
+// round 4's answer. The trainers' steps cost next to nothing against a round, so it
+// lengthens the period: both trainers sync at steps 1 to 5, then both at 5 + P for
+// the same P > 1 of the ladder, with the same replicas after every sync, and node 0's
+// log says why.
+TEST(LocalSgdIntegration, TuneAutoLengthensThePeriodAlikeOnEveryNode) {
+  // The trainers' random walks are far apart against their small norm: no consensus
+  // bound here (TheConsensusBoundCapsThePeriod tests it).
+  Cluster cluster(2, {"--period", "1", "--tune", "auto", "--tune-every", "2", "--tune-consensus",
+                      "0", "--codec", "topk:0.1+ef", "--round-timeout", "30"});
+  cluster.start_all();
+  constexpr size_t kNumel = 4096;
+  std::vector<std::vector<int>> synced_at(2);
+  std::vector<std::vector<std::vector<float>>> after(2);
+  std::vector<std::string> errors(2);
+  {
+    std::vector<std::jthread> threads;
+    for (int node = 0; node < 2; ++node)
+      threads.emplace_back([&, node] {
+        auto client = connect_to(cluster, node);
+        if (!client) return;
+        auto model = client->attach({{"w", kNumel}});
+        if (!model) {
+          errors[node] = model.status().message();
+          return;
+        }
+        auto w = model->tensors[0];
+        std::mt19937 rng(node);
+        std::normal_distribution<float> noise;
+        for (int step = 1; step <= 5 + 64 + 1; ++step) {
+          for (auto& x : w) x += 0.01f * noise(rng);
+          const bool syncs = client->next_step_syncs();
+          auto r = client->step();
+          if (!r) {
+            errors[node] = r.status().message();
+            return;
+          }
+          if (syncs) {
+            synced_at[node].push_back(step);
+            after[node].emplace_back(w.begin(), w.end());
+          }
+          if (synced_at[node].size() == 6) break;
+        }
+      });
+  }
+  for (int node = 0; node < 2; ++node) ASSERT_EQ(errors[node], "") << cluster.log(node);
+  ASSERT_EQ(synced_at[0].size(), 6u) << cluster.log(0);
+  EXPECT_EQ(synced_at[0], synced_at[1]) << "the nodes follow one plan";
+  EXPECT_EQ(std::vector<int>(synced_at[0].begin(), synced_at[0].begin() + 5),
+            (std::vector<int>{1, 2, 3, 4, 5}));
+  const int period = synced_at[0][5] - 5;
+  EXPECT_GT(period, 1);
+  EXPECT_EQ(period & (period - 1), 0) << "a period of the ladder: " << period;
+  for (size_t sync = 0; sync < 6; ++sync)
+    ASSERT_EQ(after[0][sync], after[1][sync]) << "sync " << sync << ": one model on both nodes";
+  const std::string log = cluster.log(0);
+  EXPECT_NE(log.find(fmt::format("tune: period 1 -> {}", period)), std::string::npos) << log;
+  EXPECT_NE(log.find("trainers wait"), std::string::npos) << log;
 }
 
 TEST(LocalSgdIntegration, PeerKilledMidTrainingFailsTheRoundNamingItWithinTheTimeout) {

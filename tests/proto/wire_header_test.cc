@@ -270,6 +270,8 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return PsReplica{};
         case Kind::kInitialModel:
           return InitialModel{};
+        case Kind::kTuneReport:
+          return TuneReport{};
       }
       return Hello{};
     }();

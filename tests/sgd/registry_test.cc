@@ -23,7 +23,8 @@ TEST(StrategyRegistry, EveryStrategyHasOneDescriptorThatCanMakeIt) {
       EXPECT_TRUE(option == "gamma" || option == "delay" || option == "staleness" ||
                   option == "trim" || option == "clip" || option == "outer" ||
                   option == "servers" || option == "ps_mode" || option == "ps_fetch" ||
-                  option == "ps_optimizer" || option == "sma" || option == "fragments")
+                  option == "ps_optimizer" || option == "sma" || option == "fragments" ||
+                  option == "tune")
           << d.name
           << " takes an option neither StrategyParams nor the daemon's schedule has: " << option;
   }
