@@ -212,10 +212,9 @@ void Tuner::on_report(peers::Incoming& in) {
 }
 
 bool Tuner::before_round(uint64_t round, std::span<const float> model) {
-  if (probes(round) && codec_) {
-    codec_->set_ratio(codec_->ratios().front());  // round_ran() sets the plan's back
-    return false;
-  }
+  // The plan's ratio, or the ladder's largest for the probe (also after a failed one).
+  if (codec_) codec_->set_ratio(probes(round) ? codec_->ratios().front() : plan_.ratio);
+  if (probes(round) && codec_) return false;
   if ((round + 1) % settings_.every != 0 || model.empty()) return probes(round);
   // The same indices on every node: a function of the model's size alone.
   auto payload = std::make_shared<std::vector<std::byte>>(kSamples * sizeof(float));
@@ -228,7 +227,6 @@ bool Tuner::before_round(uint64_t round, std::span<const float> model) {
 void Tuner::round_ran(const RoundSample& s) {
   if (s.round == 0) return;  // connects the ring, waits for every node's first steps
   if (s.probe) {
-    if (codec_) codec_->set_ratio(plan_.ratio);
     probe_s_ = s.seconds, probe_bytes_ = static_cast<double>(s.bytes);
   } else {
     round_s_.push_back(s.seconds);
@@ -238,11 +236,13 @@ void Tuner::round_ran(const RoundSample& s) {
   // interval, which the median leaves out.
   if (s.steps > 0) step_s_.push_back(s.compute_s / static_cast<double>(s.steps));
   if ((s.round + 1) % settings_.every != 0) return;
-  send_report(s.round / settings_.every);
   due_after_ = s.round + 1;
+  send_report(s.round / settings_.every);
 }
 
 void Tuner::send_report(uint64_t epoch) {
+  // The envelope's round: the sender's next, as for every kind but the chunks.
+  const uint64_t next_round = due_after_;
   proto::TuneReport r;
   r.epoch = epoch;
   r.step_s = median(step_s_);
@@ -262,9 +262,9 @@ void Tuner::send_report(uint64_t epoch) {
   reports_[epoch][router_.self()] = std::move(own);
   for (const auto& p : router_.peers()) {
     if (sample_)
-      (void)router_.transport().send_shared(p.id, due_after_, r, sample_);
+      (void)router_.transport().send_shared(p.id, next_round, r, sample_);
     else
-      (void)router_.transport().send(p.id, due_after_, r);
+      (void)router_.transport().send(p.id, next_round, r);
   }
   due_epoch_ = epoch;
   sample_.reset();
@@ -297,9 +297,13 @@ uint64_t Tuner::next_period(uint64_t round, std::chrono::milliseconds wait,
     m.probe_s = probe_.probe_s, m.probe_bytes = probe_.probe_bytes;
     TunePlan next = decide(settings_, m, plan_);
     if (next.period != plan_.period || next.ratio != plan_.ratio) {
-      spdlog::info("tune: period {} -> {}, ratio {} -> {} from round {}: {}", plan_.period,
-                   next.period, ratio_text(plan_.ratio), ratio_text(next.ratio), round + 1,
-                   next.reason);
+      std::string change;
+      if (next.period != plan_.period)
+        change = fmt::format("period {} -> {}", plan_.period, next.period);
+      if (next.ratio != plan_.ratio)
+        change += fmt::format("{}ratio {} -> {}", change.empty() ? "" : ", ",
+                              ratio_text(plan_.ratio), ratio_text(next.ratio));
+      spdlog::info("tune: {} from round {}: {}", change, round + 1, next.reason);
       g_plans_.store(g_plans_.load(kRelaxed) + 1, kRelaxed);
     } else {
       spdlog::debug("tune: the plan stays (period {}, ratio {}): {}", next.period,
