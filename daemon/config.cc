@@ -252,9 +252,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 55>& fields() {
+const std::array<Field, 57>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 55> kFields = {{
+  static const std::array<Field, 57> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -366,10 +366,23 @@ const std::array<Field, 55>& fields() {
        IntegerSpec{{},
                    [](const C& c) -> uint64_t { return c.strategy.post_local; },
                    [](C& c, uint64_t v) { c.strategy.post_local = v; }}},
-      {"strategy.round_timeout", "--round-timeout", "SECONDS", "a round that takes longer fails",
+      {"strategy.round_timeout", "--round-timeout", "SECONDS",
+       "a round that takes longer fails, naming the peers missing (a gossip round goes on "
+       "without them instead); docs/timeouts.md",
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.round_timeout_s; },
                   [](C& c, double v) { c.strategy.round_timeout_s = v; }}},
+      {"strategy.round_timeout_factor", "--round-timeout-factor", "F",
+       "the round's deadline follows the rounds: F times the longest of the last 64, between "
+       "--round-timeout-floor and --round-timeout; 0: always --round-timeout",
+       NumberSpec{{0, true, std::nullopt},
+                  [](const C& c) { return c.strategy.round_timeout_factor; },
+                  [](C& c, double v) { c.strategy.round_timeout_factor = v; }}},
+      {"strategy.round_timeout_floor", "--round-timeout-floor", "SECONDS",
+       "the shortest deadline --round-timeout-factor gives a round",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.round_timeout_floor_s; },
+                  [](C& c, double v) { c.strategy.round_timeout_floor_s = v; }}},
       {"strategy.chunk_bytes", "--chunk-bytes", "N",
        "bytes per message: >= 4096, a multiple of 4, <= 256 MiB",
        IntegerSpec{{4096, kMaxChunkBytes, 4},
@@ -511,7 +524,8 @@ const std::array<Field, 55>& fields() {
                    [](const C& c) -> uint64_t { return c.strategy.staleness; },
                    [](C& c, uint64_t v) { c.strategy.staleness = v; }}},
       {"strategy.patience", "--patience", "SECONDS",
-       "gossip: how long a round waits for a neighbor before going on without it",
+       "gossip: how long a round waits for a neighbor that delivered before going on without "
+       "it (one never heard from: until the round timeout)",
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.patience_s; },
                   [](C& c, double v) { c.strategy.patience_s = v; }}},
@@ -530,18 +544,19 @@ const std::array<Field, 55>& fields() {
                 [](const C& c) -> const std::string& { return c.strategy.clip; },
                 [](C& c, std::string v) { c.strategy.clip = std::move(v); }}},
       {"strategy.heartbeat", "--heartbeat", "SECONDS",
-       "gossip: send a heartbeat to every peer this often while waiting",
+       "gossip and parameter servers: send a heartbeat to the peers this often while waiting",
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.heartbeat_s; },
                   [](C& c, double v) { c.strategy.heartbeat_s = v; }}},
       {"strategy.dead_after", "--dead-after", "SECONDS",
-       "gossip: a neighbor silent this long (no heartbeat) is dropped from the round",
+       "a peer silent this long (no heartbeat) is taken for dead: dropped from a gossip round, "
+       "left out of a parameter server's clock; an elastic ring's wait for its members' answers",
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.dead_after_s; },
                   [](C& c, double v) { c.strategy.dead_after_s = v; }}},
       {"strategy.join_wait", "--join-wait", "SECONDS",
-       "gossip: at the first attach, how long to wait for peers to offer their state (a "
-       "restarted node resumes from the freshest); 0: never ask",
+       "gossip, and local SGD with elastic = on: at the first attach, how long to wait for "
+       "peers to offer their state (a restarted node resumes from the freshest); 0: never ask",
        NumberSpec{{0, true, std::nullopt},
                   [](const C& c) { return c.strategy.join_wait_s; },
                   [](C& c, double v) { c.strategy.join_wait_s = v; }}},

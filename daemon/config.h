@@ -51,8 +51,12 @@ struct StrategyConfig {
   // What travels is compressed with this codec (compression/codec_spec.h); biased
   // codecs always get error feedback.
   std::string codec = "none";
-  uint32_t codec_threads = 1;       // threads (the sync thread included) that compress and decode
-  double round_timeout_s = 60.0;    // a round that takes longer fails, naming the missing peers
+  uint32_t codec_threads = 1;     // threads (the sync thread included) that compress and decode
+  double round_timeout_s = 60.0;  // a round that takes longer fails, naming the missing peers
+  // > 0: the deadline follows the rounds, this times the longest of the last ones, at
+  // least round_timeout_floor_s and at most round_timeout_s (daemon/round_deadline.h).
+  double round_timeout_factor = 0.0;
+  double round_timeout_floor_s = 5.0;
   uint64_t chunk_bytes = 4u << 20;  // model slices sent per message
   // How local SGD averages: "tcp" (ring all-reduce over Boost.Asio), "rdma" (ring over
   // verbs), "nccl" (GPU buffers), "allgather" (every model to every node over the

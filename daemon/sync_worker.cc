@@ -54,6 +54,10 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
+  w->round_deadline_ = std::make_unique<RoundDeadline>(
+      RoundDeadline::Duration(config.strategy.round_timeout_s),
+      config.strategy.round_timeout_factor,
+      RoundDeadline::Duration(config.strategy.round_timeout_floor_s));
   w->node_ = config.node_id;
   w->strategy_name_ = config.strategy.name;
   w->chunk_elems_ = config.strategy.chunk_bytes / sizeof(float);
@@ -639,7 +643,9 @@ void SyncWorker::run() {
         strategy_->progress(round, numel, std::chrono::milliseconds(0));
       });
     sgd::RoundOptions opts;
-    opts.deadline = std::chrono::steady_clock::now() + round_timeout_;
+    const auto allowed = round_deadline_->next();
+    opts.deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(allowed);
     opts.cancel = &stop_;
     opts.offset = job.bucket.value_or(0);
     opts.model_numel = numel;
@@ -647,6 +653,14 @@ void SyncWorker::run() {
     const auto began = std::chrono::steady_clock::now();
     const uint64_t sent = transport_->traffic().totals().payload_sent;
     Status st = strategy_->synchronize(job.model, round, opts);
+    if (st) {
+      round_deadline_->completed(std::chrono::steady_clock::now() - began);
+    } else if (round_deadline_->adapting()) {
+      st = st.with_context(fmt::format(
+          "the round's deadline was {:.2f} s, --round-timeout-factor times the longest of the "
+          "last rounds",
+          allowed.count()));
+    }
     RoundResult result{std::move(st), round, std::nullopt, std::nullopt};
     if (tuner_ && result.status && !job.bucket) tune(result, job.step, began, sent);
     if (result.status && membership_ && membership_->left_out()) {

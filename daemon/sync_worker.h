@@ -18,6 +18,7 @@
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "daemon/hooks.h"
+#include "daemon/round_deadline.h"
 #include "daemon/tuner.h"
 #include "peers/ring_channel.h"
 #include "peers/router.h"
@@ -137,7 +138,8 @@ class SyncWorker {
   std::unique_ptr<Tuner> tuner_;  // tune auto; after the router it subscribes to
   std::optional<std::chrono::steady_clock::time_point> tune_last_end_;  // worker thread only
   uint64_t tune_last_step_ = 0;
-  std::chrono::milliseconds round_timeout_{60000};
+  std::chrono::milliseconds round_timeout_{60000};  // joins and start-up
+  std::unique_ptr<RoundDeadline> round_deadline_;   // rounds (worker thread only)
   int done_fd_ = -1;
 
   std::mutex mu_;

@@ -340,7 +340,7 @@ std::vector<sgd::Strategy::Gauge> Tuner::gauges() const {
       {"gossipd_tune_bandwidth_bytes_per_second",
        "tune auto: the bandwidth its cost model took (0: not measured)",
        g_bandwidth_.load(kRelaxed)},
-      {"gossipd_tune_plans_total", "tune auto: plans that changed the period or the ratio",
+      {"gossipd_tune_changes", "tune auto: plans that changed the period or the ratio",
        g_plans_.load(kRelaxed)},
       {"gossipd_tune_consensus_distance",
        "tune auto: the replicas' distance from their mean before the last epoch's last round, "

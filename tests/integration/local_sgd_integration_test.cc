@@ -513,6 +513,37 @@ TEST(LocalSgdIntegration, PeerKilledMidTrainingFailsTheRoundNamingItWithinTheTim
   EXPECT_TRUE(a->traffic().is_ok()) << "the daemon still serves its trainer";
 }
 
+// A hung peer (SIGSTOP: its connections stay open, nothing fails fast) under a deadline
+// that follows the rounds (--round-timeout-factor 3, floor 1 s): after 12 rounds of a
+// few milliseconds node 0's round fails at the floor, about 1 s, naming peer 1 and the
+// deadline, where the fixed --round-timeout would have waited 30 s.
+TEST(LocalSgdIntegration, AnAdaptiveDeadlineNoticesAHungPeerAtItsFloor) {
+  Cluster cluster(2, {"--period", "1", "--round-timeout", "30", "--round-timeout-factor", "3",
+                      "--round-timeout-floor", "1"});
+  cluster.start_all();
+  auto a = connect_to(cluster, 0);
+  auto b = connect_to(cluster, 1);
+  ASSERT_TRUE(a->attach({{"w", 1000}}).is_ok());
+  ASSERT_TRUE(b->attach({{"w", 1000}}).is_ok());
+  for (int s = 0; s < 12; ++s) {  // past the warm-up of 8 timed rounds
+    std::jthread other([&] { (void)b->step(); });
+    ASSERT_TRUE(a->step().is_ok()) << cluster.log(0);
+  }
+  cluster.daemon(1).signal(SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = a->step();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cluster.daemon(1).signal(SIGCONT);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("peer 1"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("deadline was 1.00 s"), std::string::npos)
+      << r.status().message();
+  EXPECT_GT(waited, 0.9);
+  EXPECT_LT(waited, 5.0) << "the floor, not --round-timeout";
+  EXPECT_TRUE(cluster.daemon(0).running()) << cluster.log(0);
+}
+
 TEST(LocalSgdIntegration, NodesWithDifferentModelsFailTheRoundNamingThePeer) {
   Cluster cluster(2, {"--period", "1", "--round-timeout", "10"});
   cluster.start_all();

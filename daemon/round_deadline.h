@@ -1,0 +1,40 @@
+#pragma once
+// --round-timeout-factor: a round's deadline that follows the measured rounds. Fixed
+// timeouts are wrong both ways: long enough for a slow network, they take a minute to
+// notice a hung peer on a fast one; short enough for a fast one, they declare live
+// peers dead on a slow one. Here the deadline is the longest of the last rounds times
+// the factor, at least the floor and at most --round-timeout (the ceiling). The longest
+// rather than a percentile: a round that waits for a peer's trainer evaluating the test
+// set comes once in tens of rounds, and must not fail. Until enough rounds were timed
+// (the first waits for every node to start) the ceiling holds.
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+
+namespace gossip::daemon {
+
+class RoundDeadline {
+ public:
+  using Duration = std::chrono::duration<double>;
+  // factor 0: always the ceiling.
+  RoundDeadline(Duration ceiling, double factor, Duration floor)
+      : ceiling_(ceiling), factor_(factor), floor_(floor) {}
+
+  static constexpr size_t kWindow = 64;  // rounds remembered
+  static constexpr size_t kWarmUp = 8;   // rounds timed before the deadline adapts
+
+  // How long the next round may take.
+  Duration next() const;
+  // A completed round's duration; failed rounds are not fed (their time is the deadline's).
+  void completed(Duration d);
+  bool adapting() const { return factor_ > 0 && window_.size() >= kWarmUp; }
+
+ private:
+  Duration ceiling_;
+  double factor_;
+  Duration floor_;
+  std::deque<Duration> window_;
+};
+
+}  // namespace gossip::daemon
