@@ -169,6 +169,7 @@ MATRICES = {
         Run("cnn-local-sgd-T16-chain", "local-sgd", period=16, codec=CHAIN, extra=CNN),
         Run("cnn-streamed-T8-chain", "local-sgd", period=8, codec=CHAIN, extra=CNN + STREAMED),
         Run("cnn-diloco-T16-chain", "local-sgd", period=16, codec=CHAIN, extra=CNN + DILOCO),
+        Run("cnn-local-sgd-auto-chain", "local-sgd", period=1, codec=CHAIN, extra=CNN + TUNE),
     ],
     # The test suite's: seconds, not minutes.
     "smoke": lambda: [
