@@ -17,8 +17,8 @@
 //
 // The cost of a round is c(r) = fixed + bytes(r) * per_byte, fixed (latency, the
 // codec's CPU) and per_byte (1 / bandwidth) from the probe and the compressed rounds
-// (the fastest node's round: the others' include their wait for it); bytes scale with
-// the ratio. The slowest node's compute per step s paces the cluster. At period T
+// (the fastest node's round: the others' include their wait for the last to arrive);
+// bytes scale with the ratio. The slowest node's compute per step s paces the cluster. At period T
 // the trainers wait c / (T s + c) of their time. The plan is the shortest period
 // with the largest ratio that keeps that under tune_wait: the most accurate schedule
 // whose communication hides. The replicas' consensus distance, measured at the period
