@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/finite.h"
 #include "base/split_mix64.h"
 #include "compression/codec_spec.h"
 
@@ -205,9 +206,7 @@ void Tuner::on_report(peers::Incoming& in) {
   TuneReportIn kept{*r, std::vector<float>(r->samples)};  // the length is checked (message.cc)
   if (r->samples > 0) std::memcpy(kept.samples.data(), in.payload.data(), in.payload.size());
   // A sample with NaN or Inf says nothing of the distance: the report counts without it.
-  if (!std::all_of(kept.samples.begin(), kept.samples.end(),
-                   [](float v) { return std::isfinite(v); }))
-    kept.samples.clear();
+  if (any_nonfinite(kept.samples)) kept.samples.clear();
   reports_[r->epoch][in.peer] = std::move(kept);
 }
 
@@ -255,9 +254,7 @@ void Tuner::send_report(uint64_t epoch) {
     r.samples = own.report.samples = sample_->size() / sizeof(float);
     const auto* v = reinterpret_cast<const float*>(sample_->data());
     own.samples.assign(v, v + r.samples);
-    if (!std::all_of(own.samples.begin(), own.samples.end(),
-                     [](float x) { return std::isfinite(x); }))
-      own.samples.clear();
+    if (any_nonfinite(own.samples)) own.samples.clear();
   }
   reports_[epoch][router_.self()] = std::move(own);
   for (const auto& p : router_.peers()) {
@@ -293,8 +290,8 @@ uint64_t Tuner::next_period(uint64_t round, std::chrono::milliseconds wait,
     for (const auto& [node, r] : in) all.push_back(r);
     TuneMeasured m = combine(all);
     // The probe was in the first epoch's reports; later plans keep it.
-    if (m.probe_s > 0) probe_ = m;
-    m.probe_s = probe_.probe_s, m.probe_bytes = probe_.probe_bytes;
+    if (m.probe_s > 0) cluster_probe_s_ = m.probe_s, cluster_probe_bytes_ = m.probe_bytes;
+    m.probe_s = cluster_probe_s_, m.probe_bytes = cluster_probe_bytes_;
     TunePlan next = decide(settings_, m, plan_);
     if (next.period != plan_.period || next.ratio != plan_.ratio) {
       std::string change;

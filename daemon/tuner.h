@@ -73,7 +73,7 @@ struct TuneMeasured {
   double step_s = 0;       // the slowest node's compute per step
   double round_s = 0;      // the fastest node's median compressed round
   double round_bytes = 0;  // bytes a node sent per compressed round, mean over nodes
-  double probe_s = 0;      // the uncompressed first round's (0: none yet)
+  double probe_s = 0;      // the probe round's (0: none yet)
   double probe_bytes = 0;
   // The replicas' distance from their mean, relative to its norm, on the samples:
   // sqrt(mean_i |x_i - x|^2 / |x|^2); 0: not measured.
@@ -171,7 +171,7 @@ class Tuner {
   // The epoch whose plan is due after round due_after_, and the reports in by epoch.
   uint64_t due_after_ = UINT64_MAX, due_epoch_ = 0;
   std::map<uint64_t, std::map<uint32_t, TuneReportIn>> reports_;
-  TuneMeasured probe_;   // the cluster's probe, kept once measured
+  double cluster_probe_s_ = 0, cluster_probe_bytes_ = 0;  // the probe, kept once measured
   bool missed_ = false;  // the last plan lacked a report: the next does not wait for it
   std::atomic<double> g_period_{0}, g_ratio_{0}, g_wait_{0}, g_step_{0}, g_round_{0},
       g_bandwidth_{0}, g_plans_{0}, g_consensus_{0};
