@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <span>
 
 #include "cli/json.h"
 #include "cli/progress.h"
+#include "daemon/tuner.h"
 
 namespace gossip::cli {
 namespace {
@@ -112,12 +115,123 @@ std::string format_status_json(const NodeStatus& s, const std::string& endpoint)
       .str();
 }
 
+std::vector<MemberView> member_views(const ClusterStatus& c) {
+  std::vector<MemberView> out;
+  uint64_t furthest = 0;
+  for (const auto& m : c.members) furthest = std::max(furthest, m.step);
+  std::vector<std::span<const float>> samples;
+  for (const auto& m : c.members) {
+    out.push_back({m, furthest - m.step, std::nullopt});
+    samples.emplace_back(m.samples);
+  }
+  // Each member's distance from the mean, on the samples, where all sent as many.
+  if (!samples.empty() && daemon::relative_spread(samples)) {
+    const size_t k = samples.front().size();
+    const double n = static_cast<double>(samples.size());
+    std::vector<double> mean(k, 0.0);
+    for (const auto& s : samples)
+      for (size_t j = 0; j < k; ++j) mean[j] += s[j] / n;
+    double norm = 0;
+    for (double v : mean) norm += v * v;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      double d = 0;
+      for (size_t j = 0; j < k; ++j) d += (samples[i][j] - mean[j]) * (samples[i][j] - mean[j]);
+      out[i].distance = std::sqrt(d / norm);
+    }
+  }
+  return out;
+}
+
+std::string format_cluster_table(const ClusterStatus& c) {
+  std::string out = fmt::format("{} member{}, asked node {}; {} answered in {:.1f} s",
+                                c.summary.members.size(), c.summary.members.size() == 1 ? "" : "s",
+                                c.summary.asked, c.members.size(), c.summary.elapsed_s);
+  if (!c.summary.silent.empty()) {
+    out += "; silent:";
+    for (uint32_t id : c.summary.silent) out += fmt::format(" {}", id);
+  }
+  out += "\n";
+  std::vector<std::span<const float>> samples;
+  for (const auto& m : c.members) samples.emplace_back(m.samples);
+  if (auto d = daemon::relative_spread(samples))
+    out += fmt::format("replicas' distance from their mean: {:.4f} of its norm\n", *d);
+  out += fmt::format("{:<5} {:<12} {:>7} {:>8} {:>6} {:>8} {:>10} {:>10} {:>9} {:>9}  {}\n", "node",
+                     "state", "round", "step", "lag", "trainers", "sent", "received", "round",
+                     "distance", "last error");
+  for (const auto& v : member_views(c)) {
+    const auto& m = v.status;
+    const std::string error = m.last_error.empty() ? "-"
+                                                   : fmt::format("{} ({:.0f} s ago)", m.last_error,
+                                                                 std::max(m.last_error_age_s, 0.0));
+    out += fmt::format("{:<5} {:<12} {:>7} {:>8} {:>6} {:>8} {:>10} {:>10} {:>9} {:>9}  {}\n",
+                       m.node, m.state, m.round, m.step, v.lag, m.trainers,
+                       format_bytes(m.sent_bytes), format_bytes(m.received_bytes),
+                       m.round_ms < 0 ? std::string("-") : fmt::format("{:.1f}ms", m.round_ms),
+                       v.distance ? fmt::format("{:.4f}", *v.distance) : std::string("-"), error);
+  }
+  for (uint32_t id : c.summary.silent)
+    out += fmt::format(
+        "{:<5} {:<12} (no answer: down, unreachable, or busy; gossipctl doctor "
+        "says which)\n",
+        id, "silent");
+  return out;
+}
+
+std::string format_cluster_json(const ClusterStatus& c) {
+  std::string members = "[";
+  for (const auto& v : member_views(c)) {
+    const auto& m = v.status;
+    JsonObjectWriter w;
+    w.add_uint("node", m.node)
+        .add_string("state", m.state)
+        .add_uint("round", m.round)
+        .add_uint("step", m.step)
+        .add_uint("lag", v.lag)
+        .add_uint("trainers", m.trainers)
+        .add_uint("sent_bytes", m.sent_bytes)
+        .add_uint("received_bytes", m.received_bytes);
+    if (m.round_ms >= 0)
+      w.add_number("round_ms", m.round_ms);
+    else
+      w.add_null("round_ms");
+    if (v.distance)
+      w.add_number("distance", *v.distance);
+    else
+      w.add_null("distance");
+    w.add_string("last_error", m.last_error).add_string("version", m.version);
+    members += (members.size() > 1 ? ", " : "") + w.str();
+  }
+  members += "]";
+  std::string silent = "[";
+  for (uint32_t id : c.summary.silent)
+    silent += (silent.size() > 1 ? ", " : "") + std::to_string(id);
+  silent += "]";
+  return JsonObjectWriter()
+      .add_uint("asked", c.summary.asked)
+      .add_uint("member_count", c.summary.members.size())
+      .add_number("elapsed_s", c.summary.elapsed_s)
+      .add_raw("silent", silent)
+      .add_raw("members", members)
+      .str();
+}
+
 int run_status(const StatusOptions& o) {
   if (!std::isfinite(o.timeout_s) || o.timeout_s <= 0) {
     std::fprintf(stderr, "gossipctl status: --timeout: must be a positive number of seconds\n");
     return kExitUsage;
   }
   const std::string endpoint = ipc_endpoint_of(o.node);
+  if (o.cluster) {
+    auto c =
+        ask_status(endpoint, std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    if (!c) {
+      std::fprintf(stderr, "gossipctl status: %s\n", c.status().message().c_str());
+      return kExitFailure;
+    }
+    const std::string text = o.json ? format_cluster_json(*c) + "\n" : format_cluster_table(*c);
+    std::fputs(text.c_str(), stdout);
+    return kExitOk;
+  }
   ClientOptions co;
   co.endpoint = endpoint;
   co.trainer = "gossipctl-status";
@@ -148,7 +262,10 @@ Subcommand add_status_command(CLI::App& parent) {
                   "The daemon's IPC endpoint (ipc://RUN_DIR/gossipd-ID.sock) or socket path")
       ->capture_default_str();
   app->add_flag("--json", o->json, "Print one JSON object instead of the table");
-  app->add_option("--timeout", o->timeout_s, "Seconds to wait for the daemon")
+  app->add_flag("--cluster", o->cluster,
+                "Every member through this node: state, step, lag, distance, traffic, last error");
+  app->add_option("--timeout", o->timeout_s,
+                  "Seconds to wait for the daemon (with --cluster: for the members' answers)")
       ->capture_default_str();
   return Subcommand{app, [o] { return run_status(*o); }};
 }

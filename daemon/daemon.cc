@@ -149,7 +149,9 @@ int Daemon::run() {
         {nullptr, signal_fd_, ZMQ_POLLIN, 0},
         {nullptr, worker_->done_fd(), ZMQ_POLLIN, 0},
         {ipc_monitor_.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, worker_->inspect_fd(), ZMQ_POLLIN, 0},
     };
+    constexpr size_t kFirstTrainer = 5;
     auto sessions = sessions_.all();
     for (auto* s : sessions) items.push_back({nullptr, s->pidfd, ZMQ_POLLIN, 0});
     try {
@@ -164,8 +166,9 @@ int Daemon::run() {
       handle_signal();
       break;
     }
-    for (size_t i = 4; i < items.size(); ++i)
+    for (size_t i = kFirstTrainer; i < items.size(); ++i)
       if (items[i].revents & ZMQ_POLLIN) handle_trainer_exit(items[i].fd);
+    if (items[4].revents & ZMQ_POLLIN) handle_inspected();
     if (items[3].revents & ZMQ_POLLIN) handle_ipc_disconnects();
     if (items[2].revents & ZMQ_POLLIN) handle_round_done();
     if (items[0].revents & ZMQ_POLLIN) handle_ipc();
@@ -270,6 +273,8 @@ void Daemon::handle_ipc() {
       on_detach(route);
     } else if (std::holds_alternative<ipc::StatsRequest>(*msg)) {
       on_stats(route);
+    } else if (auto* q = std::get_if<ipc::InspectRequest>(&*msg)) {
+      on_inspect(route, *q);
     } else {
       ++ipc_dropped_;
       spdlog::warn("dropped IPC message from {}: unexpected kind {}", who, ipc::message_name(*msg));
@@ -281,6 +286,7 @@ void Daemon::handle_ipc() {
 void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int connection_fd) {
   auto refuse = [&](const std::string& why) {
     spdlog::warn("refused trainer '{}' (pid {} by its word): {}", a.trainer, a.pid, why);
+    worker_->note_error(fmt::format("refused trainer '{}': {}", a.trainer, why));
     reply(route, ipc::Error{why});
   };
   // Who the trainer is comes from the kernel, not from what it says: the pid it
@@ -683,6 +689,20 @@ void Daemon::handle_ipc_disconnects() {
   }
 }
 
+void Daemon::on_inspect(const std::string& route, const ipc::InspectRequest& q) {
+  if (!worker_->inspect(q))
+    return reply(route, ipc::Error{"this node is answering another gossipctl doctor or status "
+                                   "--cluster; try again in a few seconds"});
+  inspect_route_ = route;
+}
+
+void Daemon::handle_inspected() {
+  auto answer = worker_->take_inspection();
+  if (!answer) return;
+  reply(inspect_route_, *answer);
+  inspect_route_.clear();
+}
+
 void Daemon::on_stats(const std::string& route) {
   ipc::StatsReply r;
   r.node = config_.node_id;
@@ -716,6 +736,8 @@ void Daemon::guard_nonfinite() {
                          ? "those elements take their last synchronized values"
                      : last_good_.empty() ? "the node contributes zeros this round"
                                           : "the node contributes its last synchronized model";
+  worker_->note_error(
+      fmt::format("round {}: the node's update has {} NaN/Inf value(s)", round_, r.count));
   spdlog::error(
       "round {}: the node's update has {} NaN/Inf value(s), the first at {}: {} (--nonfinite {})",
       round_, r.count,
@@ -729,6 +751,7 @@ void Daemon::publish_gauges() {
   gauge_rounds_.store(round_, kRelaxed);
   gauge_step_.store(step_, kRelaxed);
   gauge_trainers_.store(static_cast<uint32_t>(sessions_.size()), kRelaxed);
+  worker_->set_trainers(static_cast<uint32_t>(sessions_.size()));
   gauge_ipc_dropped_.store(ipc_dropped_, kRelaxed);
   const auto time = time_.snapshot(std::chrono::steady_clock::now());
   std::lock_guard lock(time_mu_);

@@ -69,6 +69,9 @@ class Daemon {
   void finish_start();
   void on_detach(const std::string& route);
   void on_stats(const std::string& route);
+  // gossipctl doctor / status --cluster: the worker gathers, handle_inspected answers.
+  void on_inspect(const std::string& route, const proto::ipc::InspectRequest& q);
+  void handle_inspected();
   void detach(TrainerSession* s, const std::string& why);
   void maybe_start_round();
   void shutdown(const std::string& reason);
@@ -134,6 +137,7 @@ class Daemon {
   bool staged_ready_ = false;
   bool round_overlapped_ = false;  // the round in flight runs under the trainers' steps
   uint64_t ipc_dropped_ = 0;
+  std::string inspect_route_;  // the gossipctl waiting for an inspection
   bool warned_no_credentials_ = false;
 
   // NaN/Inf guard: the model after the last successful round (not for gradients).

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/version.h"
 #include "peers/curve_auth.h"
 #include "peers/mixing_matrix.h"
 #include "sgd/all_gather_all_reduce.h"
@@ -49,6 +50,15 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   if (!codec) return codec.status();
   w->codec_ = std::move(codec).value();
   if (config.strategy.tuned()) GOSSIP_RETURN_IF_ERROR(w->make_tuner(config));
+  Inspector::Options io;
+  io.version = kVersion;
+  io.strategy = config.strategy.name;
+  io.curve = !config.secret_key.empty();
+  SyncWorker* self = w.get();
+  w->inspector_ = std::make_unique<Inspector>(*w->router_, *w->transport_, std::move(io),
+                                              [self] { return self->member_status(); });
+  // Whoever polls (a round that waits, the idle loop), gossipctl's questions move on.
+  w->router_->set_after_poll([self] { self->serve_inspector(); });
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
@@ -67,7 +77,9 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->join_options_.trim = config.strategy.trim;
   w->join_options_.max_weight = static_cast<double>(config.nodes());
   w->done_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (w->done_fd_ < 0) return Status::io_error(fmt::format("eventfd: {}", std::strerror(errno)));
+  w->inspect_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (w->done_fd_ < 0 || w->inspect_fd_ < 0)
+    return Status::io_error(fmt::format("eventfd: {}", std::strerror(errno)));
 
   for (const auto& p : remote)
     (void)w->transport_->send(p.id, 0, proto::Hello{});  // queued until p is up
@@ -284,6 +296,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
 SyncWorker::~SyncWorker() {
   stop_ = true;
   cv_.notify_all();
+  if (transport_) transport_->wake();
   if (thread_.joinable()) thread_.join();
   write_checkpoint_now();  // the state after the last completed round
   if (transport_) {
@@ -295,9 +308,88 @@ SyncWorker::~SyncWorker() {
   ring_.reset();
   initial_.reset();  // subscribed to the router
   tuner_.reset();    // idem
+  if (router_) router_->set_after_poll(nullptr);
+  inspector_.reset();  // idem
   router_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);
+  if (inspect_fd_ >= 0) ::close(inspect_fd_);
+}
+
+bool SyncWorker::inspect(const proto::ipc::InspectRequest& request) {
+  {
+    std::lock_guard lock(mu_);
+    if (inspecting_) return false;
+    inspecting_ = true;
+    inspect_asked_ = request;
+  }
+  transport_->wake();
+  return true;
+}
+
+std::optional<proto::ipc::InspectReply> SyncWorker::take_inspection() {
+  uint64_t n = 0;
+  (void)!::read(inspect_fd_, &n, sizeof n);
+  std::lock_guard lock(mu_);
+  auto r = std::move(inspected_);
+  inspected_.reset();
+  if (r) inspecting_ = false;
+  return r;
+}
+
+void SyncWorker::note_error(std::string what) {
+  std::lock_guard lock(mu_);
+  last_error_ = std::move(what);
+  last_error_at_ = std::chrono::steady_clock::now();
+}
+
+void SyncWorker::serve_inspector() {
+  std::optional<proto::ipc::InspectRequest> asked;
+  {
+    std::lock_guard lock(mu_);
+    asked = std::move(inspect_asked_);
+    inspect_asked_.reset();
+  }
+  if (asked) (void)inspector_->begin(*asked);
+  inspector_->tick();
+  if (auto answer = inspector_->take()) {
+    {
+      std::lock_guard lock(mu_);
+      inspected_ = std::move(answer);
+    }
+    const uint64_t one = 1;
+    (void)!::write(inspect_fd_, &one, sizeof one);
+  }
+}
+
+proto::inspect::MemberStatus SyncWorker::member_status() {
+  const auto now = std::chrono::steady_clock::now();
+  proto::inspect::MemberStatus s;
+  s.node = node_;
+  s.version = kVersion;
+  s.round = next_round_;  // rounds begun: the one it is in counts
+  s.step = last_step_;
+  s.trainers = trainers_.load(std::memory_order_relaxed);
+  const auto t = transport_->traffic().totals();
+  s.sent_bytes = t.payload_sent;
+  s.received_bytes = t.payload_recv;
+  s.round_ms = last_round_ms_;
+  if (last_round_end_)
+    s.since_round_s = std::chrono::duration<double>(now - *last_round_end_).count();
+  {
+    std::lock_guard lock(mu_);
+    s.last_error = last_error_;
+    if (!last_error_.empty())
+      s.last_error_age_s = std::chrono::duration<double>(now - last_error_at_).count();
+    s.state = joining_                                 ? "joining"
+              : membership_ && membership_->left_out() ? "left out"
+              : in_round_                              ? "in round"
+              : s.trainers == 0                        ? "no trainers"
+              : rounds_done_ == 0                      ? "starting"
+                                                       : "training";
+  }
+  s.samples = samples_;
+  return s;
 }
 
 void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t step) {
@@ -307,6 +399,7 @@ void SyncWorker::submit(std::span<float> model, uint64_t round, uint64_t step) {
     result_.reset();
   }
   cv_.notify_all();
+  transport_->wake();
 }
 
 void SyncWorker::submit_bucket(std::span<float> model, uint64_t offset, uint64_t round,
@@ -317,6 +410,7 @@ void SyncWorker::submit_bucket(std::span<float> model, uint64_t offset, uint64_t
     result_.reset();
   }
   cv_.notify_all();
+  transport_->wake();
 }
 
 void SyncWorker::submit_start(std::span<float> model) {
@@ -326,6 +420,7 @@ void SyncWorker::submit_start(std::span<float> model) {
     result_.reset();
   }
   cv_.notify_all();
+  transport_->wake();
 }
 
 void SyncWorker::submit_join(uint64_t min_round, std::optional<sgd::StrategyState> resume) {
@@ -335,6 +430,7 @@ void SyncWorker::submit_join(uint64_t min_round, std::optional<sgd::StrategyStat
     joined_.reset();
   }
   cv_.notify_all();
+  transport_->wake();
 }
 
 void SyncWorker::enable_checkpoints(std::string path, uint64_t every) {
@@ -480,6 +576,8 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
   initial_->discard();
+  samples_.resize(proto::inspect::kMaxSamples);
+  sample_model(model, samples_);
   // What a joiner gets: a copy per round, for the gossip family and an elastic
   // local-SGD ring only.
   if (membership_ && membership_->admits_joiners())
@@ -605,8 +703,24 @@ void SyncWorker::run() {
     size_t numel = 0;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20),
-                   [&] { return stop_ || job_.has_value() || join_.has_value(); });
+      if (!stop_ && !job_ && !join_) {
+        // Idle: wait on the peers' channel, which a job's arrival wakes (wake()), so
+        // that what peers send between rounds (a ping of gossipctl doctor) is answered
+        // at once, not at the next turn of this loop. Before the node has a model only
+        // the gossip family reads the rest (joins, heartbeats); the others leave it
+        // queued for their first round, as they always did.
+        const bool everything = numel_ > 0 || exchange_;
+        lock.unlock();
+        bool waited = true;
+        if (everything)
+          router_->poll(std::chrono::milliseconds(20));
+        else
+          waited = router_->poll_only(proto::Kind::kInspect, std::chrono::milliseconds(20));
+        lock.lock();
+        if (!waited)
+          cv_.wait_for(lock, std::chrono::milliseconds(20),
+                       [&] { return stop_ || job_.has_value() || join_.has_value(); });
+      }
       if (stop_) return;
       numel = numel_;
       strategy_->set_layout_fingerprint(layout_);
@@ -618,7 +732,9 @@ void SyncWorker::run() {
       join_.reset();
     }
     if (join) {
+      joining_ = true;
       run_join(join->min_round, std::move(join->resume));
+      joining_ = false;
       continue;
     }
     if (job.start) {
@@ -652,7 +768,13 @@ void SyncWorker::run() {
     if (tuner_ && !job.bucket) opts.uncompressed = tuner_->before_round(round, job.model);
     const auto began = std::chrono::steady_clock::now();
     const uint64_t sent = transport_->traffic().totals().payload_sent;
+    in_round_ = true;
     Status st = strategy_->synchronize(job.model, round, opts);
+    in_round_ = false;
+    const auto ended = std::chrono::steady_clock::now();
+    last_round_end_ = ended;
+    last_round_ms_ = std::chrono::duration<double, std::milli>(ended - began).count();
+    last_step_ = job.step;
     if (st) {
       round_deadline_->completed(std::chrono::steady_clock::now() - began);
     } else if (round_deadline_->adapting()) {
@@ -668,6 +790,12 @@ void SyncWorker::run() {
         result = std::move(*back);
         next_round_ = result.round + 1;
       }
+    }
+    if (result.status) {
+      ++rounds_done_;
+      if (result.step) last_step_ = *result.step;
+    } else {
+      note_error(fmt::format("round {}: {}", round, result.status.message()));
     }
     if (result.status && !job.bucket)
       after_round(job.model, result.round, result.step.value_or(job.step));

@@ -18,6 +18,7 @@
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "daemon/hooks.h"
+#include "daemon/inspector.h"
 #include "daemon/round_deadline.h"
 #include "daemon/tuner.h"
 #include "peers/ring_channel.h"
@@ -93,6 +94,17 @@ class SyncWorker {
   // The strategy's gauges, and the tuner's under tune auto (any thread).
   std::vector<sgd::Strategy::Gauge> strategy_gauges() const;
 
+  // gossipctl doctor and status --cluster (daemon/inspector.h), from any thread: starts
+  // gathering; false while an earlier question is being answered. inspect_fd() is
+  // readable once take_inspection() has the answer.
+  bool inspect(const proto::ipc::InspectRequest& request);
+  int inspect_fd() const { return inspect_fd_; }
+  std::optional<proto::ipc::InspectReply> take_inspection();
+  // What the node's status says besides the rounds (any thread): its trainers, and
+  // the last error outside the worker (a refused trainer, NaN in an update).
+  void set_trainers(uint32_t n) { trainers_.store(n, std::memory_order_relaxed); }
+  void note_error(std::string what);
+
  private:
   SyncWorker() = default;
   Status make_strategy(const DaemonConfig& config);
@@ -117,6 +129,9 @@ class SyncWorker {
             uint64_t sent_before);
   void write_checkpoint_now();
   void signal_done();
+  // The sync thread's part of inspect(): after every poll of the router.
+  void serve_inspector();
+  proto::inspect::MemberStatus member_status();
 
   std::unique_ptr<peers::PeerChannel> transport_;  // ZeroMQ (wrapped by hooks)
   // The one reader of transport_; the components below subscribe to it.
@@ -135,12 +150,14 @@ class SyncWorker {
   std::unique_ptr<peers::Topology> topology_;
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;
-  std::unique_ptr<Tuner> tuner_;  // tune auto; after the router it subscribes to
+  std::unique_ptr<Tuner> tuner_;          // tune auto; after the router it subscribes to
+  std::unique_ptr<Inspector> inspector_;  // idem
   std::optional<std::chrono::steady_clock::time_point> tune_last_end_;  // worker thread only
   uint64_t tune_last_step_ = 0;
   std::chrono::milliseconds round_timeout_{60000};  // joins and start-up
   std::unique_ptr<RoundDeadline> round_deadline_;   // rounds (worker thread only)
   int done_fd_ = -1;
+  int inspect_fd_ = -1;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -158,13 +175,26 @@ class SyncWorker {
     uint64_t min_round = 0;
     std::optional<sgd::StrategyState> resume;
   };
-  std::optional<Job> job_;             // guarded by mu_
-  std::optional<JoinJob> join_;        // guarded by mu_
-  size_t numel_ = 0;                   // guarded by mu_
-  uint64_t layout_ = 0;                // guarded by mu_
-  uint64_t next_round_ = 0;            // worker thread only
-  std::optional<RoundResult> result_;  // guarded by mu_
-  std::optional<JoinResult> joined_;   // guarded by mu_
+  std::optional<Job> job_;                                   // guarded by mu_
+  std::optional<JoinJob> join_;                              // guarded by mu_
+  size_t numel_ = 0;                                         // guarded by mu_
+  uint64_t layout_ = 0;                                      // guarded by mu_
+  uint64_t next_round_ = 0;                                  // worker thread only
+  std::optional<RoundResult> result_;                        // guarded by mu_
+  std::optional<JoinResult> joined_;                         // guarded by mu_
+  std::optional<proto::ipc::InspectRequest> inspect_asked_;  // guarded by mu_
+  std::optional<proto::ipc::InspectReply> inspected_;        // guarded by mu_
+  bool inspecting_ = false;                                  // guarded by mu_
+  // member_status()'s sources: the worker's own (its thread) and the daemon's.
+  std::atomic<uint32_t> trainers_{0};
+  std::string last_error_;                                 // guarded by mu_
+  std::chrono::steady_clock::time_point last_error_at_{};  // guarded by mu_
+  bool joining_ = false;                                   // worker thread only
+  bool in_round_ = false;                                  // idem
+  uint64_t rounds_done_ = 0, last_step_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_round_end_;
+  double last_round_ms_ = -1;
+  std::vector<float> samples_;  // of the model after the last round
   uint32_t node_ = 0;
   std::string strategy_name_;
   sgd::JoinOptions join_options_;

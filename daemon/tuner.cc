@@ -43,19 +43,32 @@ TuneMeasured combine(std::span<const TuneReportIn> reports) {
   const double n = static_cast<double>(reports.size());
   m.round_bytes /= n;
   m.probe_bytes /= n;
-  // The consensus distance on the samples, where every node sent as many.
-  const size_t k = reports.front().samples.size();
-  for (const auto& in : reports)
-    if (in.samples.size() != k) return m;
+  std::vector<std::span<const float>> samples;
+  for (const auto& in : reports) samples.emplace_back(in.samples);
+  m.consensus = relative_spread(samples).value_or(0);
+  return m;
+}
+
+void sample_model(std::span<const float> model, std::span<float> out) {
+  if (model.empty()) return;
+  for (uint64_t j = 0; j < out.size(); ++j) out[j] = model[mix64(j * kWeyl + 1) % model.size()];
+}
+
+std::optional<double> relative_spread(std::span<const std::span<const float>> samples) {
+  if (samples.empty()) return std::nullopt;
+  const size_t k = samples.front().size();
+  for (const auto& s : samples)
+    if (s.size() != k || k == 0) return std::nullopt;
+  const double n = static_cast<double>(samples.size());
   std::vector<double> mean(k, 0.0);
-  for (const auto& in : reports)
-    for (size_t j = 0; j < k; ++j) mean[j] += in.samples[j] / n;
+  for (const auto& s : samples)
+    for (size_t j = 0; j < k; ++j) mean[j] += s[j] / n;
   double spread = 0, norm = 0;
   for (size_t j = 0; j < k; ++j) norm += mean[j] * mean[j];
-  for (const auto& in : reports)
-    for (size_t j = 0; j < k; ++j) spread += (in.samples[j] - mean[j]) * (in.samples[j] - mean[j]);
-  if (norm > 0) m.consensus = std::sqrt(spread / n / norm);
-  return m;
+  for (const auto& s : samples)
+    for (size_t j = 0; j < k; ++j) spread += (s[j] - mean[j]) * (s[j] - mean[j]);
+  if (norm <= 0) return std::nullopt;
+  return std::sqrt(spread / n / norm);
 }
 
 TunePlan decide(const TuneSettings& s, const TuneMeasured& m, const TunePlan& current) {
@@ -217,8 +230,7 @@ bool Tuner::before_round(uint64_t round, std::span<const float> model) {
   if ((round + 1) % settings_.every != 0 || model.empty()) return probes(round);
   // The same indices on every node: a function of the model's size alone.
   auto payload = std::make_shared<std::vector<std::byte>>(kSamples * sizeof(float));
-  auto* out = reinterpret_cast<float*>(payload->data());
-  for (uint64_t j = 0; j < kSamples; ++j) out[j] = model[mix64(j * kWeyl + 1) % model.size()];
+  sample_model(model, std::span(reinterpret_cast<float*>(payload->data()), kSamples));
   sample_ = std::move(payload);
   return probes(round);
 }

@@ -85,6 +85,14 @@ struct TuneReportIn {
 };
 TuneMeasured combine(std::span<const TuneReportIn> reports);
 
+// out.size() entries of `model` at indices that depend on the model's size alone, so
+// that every node samples alike (tune-reports, gossipctl status --cluster).
+void sample_model(std::span<const float> model, std::span<float> out);
+// The replicas' distance from their mean relative to the mean's norm,
+// sqrt(Σ_i ‖x_i − x̄‖² / n / ‖x̄‖²), on samples of one size; nullopt without any or
+// when the mean is 0.
+std::optional<double> relative_spread(std::span<const std::span<const float>> samples);
+
 // The plan for what was measured under `current`; the same on every node.
 TunePlan decide(const TuneSettings& settings, const TuneMeasured& m, const TunePlan& current);
 

@@ -3,7 +3,7 @@
 //
 //   fuzz_make_corpus OUT_DIR EXAMPLE_TOML
 //
-// makes OUT_DIR/{wire_header,codec_decode,ipc_message,config}/ and fills them (files
+// makes OUT_DIR/{wire_header,codec_decode,ipc_message,inspect_report,config}/ and fills them (files
 // are overwritten, none removed). The committed corpora under fuzz/corpus/ are its
 // output for daemon/gossipd.example.toml (README.md says when to run it again).
 // Everything is deterministic: the same build writes the same bytes.
@@ -22,6 +22,7 @@
 
 #include "compression/codec_spec.h"
 #include "fuzz/codec_case.h"
+#include "proto/inspect.h"
 #include "proto/ipc.h"
 #include "proto/message.h"
 
@@ -99,7 +100,10 @@ bool write_wire_headers(const fs::path& root) {
   write("initial-model_chunk",
         proto::InitialModel{proto::InitialModel::kChunk, 1, 1000, 1000, 2000, kLayout}, 4000);
   write("tune-report", proto::TuneReport{3, 0.004, 0.012, 48000, 0.2, 1.6e6, 512}, 2048);
-  static_assert(proto::kMaxKind == 18, "a new kind: add its seed above");
+  write("inspect_ping", proto::Inspect{proto::Inspect::kPing, 7, 1764150000000000, 0}, 1024);
+  write("inspect_ask", proto::Inspect{proto::Inspect::kAskLinks, 7, 1764150000000000, 0}, 0);
+  write("inspect_links", proto::Inspect{proto::Inspect::kLinks, 7, 1764150000000000, 0}, 200);
+  static_assert(proto::kMaxKind == 19, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",
@@ -208,6 +212,34 @@ bool write_codec_payloads(const fs::path& root) {
   return ok;
 }
 
+// ---------------------------------------------------------------- inspect reports
+
+// One of each report (proto/inspect.h), behind the selector byte inspect_report_fuzzer
+// reads first.
+std::vector<std::pair<std::string, std::string>> inspect_seeds() {
+  namespace in = proto::inspect;
+  in::Link l;
+  l.to = 2, l.endpoint = "tcp://10.0.0.2:7000", l.connect = in::Connect::kOk, l.connect_ms = 0.2;
+  l.handshake = in::Handshake::kOk, l.connects = 1, l.pings = 5, l.pongs = 5, l.rtt_ms = 0.3;
+  l.clock_offset_ms = -0.5, l.clock_error_ms = 0.15, l.tcp_rtt_ms = 0.1, l.segments_sent = 900;
+  l.bandwidth_bytes_per_s = 1.1e9, l.version = "0.9.0", l.strategy = "gossip", l.silent_ms = 20;
+  in::LinkRow row{1, {"0.9.0", "gossip", true}, {l}, {"public key abc from 10.0.0.9, 1 time"}};
+  in::MemberStatus st;
+  st.node = 1, st.state = "training", st.round = 12, st.step = 48, st.trainers = 1;
+  st.round_ms = 3.5, st.samples = {0.25f, -1.5f, 2.0f};
+  return {{"summary", std::string(1, '\0') + in::encode(in::Summary{0, {0, 1, 2}, {2}, 1.5})},
+          {"links", std::string(1, '\1') + in::encode(row)},
+          {"status", std::string(1, '\2') + in::encode(st)},
+          {"facts", std::string(1, '\3') + in::encode(row.facts)}};
+}
+
+bool write_inspect_reports(const fs::path& root) {
+  CorpusWriter out(root, "inspect_report");
+  bool ok = true;
+  for (const auto& [name, bytes] : inspect_seeds()) ok &= out.write(name, bytes);
+  return ok;
+}
+
 // ---------------------------------------------------------------- IPC messages
 
 bool write_ipc_messages(const fs::path& root) {
@@ -268,6 +300,8 @@ bool write_ipc_messages(const fs::path& root) {
       {"stats_reply", stats},
       {"error", ipc::Error{"layout mismatch: tensor 0 'fc1.weight'"}},
       {"shutdown", ipc::Shutdown{"SIGTERM"}},
+      {"inspect", ipc::InspectRequest{ipc::InspectRequest::kLinks, 10000}},
+      {"inspect_reply", ipc::InspectReply{{inspect_seeds().front().second}}},
   };
   bool ok = true;
   for (const auto& [name, m] : messages) {
@@ -433,6 +467,7 @@ int main(int argc, char** argv) {
   bool ok = gossip::fuzz::write_wire_headers(root);
   ok &= gossip::fuzz::write_codec_payloads(root);
   ok &= gossip::fuzz::write_ipc_messages(root);
+  ok &= gossip::fuzz::write_inspect_reports(root);
   ok &= gossip::fuzz::write_configs(root, argv[2]);
   return ok ? 0 : 1;
 }

@@ -59,6 +59,13 @@ void check_promises(const proto::Message& m) {
   else if (const auto* t = std::get_if<proto::TuneReport>(&m.body))
     expect(t->samples <= proto::kMaxTuneSamples && e.length == t->samples * sizeof(float),
            "a tune-report carries its samples, at most kMaxTuneSamples");
+  else if (const auto* i = std::get_if<proto::Inspect>(&m.body))
+    expect(i->what <= proto::Inspect::kStatus &&
+               e.length <= (i->what == proto::Inspect::kPing ? proto::kMaxInspectProbeBytes
+                                                             : proto::kMaxInspectReportBytes) &&
+               (e.length == 0 ||
+                (i->what != proto::Inspect::kAskLinks && i->what != proto::Inspect::kAskStatus)),
+           "an inspect message's payload is within its what's limit");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else

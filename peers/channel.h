@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "peers/peer.h"
 #include "peers/traffic.h"
+#include "proto/inspect.h"
 #include "proto/message.h"
 
 namespace gossip::peers {
@@ -39,6 +40,21 @@ struct Incoming {
   const T& as() const {
     return std::get<T>(body);
   }
+};
+
+// What a channel knows of its link to one peer (gossipctl doctor): the connection
+// it sends on, and what it refused of what the peer sent.
+struct LinkState {
+  proto::inspect::Handshake handshake = proto::inspect::Handshake::kNone;
+  uint64_t connects = 0;
+  uint64_t disconnects = 0;
+  uint64_t handshake_failures = 0;
+  // The kernel's numbers of the connection now (TCP_INFO), when there is one.
+  std::optional<double> tcp_rtt_ms;
+  uint64_t segments_sent = 0;
+  uint64_t segments_retransmitted = 0;
+  std::optional<double> delivery_bytes_per_s;  // the kernel's last delivery-rate sample
+  std::string last_refusal;                    // why its last refused message was
 };
 
 class PeerChannel {
@@ -69,6 +85,14 @@ class PeerChannel {
   // For protocol violations only the strategy can see (stale round, bad sequence):
   // counted against the peer and logged.
   virtual void note_dropped(uint32_t peer, const std::string& why) = 0;
+
+  // The link to `peer` as the channel sees it; an in-memory channel knows nothing.
+  virtual LinkState link_state(uint32_t /*peer*/) { return {}; }
+  // Handshakes the channel refused from unknown keys (see ZapHandler::refused).
+  virtual std::vector<std::string> refused_keys() const { return {}; }
+  // Makes a receive that waits return now (any thread): what a thread that waits on
+  // the channel between jobs is woken with when a job comes.
+  virtual void wake() {}
 
  private:
   // The router (peers/router.h) is the one reader; a decorator passes it on.

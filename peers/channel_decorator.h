@@ -33,6 +33,9 @@ class ChannelDecorator : public PeerChannel {
   void note_dropped(uint32_t peer, const std::string& why) override {
     inner_->note_dropped(peer, why);
   }
+  LinkState link_state(uint32_t peer) override { return inner_->link_state(peer); }
+  std::vector<std::string> refused_keys() const override { return inner_->refused_keys(); }
+  void wake() override { inner_->wake(); }
 
  protected:
   PeerChannel& inner() { return *inner_; }

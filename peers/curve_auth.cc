@@ -123,6 +123,22 @@ ZapHandler::~ZapHandler() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ZapHandler::remember_refusal(const std::string& what) {
+  std::lock_guard lock(refused_mu_);
+  if (auto it = refused_.find(what); it != refused_.end())
+    ++it->second;
+  else if (refused_.size() < kMaxRemembered)
+    refused_.emplace(what, 1);
+}
+
+std::vector<std::string> ZapHandler::refused() const {
+  std::lock_guard lock(refused_mu_);
+  std::vector<std::string> out;
+  for (const auto& [what, n] : refused_)
+    out.push_back(fmt::format("{}, {} time{}", what, n, n == 1 ? "" : "s"));
+  return out;
+}
+
 void ZapHandler::serve() {
   while (!stop_) {
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
@@ -147,11 +163,14 @@ void ZapHandler::serve() {
           user = std::to_string(it->second);
         } else {
           text = "unknown public key";
+          remember_refusal(fmt::format("public key {} from {}", key_text(key), req[3].to_string()));
           spdlog::warn("refused a CURVE handshake from {}: public key {} is not a peer's",
                        req[3].to_string(), key_text(key));
         }
       } else if (req.size() >= 6) {
         text = fmt::format("mechanism {} is not CURVE", req[5].to_string());
+        remember_refusal(fmt::format("a {} handshake (not CURVE) from {}", req[5].to_string(),
+                                     req[3].to_string()));
         spdlog::warn("refused a {} handshake from {}: peers must use CURVE", req[5].to_string(),
                      req[3].to_string());
       }

@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "base/status.h"
@@ -52,10 +54,18 @@ class ZapHandler {
                                                    const std::map<std::string, uint32_t>& allowed);
   ~ZapHandler();
 
+  // The handshakes refused so far, "public key K (Z85) from ADDRESS, N times", the
+  // first kMaxRemembered distinct ones (gossipctl doctor; any thread).
+  std::vector<std::string> refused() const;
+  static constexpr size_t kMaxRemembered = 16;
+
  private:
   ZapHandler() = default;
   void serve();
+  void remember_refusal(const std::string& what);
   std::map<std::string, uint32_t> allowed_;  // binary key (32 bytes) -> id
+  mutable std::mutex refused_mu_;
+  std::map<std::string, uint64_t> refused_;  // guarded by refused_mu_
   zmq::socket_t socket_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

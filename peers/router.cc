@@ -69,14 +69,43 @@ size_t Router::poll(std::chrono::milliseconds wait, size_t max) {
   assert(!polling_ && "Router::poll from inside a handler");
   polling_ = true;
   size_t n = 0;
+  while (!held_.empty() && n < max) {
+    Incoming in = std::move(held_.front());
+    held_.pop_front();
+    held_bytes_ -= std::min<uint64_t>(held_bytes_, in.payload.size() + proto::kMaxHeaderBytes);
+    ++n;
+    dispatch(in);
+  }
+  if (n > 0) wait = std::chrono::milliseconds(0);  // something was handed out already
   while (n < max) {
     auto in = transport_.recv(n == 0 ? wait : std::chrono::milliseconds(0));
     if (!in) break;
     ++n;
     dispatch(*in);
   }
+  if (after_poll_) after_poll_();
   polling_ = false;
   return n;
+}
+
+bool Router::poll_only(proto::Kind kind, std::chrono::milliseconds wait) {
+  assert(!polling_ && "Router::poll_only from inside a handler");
+  polling_ = true;
+  const auto full = [&] { return held_.size() >= kMaxHeld || held_bytes_ >= kMaxHeldBytes; };
+  const bool room = !full();
+  for (size_t n = 0; n < 64 && !full(); ++n) {
+    auto in = transport_.recv(n == 0 ? wait : std::chrono::milliseconds(0));
+    if (!in) break;
+    if (in->kind() == kind) {
+      dispatch(*in);
+      continue;
+    }
+    held_bytes_ += in->payload.size() + proto::kMaxHeaderBytes;
+    held_.push_back(std::move(*in));
+  }
+  if (after_poll_) after_poll_();
+  polling_ = false;
+  return room;
 }
 
 }  // namespace gossip::peers

@@ -17,9 +17,11 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "peers/channel.h"
@@ -66,8 +68,21 @@ class Router {
   // deadline). Returns how many it dispatched. Not from inside a handler.
   size_t poll(std::chrono::milliseconds wait, size_t max = 64);
 
+  // Dispatches only messages of `kind`, waiting at most `wait` for the first: for a
+  // thread with nothing to receive yet but `kind` (a sync thread before the node has a
+  // model answers gossipctl's pings). Messages of other kinds are held, in order, for
+  // the next poll(), up to kMaxHeld of them or kMaxHeldBytes; past that nothing more is
+  // read, and it returns false without waiting.
+  bool poll_only(proto::Kind kind, std::chrono::milliseconds wait);
+  static constexpr size_t kMaxHeld = 1024;
+  static constexpr uint64_t kMaxHeldBytes = uint64_t{64} << 20;
+
   // Messages of `kind` that arrived while nobody was subscribed to it.
   uint64_t unhandled(proto::Kind kind) const;
+
+  // Called at the end of every poll, whoever polls: what must move on while any
+  // component waits (gossipctl's questions, daemon/inspector.h). It must not poll.
+  void set_after_poll(std::function<void()> f) { after_poll_ = std::move(f); }
 
  private:
   struct Entry {
@@ -82,6 +97,9 @@ class Router {
   std::array<bool, proto::kMaxKind + 1> logged_unhandled_{};
   uint64_t next_id_ = 1;
   bool polling_ = false;
+  std::function<void()> after_poll_;
+  std::deque<Incoming> held_;  // read by poll_only, not of its kind
+  uint64_t held_bytes_ = 0;
 };
 
 }  // namespace gossip::peers

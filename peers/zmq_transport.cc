@@ -1,7 +1,14 @@
 #include "peers/zmq_transport.h"
 
+// <linux/tcp.h>, not <netinet/tcp.h>: glibc's tcp_info stops before
+// tcpi_delivery_rate (Linux 4.9).
 #include <fmt/format.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -36,12 +43,20 @@ void release_shared(void* /*data*/, void* hint) {
 std::string routing_id_for(uint32_t node) { return fmt::format("node-{}", node); }
 
 ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
-    : self_(self), peers_(std::move(peers)), traffic_(ids_of(peers_)), context_(1) {}
+    : self_(self),
+      peers_(std::move(peers)),
+      traffic_(ids_of(peers_)),
+      context_(1),
+      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 ZmqTransport::~ZmqTransport() {
   monitor_.close();
   inbound_.close();
-  for (auto& o : outbound_) o->socket.close();
+  for (auto& o : outbound_) {
+    o->events.close();
+    o->socket.close();
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
   zap_.reset();
   // Terminating the context waits out the linger and frees unsent zero-copy
   // messages, whose release callback decrements Outbound::pending: it must happen
@@ -134,6 +149,16 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
                       static_cast<int>(options.reconnect_max.count()));
       out->socket.set(zmq::sockopt::sndbuf, options.socket_buffer_bytes);
       out->socket.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
+      // What the link does (connected, refused our key...), for gossipctl doctor.
+      const std::string ev = fmt::format("inproc://outbound-events-{}-{}", fmt::ptr(t.get()), p.id);
+      if (zmq_socket_monitor(
+              out->socket.handle(), ev.c_str(),
+              ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+        throw zmq::error_t();
+      out->events = zmq::socket_t(t->context_, zmq::socket_type::pair);
+      out->events.connect(ev);
       out->socket.connect(p.endpoint);
     } catch (const zmq::error_t& e) {
       return Status::io_error(
@@ -219,6 +244,7 @@ Status ZmqTransport::send_shared(uint32_t peer, uint64_t round, const proto::Bod
 
 void ZmqTransport::note_dropped(uint32_t peer, const std::string& why) {
   traffic_.count_dropped(peer);
+  last_refusal_[peer] = why;
   spdlog::warn("dropped message from peer {}: {}", peer, why);
   report_offender(peer);
 }
@@ -254,6 +280,7 @@ std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) 
 }
 
 void ZmqTransport::watch_connections() {
+  watch_outbound();
   zmq::message_t event, address;
   while (monitor_.recv(event, zmq::recv_flags::dontwait)) {
     if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
@@ -281,6 +308,82 @@ void ZmqTransport::watch_connections() {
   last_check_ = std::chrono::steady_clock::now();
 }
 
+void ZmqTransport::watch_outbound() {
+  using proto::inspect::Handshake;
+  zmq::message_t event, address;
+  for (auto& o : outbound_) {
+    while (o->events.recv(event, zmq::recv_flags::dontwait)) {
+      if (event.more()) (void)o->events.recv(address, zmq::recv_flags::dontwait);
+      if (event.size() < 6) continue;
+      uint16_t kind = 0;
+      int32_t value = -1;
+      std::memcpy(&kind, event.data(), sizeof kind);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+      LinkState& l = o->link;
+      switch (kind) {
+        case ZMQ_EVENT_CONNECTED:
+          ++l.connects;
+          o->fd = value;
+          l.handshake = Handshake::kPending;
+          break;
+        case ZMQ_EVENT_DISCONNECTED:
+          ++l.disconnects;
+          o->fd = -1;
+          // A refused key or a failed handshake says more than that it closed.
+          if (l.handshake == Handshake::kOk || l.handshake == Handshake::kPending)
+            l.handshake = Handshake::kLost;
+          break;
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+          l.handshake = Handshake::kOk;
+          break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+          ++l.handshake_failures;
+          l.handshake = Handshake::kRefused;
+          break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+          ++l.handshake_failures;
+          l.handshake = Handshake::kFailed;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+LinkState ZmqTransport::link_state(uint32_t peer) {
+  watch_outbound();
+  LinkState l;
+  if (Outbound* o = outbound(peer)) {
+    l = o->link;
+    tcp_info info{};
+    socklen_t size = sizeof info;
+    // libzmq's descriptor, read only; it may have closed since its last event, in
+    // which case getsockopt fails or reads whatever took the number (rare; doctor's
+    // figures are a diagnosis, not an account).
+    if (o->fd >= 0 && ::getsockopt(o->fd, IPPROTO_TCP, TCP_INFO, &info, &size) == 0) {
+      l.tcp_rtt_ms = info.tcpi_rtt / 1000.0;
+      l.segments_sent = info.tcpi_segs_out;
+      l.segments_retransmitted = info.tcpi_total_retrans;
+      if (size >= offsetof(tcp_info, tcpi_delivery_rate) + sizeof info.tcpi_delivery_rate &&
+          info.tcpi_delivery_rate > 0)
+        l.delivery_bytes_per_s = static_cast<double>(info.tcpi_delivery_rate);
+    }
+  }
+  if (auto it = last_refusal_.find(peer); it != last_refusal_.end()) l.last_refusal = it->second;
+  return l;
+}
+
+std::vector<std::string> ZmqTransport::refused_keys() const {
+  return zap_ ? zap_->refused() : std::vector<std::string>{};
+}
+
+void ZmqTransport::wake() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
+}
+
 std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
   // At 1 GB/s (loopback), 20 MB between checks on top of a message's worth.
   constexpr auto kCheckEvery = std::chrono::milliseconds(20);
@@ -294,9 +397,16 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
       watch_connections();
     const auto wait =
         std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(kCheckEvery));
-    if (zmq::poll(&item, 1, wait) == 0) {
+    zmq::pollitem_t items[2] = {item, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+    const int polled = wake_fd_ >= 0 ? 2 : 1;
+    if (zmq::poll(items, polled, wait) == 0) {
       if (left <= std::chrono::milliseconds(0)) return std::nullopt;
       continue;
+    }
+    if (polled == 2 && (items[1].revents & ZMQ_POLLIN)) {
+      uint64_t n = 0;
+      (void)!::read(wake_fd_, &n, sizeof n);
+      if (!(items[0].revents & ZMQ_POLLIN)) return std::nullopt;
     }
 
     // Take the whole multipart message; keep at most kMaxFrames of it so that a
@@ -327,6 +437,7 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
     uint32_t who = sender.value_or(TrafficCounters::kUnknownPeer);
     auto drop = [&](const std::string& why) {
       traffic_.count_dropped(who);
+      if (sender) last_refusal_[*sender] = why;
       if (sender) report_offender(*sender);
       spdlog::warn("dropped message from {}: {}",
                    sender ? fmt::format("peer {}", *sender)

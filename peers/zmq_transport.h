@@ -56,6 +56,9 @@ class ZmqTransport final : public PeerChannel {
   Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                      std::shared_ptr<const std::vector<std::byte>> buffer) override;
   void note_dropped(uint32_t peer, const std::string& why) override;
+  LinkState link_state(uint32_t peer) override;
+  std::vector<std::string> refused_keys() const override;
+  void wake() override;
 
  private:
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
@@ -64,7 +67,13 @@ class ZmqTransport final : public PeerChannel {
     Peer peer;
     zmq::socket_t socket;
     std::atomic<uint64_t> pending{0};
+    // socket's connection events (its monitor), and what they told so far.
+    zmq::socket_t events;
+    int fd = -1;  // the connection's descriptor (libzmq's) while connected
+    LinkState link;
   };
+  // Takes the outbound sockets' connection events into their LinkState.
+  void watch_outbound();
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
   Outbound* outbound(uint32_t peer);
   // Why there is no outbound(peer): none for a banned peer (the send is dropped, as if
@@ -90,6 +99,8 @@ class ZmqTransport final : public PeerChannel {
   std::unique_ptr<InboundWatchdog> watchdog_;
   std::chrono::steady_clock::time_point last_check_{};
   std::vector<std::unique_ptr<Outbound>> outbound_;
+  std::map<uint32_t, std::string> last_refusal_;  // peer -> why its last message was refused
+  int wake_fd_ = -1;                              // an eventfd; recv returns when it is set
 };
 
 // The routing id a daemon presents to its peers' ROUTER sockets.

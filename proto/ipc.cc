@@ -81,6 +81,16 @@ struct Schema<Timing> {
       "last_round_payload", "last_overlap_permille"};
 };
 template <>
+struct Schema<InspectRequest> {
+  static constexpr const char* kName = "inspect";
+  static constexpr std::array<std::string_view, 2> kKeys = {"what", "timeout_ms"};
+};
+template <>
+struct Schema<InspectReply> {
+  static constexpr const char* kName = "inspect_reply";
+  static constexpr std::array<std::string_view, 1> kKeys = {"parts"};
+};
+template <>
 struct Schema<Error> {
   static constexpr const char* kName = "error";
   static constexpr std::array<std::string_view, 1> kKeys = {"message"};
@@ -203,6 +213,11 @@ void pack_value(Packer& pk, const Layout& l) {
   }
 }
 
+void pack_value(Packer& pk, const std::vector<std::string>& v) {
+  pk.pack_array(static_cast<uint32_t>(v.size()));
+  for (const auto& x : v) pack_value(pk, x);
+}
+
 void pack_value(Packer& pk, const std::vector<PeerStats>& peers) {
   const auto& k = Schema<PeerStats>::kKeys;
   pk.pack_array(static_cast<uint32_t>(peers.size()));
@@ -245,6 +260,12 @@ void pack_body(Packer&, const StatsRequest&) {}
 void pack_body(Packer& pk, const StatsReply& m) {
   pack_fields(pk, Schema<StatsReply>::kKeys, m.node, m.strategy, m.round, m.step, m.trainers,
               m.traffic, m.peers, m.timing);
+}
+void pack_body(Packer& pk, const InspectRequest& m) {
+  pack_fields(pk, Schema<InspectRequest>::kKeys, m.what, m.timeout_ms);
+}
+void pack_body(Packer& pk, const InspectReply& m) {
+  pack_fields(pk, Schema<InspectReply>::kKeys, m.parts);
 }
 void pack_body(Packer& pk, const Error& m) { pack_fields(pk, Schema<Error>::kKeys, m.message); }
 void pack_body(Packer& pk, const Shutdown& m) {
@@ -452,6 +473,18 @@ class FieldReader {
     return validate_layout(*out).with_context(where(key));
   }
 
+  Status read(std::string_view key, std::vector<std::string>* out) const {
+    const msgpack::object& o = get(key);
+    if (o.type != msgpack::type::ARRAY) return not_a(key, "an array", o);
+    out->clear();
+    for (uint32_t i = 0; i < o.via.array.size; ++i) {
+      const msgpack::object& e = o.via.array.ptr[i];
+      if (e.type != msgpack::type::STR) return not_a(fmt::format("{}[{}]", key, i), "a string", e);
+      out->emplace_back(e.via.str.ptr, e.via.str.size);
+    }
+    return Status::ok();
+  }
+
   Status read(std::string_view key, std::vector<PeerStats>* out) const {
     const msgpack::object& o = get(key);
     if (o.type != msgpack::type::ARRAY) return not_a(key, "an array", o);
@@ -567,6 +600,13 @@ Status read_body(const FieldReader& r, StatsReply* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("peers", &m->peers));
   return r.read("timing", &m->timing);
 }
+Status read_body(const FieldReader& r, InspectRequest* m) {
+  GOSSIP_RETURN_IF_ERROR(r.read("what", &m->what));
+  if (m->what > InspectRequest::kStatus)
+    return Status::protocol(fmt::format("inspect: field 'what' is {}, not 0 or 1", m->what));
+  return r.read("timeout_ms", &m->timeout_ms);
+}
+Status read_body(const FieldReader& r, InspectReply* m) { return r.read("parts", &m->parts); }
 Status read_body(const FieldReader& r, Error* m) { return r.read("message", &m->message); }
 Status read_body(const FieldReader& r, Shutdown* m) { return r.read("reason", &m->reason); }
 

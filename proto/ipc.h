@@ -133,6 +133,20 @@ struct StatsReply {
   Timing timing;
 };
 
+// gossipctl -> daemon: gather the cluster's link matrix (doctor) or its members'
+// status (status --cluster), waiting at most timeout_ms for the peers' answers
+// (daemon/inspector.h).
+struct InspectRequest {
+  enum What : uint32_t { kLinks = 0, kStatus = 1 };
+  uint32_t what = kLinks;
+  uint64_t timeout_ms = 10000;
+};
+// The answer: parts[0] a proto::inspect::Summary, then one LinkRow or MemberStatus per
+// node that answered, each as proto/inspect.h encodes it.
+struct InspectReply {
+  std::vector<std::string> parts;
+};
+
 // daemon -> trainer: the request failed; the message says why.
 struct Error {
   std::string message;
@@ -143,8 +157,9 @@ struct Shutdown {
   std::string reason;
 };
 
-using Message = std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest,
-                             StatsReply, Error, Shutdown, Start, SyncRange>;
+using Message =
+    std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest, StatsReply, Error,
+                 Shutdown, Start, SyncRange, InspectRequest, InspectReply>;
 
 const char* message_name(const Message& m);
 std::string encode(const Message& m);

@@ -50,6 +50,8 @@ const char* kind_name(Kind k) {
       return "initial-model";
     case Kind::kTuneReport:
       return "tune-report";
+    case Kind::kInspect:
+      return "inspect";
   }
   return "?";
 }
@@ -235,6 +237,19 @@ Status check(const Envelope& e, const Body& body) {
           if (e.length != m.samples * sizeof(float))
             return Status::protocol(fmt::format(
                 "tune-report of {} samples with a payload of {} bytes", m.samples, e.length));
+          return Status::ok();
+        } else if constexpr (std::is_same_v<T, Inspect>) {
+          if (m.what > Inspect::kStatus)
+            return Status::protocol(fmt::format("inspect of unknown what={}", m.what));
+          if (m.what == Inspect::kAskLinks || m.what == Inspect::kAskStatus)
+            return check_payload_less(e);
+          const uint64_t limit =
+              m.what == Inspect::kPing ? kMaxInspectProbeBytes : kMaxInspectReportBytes;
+          if (e.length > limit)
+            return Status::protocol(
+                fmt::format("inspect what={} with a payload of {} bytes (at "
+                            "most {})",
+                            m.what, e.length, limit));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, NcclId>) {
           if (e.length != kNcclIdBytes)

@@ -49,8 +49,9 @@ enum class Kind : uint8_t {
   kPsReplica = 16,
   kInitialModel = 17,
   kTuneReport = 18,
+  kInspect = 19,
 };
-inline constexpr uint8_t kMaxKind = 18;
+inline constexpr uint8_t kMaxKind = 19;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -335,10 +336,39 @@ struct TuneReport {
 };
 inline constexpr uint64_t kMaxTuneSamples = 4096;
 
+// What gossipctl doctor and status --cluster ask of the nodes (daemon/inspector.h).
+// A ping carries the sender's wall clock and, for a bandwidth probe, filler bytes; its
+// pong echoes the ping's clock beside the answerer's, with the answerer's facts
+// (proto/inspect.h) as payload. An ask (no payload) wants the answerer's row of the
+// link matrix or its status, which comes back as a report of the same nonce.
+struct Inspect {
+  static constexpr Kind kKind = Kind::kInspect;
+  enum What : uint8_t {
+    kPing = 0,
+    kPong = 1,
+    kAskLinks = 2,
+    kLinks = 3,
+    kAskStatus = 4,
+    kStatus = 5,
+  };
+  uint8_t what = kPing;
+  uint64_t nonce = 0;
+  uint64_t sent_us = 0;  // the sender's wall clock (µs since the Unix epoch)
+  uint64_t echo_us = 0;  // a pong: the ping's sent_us
+  template <class F>
+  void fields(F&& f) {
+    f("what", what), f("nonce", nonce), f("sent_us", sent_us), f("echo_us", echo_us);
+  }
+};
+// A ping's filler (a bandwidth probe), and a report's encoded size (it goes on to
+// gossipctl as one string of an IPC message, whose strings are at most 64 KiB).
+inline constexpr uint64_t kMaxInspectProbeBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kMaxInspectReportBytes = uint64_t{60} << 10;
+
 // In Kind order: Body's index is the kind minus one.
 using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
                           StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull,
-                          PsParams, PsReplica, InitialModel, TuneReport>;
+                          PsParams, PsReplica, InitialModel, TuneReport, Inspect>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

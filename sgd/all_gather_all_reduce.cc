@@ -56,7 +56,9 @@ size_t AllGatherAllReduce::peer_index(uint32_t peer) const {
 
 AllGatherAllReduce::RoundState& AllGatherAllReduce::state_for(uint64_t round, size_t numel) {
   RoundState& s = states_[round % 2];
-  if (s.round != round) {
+  // A state made before the node knew its model's size (a peer's bye, read that early)
+  // has no room for the round's elements: start it again.
+  if (s.round != round || s.sum.size() != numel) {
     size_t n = transport_.peers().size();
     s.round = round;
     s.sum.assign(numel, 0.0);

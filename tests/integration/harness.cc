@@ -109,7 +109,9 @@ void Cluster::start(int node) {
   for (int j = 0; j < n_; ++j)
     if (j != node) {
       argv.push_back("--peer");
-      argv.push_back(std::to_string(j) + "=" + peer_endpoint(j));
+      const auto a = advertised_.find(j);
+      argv.push_back(std::to_string(j) + "=" +
+                     (a == advertised_.end() ? peer_endpoint(j) : a->second));
     }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   argv.insert(argv.end(), node_flags_[node].begin(), node_flags_[node].end());

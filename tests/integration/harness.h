@@ -54,6 +54,9 @@ class Cluster {
   void set_node_flags(int node, std::vector<std::string> flags) {
     node_flags_[node] = std::move(flags);
   }
+  // The endpoint the other daemons are given for `node` (its own --listen stays
+  // peer_endpoint(node)): a wrong or blocked port in their peer lists.
+  void advertise(int node, std::string endpoint) { advertised_[node] = std::move(endpoint); }
   // Another executable for one daemon (the hostile node of tests/security).
   void set_node_binary(int node, std::string path) { node_binaries_[node] = std::move(path); }
   void start_all();
@@ -65,6 +68,7 @@ class Cluster {
   std::vector<std::string> extra_;
   std::vector<std::vector<std::string>> node_flags_;
   std::map<int, std::string> node_binaries_;
+  std::map<int, std::string> advertised_;
   std::filesystem::path run_dir_;
   std::vector<int> ports_;
   std::vector<ChildProcess> daemons_;

@@ -222,7 +222,9 @@ std::vector<Message> samples() {
           Error{"layout differs: tensor 2 'fc1.weight'"},
           Shutdown{"SIGTERM"},
           Start{},
-          SyncRange{UINT64_MAX, 1000, 250, true}};
+          SyncRange{UINT64_MAX, 1000, 250, true},
+          InspectRequest{InspectRequest::kStatus, 2500},
+          InspectReply{{std::string("\x94\x00", 2), std::string(60 << 10, 'x')}}};
 }
 
 // ------------------------------------------------------------------ comparisons
@@ -302,6 +304,11 @@ void expect_eq(const StatsReply& a, const StatsReply& b) {
   EXPECT_EQ(a.timing.last_round_payload, b.timing.last_round_payload);
   EXPECT_EQ(a.timing.last_overlap_permille, b.timing.last_overlap_permille);
 }
+void expect_eq(const InspectRequest& a, const InspectRequest& b) {
+  EXPECT_EQ(a.what, b.what);
+  EXPECT_EQ(a.timeout_ms, b.timeout_ms);
+}
+void expect_eq(const InspectReply& a, const InspectReply& b) { EXPECT_EQ(a.parts, b.parts); }
 void expect_eq(const Error& a, const Error& b) { EXPECT_EQ(a.message, b.message); }
 void expect_eq(const Shutdown& a, const Shutdown& b) { EXPECT_EQ(a.reason, b.reason); }
 
@@ -370,9 +377,10 @@ TEST(Ipc, RoundTripLargestLayout) {
 TEST(Ipc, MessageNames) {
   std::vector<std::string> names;
   for (const Message& m : samples()) names.push_back(message_name(m));
-  EXPECT_EQ(names, (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
-                                             "detach_ok", "stats", "stats_reply", "error",
-                                             "shutdown", "start", "sync_range"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
+                                      "detach_ok", "stats", "stats_reply", "error", "shutdown",
+                                      "start", "sync_range", "inspect", "inspect_reply"}));
 }
 
 // The format other implementations (the Python client) read and write.

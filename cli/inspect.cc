@@ -1,0 +1,88 @@
+#include "cli/inspect.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <zmq.hpp>
+
+#include "proto/ipc.h"
+
+namespace gossip::cli {
+namespace {
+
+namespace ipc = proto::ipc;
+
+Result<ipc::InspectReply> ask(const std::string& endpoint, uint32_t what,
+                              std::chrono::milliseconds timeout) {
+  if (endpoint.starts_with("ipc://") && !std::filesystem::exists(endpoint.substr(6)))
+    return Status::not_found(fmt::format(
+        "no gossipd socket at {}: is gossipd running on this host, with this --run-dir and id?",
+        endpoint.substr(6)));
+  try {
+    zmq::context_t context(1);
+    zmq::socket_t socket(context, zmq::socket_type::dealer);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.connect(endpoint);
+    const std::string request =
+        ipc::encode(ipc::InspectRequest{what, static_cast<uint64_t>(timeout.count())});
+    if (!socket.send(zmq::buffer(request), zmq::send_flags::dontwait))
+      return Status::io_error(fmt::format("cannot send to {}", endpoint));
+    // The node waits `timeout` for its peers, then answers; give it time to.
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    const auto wait = timeout + std::chrono::seconds(5);
+    if (zmq::poll(&item, 1, wait) == 0)
+      return Status::timeout(
+          fmt::format("no answer from the daemon at {} in {:.0f} s: is gossipd running there?",
+                      endpoint, std::chrono::duration<double>(wait).count()));
+    zmq::message_t answer;
+    if (!socket.recv(answer, zmq::recv_flags::dontwait))
+      return Status::io_error(fmt::format("no answer from {}", endpoint));
+    auto m = ipc::decode(answer.data(), answer.size());
+    if (!m) return m.status().with_context("the daemon's answer");
+    if (auto* e = std::get_if<ipc::Error>(&*m)) return Status::invalid(e->message);
+    auto* r = std::get_if<ipc::InspectReply>(&*m);
+    if (!r)
+      return Status::protocol(
+          fmt::format("the daemon answered '{}', not inspect_reply (an older "
+                      "gossipd?)",
+                      ipc::message_name(*m)));
+    if (r->parts.empty()) return Status::protocol("the daemon's inspect_reply is empty");
+    return std::move(*r);
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("{}: {}", endpoint, e.what()));
+  }
+}
+
+}  // namespace
+
+Result<ClusterLinks> ask_links(const std::string& endpoint, std::chrono::milliseconds timeout) {
+  auto r = ask(endpoint, ipc::InspectRequest::kLinks, timeout);
+  if (!r) return r.status();
+  ClusterLinks out;
+  auto s = proto::inspect::decode_summary(r->parts[0].data(), r->parts[0].size());
+  if (!s) return s.status();
+  out.summary = std::move(*s);
+  for (size_t i = 1; i < r->parts.size(); ++i) {
+    auto row = proto::inspect::decode_links(r->parts[i].data(), r->parts[i].size());
+    if (!row) return row.status();
+    out.rows.push_back(std::move(*row));
+  }
+  return out;
+}
+
+Result<ClusterStatus> ask_status(const std::string& endpoint, std::chrono::milliseconds timeout) {
+  auto r = ask(endpoint, ipc::InspectRequest::kStatus, timeout);
+  if (!r) return r.status();
+  ClusterStatus out;
+  auto s = proto::inspect::decode_summary(r->parts[0].data(), r->parts[0].size());
+  if (!s) return s.status();
+  out.summary = std::move(*s);
+  for (size_t i = 1; i < r->parts.size(); ++i) {
+    auto m = proto::inspect::decode_status(r->parts[i].data(), r->parts[i].size());
+    if (!m) return m.status();
+    out.members.push_back(std::move(*m));
+  }
+  return out;
+}
+
+}  // namespace gossip::cli

@@ -1,0 +1,28 @@
+#pragma once
+// Asks one node's daemon, over its IPC socket, to gather what every member says
+// (daemon/inspector.h): the link matrix for `gossipctl doctor`, the members' status
+// for `gossipctl status --cluster`.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "proto/inspect.h"
+
+namespace gossip::cli {
+
+struct ClusterLinks {
+  proto::inspect::Summary summary;
+  std::vector<proto::inspect::LinkRow> rows;  // one per node that answered
+};
+struct ClusterStatus {
+  proto::inspect::Summary summary;
+  std::vector<proto::inspect::MemberStatus> members;
+};
+
+// `timeout`: how long the node waits for its peers; this waits a little longer.
+Result<ClusterLinks> ask_links(const std::string& endpoint, std::chrono::milliseconds timeout);
+Result<ClusterStatus> ask_status(const std::string& endpoint, std::chrono::milliseconds timeout);
+
+}  // namespace gossip::cli
