@@ -160,8 +160,8 @@ std::vector<Finding> diagnose(const ClusterLinks& c) {
                                          "not in node {}'s peer list, or node {} runs with another "
                                          "secret key (gossipctl keygen, docs/security.md)",
                                          j, i, i, j, i)});
-      } else if (r.facts.curve && !answered && l.handshake != Handshake::kOk &&
-                 (l.connects > 0 || l.handshake == Handshake::kFailed)) {
+      } else if (r.facts.curve && !answered &&
+                 (l.handshake == Handshake::kFailed || l.handshake_failures > 0)) {
         out.push_back(
             {true, fmt::format("node {} connects to node {} on port {} but the CURVE handshake "
                                "fails ({} connections, {} lost): the public key node {} lists for "
@@ -220,14 +220,18 @@ std::vector<Finding> diagnose(const ClusterLinks& c) {
   for (uint32_t j : c.summary.silent) {
     if (down.contains(j)) continue;
     bool explained = false;
-    for (const auto& f : out)
-      explained = explained || f.text.find(fmt::format("node {}", j)) != std::string::npos;
+    for (const auto& r : c.rows)
+      for (const auto& l : r.links)
+        explained = explained || (l.to == j && (l.connect != Connect::kOk || l.pongs == 0));
     if (!explained)
       out.push_back({true, fmt::format("node {} sent no answer within {:.1f} s: its daemon may be "
                                        "busy in a long round or stuck; try a longer --timeout, or "
                                        "gossipctl status on that host",
                                        j, c.summary.elapsed_s)});
   }
+  for (const auto& why : c.unreadable)
+    out.push_back({true, "a member's row could not be read (" + why +
+                             "): a member running another gossipd version, or a hostile one"});
   std::stable_sort(out.begin(), out.end(),
                    [](const Finding& a, const Finding& b) { return a.problem && !b.problem; });
   return out;

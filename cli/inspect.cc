@@ -63,9 +63,12 @@ Result<ClusterLinks> ask_links(const std::string& endpoint, std::chrono::millise
   if (!s) return s.status();
   out.summary = std::move(*s);
   for (size_t i = 1; i < r->parts.size(); ++i) {
+    // One member's unreadable row does not hide the others'.
     auto row = proto::inspect::decode_links(r->parts[i].data(), r->parts[i].size());
-    if (!row) return row.status();
-    out.rows.push_back(std::move(*row));
+    if (row)
+      out.rows.push_back(std::move(*row));
+    else
+      out.unreadable.push_back(row.status().message());
   }
   return out;
 }
@@ -79,8 +82,10 @@ Result<ClusterStatus> ask_status(const std::string& endpoint, std::chrono::milli
   out.summary = std::move(*s);
   for (size_t i = 1; i < r->parts.size(); ++i) {
     auto m = proto::inspect::decode_status(r->parts[i].data(), r->parts[i].size());
-    if (!m) return m.status();
-    out.members.push_back(std::move(*m));
+    if (m)
+      out.members.push_back(std::move(*m));
+    else
+      out.unreadable.push_back(m.status().message());
   }
   return out;
 }

@@ -15,10 +15,12 @@ namespace gossip::cli {
 struct ClusterLinks {
   proto::inspect::Summary summary;
   std::vector<proto::inspect::LinkRow> rows;  // one per node that answered
+  std::vector<std::string> unreadable;        // why a part of the answer could not be read
 };
 struct ClusterStatus {
   proto::inspect::Summary summary;
   std::vector<proto::inspect::MemberStatus> members;
+  std::vector<std::string> unreadable;
 };
 
 // `timeout`: how long the node waits for its peers; this waits a little longer.

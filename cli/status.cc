@@ -174,6 +174,7 @@ std::string format_cluster_table(const ClusterStatus& c) {
         "{:<5} {:<12} (no answer: down, unreachable, or busy; gossipctl doctor "
         "says which)\n",
         id, "silent");
+  for (const auto& why : c.unreadable) out += "a member's status could not be read: " + why + "\n";
   return out;
 }
 
@@ -216,8 +217,8 @@ std::string format_cluster_json(const ClusterStatus& c) {
 }
 
 int run_status(const StatusOptions& o) {
-  if (!std::isfinite(o.timeout_s) || o.timeout_s <= 0) {
-    std::fprintf(stderr, "gossipctl status: --timeout: must be a positive number of seconds\n");
+  if (!std::isfinite(o.timeout_s) || o.timeout_s <= 0 || o.timeout_s > 120) {
+    std::fprintf(stderr, "gossipctl status: --timeout: must be a number of seconds in (0, 120]\n");
     return kExitUsage;
   }
   const std::string endpoint = ipc_endpoint_of(o.node);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/failures.h"
 #include "base/finite.h"
 #include "base/refusals.h"
 
@@ -736,6 +737,7 @@ void Daemon::guard_nonfinite() {
                          ? "those elements take their last synchronized values"
                      : last_good_.empty() ? "the node contributes zeros this round"
                                           : "the node contributes its last synchronized model";
+  count_failure(Failure::kNonFiniteUpdate);
   worker_->note_error(
       fmt::format("round {}: the node's update has {} NaN/Inf value(s)", round_, r.count));
   spdlog::error(
@@ -775,21 +777,31 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.nonfinite_updates = nonfinite_updates_.load(kRelaxed);
   s.nonfinite_values = nonfinite_values_.load(kRelaxed);
   const auto& traffic = worker_->traffic();
-  const auto peer = [&](uint32_t id, std::string name) {
+  const auto peer = [&](uint32_t id, std::string name, std::optional<bool> connected) {
     const uint64_t silent = traffic.silent_ms(id);
     s.peers.push_back(
         {std::move(name), traffic.peer_totals(id),
-         silent == ipc::kNeverHeard ? std::nullopt : std::optional<double>(silent / 1000.0)});
+         silent == ipc::kNeverHeard ? std::nullopt : std::optional<double>(silent / 1000.0),
+         connected});
   };
-  for (const auto& p : worker_->peers()) peer(p.id, std::to_string(p.id));
-  peer(peers::TrafficCounters::kUnknownPeer, "unknown");
+  for (const auto& p : worker_->peers()) {
+    peer(p.id, std::to_string(p.id),
+         p.banned ? std::nullopt : std::optional(traffic.link_up(p.id)));
+    s.configured_peers += p.banned ? 0 : 1;
+  }
+  peer(peers::TrafficCounters::kUnknownPeer, "unknown", std::nullopt);
+  for (size_t k = 0; k < static_cast<size_t>(Failure::kCount); ++k)
+    s.failures.push_back(
+        {failure_name(static_cast<Failure>(k)), failures(static_cast<Failure>(k))});
   for (uint8_t k = 1; k <= proto::kMaxKind; ++k)
     s.unhandled.push_back({proto::kind_name(static_cast<proto::Kind>(k)),
                            traffic.unhandled(static_cast<proto::Kind>(k))});
   s.allreduce_rounds = worker_->allreduce_rounds();
   for (size_t k = 0; k < static_cast<size_t>(Refusal::kCount); ++k)
     s.refused.push_back({refusal_name(static_cast<Refusal>(k)), refusals(static_cast<Refusal>(k))});
-  for (auto& g : worker_->strategy_gauges()) s.strategy_gauges.push_back({g.name, g.help, g.value});
+  for (auto& g : worker_->strategy_gauges())
+    s.strategy_gauges.push_back({g.name, g.help, g.value, g.type, g.alias});
+  s.transfers = worker_->transfers();
   std::lock_guard lock(time_mu_);
   s.time = time_published_;
   return s;
@@ -945,6 +957,11 @@ void Daemon::guard_result() {
     std::copy(last_good_.begin(), last_good_.end(), round_model_.begin());
   else
     std::fill(round_model_.begin(), round_model_.end(), 0.0f);
+  count_failure(Failure::kNonFiniteResult);
+  worker_->note_error(
+      fmt::format("round {}: the synchronized result holds NaN or Inf, which a "
+                  "peer sent",
+                  round_ - 1));
   spdlog::error("round {}: the synchronized {} holds NaN or Inf, which a peer sent: {}", round_ - 1,
                 strategy_->gradients ? "gradient" : "model",
                 fallback               ? "the node goes back to its last good model"

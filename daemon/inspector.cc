@@ -20,6 +20,24 @@
 #include "base/split_mix64.h"
 
 namespace gossip::daemon {
+
+// ------------------------------------------------------------ TCP connect checks
+
+struct ConnectResult {
+  proto::inspect::Connect connect = proto::inspect::Connect::kNotTried;
+  std::string error;
+  double ms = proto::inspect::kNone;
+};
+
+// Filled by a helper thread: resolving a name can block for as long as the resolver
+// likes, and the sync thread must not. The thread owns a reference, so the sync thread
+// may stop caring at any time.
+struct ConnectChecks {
+  std::mutex mu;
+  std::map<uint32_t, ConnectResult> results;  // guarded by mu
+  bool done = false;                          // guarded by mu
+};
+
 namespace {
 
 using proto::Inspect;
@@ -41,23 +59,6 @@ std::shared_ptr<const std::vector<std::byte>> bytes_of(const std::string& s) {
   std::memcpy(v->data(), s.data(), s.size());
   return v;
 }
-
-// ------------------------------------------------------------ TCP connect checks
-
-struct ConnectResult {
-  Connect connect = Connect::kNotTried;
-  std::string error;
-  double ms = proto::inspect::kNone;
-};
-
-// Filled by a helper thread: resolving a name can block for as long as the resolver
-// likes, and the sync thread must not. The thread owns a reference, so the sync thread
-// may stop caring at any time.
-struct ConnectChecks {
-  std::mutex mu;
-  std::map<uint32_t, ConnectResult> results;  // guarded by mu
-  bool done = false;                          // guarded by mu
-};
 
 // "tcp://host:port" or "tcp://[v6]:port" -> host, port; nullopt for anything else.
 std::optional<std::pair<std::string, std::string>> host_port(const std::string& endpoint) {
@@ -100,6 +101,13 @@ void check_connects(std::shared_ptr<ConnectChecks> out,
   std::map<uint32_t, ConnectResult> results;
   for (const auto& [peer, endpoint] : endpoints) {
     ConnectResult& r = results[peer];
+    // What is known so far is published, so that a name that takes long to resolve
+    // costs only its own link's result.
+    {
+      std::lock_guard lock(out->mu);
+      for (const auto& [id, known] : results)
+        if (known.connect != Connect::kNotTried) out->results[id] = known;
+    }
     const auto hp = host_port(endpoint);
     if (!hp) {
       r.error = "not a tcp:// endpoint";
@@ -161,7 +169,7 @@ void check_connects(std::shared_ptr<ConnectChecks> out,
     ::close(a.fd);
   }
   std::lock_guard lock(out->mu);
-  out->results = std::move(results);
+  for (auto& [id, r] : results) out->results[id] = std::move(r);
   out->done = true;
 }
 
@@ -334,6 +342,10 @@ void Inspector::on_report(const peers::Incoming& in) {
   }
   if (st && node != in.peer)
     st = Status::protocol(fmt::format("a report of node {} from node {}", node, in.peer));
+  // Re-encoded, a report can grow (a double sent as a small integer takes 9 bytes).
+  if (st && kept.size() > proto::kMaxInspectReportBytes)
+    st = Status::protocol(fmt::format("a report of {} bytes once re-encoded (at most {})",
+                                      kept.size(), proto::kMaxInspectReportBytes));
   if (!st) return channel_.note_dropped(in.peer, st.message());
   gathering_->parts[in.peer] = std::move(kept);
 }
@@ -347,11 +359,12 @@ void Inspector::start_probe(std::chrono::milliseconds budget) {
   std::vector<std::pair<uint32_t, std::string>> endpoints;
   std::vector<uint32_t> members = {channel_.self()};
   for (const auto& peer : channel_.peers()) {
+    if (peer.banned) continue;  // nothing is sent to it, so nothing is measured
     auto& p = probe_->peers[peer.id];
     p.link.to = peer.id;
     p.link.endpoint = peer.endpoint;
     p.next_ping = now;
-    if (!peer.banned) endpoints.emplace_back(peer.id, peer.endpoint);
+    endpoints.emplace_back(peer.id, peer.endpoint);
     members.push_back(peer.id);
   }
   // Round robin: in step j this node (k in the sorted list) probes k + j.
@@ -366,6 +379,19 @@ void Inspector::start_probe(std::chrono::milliseconds budget) {
     else
       probe_->bandwidth_order.push_back(target);
   }
+  // One checker at a time: a resolver that hangs must not collect threads. While the
+  // last one runs, this probe has no connect results.
+  bool busy = false;
+  if (checker_) {
+    std::lock_guard lock(checker_->mu);
+    busy = !checker_->done;
+  }
+  if (busy) {
+    std::lock_guard lock(probe_->connects->mu);
+    probe_->connects->done = true;
+    return;
+  }
+  checker_ = probe_->connects;
   std::thread(check_connects, probe_->connects, std::move(endpoints),
               std::min(options_.connect_timeout, budget))
       .detach();
@@ -480,14 +506,19 @@ bool Inspector::begin(const proto::ipc::InspectRequest& request) {
   // The peers' probes must end before this node stops waiting for their rows.
   const auto budget = std::chrono::milliseconds(timeout.count() * 4 / 5);
   for (const auto& peer : channel_.peers()) {
+    if (peer.banned) continue;  // nothing is sent to it: not a member to ask
     g.asked.insert(peer.id);
     const Inspect ask{links ? Inspect::kAskLinks : Inspect::kAskStatus, g.nonce, wall_us(),
                       links ? static_cast<uint64_t>(budget.count()) : 0};
     (void)channel_.send(peer.id, 0, ask);
   }
   if (links) {
-    // This node's own row is always fresh; the peers' may be up to kReuseRows old.
-    if (!probe_) start_probe(budget);
+    // This node's own row is always fresh; the peers' may be up to kReuseRows old. A
+    // probe that runs already (a peer asked) must end in time for this gathering.
+    if (probe_)
+      probe_->deadline = std::min(probe_->deadline, now + budget);
+    else
+      start_probe(budget);
   } else {
     g.parts[channel_.self()] = proto::inspect::encode(status_());
   }
@@ -528,8 +559,17 @@ void Inspector::finish_gathering() {
   proto::inspect::Summary s;
   s.asked = channel_.self();
   s.members.push_back(channel_.self());
-  for (const auto& peer : channel_.peers()) s.members.push_back(peer.id);
+  for (const auto& peer : channel_.peers())
+    if (!peer.banned) s.members.push_back(peer.id);
   std::sort(s.members.begin(), s.members.end());
+  // The reply is one IPC message (at most 16 MiB): the parts that do not fit are left
+  // out, their nodes listed as silent (hundreds of nodes' full rows).
+  constexpr uint64_t kMaxReplyBytes = uint64_t{15} << 20;
+  uint64_t bytes = 0;
+  for (auto it = g->parts.begin(); it != g->parts.end();) {
+    bytes += it->second.size() + 8;
+    it = bytes > kMaxReplyBytes ? g->parts.erase(it) : std::next(it);
+  }
   for (uint32_t id : s.members)
     if (!g->parts.contains(id)) s.silent.push_back(id);
   s.elapsed_s = std::chrono::duration<double>(Clock::now() - g->started).count();

@@ -37,6 +37,8 @@
 
 namespace gossip::daemon {
 
+struct ConnectChecks;  // what a helper thread found of TCP connects (inspector.cc)
+
 class Inspector {
  public:
   struct Options {
@@ -92,7 +94,8 @@ class Inspector {
   uint64_t nonce_state_;
 
   std::unique_ptr<Probe> probe_;
-  std::optional<std::string> last_row_;  // encoded
+  std::shared_ptr<ConnectChecks> checker_;  // the last connect checker (one at a time)
+  std::optional<std::string> last_row_;     // encoded
   std::chrono::steady_clock::time_point last_row_at_{};
   std::vector<std::pair<uint32_t, uint64_t>> row_wanted_;  // (asker, nonce) until the probe ends
   struct Bandwidth {

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <span>
+#include <string_view>
+
 #include "base/version.h"
 
 namespace gossip::daemon {
@@ -35,6 +38,21 @@ void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name,
     out += fmt::format("{}{{peer=\"{}\"}} {}\n", name, label(p.peer), get(p.traffic));
 }
 
+// A histogram's samples from per-bucket (not cumulative) counts.
+void histogram(std::string& out, std::string_view name, std::string_view help,
+               std::span<const double> bounds, std::span<const uint64_t> counts, double sum,
+               uint64_t count) {
+  header(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < bounds.size(); ++b) {
+    cumulative += counts[b];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[b], cumulative);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, count);
+  out += fmt::format("{}_sum {:.6f}\n", name, sum);
+  out += fmt::format("{}_count {}\n", name, count);
+}
+
 // Where the time goes: the trainers' wait against their time attached (the fraction
 // a trainer waits is the ratio of the two counters' rates), and the rounds.
 void render_time(std::string& out, const TimeAccounts::Snapshot& t) {
@@ -45,17 +63,9 @@ void render_time(std::string& out, const TimeAccounts::Snapshot& t) {
   header(out, "gossipd_trainer_attached_seconds_total", "counter",
          "Time the node's trainers were attached, summed over trainers.");
   out += fmt::format("gossipd_trainer_attached_seconds_total {:.6f}\n", t.trainer_attached_seconds);
-  header(out, "gossipd_round_duration_seconds", "histogram",
-         "Synchronization rounds, from their start on this node to their end.");
-  uint64_t cumulative = 0;
-  for (size_t b = 0; b < TimeAccounts::kRoundBuckets.size(); ++b) {
-    cumulative += t.round_buckets[b];
-    out += fmt::format("gossipd_round_duration_seconds_bucket{{le=\"{}\"}} {}\n",
-                       TimeAccounts::kRoundBuckets[b], cumulative);
-  }
-  out += fmt::format("gossipd_round_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", t.rounds);
-  out += fmt::format("gossipd_round_duration_seconds_sum {:.6f}\n", t.round_seconds);
-  out += fmt::format("gossipd_round_duration_seconds_count {}\n", t.rounds);
+  histogram(out, "gossipd_round_duration_seconds",
+            "Synchronization rounds, from their start on this node to their end.",
+            TimeAccounts::kRoundBuckets, t.round_buckets, t.round_seconds, t.rounds);
   header(out, "gossipd_last_round_payload_bytes", "gauge",
          "Bytes of model data this node sent in its last round.");
   out += fmt::format("gossipd_last_round_payload_bytes {}\n", t.last_round_payload_bytes);
@@ -127,9 +137,37 @@ std::string render_metrics(const MetricsSnapshot& s) {
       out += fmt::format("gossipd_peer_silent_seconds{{peer=\"{}\"}} {:.3f}\n", label(p.peer),
                          *p.silent_seconds);
   for (const auto& g : s.strategy_gauges) {
-    header(out, g.name, "gauge", g.help);
+    header(out, g.name, g.type.c_str(), g.help);
     out += fmt::format("{} {}\n", g.name, g.value);
+    if (g.alias.empty()) continue;
+    // Renamed: the old name for one release more, so that dashboards can move.
+    header(out, g.alias, "gauge",
+           fmt::format("Deprecated: the old name of {}, removed in the next release.", g.name));
+    out += fmt::format("{} {}\n", g.alias, g.value);
   }
+  header(out, "gossipd_failures_total", "counter",
+         "What went wrong, by cause: rounds that timed out or failed, neighbors absent from a "
+         "round, members an elastic ring left out, NaN or Inf in an update or a result, messages "
+         "refused from peers.");
+  for (const auto& [cause, n] : s.failures)
+    out += fmt::format("gossipd_failures_total{{cause=\"{}\"}} {}\n", label(cause), n);
+  uint64_t refused = 0;
+  for (const PeerMetrics& p : s.peers) refused += p.traffic.dropped;
+  out += fmt::format("gossipd_failures_total{{cause=\"refused-message\"}} {}\n", refused);
+  header(out, "gossipd_peers", "gauge", "Peers in the node's list, banned ones not counted.");
+  out += fmt::format("gossipd_peers {}\n", s.configured_peers);
+  header(out, "gossipd_peer_connected", "gauge",
+         "1 while this node's link to the peer is connected and its handshake done, else 0.");
+  uint64_t connected = 0;
+  for (const PeerMetrics& p : s.peers)
+    if (p.connected) {
+      out += fmt::format("gossipd_peer_connected{{peer=\"{}\"}} {}\n", label(p.peer),
+                         *p.connected ? 1 : 0);
+      connected += *p.connected ? 1 : 0;
+    }
+  header(out, "gossipd_peers_connected", "gauge",
+         "Peers whose link from this node is connected, its handshake done.");
+  out += fmt::format("gossipd_peers_connected {}\n", connected);
   if (!s.allreduce_rounds.empty()) {
     header(out, "gossipd_allreduce_rounds_total", "counter",
            "All-reduce rounds completed, by the algorithm that ran them (--allreduce-algorithm).");
@@ -138,6 +176,11 @@ std::string render_metrics(const MetricsSnapshot& s) {
                          label(algorithm), n);
   }
   render_time(out, s.time);
+  histogram(out, "gossipd_state_transfer_duration_seconds",
+            "State transfers this node made as a joiner (a restart, a node left out), from its "
+            "first ask to the last chunk.",
+            TransferHistogram::kBuckets, s.transfers.counts, s.transfers.sum_seconds,
+            s.transfers.count);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/time_accounts.h"
+#include "daemon/transfer_histogram.h"
 #include "proto/ipc.h"
 
 namespace gossip::daemon {
@@ -18,6 +19,7 @@ struct PeerMetrics {
   std::string peer;  // the peer's id, or "unknown" for messages from strangers
   proto::ipc::Traffic traffic;
   std::optional<double> silent_seconds;  // since its last message; none: never heard
+  std::optional<bool> connected;         // its outgoing link is up; none: not a configured peer
 };
 
 struct MetricsSnapshot {
@@ -39,9 +41,15 @@ struct MetricsSnapshot {
   struct Gauge {
     std::string name, help;
     double value = 0;
+    std::string type = "gauge";
+    std::string alias = {};  // the old name, exported too for one release
   };
-  std::vector<Gauge> strategy_gauges;  // sgd::Strategy::gauges
-  TimeAccounts::Snapshot time;         // where the trainers' and the rounds' time goes
+  std::vector<Gauge> strategy_gauges;  // sgd::Strategy::gauges, the tuner's, the ring's
+  // Failures by cause (base/failures.h).
+  std::vector<std::pair<std::string, uint64_t>> failures;
+  uint32_t configured_peers = 0;          // not banned
+  TimeAccounts::Snapshot time;            // where the trainers' and the rounds' time goes
+  TransferHistogram::Snapshot transfers;  // the node's state transfers as a joiner
 };
 
 std::string render_metrics(const MetricsSnapshot& s);

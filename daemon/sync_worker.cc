@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/failures.h"
 #include "base/version.h"
 #include "peers/curve_auth.h"
 #include "peers/mixing_matrix.h"
@@ -298,6 +299,8 @@ SyncWorker::~SyncWorker() {
   cv_.notify_all();
   if (transport_) transport_->wake();
   if (thread_.joinable()) thread_.join();
+  // Nothing may serve gossipctl once the parts it reads start going away.
+  if (router_) router_->set_after_poll(nullptr);
   write_checkpoint_now();  // the state after the last completed round
   if (transport_) {
     for (const auto& p : transport_->peers()) (void)transport_->send(p.id, 0, proto::Bye{});
@@ -306,9 +309,8 @@ SyncWorker::~SyncWorker() {
   exchange_.reset();
   all_reduce_.reset();
   ring_.reset();
-  initial_.reset();  // subscribed to the router
-  tuner_.reset();    // idem
-  if (router_) router_->set_after_poll(nullptr);
+  initial_.reset();    // subscribed to the router
+  tuner_.reset();      // idem
   inspector_.reset();  // idem
   router_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
@@ -323,6 +325,7 @@ bool SyncWorker::inspect(const proto::ipc::InspectRequest& request) {
     inspecting_ = true;
     inspect_asked_ = request;
   }
+  inspect_pending_.store(true, std::memory_order_release);
   transport_->wake();
   return true;
 }
@@ -345,7 +348,7 @@ void SyncWorker::note_error(std::string what) {
 
 void SyncWorker::serve_inspector() {
   std::optional<proto::ipc::InspectRequest> asked;
-  {
+  if (inspect_pending_.exchange(false, std::memory_order_acq_rel)) {  // mu_ only when asked
     std::lock_guard lock(mu_);
     asked = std::move(inspect_asked_);
     inspect_asked_.reset();
@@ -477,8 +480,11 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   // What arrives meanwhile goes to its subscribers, as in a round.
   sgd::StateTransfer& transfer = membership_->state();
   const size_t shared = strategy_->shared_state_numel(numel);
+  const auto began = std::chrono::steady_clock::now();
   auto fetched = transfer.fetch(numel, shared, layout, o);
   if (!fetched || !*fetched) return fetched;
+  transfers_.record(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   // Back in (into the ring, where the members now wait for this node); if they went
   // on while it fetched, the state it resumes from is the one they hold now.
   auto members_next = membership_->rejoin((*fetched)->round, o.deadline, &stop_);
@@ -662,6 +668,8 @@ std::vector<sgd::Strategy::Gauge> SyncWorker::strategy_gauges() const {
   auto g = strategy_->gauges();
   if (tuner_)
     for (auto& t : tuner_->gauges()) g.push_back(std::move(t));
+  if (peer_ring_)
+    for (auto& r : peer_ring_->gauges()) g.push_back(std::move(r));
   return g;
 }
 
@@ -710,12 +718,19 @@ void SyncWorker::run() {
         // the gossip family reads the rest (joins, heartbeats); the others leave it
         // queued for their first round, as they always did.
         const bool everything = numel_ > 0 || exchange_;
+        const size_t idle_numel = numel_;
+        const uint64_t idle_layout = layout_;
         lock.unlock();
         bool waited = true;
-        if (everything)
+        if (everything) {
+          // The strategy learns the model's shape and the next round first (the
+          // all-gather checks chunks against them), then what arrives reaches it.
+          strategy_->set_layout_fingerprint(idle_layout);
+          strategy_->progress(next_round_, idle_numel, std::chrono::milliseconds(0));
           router_->poll(std::chrono::milliseconds(20));
-        else
+        } else {
           waited = router_->poll_only(proto::Kind::kInspect, std::chrono::milliseconds(20));
+        }
         lock.lock();
         if (!waited)
           cv_.wait_for(lock, std::chrono::milliseconds(20),
@@ -795,6 +810,8 @@ void SyncWorker::run() {
       ++rounds_done_;
       if (result.step) last_step_ = *result.step;
     } else {
+      count_failure(result.status.code() == Status::Code::kTimeout ? Failure::kRoundTimeout
+                                                                   : Failure::kRoundError);
       note_error(fmt::format("round {}: {}", round, result.status.message()));
     }
     if (result.status && !job.bucket)

@@ -20,6 +20,7 @@
 #include "daemon/hooks.h"
 #include "daemon/inspector.h"
 #include "daemon/round_deadline.h"
+#include "daemon/transfer_histogram.h"
 #include "daemon/tuner.h"
 #include "peers/ring_channel.h"
 #include "peers/router.h"
@@ -93,6 +94,8 @@ class SyncWorker {
   std::vector<std::pair<std::string, uint64_t>> allreduce_rounds() const;
   // The strategy's gauges, and the tuner's under tune auto (any thread).
   std::vector<sgd::Strategy::Gauge> strategy_gauges() const;
+  // The node's state transfers as a joiner, how long each took (any thread).
+  TransferHistogram::Snapshot transfers() const { return transfers_.snapshot(); }
 
   // gossipctl doctor and status --cluster (daemon/inspector.h), from any thread: starts
   // gathering; false while an earlier question is being answered. inspect_fd() is
@@ -158,6 +161,7 @@ class SyncWorker {
   std::unique_ptr<RoundDeadline> round_deadline_;   // rounds (worker thread only)
   int done_fd_ = -1;
   int inspect_fd_ = -1;
+  TransferHistogram transfers_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -185,6 +189,7 @@ class SyncWorker {
   std::optional<proto::ipc::InspectRequest> inspect_asked_;  // guarded by mu_
   std::optional<proto::ipc::InspectReply> inspected_;        // guarded by mu_
   bool inspecting_ = false;                                  // guarded by mu_
+  std::atomic<bool> inspect_pending_{false};                 // inspect_asked_ is set
   // member_status()'s sources: the worker's own (its thread) and the daemon's.
   std::atomic<uint32_t> trainers_{0};
   std::string last_error_;                                 // guarded by mu_

@@ -333,14 +333,17 @@ uint64_t Tuner::next_period(uint64_t round, std::chrono::milliseconds wait,
 }
 
 std::vector<sgd::Strategy::Gauge> Tuner::gauges() const {
+  // Renamed to Prometheus' form (a unit, _total on the counter); the old names go on for
+  // one release as aliases.
   return {
-      {"gossipd_tune_period", "tune auto: the period it picked (steps between rounds)",
-       g_period_.load(kRelaxed)},
-      {"gossipd_tune_ratio", "tune auto: the top-k ratio it picked (0: the codec's, not tuned)",
-       g_ratio_.load(kRelaxed)},
-      {"gossipd_tune_predicted_wait",
+      {"gossipd_tune_period_steps", "tune auto: the period it picked (steps between rounds)",
+       g_period_.load(kRelaxed), "gauge", "gossipd_tune_period"},
+      {"gossipd_tune_topk_ratio",
+       "tune auto: the top-k ratio it picked (0: the codec's, not tuned)", g_ratio_.load(kRelaxed),
+       "gauge", "gossipd_tune_ratio"},
+      {"gossipd_tune_predicted_wait_ratio",
        "tune auto: the fraction of their time the trainers wait for rounds, as it predicts it",
-       g_wait_.load(kRelaxed)},
+       g_wait_.load(kRelaxed), "gauge", "gossipd_tune_predicted_wait"},
       {"gossipd_tune_step_seconds",
        "tune auto: the slowest node's compute per step, over the last epoch",
        g_step_.load(kRelaxed)},
@@ -349,12 +352,12 @@ std::vector<sgd::Strategy::Gauge> Tuner::gauges() const {
       {"gossipd_tune_bandwidth_bytes_per_second",
        "tune auto: the bandwidth its cost model took (0: not measured)",
        g_bandwidth_.load(kRelaxed)},
-      {"gossipd_tune_changes", "tune auto: plans that changed the period or the ratio",
-       g_plans_.load(kRelaxed)},
-      {"gossipd_tune_consensus_distance",
+      {"gossipd_tune_changes_total", "tune auto: plans that changed the period or the ratio",
+       g_plans_.load(kRelaxed), "counter", "gossipd_tune_changes"},
+      {"gossipd_tune_consensus_distance_ratio",
        "tune auto: the replicas' distance from their mean before the last epoch's last round, "
        "relative to its norm, on the sampled parameters",
-       g_consensus_.load(kRelaxed)},
+       g_consensus_.load(kRelaxed), "gauge", "gossipd_tune_consensus_distance"},
   };
 }
 

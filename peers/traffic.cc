@@ -56,6 +56,12 @@ uint64_t TrafficCounters::silent_ms(uint32_t peer) const {
   return static_cast<uint64_t>(std::max<int64_t>(0, now - last) / 1'000'000);
 }
 
+void TrafficCounters::set_link_up(uint32_t peer, bool up) {
+  find(peer)->link_up.store(up, kRelaxed);
+}
+
+bool TrafficCounters::link_up(uint32_t peer) const { return find(peer)->link_up.load(kRelaxed); }
+
 void TrafficCounters::count_dropped(uint32_t peer) { find(peer)->dropped.fetch_add(1, kRelaxed); }
 
 void TrafficCounters::count_unhandled(proto::Kind kind) {

@@ -24,6 +24,7 @@ struct PeerCounters {
   DirectionCounters sent, recv;
   std::atomic<uint64_t> dropped{0};       // invalid messages from this peer
   std::atomic<int64_t> last_recv_ns{-1};  // steady_clock time of the last message; -1: none yet
+  std::atomic<bool> link_up{false};       // the outgoing link is connected, its handshake done
 };
 
 class TrafficCounters {
@@ -40,6 +41,9 @@ class TrafficCounters {
   proto::ipc::Traffic peer_totals(uint32_t peer) const;
   // Milliseconds since the peer's last message was counted; kNeverHeard if none was.
   uint64_t silent_ms(uint32_t peer) const;
+  // Whether the channel's outgoing link to the peer is up (the transport says so).
+  void set_link_up(uint32_t peer, bool up);
+  bool link_up(uint32_t peer) const;
   proto::ipc::Traffic totals() const;
   const std::vector<uint32_t>& peer_ids() const { return ids_; }
 

@@ -348,6 +348,7 @@ void ZmqTransport::watch_outbound() {
         default:
           break;
       }
+      traffic_.set_link_up(o->peer.id, l.handshake == Handshake::kOk);
     }
   }
 }

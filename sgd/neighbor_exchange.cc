@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/failures.h"
 #include "base/finite.h"
 #include "base/refusals.h"
 
@@ -130,6 +131,7 @@ void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t
 void NeighborExchange::mark_absent(size_t pi, const std::string& why) {
   if (absent_[pi]) return;
   absent_[pi] = true;
+  count_failure(Failure::kPeerAbsent);
   spdlog::warn("peer {} {}: not waiting for it until it is heard from again",
                transport_.peers()[pi].id, why);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "base/failures.h"
 #include "base/finite.h"
 #include "base/refusals.h"
 #include "base/split_mix64.h"
@@ -51,6 +52,7 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
           {proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
            proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
           [this](peers::Incoming& in) { absorb(in); })) {
+  g_members_.store(order().ids.size(), std::memory_order_relaxed);
   if (!options_.link_keys.empty())
     spdlog::info("ring links are sealed (AES-256-GCM, keys from the nodes' CURVE keys)");
   // Offered to anyone: before the first round nobody has a state, and a node that
@@ -67,6 +69,13 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
   for (const auto& p : control_.peers()) hosts_[p.id] = peers::endpoint_host(p.endpoint);
   result_.kind = proto::Kind::kStateChunk;
   announce();
+}
+
+std::vector<Strategy::Gauge> PeerRing::gauges() const {
+  return {{"gossipd_ring_epoch", "The ring's epoch: how often it re-formed (--elastic on).",
+           static_cast<double>(g_epoch_.load(std::memory_order_relaxed))},
+          {"gossipd_ring_members", "Nodes in the ring's current view, this one included.",
+           static_cast<double>(g_members_.load(std::memory_order_relaxed))}};
 }
 
 PeerRing::~PeerRing() { reset_links(); }
@@ -564,6 +573,9 @@ void PeerRing::send_probes() {
 std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   RingMembership::Change change = membership_.decide();
   view_since_ = Clock::now();
+  count_failure(Failure::kPeerLeftOut, change.lost.size());
+  g_epoch_.store(membership_.epoch(), std::memory_order_relaxed);
+  g_members_.store(order().ids.size(), std::memory_order_relaxed);
   reset_links();
   if (change.lost.empty() && change.joined.empty())
     spdlog::info("ring re-formed at epoch {} with all {} members", membership_.epoch(),

@@ -41,6 +41,7 @@
 #include "sgd/ring_membership.h"
 #include "sgd/ring_schedule.h"
 #include "sgd/state_transfer.h"
+#include "sgd/strategy.h"
 
 namespace gossip::sgd {
 
@@ -86,6 +87,9 @@ class PeerRing final : public AllReduce, public Membership {
     return rounds_by_[static_cast<size_t>(a)].load(std::memory_order_relaxed);
   }
   uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
+  // The ring's membership for /metrics: its epoch (0 until it first re-forms) and how
+  // many nodes its view holds; any thread.
+  std::vector<Strategy::Gauge> gauges() const;
 
   // Rejoining (options.admit_joiners): the state this node offers to a restarted (or
   // left out) peer, published by the owner after every round, and fetched by such a node.
@@ -156,6 +160,7 @@ class PeerRing final : public AllReduce, public Membership {
   peers::RingTransport& transport_;
   PeerRingOptions options_;
   RingMembership membership_;
+  std::atomic<uint64_t> g_epoch_{0}, g_members_{0};  // for gauges(), set as the view changes
   std::map<uint32_t, std::string> hosts_;
   std::map<uint32_t, Address> addresses_;
   // A random secret from which the token of each link comes (token_for): we hand a

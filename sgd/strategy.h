@@ -95,6 +95,9 @@ class Strategy {
   struct Gauge {
     std::string name, help;
     double value = 0;
+    std::string type = "gauge";  // or "counter" (its name ends in _total)
+    // The name it had before, exported beside it for one release (docs/monitoring.md).
+    std::string alias = {};
   };
   virtual std::vector<Gauge> gauges() const { return {}; }
 };

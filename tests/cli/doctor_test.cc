@@ -109,8 +109,8 @@ TEST(Doctor, KeysVersionsStrategiesAndClocks) {
   for (auto& r : c.rows) r.facts.curve = true;
   c.rows[0].refused_keys = {"public key abc from 10.0.0.9, 3 times"};
   Link& to2 = c.rows[1].links[1];  // 1 -> 2: connects, never completes a handshake
-  to2.handshake = Handshake::kLost;
-  to2.connects = 7, to2.disconnects = 7, to2.pongs = 0;
+  to2.handshake = Handshake::kFailed;
+  to2.connects = 7, to2.disconnects = 7, to2.handshake_failures = 7, to2.pongs = 0;
   Link& to0 = c.rows[2].links[0];  // 2 -> 0: node 0 refuses node 2's key
   to0.handshake = Handshake::kRefused, to0.pongs = 0;
   c.rows[0].links[0].version = "0.8.0";        // node 1, as node 0 hears it

@@ -26,7 +26,11 @@ MetricsSnapshot sample() {
   t.msgs_sent = 5;
   t.msgs_recv = 4;
   t.dropped = 2;
-  s.peers = {{"4", t, 0.25}, {"unknown", {}, std::nullopt}};
+  s.peers = {{"4", t, 0.25, true},
+             {"5", {}, std::nullopt, false},
+             {"unknown", {}, std::nullopt, std::nullopt}};
+  s.configured_peers = 2;
+  s.failures = {{"round-timeout", 3}, {"peer-absent", 1}};
   s.unhandled = {{"ring-probe", 7}, {"hello", 0}};
   return s;
 }
@@ -59,6 +63,29 @@ TEST(MetricsText, EveryFamilyIsTypedAndEveryPeerHasItsSamples) {
       std::string::npos)
       << text;
   EXPECT_EQ(text.back(), '\n');
+}
+
+// Issue 24's families: failures by cause, the peers' links, a renamed gauge beside its
+// old name for one release.
+TEST(MetricsText, FailuresByCauseLinksAndRenamedGaugesWithTheirAliases) {
+  MetricsSnapshot s = sample();
+  s.strategy_gauges = {
+      {"gossipd_tune_changes_total", "plans that changed", 4, "counter", "gossipd_tune_changes"},
+      {"gossipd_ring_members", "nodes in the view", 3}};
+  const std::string text = render_metrics(s);
+  for (const char* line :
+       {"# TYPE gossipd_failures_total counter\n",
+        "gossipd_failures_total{cause=\"round-timeout\"} 3\n",
+        "gossipd_failures_total{cause=\"peer-absent\"} 1\n",
+        "gossipd_failures_total{cause=\"refused-message\"} 2\n", "gossipd_peers 2\n",
+        "gossipd_peer_connected{peer=\"4\"} 1\n", "gossipd_peer_connected{peer=\"5\"} 0\n",
+        "gossipd_peers_connected 1\n",
+        "# TYPE gossipd_tune_changes_total counter\ngossipd_tune_changes_total 4\n",
+        "# TYPE gossipd_tune_changes gauge\ngossipd_tune_changes 4\n",
+        "Deprecated: the old name of gossipd_tune_changes_total",
+        "# TYPE gossipd_ring_members gauge\ngossipd_ring_members 3\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << text;
+  EXPECT_EQ(text.find("gossipd_peer_connected{peer=\"unknown\"}"), std::string::npos);
 }
 
 TEST(MetricsText, LabelValuesAreEscaped) {
