@@ -30,7 +30,7 @@ struct ClusterOptions {
   int64_t eval_every = 0;     // 0: steps / 10
   int base_port = 0;          // 0: free loopback ports picked by the kernel
   double timeout_s = 600;     // overall deadline
-  double stop_grace_s = 5;    // SIGTERM to SIGKILL
+  double stop_grace_s = 15;   // SIGTERM to SIGKILL: above NCCL's 10 s finalize (docs/timeouts.md)
   double socket_wait_s = 10;  // for every daemon's IPC socket to appear
   std::string gossipd;        // empty: `gossipd` beside gossipctl
   // "NODE=PATH": that node runs another gossipd build (another version, or the

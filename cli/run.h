@@ -18,7 +18,7 @@ struct RunOptions {
   int nproc_per_node = 0;         // 0: one per GPU (CUDA_VISIBLE_DEVICES or /dev/nvidiaN), else 1
   std::string gossipd;            // empty: beside gossipctl
   std::string config;             // gossipd --config
-  double grace_s = 10;            // SIGTERM to SIGKILL
+  double grace_s = 15;            // SIGTERM to SIGKILL: above NCCL's 10 s finalize
   double startup_timeout_s = 60;  // GOSSIP_STARTUP_TIMEOUT for the trainers, unless set
   std::map<std::string, std::string> daemon_flags;  // --flag -> value, passed to gossipd
   std::vector<std::string> peers;                   // --peer ID=EP

@@ -38,19 +38,25 @@ void per_peer(std::string& out, const MetricsSnapshot& s, std::string_view name,
     out += fmt::format("{}{{peer=\"{}\"}} {}\n", name, label(p.peer), get(p.traffic));
 }
 
+// A histogram family and its three sample names, each written out in full so that
+// every name the daemon exports can be found in this file (the Prometheus test does).
+struct HistogramNames {
+  std::string_view family, bucket, sum, count;
+};
+
 // A histogram's samples from per-bucket (not cumulative) counts.
-void histogram(std::string& out, std::string_view name, std::string_view help,
+void histogram(std::string& out, const HistogramNames& n, std::string_view help,
                std::span<const double> bounds, std::span<const uint64_t> counts, double sum,
                uint64_t count) {
-  header(out, name, "histogram", help);
+  header(out, n.family, "histogram", help);
   uint64_t cumulative = 0;
   for (size_t b = 0; b < bounds.size(); ++b) {
     cumulative += counts[b];
-    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[b], cumulative);
+    out += fmt::format("{}{{le=\"{}\"}} {}\n", n.bucket, bounds[b], cumulative);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, count);
-  out += fmt::format("{}_sum {:.6f}\n", name, sum);
-  out += fmt::format("{}_count {}\n", name, count);
+  out += fmt::format("{}{{le=\"+Inf\"}} {}\n", n.bucket, count);
+  out += fmt::format("{} {:.6f}\n", n.sum, sum);
+  out += fmt::format("{} {}\n", n.count, count);
 }
 
 // Where the time goes: the trainers' wait against their time attached (the fraction
@@ -63,7 +69,9 @@ void render_time(std::string& out, const TimeAccounts::Snapshot& t) {
   header(out, "gossipd_trainer_attached_seconds_total", "counter",
          "Time the node's trainers were attached, summed over trainers.");
   out += fmt::format("gossipd_trainer_attached_seconds_total {:.6f}\n", t.trainer_attached_seconds);
-  histogram(out, "gossipd_round_duration_seconds",
+  histogram(out,
+            {"gossipd_round_duration_seconds", "gossipd_round_duration_seconds_bucket",
+             "gossipd_round_duration_seconds_sum", "gossipd_round_duration_seconds_count"},
             "Synchronization rounds, from their start on this node to their end.",
             TimeAccounts::kRoundBuckets, t.round_buckets, t.round_seconds, t.rounds);
   header(out, "gossipd_last_round_payload_bytes", "gauge",
@@ -176,11 +184,14 @@ std::string render_metrics(const MetricsSnapshot& s) {
                          label(algorithm), n);
   }
   render_time(out, s.time);
-  histogram(out, "gossipd_state_transfer_duration_seconds",
-            "State transfers this node made as a joiner (a restart, a node left out), from its "
-            "first ask to the last chunk.",
-            TransferHistogram::kBuckets, s.transfers.counts, s.transfers.sum_seconds,
-            s.transfers.count);
+  histogram(
+      out,
+      {"gossipd_state_transfer_duration_seconds", "gossipd_state_transfer_duration_seconds_bucket",
+       "gossipd_state_transfer_duration_seconds_sum",
+       "gossipd_state_transfer_duration_seconds_count"},
+      "State transfers this node made as a joiner (a restart, a node left out), from its "
+      "first ask to the last chunk.",
+      TransferHistogram::kBuckets, s.transfers.counts, s.transfers.sum_seconds, s.transfers.count);
   return out;
 }
 

@@ -48,9 +48,13 @@ TEST(Training, FourNodesLocalSgdReach84PercentInUnderAMinute) {
 
 // The architectures of issue 19 against the ring, same trainer, data, seed and schedule
 // (4 nodes, period 4, 600 steps): the tree, butterfly and master all-reduces and the
-// bsp parameter servers within a point of the ring's accuracy, async and ssp
-// parameter servers within two, and Crossbow's SMA (2 nodes x 2 learners, each on its
-// own quarter of the data) within a point. ssp's bound is read from server 0's log.
+// bsp parameter servers within a point of the ring's accuracy, the async parameter
+// servers within two, and Crossbow's SMA (2 nodes x 2 learners, each on its own quarter
+// of the data) within a point. ssp:2 within three: since the server answers a pull as
+// soon as it may (it used to look every 20 ms when idle, which held the workers nearly
+// in step), ssp:2 is as stale as its bound allows and lands where async does (5 runs
+// each on 2026-11-26: 84.0 to 85.1 %, mean 84.4, against 85.6 before, 9 % faster; 83.2
+// on a loaded machine); its bound on the lead is read from server 0's log.
 TEST(Training, TheTextbookArchitecturesTrainWithinAPointOfTheRing) {
   const std::vector<std::string> common = {"--period", "4", "--steps", "600", "--seed", "1"};
   const auto run = [&](std::vector<std::string> args, std::string* log = nullptr) {
@@ -82,7 +86,7 @@ TEST(Training, TheTextbookArchitecturesTrainWithinAPointOfTheRing) {
   }
   std::string log;
   const double ssp = run({"--nodes", "4", "--strategy", "ps", "--ps-mode", "ssp:2"}, &log);
-  EXPECT_GE(ssp, ring - 0.02);
+  EXPECT_GE(ssp, ring - 0.03);
   std::smatch lead;
   ASSERT_TRUE(std::regex_search(
       log, lead, std::regex(R"(the largest lead a pull was answered with: ([0-9]+) clocks)")))
