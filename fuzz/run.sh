@@ -19,7 +19,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_targets=(wire_header codec_decode ipc_message config state_transfer initial_model)
+all_targets=(wire_header codec_decode ipc_message inspect_report config state_transfer initial_model)
 seconds=60
 jobs=2
 targets=()

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <msgpack.hpp>
 
@@ -11,14 +12,37 @@
 namespace gossip::proto::inspect {
 namespace {
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
+// msgpack-c writes a float that holds an integer as that integer, through a cast that
+// is undefined from 2^64 on (a hostile peer's 1.8e19 re-encoded here); reports write
+// their floats as msgpack floats, always.
+class Packer : public msgpack::packer<msgpack::sbuffer> {
+ public:
+  explicit Packer(msgpack::sbuffer& buf) : msgpack::packer<msgpack::sbuffer>(buf), buf_(buf) {}
+  void float32(float v) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    char out[5] = {static_cast<char>(0xca)};
+    for (int i = 0; i < 4; ++i) out[1 + i] = static_cast<char>(bits >> (24 - 8 * i));
+    buf_.write(out, sizeof out);
+  }
+  void float64(double v) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    char out[9] = {static_cast<char>(0xcb)};
+    for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+    buf_.write(out, sizeof out);
+  }
+
+ private:
+  msgpack::sbuffer& buf_;
+};
 
 // Each record is a msgpack array of its fields in declaration order; a nested record
 // is an array too. Positional, so that a report of 64 links stays small.
 void put(Packer& pk, uint64_t v) { pk.pack_uint64(v); }
 void put(Packer& pk, uint32_t v) { pk.pack_uint32(v); }
-void put(Packer& pk, double v) { pk.pack_double(v); }
-void put(Packer& pk, float v) { pk.pack_float(v); }
+void put(Packer& pk, double v) { pk.float64(v); }
+void put(Packer& pk, float v) { pk.float32(v); }
 void put(Packer& pk, bool v) { v ? pk.pack_true() : pk.pack_false(); }
 void put(Packer& pk, const std::string& v) {
   const std::string s = printable_text(v);
