@@ -71,6 +71,8 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
       RoundDeadline::Duration(config.strategy.round_timeout_floor_s));
   w->node_ = config.node_id;
   w->strategy_name_ = config.strategy.name;
+  if (const auto* d = sgd::find_strategy(config.strategy.name))
+    w->model_is_gradient_ = d->gradients;
   w->chunk_elems_ = config.strategy.chunk_bytes / sizeof(float);
   w->join_options_.offer_wait =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.join_wait_s * 1000.0));
@@ -582,8 +584,12 @@ std::optional<SyncWorker::RoundResult> SyncWorker::come_back(std::span<float> mo
 
 void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_t step) {
   initial_->discard();
-  samples_.resize(proto::inspect::kMaxSamples);
-  sample_model(model, samples_);
+  // A gradient strategy's arena holds the step's mean gradient, not the model: no
+  // sample, so status --cluster shows no distance rather than the gradients'.
+  if (!model_is_gradient_) {
+    samples_.resize(proto::inspect::kMaxSamples);
+    sample_model(model, samples_);
+  }
   // What a joiner gets: a copy per round, for the gossip family and an elastic
   // local-SGD ring only.
   if (membership_ && membership_->admits_joiners())

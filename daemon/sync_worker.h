@@ -199,7 +199,8 @@ class SyncWorker {
   uint64_t rounds_done_ = 0, last_step_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_round_end_;
   double last_round_ms_ = -1;
-  std::vector<float> samples_;  // of the model after the last round
+  std::vector<float> samples_;      // of the model after the last round
+  bool model_is_gradient_ = false;  // the strategy's rounds average gradients
   uint32_t node_ = 0;
   std::string strategy_name_;
   sgd::JoinOptions join_options_;

@@ -118,6 +118,23 @@ TEST(Doctor, AHealthyClusterHasNoProblemAndStatusClusterListsEveryMember) {
   EXPECT_TRUE(has(missing, "no gossipd socket at")) << missing;
 }
 
+// allreduce's rounds average gradients: the daemon never holds the model, so no
+// member reports a distance from the mean (the gradients' would say nothing of it).
+TEST(Doctor, StatusClusterShowsNoDistanceForAGradientStrategy) {
+  Cluster c(2, {"--strategy", "allreduce"});
+  c.start_all();
+  const auto clients = train_a_little(c, 2, 2);
+  ASSERT_EQ(clients.size(), 2u);
+  auto [rc, out] = gossipctl("status --cluster --json --node " + c.ipc_endpoint(0));
+  ASSERT_EQ(rc, 0) << out;
+  const json s = json::parse(out);
+  ASSERT_EQ(s["members"].size(), 2u) << out;
+  for (const auto& m : s["members"]) {
+    EXPECT_EQ(m["step"], 2) << out;
+    EXPECT_TRUE(m["distance"].is_null()) << out;
+  }
+}
+
 TEST(Doctor, NamesADeadNode) {
   Cluster c(3, {"--period", "1"});
   c.start_all();
