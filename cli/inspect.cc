@@ -53,41 +53,38 @@ Result<ipc::InspectReply> ask(const std::string& endpoint, uint32_t what,
   }
 }
 
-}  // namespace
-
-Result<ClusterLinks> ask_links(const std::string& endpoint, std::chrono::milliseconds timeout) {
-  auto r = ask(endpoint, ipc::InspectRequest::kLinks, timeout);
+// The summary, then one report per member that answered; one member's unreadable
+// report does not hide the others'.
+template <class Cluster, class Report, class Decode>
+Result<Cluster> gather(const std::string& endpoint, uint32_t what,
+                       std::chrono::milliseconds timeout, std::vector<Report> Cluster::*reports,
+                       Decode decode) {
+  auto r = ask(endpoint, what, timeout);
   if (!r) return r.status();
-  ClusterLinks out;
+  Cluster out;
   auto s = proto::inspect::decode_summary(r->parts[0].data(), r->parts[0].size());
   if (!s) return s.status();
   out.summary = std::move(*s);
   for (size_t i = 1; i < r->parts.size(); ++i) {
-    // One member's unreadable row does not hide the others'.
-    auto row = proto::inspect::decode_links(r->parts[i].data(), r->parts[i].size());
-    if (row)
-      out.rows.push_back(std::move(*row));
+    auto report = decode(r->parts[i].data(), r->parts[i].size());
+    if (report)
+      (out.*reports).push_back(std::move(*report));
     else
-      out.unreadable.push_back(row.status().message());
+      out.unreadable.push_back(report.status().message());
   }
   return out;
 }
 
+}  // namespace
+
+Result<ClusterLinks> ask_links(const std::string& endpoint, std::chrono::milliseconds timeout) {
+  return gather(endpoint, ipc::InspectRequest::kLinks, timeout, &ClusterLinks::rows,
+                proto::inspect::decode_links);
+}
+
 Result<ClusterStatus> ask_status(const std::string& endpoint, std::chrono::milliseconds timeout) {
-  auto r = ask(endpoint, ipc::InspectRequest::kStatus, timeout);
-  if (!r) return r.status();
-  ClusterStatus out;
-  auto s = proto::inspect::decode_summary(r->parts[0].data(), r->parts[0].size());
-  if (!s) return s.status();
-  out.summary = std::move(*s);
-  for (size_t i = 1; i < r->parts.size(); ++i) {
-    auto m = proto::inspect::decode_status(r->parts[i].data(), r->parts[i].size());
-    if (m)
-      out.members.push_back(std::move(*m));
-    else
-      out.unreadable.push_back(m.status().message());
-  }
-  return out;
+  return gather(endpoint, ipc::InspectRequest::kStatus, timeout, &ClusterStatus::members,
+                proto::inspect::decode_status);
 }
 
 }  // namespace gossip::cli

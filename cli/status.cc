@@ -125,20 +125,8 @@ std::vector<MemberView> member_views(const ClusterStatus& c) {
     samples.emplace_back(m.samples);
   }
   // Each member's distance from the mean, on the samples, where all sent as many.
-  if (!samples.empty() && daemon::relative_spread(samples)) {
-    const size_t k = samples.front().size();
-    const double n = static_cast<double>(samples.size());
-    std::vector<double> mean(k, 0.0);
-    for (const auto& s : samples)
-      for (size_t j = 0; j < k; ++j) mean[j] += s[j] / n;
-    double norm = 0;
-    for (double v : mean) norm += v * v;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      double d = 0;
-      for (size_t j = 0; j < k; ++j) d += (samples[i][j] - mean[j]) * (samples[i][j] - mean[j]);
-      out[i].distance = std::sqrt(d / norm);
-    }
-  }
+  if (const auto d = daemon::distances_from_mean(samples))
+    for (size_t i = 0; i < out.size(); ++i) out[i].distance = (*d)[i];
   return out;
 }
 

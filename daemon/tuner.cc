@@ -54,7 +54,8 @@ void sample_model(std::span<const float> model, std::span<float> out) {
   for (uint64_t j = 0; j < out.size(); ++j) out[j] = model[mix64(j * kWeyl + 1) % model.size()];
 }
 
-std::optional<double> relative_spread(std::span<const std::span<const float>> samples) {
+std::optional<std::vector<double>> distances_from_mean(
+    std::span<const std::span<const float>> samples) {
   if (samples.empty()) return std::nullopt;
   const size_t k = samples.front().size();
   for (const auto& s : samples)
@@ -63,12 +64,24 @@ std::optional<double> relative_spread(std::span<const std::span<const float>> sa
   std::vector<double> mean(k, 0.0);
   for (const auto& s : samples)
     for (size_t j = 0; j < k; ++j) mean[j] += s[j] / n;
-  double spread = 0, norm = 0;
+  double norm = 0;
   for (size_t j = 0; j < k; ++j) norm += mean[j] * mean[j];
-  for (const auto& s : samples)
-    for (size_t j = 0; j < k; ++j) spread += (s[j] - mean[j]) * (s[j] - mean[j]);
   if (norm <= 0) return std::nullopt;
-  return std::sqrt(spread / n / norm);
+  std::vector<double> out;
+  for (const auto& s : samples) {
+    double d = 0;
+    for (size_t j = 0; j < k; ++j) d += (s[j] - mean[j]) * (s[j] - mean[j]);
+    out.push_back(std::sqrt(d / norm));
+  }
+  return out;
+}
+
+std::optional<double> relative_spread(std::span<const std::span<const float>> samples) {
+  const auto d = distances_from_mean(samples);
+  if (!d) return std::nullopt;
+  double squares = 0;
+  for (double x : *d) squares += x * x;
+  return std::sqrt(squares / static_cast<double>(d->size()));
 }
 
 TunePlan decide(const TuneSettings& s, const TuneMeasured& m, const TunePlan& current) {

@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -92,6 +93,10 @@ void sample_model(std::span<const float> model, std::span<float> out);
 // sqrt(Σ_i ‖x_i − x̄‖² / n / ‖x̄‖²), on samples of one size; nullopt without any or
 // when the mean is 0.
 std::optional<double> relative_spread(std::span<const std::span<const float>> samples);
+// Each replica's distance from that mean, relative to the mean's norm,
+// sqrt(‖x_i − x̄‖² / ‖x̄‖²), under the same conditions.
+std::optional<std::vector<double>> distances_from_mean(
+    std::span<const std::span<const float>> samples);
 
 // The plan for what was measured under `current`; the same on every node.
 TunePlan decide(const TuneSettings& settings, const TuneMeasured& m, const TunePlan& current);
