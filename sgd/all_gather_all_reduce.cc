@@ -78,8 +78,10 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
   const uint64_t current = current_;
   const size_t numel = numel_;
   size_t pi = peer_index(in.peer);
+  if (early_.size() != transport_.peers().size()) early_.assign(transport_.peers().size(), 0);
   if (in.kind() == proto::Kind::kHello) {
     spdlog::info("peer {} is up", in.peer);
+    if (pi < early_.size()) early_[pi] = 0;  // (re)started: its rounds begin again
     return;
   }
   if (in.kind() == proto::Kind::kBye) {
@@ -102,8 +104,12 @@ void AllGatherAllReduce::absorb(peers::Incoming& in) {
     transport_.note_dropped(in.peer, st.message());
     if (s.failure.is_ok()) s.failure = std::move(st);
   };
-  if (round != current && round != current + 1)
+  if (round != current && round != current + 1) {
+    if (trim_ > 0 && pi < early_.size() && round > current + 1 &&
+        round - current <= kMaxRoundsAhead)
+      early_[pi] = std::max(early_[pi], round);
     return drop(fmt::format("chunk for round {} while this node is in round {}", round, current));
+  }
   if (layout_ != 0 && h.layout != layout_)
     return doom(
         round,
@@ -235,6 +241,15 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     size_t in = 0;  // peers whose whole model is here
     for (size_t i = 0; i < ps.size(); ++i) {
       if (s.out[i]) continue;
+      if (trim_ > 0 && s.received[i] < numel && i < early_.size() && early_[i] != 0 &&
+          early_[i] >= round) {
+        spdlog::warn(
+            "round {}: left out peer {}, which is in round {} already: its model for this round "
+            "came before this node was ready for it",
+            round, ps[i].id, early_[i]);
+        s.out[i] = true;
+        continue;
+      }
       if (s.received[i] < numel)
         complete = false;
       else

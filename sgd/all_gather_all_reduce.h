@@ -36,7 +36,9 @@ class AllGatherAllReduce final : public AllReduce {
 
  private:
   // What has arrived for one round. A peer can be at most one round ahead of us
-  // (it cannot finish a round without our contribution), so two suffice.
+  // (it cannot finish a round without our contribution), so two suffice; under a
+  // trim it can be further (the others finish rounds without a slow node), and its
+  // chunks for those rounds are dropped and remembered in early_.
   struct RoundState {
     uint64_t round = UINT64_MAX;
     std::vector<double> sum;         // fp64 so that the arrival order does not change the result
@@ -73,6 +75,12 @@ class AllGatherAllReduce final : public AllReduce {
   uint64_t layout_ = 0;
   uint32_t trim_ = 0;
   std::array<RoundState, 2> states_;
+  // Trimmed: per peer, the last round whose chunks came too early to be kept (0:
+  // none; such a round is at least 2). Its chunks arrive in order, so in any round up to that one
+  // whatever it has not delivered is lost: the round leaves it out instead of waiting for it to the
+  // deadline. Rounds further ahead than kMaxRoundsAhead are a liar's, not noted.
+  std::vector<uint64_t> early_;
+  static constexpr uint64_t kMaxRoundsAhead = 1024;
   uint64_t current_ = 0;  // the round in progress, or the next one
   size_t numel_ = 0;
   peers::Router::Subscription subscription_;  // last: ends before the state it writes
