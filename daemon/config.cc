@@ -252,9 +252,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 57>& fields() {
+const std::array<Field, 58>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 57> kFields = {{
+  static const std::array<Field, 58> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -560,6 +560,13 @@ const std::array<Field, 57>& fields() {
        NumberSpec{{0, true, std::nullopt},
                   [](const C& c) { return c.strategy.join_wait_s; },
                   [](C& c, double v) { c.strategy.join_wait_s = v; }}},
+      {"strategy.join_donors", "--join-donors", "N",
+       "a joining node fetches its state from up to N donors that hold the same one (an "
+       "elastic ring's members), a share of the chunks from each; a donor lost mid-way leaves "
+       "its share to the others, 1..64",
+       IntegerSpec{{1, 64, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.join_donors; },
+                   [](C& c, uint64_t v) { c.strategy.join_donors = v; }}},
       {"strategy.elastic", "--elastic", "off|on",
        "ring all-reduce (local-sgd, allreduce over tcp or rdma): when a peer dies mid-round, "
        "fail the round (off) or re-form the ring over the nodes that answer within "

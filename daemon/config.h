@@ -84,6 +84,7 @@ struct StrategyConfig {
   double heartbeat_s = 1.0;   // gossip: heartbeat period while waiting
   double dead_after_s = 3.0;  // gossip: a neighbor silent this long is dropped from the round
   double join_wait_s = 2.0;   // gossip: wait for state offers at the first attach; 0: never
+  uint64_t join_donors = 4;   // donors of one state a joiner fetches from at once
   // Ring all-reduce: "on" re-forms the ring over the live nodes when a peer breaks a
   // round (sgd/peer_ring.h), "off" fails the round.
   std::string elastic = "off";

@@ -78,9 +78,10 @@ bool write_wire_headers(const fs::path& root) {
   write("nccl-id", proto::NcclId{2, kLayout}, proto::kNcclIdBytes);
   write("heartbeat", proto::Heartbeat{}, 0);
   write("join", proto::Join{}, 0);
-  write("state-offer", proto::StateOffer{true, 1234, 2048, kLayout}, 0);
+  write("state-offer", proto::StateOffer{true, 1234, 2048, kLayout, 1024},
+        2 * proto::kStateHashBytes);
   write("state-offer_none", proto::StateOffer{}, 0);
-  write("state-request", proto::StateRequest{}, 0);
+  write("state-request", proto::StateRequest{4, 2}, 0);
   write("state-chunk", proto::StateChunk{1, 4096, 1000, 1.0, kLayout}, 4000);
   write("state-chunk_weighted", proto::StateChunk{0, 0, 256, 0.5, kLayout}, 1024);
   write("ring-probe", proto::RingProbe{3, 9, false}, 0);

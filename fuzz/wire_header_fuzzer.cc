@@ -68,6 +68,11 @@ void check_promises(const proto::Message& m) {
            "an inspect message's payload is within its what's limit");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
+  else if (const auto* o = std::get_if<proto::StateOffer>(&m.body); o && o->has_state)
+    expect(o->chunk_elems > 0 && e.length % proto::kStateHashBytes == 0 &&
+               e.length / proto::kStateHashBytes ==
+                   o->numel / o->chunk_elems + (o->numel % o->chunk_elems != 0),
+           "a state-offer with a state carries a hash per chunk");
   else
     expect(e.length == 0, "a kind without payload announces none");
   if (const auto* a = std::get_if<proto::RingAddress>(&m.body))

@@ -265,7 +265,15 @@ Status check(const Envelope& e, const Body& body) {
           if (m.has_state != (m.numel > 0))
             return Status::protocol(
                 fmt::format("state-offer with has_state={} of {} elements", m.has_state, m.numel));
-          return check_payload_less(e);
+          if (!m.has_state) return check_payload_less(e);
+          if (m.chunk_elems == 0) return Status::protocol("state-offer with chunk_elems=0");
+          const uint64_t chunks = m.numel / m.chunk_elems + (m.numel % m.chunk_elems != 0);
+          if (e.length % kStateHashBytes != 0 || e.length / kStateHashBytes != chunks)
+            return Status::protocol(fmt::format(
+                "state-offer of {} elements in chunks of {} needs a manifest of {} hashes, its "
+                "payload has {} bytes",
+                m.numel, m.chunk_elems, chunks, e.length));
+          return Status::ok();
         } else {
           return check_payload_less(e);
         }

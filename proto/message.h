@@ -27,8 +27,9 @@ namespace gossip::proto {
 
 inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
-// version 3 added state-offer's `numel`.
-inline constexpr uint32_t kWireVersion = 3;
+// version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
+// state-request's chunk range.
+inline constexpr uint32_t kWireVersion = 4;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -162,6 +163,10 @@ struct Join {
 };
 
 // The answer to a join or a state request: the state before the envelope's round.
+// Payload (when has_state): its manifest, the kStateHashBytes BLAKE2b hash of each
+// of its ceil(numel / chunk_elems) raw fp32 chunks in order. Donors that hold the
+// same state offer the same manifest, so a joiner fetches chunks from all of them
+// and checks each against it (sgd/state_transfer.h).
 struct StateOffer {
   static constexpr Kind kKind = Kind::kStateOffer;
   bool has_state = false;  // false: the sender offers nothing
@@ -171,17 +176,26 @@ struct StateOffer {
   // whose strategy keeps another size refuses the offer instead of a transfer.
   uint64_t numel = 0;
   uint64_t layout = 0;
+  uint64_t chunk_elems = 0;  // elements per chunk (the last may hold fewer)
   template <class F>
   void fields(F&& f) {
     f("has_state", has_state), f("step", step), f("numel", numel), f("layout", layout);
+    f("chunk_elems", chunk_elems);
   }
 };
+inline constexpr uint64_t kStateHashBytes = 16;
 
-// Send me the state you offered.
+// Chunks [first, first + count) of the state before the envelope's round, which the
+// sender offered (count 0: to the end). The answer is a state-offer for that round
+// (has_state false when the sender no longer holds it), then the chunks.
 struct StateRequest {
   static constexpr Kind kKind = Kind::kStateRequest;
+  uint64_t first = 0;
+  uint64_t count = 0;
   template <class F>
-  void fields(F&&) {}
+  void fields(F&& f) {
+    f("first", first), f("count", count);
+  }
 };
 
 // A slice of the sender's model before the envelope's round (in an elastic ring,

@@ -61,8 +61,8 @@ void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems,
 }
 
 Status OutgoingModel::send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,
-                           double weight) const {
-  for (size_t seq = 0; seq < chunks.size(); ++seq) {
+                           double weight, size_t first, size_t end) const {
+  for (size_t seq = first; seq < std::min(end, chunks.size()); ++seq) {
     const Chunk& c = chunks[seq];
     proto::Body body;
     if (kind == proto::Kind::kStateChunk)

@@ -36,10 +36,10 @@ struct OutgoingModel {
   // A copy of x, then tail, as one vector in raw fp32 chunks of `chunk_elems`
   // elements (a state or an initial model, sent whole to whoever asks).
   void copy_raw(std::span<const float> x, uint64_t chunk_elems, std::span<const float> tail = {});
-  // Queues every chunk to `peer`, each header carrying `weight` (push-sum) and the
-  // layout fingerprint.
-  Status send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,
-              double weight = 1.0) const;
+  // Queues chunks [first, end) (every chunk by default) to `peer`, each header
+  // carrying `weight` (push-sum) and the layout fingerprint.
+  Status send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout, double weight = 1.0,
+              size_t first = 0, size_t end = SIZE_MAX) const;
   uint64_t payload_bytes() const;
 };
 

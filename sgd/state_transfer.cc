@@ -1,6 +1,7 @@
 #include "sgd/state_transfer.h"
 
 #include <fmt/format.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,12 +15,41 @@
 namespace gossip::sgd {
 
 using Clock = std::chrono::steady_clock;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
 
 namespace {
 
-// A peer that sends nothing at all (not even a heartbeat) for this long during a
-// transfer is taken for dead.
+// A donor that owes chunks and sends none for this long is dropped (alive or not: a
+// donor that answers heartbeats but not requests stalls a join as well as a dead
+// one); sooner when its connection dropped and it is silent.
 constexpr auto kTransferSilence = std::chrono::seconds(10);
+constexpr auto kLinkDownSilence = std::chrono::seconds(1);
+// Bounds a manifest (a hash per chunk) that a joiner takes from one offer.
+constexpr uint64_t kMaxStateChunks = uint64_t{1} << 20;
+
+void hash_chunk(const void* data, size_t bytes, unsigned char* out) {
+  crypto_generichash(out, proto::kStateHashBytes, static_cast<const unsigned char*>(data), bytes,
+                     nullptr, 0);
+}
+
+bool chunk_matches(const void* data, size_t bytes, const std::vector<std::byte>& manifest,
+                   uint64_t seq) {
+  unsigned char h[proto::kStateHashBytes];
+  hash_chunk(data, bytes, h);
+  return std::memcmp(h, manifest.data() + seq * proto::kStateHashBytes, sizeof h) == 0;
+}
+
+// What names a state in the logs: the first 8 bytes of its manifest's hash, in hex.
+std::string manifest_name(const std::vector<std::byte>& manifest) {
+  unsigned char h[proto::kStateHashBytes];
+  hash_chunk(manifest.data(), manifest.size(), h);
+  return fmt::format("{:02x}", fmt::join(h, h + 8, ""));
+}
+
+uint64_t chunk_count(uint64_t numel, uint64_t chunk_elems) {
+  return numel / chunk_elems + (numel % chunk_elems != 0);
+}
 
 }  // namespace
 
@@ -37,76 +67,132 @@ StateTransfer::StateTransfer(peers::Router& router, std::function<bool(uint32_t)
 void StateTransfer::publish(std::span<const float> model, std::span<const float> shared,
                             uint64_t next_round, uint64_t step, double weight, uint64_t layout,
                             uint64_t chunk_elems) {
-  snapshot_.round = next_round;
-  snapshot_.kind = proto::Kind::kStateChunk;
-  snapshot_.copy_raw(model, chunk_elems, shared);
-  numel_ = model.size() + shared.size();
+  auto s = std::make_shared<Snapshot>();
+  s->chunks.round = next_round;
+  s->chunks.kind = proto::Kind::kStateChunk;
+  s->chunk_elems = std::max<uint64_t>(1, chunk_elems);
+  s->chunks.copy_raw(model, s->chunk_elems, shared);
+  s->numel = model.size() + shared.size();
+  s->step = step;
+  s->weight = weight;
+  s->layout = layout;
+  newest_ = std::move(s);
   next_round_ = next_round;
-  step_ = step;
-  weight_ = weight;
-  layout_ = layout;
+  const auto now = Clock::now();
+  std::erase_if(pinned_, [&](const auto& kv) { return now - kv.second->used > kPinFor; });
 }
 
-void StateTransfer::send_offer(uint32_t peer, bool with_state) {
-  with_state = with_state && has_state();
-  const proto::StateOffer offer{with_state, with_state ? step_ : 0, with_state ? numel_ : 0,
-                                layout_};
-  if (Status st = transport_.send(peer, with_state ? next_round_ : 0, offer); !st)
-    spdlog::warn("state offer to peer {}: {}", peer, st.message());
+void StateTransfer::pin(const std::shared_ptr<Snapshot>& s) {
+  s->used = Clock::now();
+  pinned_[s->chunks.round] = s;
+  while (pinned_.size() > kMaxPinned) {
+    auto oldest = std::min_element(
+        pinned_.begin(), pinned_.end(),
+        [](const auto& a, const auto& b) { return a.second->used < b.second->used; });
+    pinned_.erase(oldest);
+  }
+}
+
+void StateTransfer::send_offer(uint32_t peer, uint64_t round, Snapshot* s) {
+  Status st;
+  if (!s) {
+    st = transport_.send(peer, round, proto::StateOffer{});
+  } else {
+    if (!s->manifest) {
+      // Hashed once per offered state, not per round: a round must not pay for joins.
+      const auto& chunks = s->chunks.chunks;
+      auto m = std::make_shared<std::vector<std::byte>>(chunks.size() * proto::kStateHashBytes);
+      for (size_t i = 0; i < chunks.size(); ++i)
+        hash_chunk(chunks[i].payload->data(), chunks[i].payload->size(),
+                   reinterpret_cast<unsigned char*>(m->data() + i * proto::kStateHashBytes));
+      s->manifest = std::move(m);
+    }
+    st = transport_.send_shared(
+        peer, s->chunks.round,
+        proto::StateOffer{true, s->step, s->numel, s->layout, s->chunk_elems}, s->manifest);
+  }
+  if (!st) spdlog::warn("state offer to peer {}: {}", peer, st.message());
 }
 
 void StateTransfer::on_message(peers::Incoming& in) {
   switch (in.kind()) {
     case proto::Kind::kJoin: {
-      const bool took_part = took_part_(in.peer);
-      spdlog::info("peer {} {}: offering {}", in.peer, took_part ? "rejoins" : "starts",
-                   took_part && has_state() ? fmt::format("the model before round {}", next_round_)
-                                            : std::string("nothing"));
-      send_offer(in.peer, took_part);
+      const bool offers = took_part_(in.peer) && newest_;
+      if (offers) {
+        pin(newest_);
+        send_offer(in.peer, newest_->chunks.round, newest_.get());
+      } else {
+        send_offer(in.peer, 0, nullptr);
+      }
+      spdlog::info("peer {} {}: offering {}", in.peer, offers ? "rejoins" : "starts",
+                   offers ? fmt::format("the state before round {} (manifest {})", next_round_,
+                                        manifest_name(*newest_->manifest))
+                          : std::string("nothing"));
       return;
     }
     case proto::Kind::kStateRequest:
-      send_offer(in.peer, true);
-      if (!has_state()) return;
-      spdlog::info("sending peer {} the model before round {} ({} chunks)", in.peer, next_round_,
-                   snapshot_.chunks.size());
-      if (Status st = snapshot_.send(transport_, in.peer, layout_, weight_); !st)
-        spdlog::warn("state for peer {}: {}", in.peer, st.message());
+      on_request(in);
       return;
     case proto::Kind::kStateOffer:
       // Outside a join: an answer that came after its join was over.
       if (fetch_) on_offer(in);
       return;
     case proto::Kind::kStateChunk:
-      if (fetch_ && fetch_->from == in.peer) on_chunk(in);
+      if (fetch_ && fetch_->want) on_chunk(in);
       return;
     case proto::Kind::kBye:
-      if (fetch_ && fetch_->from == in.peer && fetch_->failure)
-        fetch_->failure = Status::closed(
-            fmt::format("shut down after {} of {} elements", fetch_->received, fetch_->numel));
+      if (fetch_)
+        for (auto& d : fetch_->donors)
+          if (d.peer == in.peer) drop_donor(d, Status::closed("it shut down"));
       return;
     default:
       return;
   }
 }
 
+void StateTransfer::on_request(const peers::Incoming& in) {
+  const auto& h = in.as<proto::StateRequest>();
+  std::shared_ptr<Snapshot> s;
+  if (newest_ && (in.round() == 0 || newest_->chunks.round == in.round()))
+    s = newest_;
+  else if (auto it = pinned_.find(in.round()); it != pinned_.end())
+    s = it->second;
+  if (!s) {
+    spdlog::info("peer {} asks for the state before round {}, which this node no longer holds",
+                 in.peer, in.round());
+    send_offer(in.peer, in.round(), nullptr);
+    return;
+  }
+  pin(s);  // held while it is asked for
+  send_offer(in.peer, s->chunks.round, s.get());
+  const size_t n = s->chunks.chunks.size();
+  const size_t first = std::min<uint64_t>(h.first, n);
+  const size_t end = h.count == 0 ? n : first + std::min<uint64_t>(h.count, n - first);
+  spdlog::info("sending peer {} chunks [{}, {}) of {} of the state before round {}", in.peer, first,
+               end, n, s->chunks.round);
+  if (Status st = s->chunks.send(transport_, in.peer, s->layout, s->weight, first, end); !st)
+    spdlog::warn("state for peer {}: {}", in.peer, st.message());
+}
+
 void StateTransfer::on_offer(const peers::Incoming& in) {
   Fetch& f = *fetch_;
   const auto& h = in.as<proto::StateOffer>();
   const uint64_t round = in.round();
-  if (f.from) {  // downloading: the offer that the chunks of our request belong to
-    if (in.peer != *f.from || f.offered || !f.failure) return;
-    if (!h.has_state) {
-      f.failure = Status::not_found("it no longer has a state");
-      return;
+  if (f.want) {  // downloading: a donor's answer to our request
+    for (auto& d : f.donors) {
+      if (d.peer != in.peer || !d.failure) continue;
+      if (!h.has_state || round != f.want->round)
+        drop_donor(d, Status::not_found(fmt::format("it no longer holds the state before round {}",
+                                                    f.want->round)));
+      else if (in.payload.size() != f.want->manifest->size() ||
+               std::memcmp(in.payload.data(), f.want->manifest->data(), in.payload.size()) != 0)
+        drop_donor(d, Status::protocol(fmt::format("it now offers another state before round {}",
+                                                   f.want->round)));
     }
-    f.offered = true;
-    f.state.round = round;
-    f.state.step = h.step;
     return;
   }
   const JoinOptions& options = *f.options;
-  f.answered.insert(in.peer);
+  if (!f.answered.insert(in.peer).second) return;  // one offer per peer and join
   if (!h.has_state) return;
   running_.push_back(in.peer);
   if (round <= options.min_round) return;
@@ -127,29 +213,134 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
         in.peer, h.numel, f.numel, f.numel - f.shared_numel, f.shared_numel);
     return;
   }
-  f.offers.push_back({in.peer, round, h.step, h.layout});
+  if (chunk_count(h.numel, h.chunk_elems) > kMaxStateChunks) {
+    transport_.note_dropped(in.peer,
+                            fmt::format("join: an offer in {} chunks (at most {})",
+                                        chunk_count(h.numel, h.chunk_elems), kMaxStateChunks));
+    return;
+  }
+  const auto* bytes = static_cast<const std::byte*>(in.payload.data());
+  f.offers.push_back(
+      {in.peer, round, h.step, h.layout, h.chunk_elems,
+       std::make_shared<const std::vector<std::byte>>(bytes, bytes + in.payload.size())});
 }
 
 void StateTransfer::on_chunk(const peers::Incoming& in) {
   Fetch& f = *fetch_;
+  const Offer& want = *f.want;
+  if (in.round() != want.round) return;  // a transfer we did not ask for
+  auto d = std::find_if(f.donors.begin(), f.donors.end(),
+                        [&](const Fetch::Donor& x) { return x.peer == in.peer; });
+  if (d == f.donors.end()) return;
   const auto& h = in.as<proto::StateChunk>();
-  if (!f.failure || !f.offered || in.round() != f.state.round)
-    return;  // a transfer we did not ask for
-  if (f.layout != 0 && h.layout != f.layout) {
-    f.failure = Status::mismatch(
-        fmt::format("its model has layout {:016x}, ours {:016x}", h.layout, f.layout));
+  const uint64_t n = f.have.size();
+  const uint64_t offset = h.seq < n ? h.seq * want.chunk_elems : 0;
+  if (h.seq >= n || h.offset != offset ||
+      h.numel != std::min<uint64_t>(want.chunk_elems, f.numel - offset))
+    return drop_donor(*d, Status::protocol(fmt::format(
+                              "chunk {} covers [{}, {}), not chunk {} of {} elements each", h.seq,
+                              h.offset, h.offset + h.numel, h.seq, want.chunk_elems)));
+  if (f.layout != 0 && h.layout != f.layout)
+    return drop_donor(*d, Status::mismatch(fmt::format("its model has layout {:016x}, ours {:016x}",
+                                                       h.layout, f.layout)));
+  if (f.have[h.seq]) {  // asked twice (its first donor was dropped): here already
+    d->owed.erase(h.seq);
     return;
   }
-  if (h.seq != f.next_seq || h.offset != f.received || h.numel > f.numel - f.received) {
-    f.failure = Status::protocol(
-        fmt::format("chunk {} covers [{}, {}), expected chunk {} from {} of {}", h.seq, h.offset,
-                    h.offset + h.numel, f.next_seq, f.received, f.numel));
-    return;
+  if (!chunk_matches(in.payload.data(), in.payload.size(), *want.manifest, h.seq)) {
+    count_refusal(Refusal::kMalformed);
+    transport_.note_dropped(in.peer, fmt::format("join: state chunk {} does not match its hash in "
+                                                 "the manifest the donors offered",
+                                                 h.seq));
+    return drop_donor(*d, Status::protocol(fmt::format(
+                              "chunk {} does not match its hash in the manifest", h.seq)));
   }
-  std::memcpy(f.state.model.data() + f.received, in.payload.data(), h.numel * sizeof(float));
-  f.received += h.numel;
-  ++f.next_seq;
-  f.state.weight = h.weight;
+  if (!f.weight_seen) {
+    f.state.weight = h.weight;
+    f.weight_seen = true;
+  } else if (h.weight != f.state.weight) {
+    return drop_donor(*d, Status::protocol(fmt::format("its weight {} is not the other donors' {}",
+                                                       h.weight, f.state.weight)));
+  }
+  std::memcpy(f.state.model.data() + offset, in.payload.data(), in.payload.size());
+  f.have[h.seq] = true;
+  --f.missing;
+  d->owed.erase(h.seq);
+  d->progress = Clock::now();
+  ++d->delivered;
+}
+
+void StateTransfer::ask(Fetch::Donor& d, const std::vector<uint64_t>& chunks) {
+  d.progress = Clock::now();
+  for (size_t i = 0; i < chunks.size();) {
+    size_t j = i + 1;
+    while (j < chunks.size() && chunks[j] == chunks[j - 1] + 1) ++j;
+    for (size_t k = i; k < j; ++k) d.owed.insert(chunks[k]);
+    if (Status st =
+            transport_.send(d.peer, fetch_->want->round, proto::StateRequest{chunks[i], j - i});
+        !st)
+      return drop_donor(d, st);
+    i = j;
+  }
+}
+
+void StateTransfer::drop_donor(Fetch::Donor& d, Status why) {
+  if (!d.failure) return;  // dropped already
+  Fetch& f = *fetch_;
+  d.failure = std::move(why);
+  std::vector<uint64_t> orphans;
+  for (uint64_t c : d.owed)
+    if (!f.have[c]) orphans.push_back(c);
+  d.owed.clear();
+  std::vector<Fetch::Donor*> live;
+  for (auto& x : f.donors)
+    if (x.failure) live.push_back(&x);
+  spdlog::warn(
+      "join: donor {} dropped after {} chunks: {}; its {} missing chunks go to {} other "
+      "donor(s)",
+      d.peer, d.delivered, d.failure.message(), orphans.size(), live.size());
+  if (live.empty() || orphans.empty()) return;
+  // Contiguous shares, so that each donor gets one request.
+  for (size_t k = 0; k < live.size(); ++k) {
+    const size_t from = orphans.size() * k / live.size();
+    const size_t to = orphans.size() * (k + 1) / live.size();
+    if (from < to)
+      ask(*live[k], std::vector<uint64_t>(orphans.begin() + static_cast<ptrdiff_t>(from),
+                                          orphans.begin() + static_cast<ptrdiff_t>(to)));
+  }
+}
+
+// The order in which states are tried: first the state that the most donors hold
+// among those of the freshest round or the one before (a round's donors publish
+// a moment apart, and one more donor is worth a round that the joiner catches up
+// at once), then the others, the freshest first.
+std::vector<StateTransfer::Group> StateTransfer::groups(std::vector<Offer> offers) const {
+  std::sort(offers.begin(), offers.end(),
+            [](const Offer& a, const Offer& b) { return a.peer < b.peer; });
+  std::vector<Group> out;
+  for (Offer& o : offers) {
+    auto g = std::find_if(out.begin(), out.end(), [&](const Group& x) {
+      const Offer& y = x.first();
+      return y.round == o.round && y.step == o.step && y.layout == o.layout &&
+             y.chunk_elems == o.chunk_elems && *y.manifest == *o.manifest;
+    });
+    if (g == out.end())
+      out.push_back({{std::move(o)}});
+    else
+      g->offers.push_back(std::move(o));
+  }
+  std::sort(out.begin(), out.end(), [](const Group& a, const Group& b) {
+    return a.first().round != b.first().round ? a.first().round > b.first().round
+                                              : a.first().peer < b.first().peer;
+  });
+  if (out.size() > 1) {
+    const uint64_t freshest = out.front().first().round;
+    auto best = out.begin();
+    for (auto g = out.begin(); g != out.end() && g->first().round + 1 >= freshest; ++g)
+      if (g->offers.size() > best->offers.size()) best = g;
+    std::rotate(out.begin(), best, best + 1);
+  }
+  return out;
 }
 
 Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, size_t shared_numel,
@@ -172,7 +363,7 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, size_t share
   while (fetch_->answered.size() < peers.size() && Clock::now() < offers_end) {
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (options.tick) options.tick();
-    router_.poll(std::chrono::milliseconds(20));
+    router_.poll(milliseconds(20));
   }
   std::vector<Offer> offers = std::move(fetch_->offers);
   if (offers.empty()) {
@@ -181,36 +372,55 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, size_t share
     return std::optional<NodeState>();
   }
   drop_implausible(offers);
-  // The freshest first; among equals the lowest id, so that joiners spread no load
-  // decisions of their own.
+  std::vector<Group> states = groups(offers);
+  std::string failures;
+  const auto failed = [&](const Group& g, const Status& st) {
+    std::string who;
+    for (const Offer& o : g.offers) who += fmt::format("{}{}", who.empty() ? "" : ", ", o.peer);
+    spdlog::warn("join: the state of peer(s) {} not taken: {}", who, st.message());
+    failures += fmt::format("{}peer(s) {}: {}", failures.empty() ? "" : "; ", who, st.message());
+  };
+  const auto take = [&](const Group& g) -> Result<NodeState> {
+    auto state = download(g);
+    if (state) state = check_state(std::move(state).value(), options);
+    if (!state) failed(g, state.status());
+    return state;
+  };
+  const auto split = [&](NodeState state) {
+    // The chunks held the model and then the shared state.
+    state.shared.assign(state.model.begin() + static_cast<ptrdiff_t>(numel), state.model.end());
+    state.model.resize(numel);
+    return std::optional<NodeState>(std::move(state));
+  };
+  // Under --trim B, a state that B + 1 donors offer alike is an honest donor's, and
+  // its chunks are checked against its manifest: it is taken as it is. Otherwise
+  // the coordinate-wise trimmed mean of 2B + 1 donors' states.
+  for (const Group& g : states) {
+    if (g.offers.size() < options.trim + 1) continue;
+    if (auto state = take(g)) return split(std::move(state).value());
+    if (options.cancel && options.cancel->load()) break;
+  }
+  if (options.trim == 0)
+    return Status::timeout("join: no peer that offered its state delivered a usable one (" +
+                           failures + ")");
   std::sort(offers.begin(), offers.end(), [](const Offer& a, const Offer& b) {
     return a.round != b.round ? a.round > b.round : a.peer < b.peer;
   });
   const size_t wanted = 2 * options.trim + 1;
-  std::vector<NodeState> states;
-  std::string failures;
-  for (const auto& o : offers) {
-    auto state = download(o);
-    if (state) state = check_state(std::move(state).value(), options);
+  std::vector<NodeState> got;
+  for (const Offer& o : offers) {
+    auto state = take(Group{{o}});
     if (state) {
-      states.push_back(std::move(state).value());
-      if (states.size() == wanted) break;
-      continue;
+      got.push_back(std::move(state).value());
+      if (got.size() == wanted) break;
     }
-    spdlog::warn("join: the state of peer {} not taken: {}", o.peer, state.status().message());
-    failures += fmt::format("{}peer {}: {}", failures.empty() ? "" : "; ", o.peer,
-                            state.status().message());
     if (options.cancel && options.cancel->load()) break;
   }
-  if (states.empty())
+  if (got.empty())
     return Status::timeout("join: no peer that offered its state delivered a usable one (" +
                            failures + ")");
-  NodeState state = states.size() == 1 ? std::move(states.front())
-                                       : robust_state(std::move(states), options.trim);
-  // The chunks held the model and then the shared state.
-  state.shared.assign(state.model.begin() + static_cast<ptrdiff_t>(numel), state.model.end());
-  state.model.resize(numel);
-  return std::optional<NodeState>(std::move(state));
+  return split(got.size() == 1 ? std::move(got.front())
+                               : robust_state(std::move(got), options.trim));
 }
 
 // A lone donor that claims a far newer round or step than the others is a hijack
@@ -289,41 +499,114 @@ NodeState StateTransfer::robust_state(std::vector<NodeState> states, uint64_t tr
   return out;
 }
 
-Result<NodeState> StateTransfer::download(const Offer& offer) {
+Result<NodeState> StateTransfer::download(const Group& group) {
   Fetch& f = *fetch_;
   const JoinOptions& options = *f.options;
-  f.from = offer.peer;
-  f.offered = false;
-  f.received = 0;
-  f.next_seq = 0;
-  f.failure = Status::ok();
-  f.state = NodeState{};
-  f.state.from = offer.peer;
-  f.state.model.assign(f.numel, 0.0f);
-  GOSSIP_RETURN_IF_ERROR(transport_.send(offer.peer, 0, proto::StateRequest{}));
-
-  // Silence is counted from the request: the peer's every message (heartbeats too)
-  // says it is alive.
-  const auto asked = Clock::now();
+  const Offer& want = group.first();
+  const uint64_t n = chunk_count(f.numel, want.chunk_elems);
+  // What came from an earlier state and matches this one's manifest is kept: the
+  // transfer resumes where it was when that state's donors were all lost.
+  if (f.have.size() != n || !f.want || f.want->chunk_elems != want.chunk_elems) {
+    f.have.assign(n, false);
+    f.state.model.assign(f.numel, 0.0f);
+  }
+  f.missing = 0;
+  for (uint64_t c = 0; c < n; ++c) {
+    const uint64_t off = c * want.chunk_elems;
+    const uint64_t len = std::min<uint64_t>(want.chunk_elems, f.numel - off);
+    if (f.have[c])
+      f.have[c] = chunk_matches(f.state.model.data() + off, len * sizeof(float), *want.manifest, c);
+    f.missing += !f.have[c];
+  }
+  const uint64_t resumed = n - f.missing;
+  f.want = want;
+  f.state.from = want.peer;
+  f.state.round = want.round;
+  f.state.step = want.step;
+  f.weight_seen = false;
+  f.state.weight = 1.0;
+  f.donors.clear();
+  std::vector<uint32_t> spares;
+  for (const Offer& o : group.offers) {
+    if (f.donors.size() < std::max<size_t>(1, options.max_donors))
+      f.donors.push_back({o.peer, {}, 0, Clock::now(), false, Status::ok()});
+    else
+      spares.push_back(o.peer);
+  }
+  std::vector<uint64_t> todo;
+  for (uint64_t c = 0; c < n; ++c)
+    if (!f.have[c]) todo.push_back(c);
+  spdlog::info(
+      "join: fetching the state before round {} (step {}, manifest {}): {} chunks from {} "
+      "donor(s){}",
+      want.round, want.step, manifest_name(*want.manifest), todo.size(), f.donors.size(),
+      resumed > 0 ? fmt::format(", {} kept from the last try", resumed) : std::string());
+  for (size_t k = 0; k < f.donors.size(); ++k) {
+    const size_t from = todo.size() * k / f.donors.size();
+    const size_t to = todo.size() * (k + 1) / f.donors.size();
+    if (from < to)
+      ask(f.donors[k], std::vector<uint64_t>(todo.begin() + static_cast<ptrdiff_t>(from),
+                                             todo.begin() + static_cast<ptrdiff_t>(to)));
+  }
+  const auto describe = [&] {
+    std::string s;
+    for (const auto& d : f.donors)
+      s += fmt::format("{}peer {}: {} chunks{}", s.empty() ? "" : ", ", d.peer, d.delivered,
+                       d.failure ? std::string() : " (dropped: " + d.failure.message() + ")");
+    return s;
+  };
   while (true) {
-    if (!f.failure) return f.failure;
-    if (f.offered && f.received == f.numel) return std::move(f.state);
+    if (f.missing == 0) {
+      spdlog::info(
+          "join: the state before round {} is here, every chunk as its manifest {} says ({})",
+          want.round, manifest_name(*want.manifest), describe());
+      f.have.clear();  // what is returned is no longer kept for a later state
+      f.state.from = std::max_element(f.donors.begin(), f.donors.end(),
+                                      [](const Fetch::Donor& a, const Fetch::Donor& b) {
+                                        return a.delivered < b.delivered;
+                                      })
+                         ->peer;
+      return std::move(f.state);
+    }
+    // A donor dropped with nobody left to take its chunks: a spare of the same
+    // state, if any, takes them all.
+    std::vector<uint64_t> orphans;
+    bool any_live = false;
+    for (const auto& d : f.donors) any_live |= d.failure.is_ok();
+    if (!any_live && !spares.empty()) {
+      for (uint64_t c = 0; c < n; ++c)
+        if (!f.have[c]) orphans.push_back(c);
+      f.donors.push_back({spares.front(), {}, 0, Clock::now(), false, Status::ok()});
+      spares.erase(spares.begin());
+      spdlog::info("join: {} chunks go to donor {}", orphans.size(), f.donors.back().peer);
+      ask(f.donors.back(), orphans);
+      continue;
+    }
+    if (!any_live)
+      return Status::closed(fmt::format("{} of {} chunks here when every donor was lost ({})",
+                                        n - f.missing, n, describe()));
     const auto now = Clock::now();
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (now >= options.deadline)
-      return Status::timeout(fmt::format("{} of {} elements by the deadline", f.received, f.numel));
-    const auto silent = std::min<uint64_t>(
-        transport_.traffic().silent_ms(offer.peer),
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - asked).count());
-    if (silent >
-        static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(kTransferSilence).count()))
       return Status::timeout(
-          fmt::format("silent for {} s after {} of {} elements",
-                      std::chrono::duration_cast<std::chrono::seconds>(kTransferSilence).count(),
-                      f.received, f.numel));
+          fmt::format("{} of {} chunks by the deadline ({})", n - f.missing, n, describe()));
+    for (auto& d : f.donors) {
+      if (!d.failure || d.owed.empty()) continue;
+      const auto stalled = duration_cast<milliseconds>(now - d.progress);
+      const auto silent = milliseconds(std::min<uint64_t>(transport_.traffic().silent_ms(d.peer),
+                                                          static_cast<uint64_t>(stalled.count())));
+      if (transport_.traffic().link_up(d.peer))
+        d.link_seen_up = true;
+      else if (d.link_seen_up && silent > kLinkDownSilence)
+        drop_donor(d, Status::closed(
+                          fmt::format("its connection dropped ({} ms silent)", silent.count())));
+      if (d.failure && stalled > kTransferSilence)
+        drop_donor(
+            d, Status::timeout(fmt::format("no chunk for {} s",
+                                           duration_cast<std::chrono::seconds>(stalled).count())));
+    }
     if (options.tick) options.tick();
-    router_.poll(std::chrono::milliseconds(20));
+    router_.poll(milliseconds(20));
   }
 }
 

@@ -6,9 +6,25 @@
 //
 //   joiner                         each peer
 //   join            ──────────►
-//                   ◄──────────    state-offer {has_state, step, numel} for round r
-//   state-request   ──────────►    (to the freshest offer only)
-//                   ◄──────────    state-offer, then state-chunks (raw fp32)
+//                   ◄──────────    state-offer {has_state, step, numel, chunk_elems}
+//                                  for round r; payload: the manifest (a hash per chunk)
+//   state-request   ──────────►    to each donor of the chosen state: its share of
+//   {first, count}                 the chunks
+//                   ◄──────────    state-offer (still held?), then state-chunks (raw fp32)
+//
+// Donors that hold the same state (an elastic local-SGD ring after a round: the
+// all-reduce leaves the same bits everywhere) offer the same manifest; the joiner
+// fetches a share of the chunks from each of them at once (at most max_donors) and
+// checks every chunk against its hash. A donor that dies, goes silent, no longer
+// holds the state or sends a chunk that does not match is dropped, and its missing
+// chunks go to the donors left: the transfer resumes where it was. When a state's
+// donors are all gone, the next state is fetched, keeping the chunks that match its
+// manifest too. The gossip family's nodes hold different models: a state there has
+// one donor.
+//
+// A donor keeps a state it offered for kPinFor after its last request (at most
+// kMaxPinned of them besides its newest), so that its rounds going on do not pull
+// the state from under a transfer; the manifest is hashed once per offered state.
 //
 // The state is the model and, after it in the same chunks, what the strategy's
 // members hold alike besides it (Strategy::shared_state: local SGD's outer
@@ -20,9 +36,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -45,6 +64,7 @@ struct JoinOptions {
   std::chrono::milliseconds offer_wait{2000};
   uint64_t chunk_elems = 1 << 20;
   uint64_t min_round = 0;      // offers of this round or older are not taken (a fresher checkpoint)
+  size_t max_donors = 4;       // donors of one state fetched from at once
   std::vector<uint32_t> only;  // when not empty: offers of other peers are not taken
   // --trim B: the state is the coordinate-wise trimmed mean of 2B + 1 donors' (the
   // median of what came when fewer did), so B hostile donors cannot set it.
@@ -83,13 +103,31 @@ class StateTransfer {
   const std::vector<uint32_t>& running_peers() const { return running_; }
 
  private:
+  // A state this node offers: its chunks and, once offered, their manifest.
+  struct Snapshot {
+    OutgoingModel chunks;  // raw fp32, shared with ZeroMQ while they are sent
+    uint64_t step = 0;
+    uint64_t numel = 0;  // the shared part included
+    uint64_t chunk_elems = 0;
+    double weight = 1.0;
+    uint64_t layout = 0;
+    std::shared_ptr<const std::vector<std::byte>> manifest;  // null until offered
+    std::chrono::steady_clock::time_point used;              // last offered or asked for
+  };
   struct Offer {
     uint32_t peer = 0;
     uint64_t round = 0;
     uint64_t step = 0;
     uint64_t layout = 0;
+    uint64_t chunk_elems = 0;
+    std::shared_ptr<const std::vector<std::byte>> manifest;
   };
-  // A join in progress: the offers heard, then the download of one.
+  // Offers of one state: the same round, step, layout, chunking and manifest.
+  struct Group {
+    std::vector<Offer> offers;  // by peer id
+    const Offer& first() const { return offers.front(); }
+  };
+  // A join in progress: the offers heard, then the download of one state.
   struct Fetch {
     // Out of line: clang (14) takes a nested class with member initializers for not
     // default-constructible inside std::optional of its enclosing class.
@@ -100,19 +138,37 @@ class StateTransfer {
     const JoinOptions* options = nullptr;
     std::vector<Offer> offers;
     std::set<uint32_t> answered;
-    std::optional<uint32_t> from;  // the peer being downloaded from
-    bool offered = false;          // its answer starts with the offer its chunks belong to
-    uint64_t received = 0;
-    uint64_t next_seq = 0;
-    NodeState state;
-    Status failure;  // of the download
+    // The download: the state's offer (its round, chunking and manifest) and what
+    // each donor still owes.
+    std::optional<Offer> want;
+    struct Donor {
+      uint32_t peer = 0;
+      std::set<uint64_t> owed;  // chunk indices asked of it and not yet here
+      uint64_t delivered = 0;
+      std::chrono::steady_clock::time_point progress;  // its last chunk, or our last request
+      bool link_seen_up = false;
+      Status failure;  // why it was dropped
+    };
+    std::vector<Donor> donors;
+    std::vector<bool> have;  // per chunk of want: verified and in state.model
+    uint64_t missing = 0;    // chunks not yet verified
+    NodeState state;         // model: the whole state, filled chunk by chunk
+    bool weight_seen = false;
   };
   void on_message(peers::Incoming& in);  // the router's handler
   void on_offer(const peers::Incoming& in);
   void on_chunk(const peers::Incoming& in);
-  void send_offer(uint32_t peer, bool with_state);
-  Result<NodeState> download(const Offer& offer);
+  void on_request(const peers::Incoming& in);
+  void send_offer(uint32_t peer, uint64_t round, Snapshot* s);
+  Snapshot* held(uint64_t round);
+  void pin(const std::shared_ptr<Snapshot>& s);
+  std::vector<Group> groups(std::vector<Offer> offers) const;
+  Result<NodeState> download(const Group& group);
+  void drop_donor(Fetch::Donor& d, Status why);
+  void ask(Fetch::Donor& d, const std::vector<uint64_t>& chunks);
   static constexpr uint64_t kMaxLead = 64;  // rounds an offer may lead the median by
+  static constexpr size_t kMaxPinned = 2;
+  static constexpr std::chrono::seconds kPinFor{30};
   void drop_implausible(std::vector<Offer>& offers) const;
   Result<NodeState> check_state(NodeState state, const JoinOptions& options) const;
   static NodeState robust_state(std::vector<NodeState> states, uint64_t trim);
@@ -120,12 +176,9 @@ class StateTransfer {
   peers::Router& router_;
   peers::PeerChannel& transport_;
   std::function<bool(uint32_t)> took_part_;
-  OutgoingModel snapshot_;  // raw fp32 chunks, shared with ZeroMQ while they are sent
-  uint64_t next_round_ = 0;
-  uint64_t step_ = 0;
-  uint64_t numel_ = 0;  // of the published state, the shared part included
-  double weight_ = 1.0;
-  uint64_t layout_ = 0;
+  uint64_t next_round_ = 0;  // of the newest state; 0: none yet
+  std::shared_ptr<Snapshot> newest_;
+  std::map<uint64_t, std::shared_ptr<Snapshot>> pinned_;  // by round: offered, still served
   std::vector<uint32_t> running_;
   std::optional<Fetch> fetch_;
   peers::Router::Subscription subscription_;  // last: ends before the state it writes

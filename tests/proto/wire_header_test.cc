@@ -140,13 +140,16 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(n.layout, 8u);
   round_trip(Heartbeat{}, 0);
   round_trip(Join{}, 0);
-  const StateOffer o = round_trip(StateOffer{true, 1234, 40, 6}, 0);
+  const StateOffer o = round_trip(StateOffer{true, 1234, 40, 6, 16}, 3 * kStateHashBytes);
   EXPECT_TRUE(o.has_state);
   EXPECT_EQ(o.step, 1234u);
   EXPECT_EQ(o.numel, 40u);
   EXPECT_EQ(o.layout, 6u);
+  EXPECT_EQ(o.chunk_elems, 16u);
   EXPECT_FALSE(round_trip(StateOffer{}, 0, 1, 0).has_state) << "no state: round 0 is fine";
-  round_trip(StateRequest{}, 0);
+  const StateRequest q = round_trip(StateRequest{7, 3}, 0);
+  EXPECT_EQ(q.first, 7u);
+  EXPECT_EQ(q.count, 3u);
   const StateChunk s = round_trip(StateChunk{2, 64, 16, 0.5, 9}, 64);
   EXPECT_EQ(s.seq, 2u);
   EXPECT_EQ(s.offset, 64u);
@@ -314,7 +317,8 @@ TEST(WireHeader, ANewerVersionIsRefusedByNumberNeverRead) {
 TEST(WireHeader, AnOlderVersionIsNamed) {
   Items e = envelope(Kind::kHello, 0);
   e[1] = u(1);
-  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "wire version 1 (older than this daemon's 3)");
+  EXPECT_REFUSED(decode(head_of(e, {u(0)})),
+                 fmt::format("wire version 1 (older than this daemon's {})", kWireVersion));
   // Version 1 heads were flat msgpack maps: {v: 1, kind: 1, ...}.
   msgpack::sbuffer buf;
   Packer pk(buf);
@@ -442,7 +446,7 @@ TEST(WireHeader, BodyMustHaveExactlyItsFields) {
                  "hello body must be an array of 1");
   // A body of another kind: a hello's fields for a state-offer.
   EXPECT_REFUSED(decode(head_of(envelope(Kind::kStateOffer, 0), {u(0)})),
-                 "state-offer body must be an array of 4 fields");
+                 "state-offer body must be an array of 5 fields");
   EXPECT_REFUSED(decode(envelope_only(Kind::kHello)), "hello lacks its body");
 }
 
@@ -549,6 +553,18 @@ TEST(WireHeader, StateOfferHasASizeExactlyWhenItHasAState) {
                  "state-offer with has_state=true of 0 elements");
   EXPECT_REFUSED(decode(encode_head(0, 0, StateOffer{false, 0, 8, 0}, 0)),
                  "state-offer with has_state=false of 8 elements");
+}
+
+// The manifest: one hash per chunk, ceil(numel / chunk_elems) of them.
+TEST(WireHeader, StateOfferCarriesAHashPerChunk) {
+  EXPECT_REFUSED(decode(encode_head(0, 3, StateOffer{true, 5, 8, 0, 0}, 0)),
+                 "state-offer with chunk_elems=0");
+  for (uint64_t bytes :
+       {uint64_t{0}, kStateHashBytes, 4 * kStateHashBytes, 3 * kStateHashBytes + 1})
+    EXPECT_REFUSED(decode(encode_head(0, 3, StateOffer{true, 5, 9, 0, 4}, bytes)),
+                   "needs a manifest of 3 hashes");
+  EXPECT_TRUE(decode(encode_head(0, 3, StateOffer{true, 5, 8, 0, 4}, 2 * kStateHashBytes)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(0, 0, StateOffer{}, kStateHashBytes)), "carries no payload");
 }
 
 TEST(WireHeader, ChunkSizesMustAgree) {

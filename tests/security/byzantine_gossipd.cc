@@ -71,6 +71,14 @@ class ByzantineChannel final : public peers::ChannelDecorator {
   }
   Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                      std::shared_ptr<const std::vector<std::byte>> buffer) override {
+    if (far_state_ && std::holds_alternative<proto::StateOffer>(body)) {
+      auto offer = std::get<proto::StateOffer>(body);
+      if (offer.has_state) {
+        spdlog::warn("byzantine: offering peer {} a state of round {}", peer, round + 1000000);
+        offer.step += 1000000;
+        return ChannelDecorator::send_shared(peer, round + 1000000, offer, std::move(buffer));
+      }
+    }
     if (std::holds_alternative<proto::StateChunk>(body)) return state(peer, round, body, *buffer);
     if (!std::holds_alternative<proto::ModelChunk>(body))
       return ChannelDecorator::send_shared(peer, round, body, std::move(buffer));

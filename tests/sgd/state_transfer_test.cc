@@ -1,7 +1,9 @@
 // A join over real ZeroMQ transports on loopback: the joiner gets a member's model
 // and, after it in the same chunks, the strategy's shared state (local SGD's outer
 // momentum), bit for bit; an offer whose size is not the joiner's model plus its
-// shared state is not taken.
+// shared state is not taken. Donors of the same state share the chunks; one that
+// dies half way or sends a chunk that is not its manifest's leaves its chunks to
+// the others, and the state still comes out bit for bit.
 
 #include "sgd/state_transfer.h"
 
@@ -9,12 +11,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "peers/channel_decorator.h"
 #include "peers/zmq_transport.h"
 #include "tests/sgd/loopback_port.h"
 
@@ -26,36 +30,82 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kLayout = 0x5678;
 constexpr uint64_t kChunk = 300;  // elements: a chunk holds the model's end and the state's start
 
-// Node 0 joins; the others are members that answer from a router polled on a thread.
+// Node 0 joins; the others are members that answer from a router polled on a
+// thread of their own. `wrap` may put a member's channel in a decorator.
 struct Members {
-  std::vector<std::unique_ptr<peers::ZmqTransport>> t;
+  std::vector<std::unique_ptr<peers::PeerChannel>> t;
   std::vector<std::unique_ptr<peers::Router>> r;
   std::vector<std::unique_ptr<StateTransfer>> s;
-  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<std::atomic<bool>>> stop;
   std::vector<std::thread> threads;
 
-  explicit Members(uint32_t n) {
+  using Wrap = std::function<std::unique_ptr<peers::PeerChannel>(
+      uint32_t, std::unique_ptr<peers::PeerChannel>)>;
+  explicit Members(uint32_t n, const Wrap& wrap = nullptr) {
     std::vector<std::string> ep;
     for (uint32_t i = 0; i < n; ++i) ep.push_back("tcp://127.0.0.1:" + std::to_string(free_port()));
     for (uint32_t i = 0; i < n; ++i) {
       std::vector<peers::Peer> peers;
       for (uint32_t j = 0; j < n; ++j)
         if (j != i) peers.push_back({j, ep[j], ""});
-      t.push_back(peers::ZmqTransport::create(i, ep[i], peers).value());
+      std::unique_ptr<peers::PeerChannel> c = peers::ZmqTransport::create(i, ep[i], peers).value();
+      t.push_back(wrap ? wrap(i, std::move(c)) : std::move(c));
       r.push_back(std::make_unique<peers::Router>(*t.back()));
       s.push_back(std::make_unique<StateTransfer>(*r.back(), [](uint32_t) { return true; }));
+      stop.push_back(std::make_unique<std::atomic<bool>>(false));
     }
+    threads.resize(n);
   }
   void serve() {
     for (size_t i = 1; i < r.size(); ++i)
-      threads.emplace_back([this, i] {
-        while (!stop) r[i]->poll(10ms);
+      threads[i] = std::thread([this, i] {
+        while (!*stop[i]) r[i]->poll(10ms);
       });
   }
-  ~Members() {
-    stop = true;
-    for (auto& th : threads) th.join();
+  // Member i dies: its thread stops and its sockets close.
+  void kill(size_t i) {
+    *stop[i] = true;
+    if (threads[i].joinable()) threads[i].join();
+    s[i].reset();
+    r[i].reset();
+    t[i].reset();
   }
+  ~Members() {
+    for (auto& x : stop) *x = true;
+    for (auto& th : threads)
+      if (th.joinable()) th.join();
+  }
+};
+
+// A member's channel that counts the state chunks it sends and, from the
+// `die_after`th on, sends none (the member dies; the test closes its sockets), or
+// alters the `corrupt`th (a donor whose chunk is not its manifest's).
+class DonorChannel final : public peers::ChannelDecorator {
+ public:
+  DonorChannel(std::unique_ptr<peers::PeerChannel> inner, uint64_t die_after, uint64_t corrupt)
+      : ChannelDecorator(std::move(inner)), die_after_(die_after), corrupt_(corrupt) {}
+  Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
+                     std::shared_ptr<const std::vector<std::byte>> buffer) override {
+    if (!std::holds_alternative<proto::StateChunk>(body))
+      return ChannelDecorator::send_shared(peer, round, body, std::move(buffer));
+    if (sent_ >= die_after_) {
+      dead_ = true;
+      return Status::ok();
+    }
+    if (++sent_ == corrupt_) {
+      auto bad = std::make_shared<std::vector<std::byte>>(*buffer);
+      (*bad)[0] ^= std::byte{1};
+      buffer = std::move(bad);
+    }
+    return ChannelDecorator::send_shared(peer, round, body, std::move(buffer));
+  }
+  uint64_t sent() const { return sent_; }
+  bool dead() const { return dead_; }
+
+ private:
+  uint64_t die_after_, corrupt_;
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<bool> dead_{false};
 };
 
 JoinOptions options() {
@@ -122,6 +172,74 @@ TEST(StateTransfer, AnOfferOfAnotherSizeIsNotTaken) {
   auto none = alone.s[0]->fetch(model.size(), momentum.size(), kLayout, options());
   ASSERT_TRUE(none) << none.status().message();
   EXPECT_FALSE(none->has_value());
+}
+
+// 100 chunks of 300 elements, the model and momentum of a local-SGD ring's members
+// after a round: the same on every member.
+struct RingState {
+  std::vector<float> model = ramp(20000, 0.5f);
+  std::vector<float> momentum = ramp(10000, -7.25f);
+  void publish(Members& m, std::initializer_list<size_t> on) const {
+    for (size_t i : on) m.s[i]->publish(model, momentum, 12, 48, 1.0, kLayout, kChunk);
+  }
+};
+
+DonorChannel& donor(Members& m, size_t i) { return static_cast<DonorChannel&>(*m.t[i]); }
+
+Members::Wrap donors(uint64_t die_after_2, uint64_t corrupt_2) {
+  return [=](uint32_t i,
+             std::unique_ptr<peers::PeerChannel> c) -> std::unique_ptr<peers::PeerChannel> {
+    if (i == 0) return c;
+    return std::make_unique<DonorChannel>(std::move(c), i == 2 ? die_after_2 : UINT64_MAX,
+                                          i == 2 ? corrupt_2 : 0);
+  };
+}
+
+TEST(StateTransfer, TwoDonorsOfOneStateSendHalfOfItEach) {
+  Members m(3, donors(UINT64_MAX, 0));
+  const RingState state;
+  state.publish(m, {1, 2});
+  m.serve();
+  auto got = m.s[0]->fetch(state.model.size(), state.momentum.size(), kLayout, options());
+  ASSERT_TRUE(got && got->has_value()) << (got ? "no state" : got.status().message());
+  EXPECT_EQ((*got)->model, state.model);
+  EXPECT_EQ((*got)->shared, state.momentum);
+  EXPECT_EQ((*got)->round, 12u);
+  EXPECT_EQ(donor(m, 1).sent(), 50u);
+  EXPECT_EQ(donor(m, 2).sent(), 50u);
+}
+
+TEST(StateTransfer, ADonorThatDiesHalfWayLeavesItsChunksToTheOther) {
+  Members m(3, donors(20, 0));
+  const RingState state;
+  state.publish(m, {1, 2});
+  m.serve();
+  std::jthread killer([&] {
+    const auto give_up = Clock::now() + 10s;
+    while (!donor(m, 2).dead() && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    m.kill(2);
+  });
+  const auto start = Clock::now();
+  auto got = m.s[0]->fetch(state.model.size(), state.momentum.size(), kLayout, options());
+  ASSERT_TRUE(got && got->has_value()) << (got ? "no state" : got.status().message());
+  EXPECT_EQ((*got)->model, state.model) << "bit for bit";
+  EXPECT_EQ((*got)->shared, state.momentum);
+  // Its connection dropped: not the 10 s that a silent donor is given.
+  EXPECT_LT(Clock::now() - start, 6s);
+  EXPECT_GE(donor(m, 1).sent(), 80u) << "its own 50 and most of the dead one's";
+  EXPECT_LE(donor(m, 1).sent(), 81u) << "nothing it had sent twice";
+}
+
+TEST(StateTransfer, AChunkThatIsNotItsManifestsDropsItsDonor) {
+  Members m(3, donors(UINT64_MAX, 3));
+  const RingState state;
+  state.publish(m, {1, 2});
+  m.serve();
+  auto got = m.s[0]->fetch(state.model.size(), state.momentum.size(), kLayout, options());
+  ASSERT_TRUE(got && got->has_value()) << (got ? "no state" : got.status().message());
+  EXPECT_EQ((*got)->model, state.model);
+  EXPECT_EQ((*got)->shared, state.momentum);
+  EXPECT_EQ((*got)->from, 1u) << "the honest donor sent most of it";
 }
 
 }  // namespace
