@@ -268,8 +268,11 @@ class ElasticLocalSgd {
   static constexpr int kNodes = 3;
   static constexpr size_t kNumel = 1u << 16;
 
-  explicit ElasticLocalSgd(const std::vector<std::string>& more, float tolerance = 0.0f)
+  // `binaries`: a node played by another binary than gossipd (gossipd-byzantine).
+  explicit ElasticLocalSgd(const std::vector<std::string>& more, float tolerance = 0.0f,
+                           const std::map<int, std::string>& binaries = {})
       : cluster_(kNodes, flags(more)), tolerance_(tolerance), clients_(kNodes), models_(kNodes) {
+    for (const auto& [node, path] : binaries) cluster_.set_node_binary(node, path);
     cluster_.start_all();
   }
   Cluster& cluster() { return cluster_; }
@@ -385,6 +388,51 @@ INSTANTIATE_TEST_SUITE_P(LocalSgd, ElasticRestart,
                                                     "nesterov", "--outer-lr", "0.7"},
                                                    -1.0f}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A restarted node fetches the state from both members at once, a share of its 64
+// chunks from each (--chunk-bytes 4096); node 1 (gossipd-byzantine) dies as it sends
+// its 10th chunk. The joiner hands node 1's missing chunks to node 0 and ends with
+// the state both members held, bit for bit: the manifest node 0 offered checks every
+// chunk, and the model is node 0's.
+TEST(RingProcesses, AJoinSurvivesTheDeathOfOneOfTwoDonorsHalfWay) {
+  ::setenv("GOSSIP_ATTACK", "die-mid-state", 1);
+  ElasticLocalSgd ring({"--chunk-bytes", "4096"}, 0.0f, {{1, binary("gossipd-byzantine")}});
+  ::unsetenv("GOSSIP_ATTACK");
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  ring.round({0, 1, 2}, 0);
+  ring.detach(2);
+  ring.cluster().daemon(2).signal(SIGKILL);
+  for (int shift : {10, 20}) ring.round({0, 1}, shift);
+  ASSERT_FALSE(HasFailure());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ring.cluster().start(2);
+  ring.attach(2);
+  ASSERT_FALSE(HasFailure());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string joiner = ring.cluster().log(2);
+  ASSERT_TRUE(ring.model(2).initialized) << joiner;
+  EXPECT_EQ(ring.model(2).start_step, 3u) << "at the cluster's step";
+  for (size_t k = 0; k < ElasticLocalSgd::kNumel; ++k)
+    ASSERT_EQ(ring.w(2)[k], ring.w(0)[k]) << "element " << k << "\n" << joiner;
+  EXPECT_EQ(ring.cluster().daemon(1).wait(5s), 9) << "the donor died half way";
+  EXPECT_NE(ring.cluster().log(1).find("dying after sending 9 chunks"), std::string::npos)
+      << ring.cluster().log(1);
+  EXPECT_NE(joiner.find("fetching the state before round 3 (step 3, manifest "), std::string::npos)
+      << joiner;
+  EXPECT_NE(joiner.find("64 chunks from 2 donor(s)"), std::string::npos) << joiner;
+  EXPECT_NE(joiner.find("join: donor 1 dropped"), std::string::npos) << joiner;
+  // The manifest the joiner checked every chunk against is the one node 0 offered.
+  const std::string said = "every chunk as its manifest ";
+  const size_t at = joiner.find(said);
+  ASSERT_NE(at, std::string::npos) << joiner;
+  const std::string manifest = joiner.substr(at + said.size(), 16);
+  EXPECT_NE(ring.cluster().log(0).find("(manifest " + manifest + ")"), std::string::npos)
+      << manifest << "\n"
+      << ring.cluster().log(0);
+  EXPECT_LT(took, 20.0) << "the dead donor's connection dropped: no 10 s silence to wait for";
+}
 
 // The last node standing is alone too, with nobody to come back to: it asks once,
 // hears no offer within --join-wait, and then trains alone, asking again only after

@@ -12,6 +12,9 @@
 // and, whenever a joining node asks for the state:
 //   far-state     the offer claims a round and a step 10^6 ahead
 //   scaled-state  the state's values times 1e4
+//   die-mid-state the process dies (as by SIGKILL) when it sends a joiner the
+//                 GOSSIP_DIE_AFTER-th chunk of its state (default 10): a donor lost
+//                 half way
 // Run it with `gossipctl cluster --gossipd-on NODE=PATH`; it takes gossipd's flags.
 
 #include <fmt/format.h>
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,6 +46,9 @@ class ByzantineChannel final : public peers::ChannelDecorator {
         far_state_ = true;
       else if (a == "scaled-state")
         scaled_state_ = true;
+      else if (a == "die-mid-state")
+        die_after_ =
+            std::getenv("GOSSIP_DIE_AFTER") ? std::atoi(std::getenv("GOSSIP_DIE_AFTER")) : 10;
       else
         attacks_.push_back(std::move(a));
     }
@@ -79,7 +86,17 @@ class ByzantineChannel final : public peers::ChannelDecorator {
         return ChannelDecorator::send_shared(peer, round + 1000000, offer, std::move(buffer));
       }
     }
-    if (std::holds_alternative<proto::StateChunk>(body)) return state(peer, round, body, *buffer);
+    if (const auto* o = std::get_if<proto::StateOffer>(&body); o && o->has_state)
+      joiners_.insert(peer);
+    if (std::holds_alternative<proto::StateChunk>(body)) {
+      if (die_after_ > 0 && joiners_.count(peer) && ++state_chunks_ >= die_after_) {
+        spdlog::warn("byzantine: dying after sending {} chunks of the state to peer {}",
+                     state_chunks_ - 1, peer);
+        spdlog::default_logger()->flush();
+        std::_Exit(9);
+      }
+      return state(peer, round, body, *buffer);
+    }
     if (!std::holds_alternative<proto::ModelChunk>(body))
       return ChannelDecorator::send_shared(peer, round, body, std::move(buffer));
     return lie(peer, round, std::get<proto::ModelChunk>(body), *buffer);
@@ -135,6 +152,8 @@ class ByzantineChannel final : public peers::ChannelDecorator {
 
   std::vector<std::string> attacks_;
   bool far_state_ = false, scaled_state_ = false;
+  int die_after_ = 0, state_chunks_ = 0;
+  std::set<uint32_t> joiners_;  // peers offered a state: its chunks to them count
   std::string last_;
 };
 
@@ -149,7 +168,7 @@ int main(int argc, char** argv) {
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
         a != "far-round" && a != "malformed" && a != "honest" && a != "far-state" &&
-        a != "scaled-state") {
+        a != "scaled-state" && a != "die-mid-state") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }
