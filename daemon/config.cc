@@ -252,9 +252,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 58>& fields() {
+const std::array<Field, 60>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 58> kFields = {{
+  static const std::array<Field, 60> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -554,6 +554,18 @@ const std::array<Field, 58>& fields() {
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.dead_after_s; },
                   [](C& c, double v) { c.strategy.dead_after_s = v; }}},
+      {"strategy.dead_after_factor", "--dead-after-factor", "F",
+       "gossip and parameter servers: > 0 makes each peer's --dead-after its longest silence "
+       "over the last one to two minutes times F, at least --dead-after-floor and at most "
+       "--round-timeout (--dead-after until 8 silences were measured); 0: always --dead-after",
+       NumberSpec{{0, true, std::nullopt},
+                  [](const C& c) { return c.strategy.dead_after_factor; },
+                  [](C& c, double v) { c.strategy.dead_after_factor = v; }}},
+      {"strategy.dead_after_floor", "--dead-after-floor", "SECONDS",
+       "with --dead-after-factor: the shortest silence that makes a peer presumed dead",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.dead_after_floor_s; },
+                  [](C& c, double v) { c.strategy.dead_after_floor_s = v; }}},
       {"strategy.join_wait", "--join-wait", "SECONDS",
        "gossip, and local SGD with elastic = on: at the first attach, how long to wait for "
        "peers to offer their state (a restarted node resumes from the freshest); 0: never ask",
@@ -1829,6 +1841,17 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const E
   GOSSIP_RETURN_IF_ERROR(check_required(d, true));
   GOSSIP_RETURN_IF_ERROR(check_config(d.config, d.origins));
   return std::move(d.config);
+}
+
+peers::DeadAfter StrategyConfig::dead_after() const {
+  const auto ms = [](double s) {
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+  };
+  peers::DeadAfter d(ms(dead_after_s));
+  d.factor = dead_after_factor;
+  d.floor = ms(dead_after_floor_s);
+  d.ceiling = ms(round_timeout_s);
+  return d;
 }
 
 }  // namespace gossip::daemon

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "peers/dead_after.h"
 #include "sgd/collectives/choice.h"
 
 namespace gossip::daemon {
@@ -83,8 +84,13 @@ struct StrategyConfig {
   std::string clip = "off";   // push-sum: clip neighbors' models around the node's (on)
   double heartbeat_s = 1.0;   // gossip: heartbeat period while waiting
   double dead_after_s = 3.0;  // gossip: a neighbor silent this long is dropped from the round
-  double join_wait_s = 2.0;   // gossip: wait for state offers at the first attach; 0: never
-  uint64_t join_donors = 4;   // donors of one state a joiner fetches from at once
+  // With a factor > 0, each peer's bound is its longest recent silence times the
+  // factor, at least dead_after_floor_s and at most round_timeout_s (peers/dead_after.h).
+  double dead_after_factor = 0.0;
+  double dead_after_floor_s = 0.5;
+  peers::DeadAfter dead_after() const;
+  double join_wait_s = 2.0;  // gossip: wait for state offers at the first attach; 0: never
+  uint64_t join_donors = 4;  // donors of one state a joiner fetches from at once
   // Ring all-reduce: "on" re-forms the ring over the live nodes when a peer breaks a
   // round (sgd/peer_ring.h), "off" fails the round.
   std::string elastic = "off";

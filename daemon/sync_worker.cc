@@ -231,7 +231,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   r.params.ps.optimizer.lr = sc.ps_lr;
   r.params.ps.optimizer.momentum = sc.ps_momentum;
   r.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
-  r.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
+  r.dead_after = config.strategy.dead_after();
   std::string detail;
   if (descriptor->fabric == sgd::Fabric::kServers) {
     if (codec->biased() && !codec_.error_feedback) {
@@ -268,7 +268,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   topology_ = std::move(topology).value();
   sgd::ExchangeLimits limits;
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
-  limits.dead_after = std::chrono::milliseconds(static_cast<int64_t>(sc.dead_after_s * 1000.0));
+  limits.dead_after = config.strategy.dead_after();
   limits.robust = sc.trim > 0 || sc.clip == "on";
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   membership_ = exchange_.get();

@@ -41,12 +41,36 @@ void TrafficCounters::count_sent(uint32_t peer, uint64_t payload, uint64_t wire)
   c->sent.messages.fetch_add(1, kRelaxed);
 }
 
-void TrafficCounters::count_recv(uint32_t peer, uint64_t payload, uint64_t wire) {
+void TrafficCounters::count_recv(uint32_t peer, uint64_t payload, uint64_t wire, bool starts) {
   auto* c = find(peer);
   c->recv.payload.fetch_add(payload, kRelaxed);
   c->recv.wire.fetch_add(wire, kRelaxed);
   c->recv.messages.fetch_add(1, kRelaxed);
-  c->last_recv_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), kRelaxed);
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t last = c->last_recv_ns.exchange(now, kRelaxed);
+  // Written by one thread: loads and stores, no read-modify-write races.
+  if (c->gap_epoch_ns.load(kRelaxed) < 0 || now - c->gap_epoch_ns.load(kRelaxed) > kGapEpochNs) {
+    c->gap_last_max_ns.store(c->gap_max_ns.load(kRelaxed), kRelaxed);
+    c->gaps_last.store(c->gaps.load(kRelaxed), kRelaxed);
+    c->gap_max_ns.store(0, kRelaxed);
+    c->gaps.store(0, kRelaxed);
+    c->gap_epoch_ns.store(now, kRelaxed);
+  }
+  if (last < 0 || starts) return;
+  c->gap_max_ns.store(std::max(c->gap_max_ns.load(kRelaxed), now - last), kRelaxed);
+  c->gaps.fetch_add(1, kRelaxed);
+}
+
+uint64_t TrafficCounters::longest_gap_ms(uint32_t peer) const {
+  const auto* c = find(peer);
+  return static_cast<uint64_t>(
+             std::max(c->gap_max_ns.load(kRelaxed), c->gap_last_max_ns.load(kRelaxed))) /
+         1'000'000;
+}
+
+uint64_t TrafficCounters::gaps(uint32_t peer) const {
+  const auto* c = find(peer);
+  return c->gaps.load(kRelaxed) + c->gaps_last.load(kRelaxed);
 }
 
 uint64_t TrafficCounters::silent_ms(uint32_t peer) const {

@@ -24,15 +24,25 @@ struct PeerCounters {
   DirectionCounters sent, recv;
   std::atomic<uint64_t> dropped{0};       // invalid messages from this peer
   std::atomic<int64_t> last_recv_ns{-1};  // steady_clock time of the last message; -1: none yet
-  std::atomic<bool> link_up{false};       // the outgoing link is connected, its handshake done
+  // The longest silence between two of its messages in the current and the last
+  // gap epoch (peers/dead_after.h), and how many silences those epochs counted.
+  std::atomic<int64_t> gap_epoch_ns{-1};
+  std::atomic<int64_t> gap_max_ns{0}, gap_last_max_ns{0};
+  std::atomic<uint64_t> gaps{0}, gaps_last{0};
+  std::atomic<bool> link_up{false};  // the outgoing link is connected, its handshake done
 };
+
+// A kind whose arrival says its sender (re)started.
+inline bool starts(proto::Kind k) { return k == proto::Kind::kHello || k == proto::Kind::kJoin; }
 
 class TrafficCounters {
  public:
   explicit TrafficCounters(const std::vector<uint32_t>& peer_ids);
 
   void count_sent(uint32_t peer, uint64_t payload, uint64_t wire);
-  void count_recv(uint32_t peer, uint64_t payload, uint64_t wire);
+  // `starts`: the message says its sender (re)started (a hello, a join): the silence
+  // before it was a restart's, not the link's, and is not learnt from.
+  void count_recv(uint32_t peer, uint64_t payload, uint64_t wire, bool starts = false);
   void count_dropped(uint32_t peer);  // also used for unknown senders (peer = kUnknownPeer)
   // A valid message of a kind that nothing on this node subscribed to (peers/router.h).
   void count_unhandled(proto::Kind kind);
@@ -41,6 +51,11 @@ class TrafficCounters {
   proto::ipc::Traffic peer_totals(uint32_t peer) const;
   // Milliseconds since the peer's last message was counted; kNeverHeard if none was.
   uint64_t silent_ms(uint32_t peer) const;
+  // The longest silence between two messages of the peer over the last one to two
+  // kGapEpoch, and how many silences that counts.
+  uint64_t longest_gap_ms(uint32_t peer) const;
+  uint64_t gaps(uint32_t peer) const;
+  static constexpr int64_t kGapEpochNs = 60'000'000'000;
   // Whether the channel's outgoing link to the peer is up (the transport says so).
   void set_link_up(uint32_t peer, bool up);
   bool link_up(uint32_t peer) const;

@@ -481,7 +481,7 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
       drop(st.message());
       continue;
     }
-    traffic_.count_recv(*sender, payload_bytes, wire);
+    traffic_.count_recv(*sender, payload_bytes, wire, starts(head->envelope.kind));
     Incoming in{*sender, head->envelope, std::move(head->body), {}};
     if (payload_frames) in.payload = std::move(frames[2]);
     return in;

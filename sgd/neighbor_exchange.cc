@@ -111,9 +111,10 @@ void NeighborExchange::greet(uint32_t peer) {
 
 bool NeighborExchange::presumed_gone(size_t pi) const {
   if (left_[pi]) return true;
-  const uint64_t silent = transport_.traffic().silent_ms(transport_.peers()[pi].id);
+  const uint32_t peer = transport_.peers()[pi].id;
+  const uint64_t silent = transport_.traffic().silent_ms(peer);
   return silent == proto::ipc::kNeverHeard ||
-         silent > static_cast<uint64_t>(limits_.dead_after.count());
+         limits_.dead_after.dead(transport_.traffic(), peer, silent);
 }
 
 void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t> to,
@@ -351,8 +352,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
         continue;
       }
       const uint64_t silent = transport_.traffic().silent_ms(sources[s]);
-      if (silent != proto::ipc::kNeverHeard &&
-          silent > static_cast<uint64_t>(limits_.dead_after.count())) {
+      if (limits_.dead_after.dead(transport_.traffic(), sources[s], silent)) {
         mark_absent(pi, fmt::format("silent for {:.1f} s in round {} (no heartbeat): presumed dead",
                                     silent / 1000.0, round));
         continue;

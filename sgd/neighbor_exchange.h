@@ -34,6 +34,7 @@
 
 #include "base/status.h"
 #include "compression/codec.h"
+#include "peers/dead_after.h"
 #include "peers/router.h"
 #include "sgd/membership.h"
 #include "sgd/outgoing_model.h"
@@ -46,8 +47,8 @@ struct ExchangeLimits {
   uint64_t max_rounds_ahead = 64;             // a message further ahead is dropped
   uint64_t max_buffered_bytes = 1ull << 30;   // payload held for later rounds
   std::chrono::milliseconds heartbeat{1000};  // sent to every peer this often while waiting
-  std::chrono::milliseconds dead_after{
-      5000};  // a neighbor silent this long is dropped from the round
+  // A neighbor silent this long is dropped from the round (peers/dead_after.h).
+  peers::DeadAfter dead_after{std::chrono::milliseconds(5000)};
   // Robust mixing (--trim, --clip): a neighbor's malformed chunk leaves only its
   // contribution out of the round, instead of failing the round.
   bool robust = false;

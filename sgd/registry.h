@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "peers/dead_after.h"
 #include "sgd/all_reduce.h"
 #include "sgd/gossip_strategy.h"
 #include "sgd/local_sgd.h"
@@ -53,7 +54,7 @@ struct StrategyResources {
   compression::ThreadPool* pool = nullptr;
   peers::Router* router = nullptr;  // kServers
   std::chrono::milliseconds heartbeat{1000};
-  std::chrono::milliseconds dead_after{3000};
+  peers::DeadAfter dead_after{std::chrono::milliseconds(3000)};  // peers/dead_after.h
   StrategyParams params;
 };
 

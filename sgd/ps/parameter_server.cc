@@ -93,7 +93,7 @@ bool ParameterServer::live(uint32_t worker) const {
   const uint64_t silent = control_.traffic().silent_ms(worker);
   // Never heard: waited for (it may start later), as every strategy waits at start.
   return silent == proto::ipc::kNeverHeard ||
-         silent <= static_cast<uint64_t>(options_.dead_after.count());
+         !options_.dead_after.dead(control_.traffic(), worker, silent);
 }
 
 void ParameterServer::heartbeats() {
@@ -337,7 +337,7 @@ void ParameterServer::serve(Served& s) {
         spdlog::warn(
             "ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
             "over {} ms)",
-            s.index, next, in.size(), nodes().size(), options_.dead_after.count());
+            s.index, next, in.size(), nodes().size(), options_.dead_after.fixed.count());
     }
   }
   for (auto it = s.pulls.begin(); it != s.pulls.end();) {
@@ -484,8 +484,7 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
         why = *pulling_->gone[s];
       } else {
         const uint64_t silent = control_.traffic().silent_ms(server);
-        if (silent != proto::ipc::kNeverHeard &&
-            silent > static_cast<uint64_t>(options_.dead_after.count()))
+        if (options_.dead_after.dead(control_.traffic(), server, silent))
           why = fmt::format(
               "parameter server node {} (shard {}) has been silent for {} ms (over "
               "--dead-after)",

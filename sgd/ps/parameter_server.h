@@ -42,6 +42,7 @@
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
+#include "peers/dead_after.h"
 #include "peers/router.h"
 #include "sgd/all_reduce.h"
 #include "sgd/ps/server_optimizer.h"
@@ -61,7 +62,7 @@ struct ParameterServerOptions {
   Compression compression;  // error_feedback unused: the strategy keeps its own
   bool error_feedback = false;
   std::chrono::milliseconds heartbeat{1000};
-  std::chrono::milliseconds dead_after{3000};
+  peers::DeadAfter dead_after{std::chrono::milliseconds(3000)};  // peers/dead_after.h
 };
 // "bsp", "async" or "ssp:S".
 Result<ParameterServerOptions::Mode> parse_ps_mode(const std::string& spec, uint64_t* staleness);

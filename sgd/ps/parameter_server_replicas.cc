@@ -22,7 +22,7 @@ std::optional<uint32_t> ParameterServer::next_holder(const Served& s) const {
     const uint64_t silent = control_.traffic().silent_ms(id);
     // Unlike a worker, a replica never heard from is not waited for: it asks.
     if (silent != proto::ipc::kNeverHeard &&
-        silent <= static_cast<uint64_t>(options_.dead_after.count()))
+        !options_.dead_after.dead(control_.traffic(), id, silent))
       return id;
   }
   return std::nullopt;
@@ -58,7 +58,7 @@ void ParameterServer::tend_chain(Served& s) {
     spdlog::warn(
         "ps: shard {}: node {}, which fed this replica, has been silent for over {} ms; "
         "asking the chain for a snapshot",
-        s.index, *s.fed_by, options_.dead_after.count());
+        s.index, *s.fed_by, options_.dead_after.fixed.count());
     s.synced = false;
   }
   if (s.synced) return;

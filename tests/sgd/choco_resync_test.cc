@@ -70,7 +70,7 @@ struct Ring3 {
       n.router = std::make_unique<peers::Router>(*n.transport);
       ExchangeLimits limits;
       limits.heartbeat = 100ms;
-      limits.dead_after = 5s;  // the stall is found by the patience, as for a slow node
+      limits.dead_after = 5000ms;  // the stall is found by the patience, as for a slow node
       n.exchange = std::make_unique<NeighborExchange>(*n.router, nullptr, nullptr, limits);
       n.exchange->set_layout_fingerprint(kLayout);
       GossipOptions o;

@@ -1,0 +1,44 @@
+#pragma once
+// --dead-after-factor: how long a peer may be silent before it is presumed dead,
+// from its own silences. A fixed --dead-after is wrong both ways: short, it declares
+// a live peer dead on a slow or busy link (a heartbeat queued behind a large chunk,
+// a trainer that evaluates); long, a dead peer stalls its neighbors on a fast one.
+// With a factor, the bound is the longest silence between two of the peer's
+// messages over the last one to two minutes (peers/traffic.h) times the factor, at
+// least the floor and at most the ceiling (the round timeout). A silence that ended
+// in a hello or a join was a restart and is not learnt from. Until kWarmUp silences
+// were measured, and with factor 0, it is --dead-after.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include "peers/traffic.h"
+
+namespace gossip::peers {
+
+struct DeadAfter {
+  DeadAfter() = default;
+  // A fixed bound, as --dead-after alone sets it.
+  DeadAfter(std::chrono::milliseconds f) : fixed(f) {}  // NOLINT(google-explicit-constructor)
+
+  std::chrono::milliseconds fixed{3000};  // --dead-after
+  double factor = 0;                      // --dead-after-factor; 0: always `fixed`
+  std::chrono::milliseconds floor{500};   // --dead-after-floor
+  std::chrono::milliseconds ceiling{60000};
+  static constexpr uint64_t kWarmUp = 8;
+
+  std::chrono::milliseconds for_peer(const TrafficCounters& traffic, uint32_t peer) const {
+    if (factor <= 0 || traffic.gaps(peer) < kWarmUp) return fixed;
+    const double bound = factor * static_cast<double>(traffic.longest_gap_ms(peer));
+    return std::clamp(std::chrono::milliseconds(static_cast<int64_t>(bound)), floor,
+                      std::max(floor, ceiling));
+  }
+  // Whether a peer silent for `silent_ms` (TrafficCounters::silent_ms) is presumed dead.
+  bool dead(const TrafficCounters& traffic, uint32_t peer, uint64_t silent_ms) const {
+    return silent_ms != proto::ipc::kNeverHeard &&
+           silent_ms > static_cast<uint64_t>(for_peer(traffic, peer).count());
+  }
+};
+
+}  // namespace gossip::peers

@@ -1,0 +1,74 @@
+// --dead-after-factor (peers/dead_after.h): each peer's bound follows the longest
+// silence between its messages (peers/traffic.h), within the floor and the ceiling;
+// a silence that ended in a restart is not learnt from; until 8 silences were
+// measured, and with factor 0, the bound is --dead-after.
+
+#include "peers/dead_after.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+namespace gossip::peers {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `n` messages from peer 7, `gap` apart; `starts`: the last one is a hello.
+void messages(TrafficCounters& t, int n, std::chrono::milliseconds gap, bool starts = false) {
+  for (int i = 0; i < n; ++i) {
+    std::this_thread::sleep_for(gap);
+    t.count_recv(7, 0, 64, starts && i + 1 == n);
+  }
+}
+
+TEST(DeadAfter, FollowsThePeersLongestSilenceOnceMeasured) {
+  TrafficCounters t({7});
+  DeadAfter d(3000ms);
+  d.factor = 3;
+  d.floor = 100ms;
+  d.ceiling = 60000ms;
+  t.count_recv(7, 0, 64);  // the first message ends no silence
+  messages(t, 5, 5ms);
+  EXPECT_EQ(t.gaps(7), 5u);
+  EXPECT_EQ(d.for_peer(t, 7), 3000ms) << "not yet measured: --dead-after";
+  messages(t, 3, 60ms);
+  ASSERT_EQ(t.gaps(7), 8u);
+  const auto bound = d.for_peer(t, 7);
+  EXPECT_GE(bound, 180ms) << "3 times the longest silence, 60 ms";
+  EXPECT_LT(bound, 600ms);
+  EXPECT_FALSE(d.dead(t, 7, 150));
+  EXPECT_TRUE(d.dead(t, 7, 1000)) << "a dead peer is found well before --dead-after";
+  EXPECT_FALSE(d.dead(t, 7, proto::ipc::kNeverHeard)) << "never heard is not dead";
+
+  DeadAfter fixed(3000ms);
+  EXPECT_EQ(fixed.for_peer(t, 7), 3000ms) << "factor 0: --dead-after";
+}
+
+TEST(DeadAfter, IsBoundedByTheFloorAndTheCeiling) {
+  TrafficCounters t({7});
+  t.count_recv(7, 0, 64);
+  messages(t, 8, 1ms);
+  DeadAfter d(3000ms);
+  d.factor = 2;
+  d.floor = 500ms;
+  d.ceiling = 800ms;
+  EXPECT_EQ(d.for_peer(t, 7), 500ms) << "short silences: the floor";
+  messages(t, 1, 450ms);
+  EXPECT_EQ(d.for_peer(t, 7), 800ms) << "2 x 450 ms: the ceiling";
+}
+
+TEST(DeadAfter, ARestartIsNotASilenceToLearnFrom) {
+  TrafficCounters t({7});
+  t.count_recv(7, 0, 64);
+  messages(t, 8, 2ms);
+  messages(t, 1, 300ms, /*starts=*/true);  // a hello after 300 ms: the peer restarted
+  EXPECT_EQ(t.gaps(7), 8u);
+  EXPECT_LT(t.longest_gap_ms(7), 100u);
+  messages(t, 1, 200ms);
+  EXPECT_GE(t.longest_gap_ms(7), 200u) << "a live peer's silence is";
+}
+
+}  // namespace
+}  // namespace gossip::peers
