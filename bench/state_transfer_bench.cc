@@ -164,12 +164,14 @@ int main(int argc, char** argv) {
   uint64_t chunk_bytes = 4u << 20;
   double gbps = 0;
   int repeat = 3;
+  std::string log_level = "error";
   app.add_option("--params", params, "parameters of the model");
   app.add_option("--chunk-bytes", chunk_bytes, "bytes per state chunk (gossipd's --chunk-bytes)");
   app.add_option("--donor-gbps", gbps, "cap on each donor's sending rate, Gbit/s; 0: none");
   app.add_option("--repeat", repeat, "runs of each scenario (the median is shown)");
+  app.add_option("--log-level", log_level, "the transfers' log (info shows every donor's share)");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_level(spdlog::level::err);
+  spdlog::set_level(spdlog::level::from_str(log_level));
 
   std::vector<float> state(params), other(params);
   for (size_t i = 0; i < params; ++i) {

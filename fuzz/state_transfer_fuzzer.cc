@@ -11,9 +11,10 @@
 // Input: byte 0 sets --trim (0 or 1) and a weight bound (none or 4), byte 1 the
 // model's size (1..64 elements, its low six bits) and whether the strategy shares a
 // state as large besides it (bit 6); then records of an op byte and a sender byte:
-//   op % 4 == 0  offer: flags (has_state, right layout, wrong size, honest manifest),
-//                round (8 bytes), step (8), chunk_elems (1, 1..16); a manifest that is
-//                not honest is read from the input (16 bytes a chunk)
+//   op % 4 == 0  offer: flags (has_state, right layout, wrong size, honest manifest,
+//                a weight), round (8 bytes), step (8), chunk_elems (1, 1..16), the
+//                weight (8, a double, with its flag; else 1); a manifest that is not
+//                honest is read from the input (16 bytes a chunk)
 //   op % 4 == 1  chunk: round (8), seq (1), flags (right layout, honest values,
 //                honest place), weight (8, a double); a place that is not honest is
 //                offset (8) and numel (2, mod 512); values that are not honest are
@@ -78,6 +79,7 @@ void feed(Reader& in, std::vector<Peer>& peers, size_t state_numel) {
       }
       offer.numel = state_numel + ((flags & 4) ? 1 : 0);
       offer.chunk_elems = from.chunk_elems;
+      if (flags & 16) offer.weight = in.take<double>();
       const uint64_t chunks = (offer.numel + offer.chunk_elems - 1) / offer.chunk_elems;
       auto manifest = std::make_shared<std::vector<std::byte>>(chunks * proto::kStateHashBytes);
       for (uint64_t c = 0; c < chunks; ++c) {

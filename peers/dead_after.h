@@ -30,9 +30,11 @@ struct DeadAfter {
 
   std::chrono::milliseconds for_peer(const TrafficCounters& traffic, uint32_t peer) const {
     if (factor <= 0 || traffic.gaps(peer) < kWarmUp) return fixed;
-    const double bound = factor * static_cast<double>(traffic.longest_gap_ms(peer));
-    return std::clamp(std::chrono::milliseconds(static_cast<int64_t>(bound)), floor,
-                      std::max(floor, ceiling));
+    // Clamped as a double: factor times a gap may not fit an integer.
+    const double bound = std::clamp(factor * static_cast<double>(traffic.longest_gap_ms(peer)),
+                                    static_cast<double>(floor.count()),
+                                    static_cast<double>(std::max(floor, ceiling).count()));
+    return std::chrono::milliseconds(static_cast<int64_t>(bound));
   }
   // Whether a peer silent for `silent_ms` (TrafficCounters::silent_ms) is presumed dead.
   bool dead(const TrafficCounters& traffic, uint32_t peer, uint64_t silent_ms) const {

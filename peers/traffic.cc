@@ -82,6 +82,11 @@ uint64_t TrafficCounters::silent_ms(uint32_t peer) const {
 
 void TrafficCounters::set_link_up(uint32_t peer, bool up) {
   find(peer)->link_up.store(up, kRelaxed);
+  if (up) find(peer)->link_was_up.store(true, kRelaxed);
+}
+
+bool TrafficCounters::link_was_up(uint32_t peer) const {
+  return find(peer)->link_was_up.load(kRelaxed);
 }
 
 bool TrafficCounters::link_up(uint32_t peer) const { return find(peer)->link_up.load(kRelaxed); }

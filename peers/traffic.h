@@ -25,11 +25,14 @@ struct PeerCounters {
   std::atomic<uint64_t> dropped{0};       // invalid messages from this peer
   std::atomic<int64_t> last_recv_ns{-1};  // steady_clock time of the last message; -1: none yet
   // The longest silence between two of its messages in the current and the last
-  // gap epoch (peers/dead_after.h), and how many silences those epochs counted.
+  // gap epoch (peers/dead_after.h), and how many silences those epochs counted. A ring
+  // transport's thread counts its left neighbor too: a race between the two loses at
+  // most one gap, which is harmless to a maximum.
   std::atomic<int64_t> gap_epoch_ns{-1};
   std::atomic<int64_t> gap_max_ns{0}, gap_last_max_ns{0};
   std::atomic<uint64_t> gaps{0}, gaps_last{0};
-  std::atomic<bool> link_up{false};  // the outgoing link is connected, its handshake done
+  std::atomic<bool> link_up{false};      // the outgoing link is connected, its handshake done
+  std::atomic<bool> link_was_up{false};  // it has been, at least once
 };
 
 // A kind whose arrival says its sender (re)started.
@@ -59,6 +62,7 @@ class TrafficCounters {
   // Whether the channel's outgoing link to the peer is up (the transport says so).
   void set_link_up(uint32_t peer, bool up);
   bool link_up(uint32_t peer) const;
+  bool link_was_up(uint32_t peer) const;
   proto::ipc::Traffic totals() const;
   const std::vector<uint32_t>& peer_ids() const { return ids_; }
 

@@ -177,10 +177,11 @@ struct StateOffer {
   uint64_t numel = 0;
   uint64_t layout = 0;
   uint64_t chunk_elems = 0;  // elements per chunk (the last may hold fewer)
+  double weight = 1.0;       // push-sum's weight of the state; its chunks carry it too
   template <class F>
   void fields(F&& f) {
     f("has_state", has_state), f("step", step), f("numel", numel), f("layout", layout);
-    f("chunk_elems", chunk_elems);
+    f("chunk_elems", chunk_elems), f("weight", weight);
   }
 };
 inline constexpr uint64_t kStateHashBytes = 16;

@@ -79,6 +79,12 @@ void StateTransfer::publish(std::span<const float> model, std::span<const float>
   newest_ = std::move(s);
   next_round_ = next_round;
   const auto now = Clock::now();
+  for (auto& [round, pinned] : pinned_)  // ZeroMQ still holds chunks of it: still being sent
+    for (const auto& c : pinned->chunks.chunks)
+      if (c.payload.use_count() > 1) {
+        pinned->used = now;
+        break;
+      }
   std::erase_if(pinned_, [&](const auto& kv) { return now - kv.second->used > kPinFor; });
 }
 
@@ -109,7 +115,8 @@ void StateTransfer::send_offer(uint32_t peer, uint64_t round, Snapshot* s) {
     }
     st = transport_.send_shared(
         peer, s->chunks.round,
-        proto::StateOffer{true, s->step, s->numel, s->layout, s->chunk_elems}, s->manifest);
+        proto::StateOffer{true, s->step, s->numel, s->layout, s->chunk_elems, s->weight},
+        s->manifest);
   }
   if (!st) spdlog::warn("state offer to peer {}: {}", peer, st.message());
 }
@@ -141,7 +148,9 @@ void StateTransfer::on_message(peers::Incoming& in) {
       if (fetch_ && fetch_->want) on_chunk(in);
       return;
     case proto::Kind::kBye:
-      if (fetch_)
+      if (!fetch_) return;
+      fetch_->gone.insert(in.peer);
+      if (fetch_->want)
         for (auto& d : fetch_->donors)
           if (d.peer == in.peer) drop_donor(d, Status::closed("it shut down"));
       return;
@@ -221,7 +230,7 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
   }
   const auto* bytes = static_cast<const std::byte*>(in.payload.data());
   f.offers.push_back(
-      {in.peer, round, h.step, h.layout, h.chunk_elems,
+      {in.peer, round, h.step, h.layout, h.chunk_elems, h.weight,
        std::make_shared<const std::vector<std::byte>>(bytes, bytes + in.payload.size())});
 }
 
@@ -243,8 +252,9 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
   if (f.layout != 0 && h.layout != f.layout)
     return drop_donor(*d, Status::mismatch(fmt::format("its model has layout {:016x}, ours {:016x}",
                                                        h.layout, f.layout)));
-  if (f.have[h.seq]) {  // asked twice (its first donor was dropped): here already
+  if (f.have[h.seq]) {  // asked twice (a donor was dropped, or slow): here already
     d->owed.erase(h.seq);
+    d->progress = Clock::now();
     return;
   }
   if (!chunk_matches(in.payload.data(), in.payload.size(), *want.manifest, h.seq)) {
@@ -255,27 +265,29 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
     return drop_donor(*d, Status::protocol(fmt::format(
                               "chunk {} does not match its hash in the manifest", h.seq)));
   }
-  if (!f.weight_seen) {
-    f.state.weight = h.weight;
-    f.weight_seen = true;
-  } else if (h.weight != f.state.weight) {
-    return drop_donor(*d, Status::protocol(fmt::format("its weight {} is not the other donors' {}",
-                                                       h.weight, f.state.weight)));
-  }
+  // The weight is the offer's (in the group's key), not a chunk's to choose.
+  if (h.weight != want.weight)
+    return drop_donor(
+        *d, Status::protocol(
+                fmt::format("its chunk's weight {} is not its offer's {}", h.weight, want.weight)));
   std::memcpy(f.state.model.data() + offset, in.payload.data(), in.payload.size());
   f.have[h.seq] = true;
   --f.missing;
-  d->owed.erase(h.seq);
+  for (auto& x : f.donors) x.owed.erase(h.seq);
   d->progress = Clock::now();
   ++d->delivered;
 }
 
+// Called from the download's loop only (not from a handler): a failed send drops
+// the donor, and the loop hands its chunks out again.
 void StateTransfer::ask(Fetch::Donor& d, const std::vector<uint64_t>& chunks) {
+  if (!d.failure) return;
   d.progress = Clock::now();
+  if (d.since == Clock::time_point{}) d.since = d.progress;
+  d.owed.insert(chunks.begin(), chunks.end());
   for (size_t i = 0; i < chunks.size();) {
     size_t j = i + 1;
     while (j < chunks.size() && chunks[j] == chunks[j - 1] + 1) ++j;
-    for (size_t k = i; k < j; ++k) d.owed.insert(chunks[k]);
     if (Status st =
             transport_.send(d.peer, fetch_->want->round, proto::StateRequest{chunks[i], j - i});
         !st)
@@ -288,25 +300,75 @@ void StateTransfer::drop_donor(Fetch::Donor& d, Status why) {
   if (!d.failure) return;  // dropped already
   Fetch& f = *fetch_;
   d.failure = std::move(why);
-  std::vector<uint64_t> orphans;
-  for (uint64_t c : d.owed)
-    if (!f.have[c]) orphans.push_back(c);
+  uint64_t owed = 0;
+  for (uint64_t c : d.owed) owed += !f.have[c];
   d.owed.clear();
-  std::vector<Fetch::Donor*> live;
-  for (auto& x : f.donors)
-    if (x.failure) live.push_back(&x);
-  spdlog::warn(
-      "join: donor {} dropped after {} chunks: {}; its {} missing chunks go to {} other "
-      "donor(s)",
-      d.peer, d.delivered, d.failure.message(), orphans.size(), live.size());
-  if (live.empty() || orphans.empty()) return;
+  f.orphans = true;
+  spdlog::warn("join: donor {} dropped after {} chunks: {}; {} chunks it owed go to the others",
+               d.peer, d.delivered, d.failure.message(), owed);
+}
+
+void StateTransfer::hand_out(std::vector<uint32_t>& spares) {
+  Fetch& f = *fetch_;
+  f.orphans = false;
+  std::vector<bool> owed(f.have.size(), false);
+  for (const auto& d : f.donors)
+    for (uint64_t c : d.owed) owed[c] = true;
+  std::vector<uint64_t> todo;
+  for (uint64_t c = 0; c < f.have.size(); ++c)
+    if (!f.have[c] && !owed[c]) todo.push_back(c);
+  if (todo.empty()) return;
+  std::vector<size_t> live;
+  for (size_t k = 0; k < f.donors.size(); ++k)
+    if (f.donors[k].failure) live.push_back(k);
+  if (live.empty() && !spares.empty()) {
+    f.donors.push_back({spares.front(), {}, 0, Clock::now(), Status::ok(), {}});
+    spares.erase(spares.begin());
+    live.push_back(f.donors.size() - 1);
+  }
   // Contiguous shares, so that each donor gets one request.
   for (size_t k = 0; k < live.size(); ++k) {
-    const size_t from = orphans.size() * k / live.size();
-    const size_t to = orphans.size() * (k + 1) / live.size();
+    const size_t from = todo.size() * k / live.size();
+    const size_t to = todo.size() * (k + 1) / live.size();
     if (from < to)
-      ask(*live[k], std::vector<uint64_t>(orphans.begin() + static_cast<ptrdiff_t>(from),
-                                          orphans.begin() + static_cast<ptrdiff_t>(to)));
+      ask(f.donors[live[k]], std::vector<uint64_t>(todo.begin() + static_cast<ptrdiff_t>(from),
+                                                   todo.begin() + static_cast<ptrdiff_t>(to)));
+  }
+}
+
+// A donor with nothing left to send takes the second half of what a donor still
+// owes that sends at less than a third of its rate and is quiet now (kRateGap), or
+// that has sent nothing for kStealAfter: a slow donor, alive or not, does not hold
+// the join up. Donors that only share the joiner's downlink (or its cores) send at
+// about the same rate, a chunk every few milliseconds, and nothing crosses twice. Whichever sends a
+// chunk first, the other's copy is skipped: at worst the stolen chunks cross twice.
+void StateTransfer::steal() {
+  Fetch& f = *fetch_;
+  const auto now = Clock::now();
+  // Chunks a second since a donor was first asked.
+  const auto rate = [&](const Fetch::Donor& d) {
+    return static_cast<double>(d.delivered) /
+           std::max(1e-3, std::chrono::duration<double>(now - d.since).count());
+  };
+  for (auto& idle : f.donors) {
+    if (!idle.failure || !idle.owed.empty() || now - idle.since < kRateAfter) continue;
+    Fetch::Donor* slow = nullptr;
+    for (auto& d : f.donors)
+      if (&d != &idle && d.failure && !d.owed.empty() &&
+          (now - d.progress > kStealAfter ||
+           (d.owed.size() >= 2 && now - d.since > kRateAfter && now - d.progress > kRateGap &&
+            3 * rate(d) < rate(idle))) &&
+          (!slow || d.owed.size() > slow->owed.size()))
+        slow = &d;
+    if (!slow) return;
+    // The second half, rounded up: a last chunk too.
+    std::vector<uint64_t> taken(
+        std::next(slow->owed.begin(), static_cast<ptrdiff_t>(slow->owed.size() / 2)),
+        slow->owed.end());
+    for (uint64_t c : taken) slow->owed.erase(c);
+    spdlog::info("join: donor {} takes {} chunks that donor {} has been slow to send", idle.peer,
+                 taken.size(), slow->peer);
+    ask(idle, taken);
   }
 }
 
@@ -322,7 +384,7 @@ std::vector<StateTransfer::Group> StateTransfer::groups(std::vector<Offer> offer
     auto g = std::find_if(out.begin(), out.end(), [&](const Group& x) {
       const Offer& y = x.first();
       return y.round == o.round && y.step == o.step && y.layout == o.layout &&
-             y.chunk_elems == o.chunk_elems && *y.manifest == *o.manifest;
+             y.chunk_elems == o.chunk_elems && y.weight == o.weight && *y.manifest == *o.manifest;
     });
     if (g == out.end())
       out.push_back({{std::move(o)}});
@@ -523,31 +585,22 @@ Result<NodeState> StateTransfer::download(const Group& group) {
   f.state.from = want.peer;
   f.state.round = want.round;
   f.state.step = want.step;
-  f.weight_seen = false;
-  f.state.weight = 1.0;
+  f.state.weight = want.weight;
   f.donors.clear();
   std::vector<uint32_t> spares;
   for (const Offer& o : group.offers) {
+    if (f.gone.count(o.peer)) continue;  // it said bye since it offered
     if (f.donors.size() < std::max<size_t>(1, options.max_donors))
-      f.donors.push_back({o.peer, {}, 0, Clock::now(), false, Status::ok()});
+      f.donors.push_back({o.peer, {}, 0, Clock::now(), Status::ok(), {}});
     else
       spares.push_back(o.peer);
   }
-  std::vector<uint64_t> todo;
-  for (uint64_t c = 0; c < n; ++c)
-    if (!f.have[c]) todo.push_back(c);
   spdlog::info(
       "join: fetching the state before round {} (step {}, manifest {}): {} chunks from {} "
       "donor(s){}",
-      want.round, want.step, manifest_name(*want.manifest), todo.size(), f.donors.size(),
+      want.round, want.step, manifest_name(*want.manifest), f.missing, f.donors.size(),
       resumed > 0 ? fmt::format(", {} kept from the last try", resumed) : std::string());
-  for (size_t k = 0; k < f.donors.size(); ++k) {
-    const size_t from = todo.size() * k / f.donors.size();
-    const size_t to = todo.size() * (k + 1) / f.donors.size();
-    if (from < to)
-      ask(f.donors[k], std::vector<uint64_t>(todo.begin() + static_cast<ptrdiff_t>(from),
-                                             todo.begin() + static_cast<ptrdiff_t>(to)));
-  }
+  f.orphans = true;  // every missing chunk, at first
   const auto describe = [&] {
     std::string s;
     for (const auto& d : f.donors)
@@ -568,23 +621,15 @@ Result<NodeState> StateTransfer::download(const Group& group) {
                          ->peer;
       return std::move(f.state);
     }
-    // A donor dropped with nobody left to take its chunks: a spare of the same
-    // state, if any, takes them all.
-    std::vector<uint64_t> orphans;
+    // Chunks that no live donor owes (at first all; then a dropped donor's) go to the
+    // live ones, or to a spare of the same state when none is left.
+    while (f.orphans) hand_out(spares);
     bool any_live = false;
     for (const auto& d : f.donors) any_live |= d.failure.is_ok();
-    if (!any_live && !spares.empty()) {
-      for (uint64_t c = 0; c < n; ++c)
-        if (!f.have[c]) orphans.push_back(c);
-      f.donors.push_back({spares.front(), {}, 0, Clock::now(), false, Status::ok()});
-      spares.erase(spares.begin());
-      spdlog::info("join: {} chunks go to donor {}", orphans.size(), f.donors.back().peer);
-      ask(f.donors.back(), orphans);
-      continue;
-    }
     if (!any_live)
       return Status::closed(fmt::format("{} of {} chunks here when every donor was lost ({})",
                                         n - f.missing, n, describe()));
+    steal();
     const auto now = Clock::now();
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (now >= options.deadline)
@@ -595,9 +640,10 @@ Result<NodeState> StateTransfer::download(const Group& group) {
       const auto stalled = duration_cast<milliseconds>(now - d.progress);
       const auto silent = milliseconds(std::min<uint64_t>(transport_.traffic().silent_ms(d.peer),
                                                           static_cast<uint64_t>(stalled.count())));
-      if (transport_.traffic().link_up(d.peer))
-        d.link_seen_up = true;
-      else if (d.link_seen_up && silent > kLinkDownSilence)
+      // A link that was up and is down (the transport's monitor says so; an
+      // in-process channel has none) and a donor silent since: it is gone.
+      if (!transport_.traffic().link_up(d.peer) && transport_.traffic().link_was_up(d.peer) &&
+          silent > kLinkDownSilence)
         drop_donor(d, Status::closed(
                           fmt::format("its connection dropped ({} ms silent)", silent.count())));
       if (d.failure && stalled > kTransferSilence)

@@ -120,6 +120,7 @@ class StateTransfer {
     uint64_t step = 0;
     uint64_t layout = 0;
     uint64_t chunk_elems = 0;
+    double weight = 1.0;
     std::shared_ptr<const std::vector<std::byte>> manifest;
   };
   // Offers of one state: the same round, step, layout, chunking and manifest.
@@ -146,14 +147,15 @@ class StateTransfer {
       std::set<uint64_t> owed;  // chunk indices asked of it and not yet here
       uint64_t delivered = 0;
       std::chrono::steady_clock::time_point progress;  // its last chunk, or our last request
-      bool link_seen_up = false;
-      Status failure;  // why it was dropped
+      Status failure;                                  // why it was dropped
+      std::chrono::steady_clock::time_point since;     // first asked
     };
     std::vector<Donor> donors;
-    std::vector<bool> have;  // per chunk of want: verified and in state.model
-    uint64_t missing = 0;    // chunks not yet verified
-    NodeState state;         // model: the whole state, filled chunk by chunk
-    bool weight_seen = false;
+    std::vector<bool> have;   // per chunk of want: verified and in state.model
+    uint64_t missing = 0;     // chunks not yet verified
+    NodeState state;          // model: the whole state, filled chunk by chunk
+    bool orphans = false;     // a missing chunk may be owed by no live donor
+    std::set<uint32_t> gone;  // peers that said bye during this join
   };
   void on_message(peers::Incoming& in);  // the router's handler
   void on_offer(const peers::Incoming& in);
@@ -166,8 +168,13 @@ class StateTransfer {
   Result<NodeState> download(const Group& group);
   void drop_donor(Fetch::Donor& d, Status why);
   void ask(Fetch::Donor& d, const std::vector<uint64_t>& chunks);
+  void hand_out(std::vector<uint32_t>& spares);
+  void steal();
+  static constexpr std::chrono::seconds kStealAfter{1};
+  static constexpr std::chrono::milliseconds kRateAfter{200};  // before: rates are noise
+  static constexpr std::chrono::milliseconds kRateGap{50};
   static constexpr uint64_t kMaxLead = 64;  // rounds an offer may lead the median by
-  static constexpr size_t kMaxPinned = 2;
+  static constexpr size_t kMaxPinned = 2;   // the newest, when asked for, included
   static constexpr std::chrono::seconds kPinFor{30};
   void drop_implausible(std::vector<Offer>& offers) const;
   Result<NodeState> check_state(NodeState state, const JoinOptions& options) const;

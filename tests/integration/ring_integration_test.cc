@@ -422,7 +422,11 @@ TEST(RingProcesses, AJoinSurvivesTheDeathOfOneOfTwoDonorsHalfWay) {
   EXPECT_NE(joiner.find("fetching the state before round 3 (step 3, manifest "), std::string::npos)
       << joiner;
   EXPECT_NE(joiner.find("64 chunks from 2 donor(s)"), std::string::npos) << joiner;
-  EXPECT_NE(joiner.find("join: donor 1 dropped"), std::string::npos) << joiner;
+  // Node 0 takes over node 1's chunks when node 1 falls silent (or node 1 is
+  // dropped when its connection has been down a second), whichever comes first.
+  EXPECT_TRUE(joiner.find("that donor 1 has been slow to send") != std::string::npos ||
+              joiner.find("join: donor 1 dropped") != std::string::npos)
+      << joiner;
   // The manifest the joiner checked every chunk against is the one node 0 offered.
   const std::string said = "every chunk as its manifest ";
   const size_t at = joiner.find(said);

@@ -446,7 +446,7 @@ TEST(WireHeader, BodyMustHaveExactlyItsFields) {
                  "hello body must be an array of 1");
   // A body of another kind: a hello's fields for a state-offer.
   EXPECT_REFUSED(decode(head_of(envelope(Kind::kStateOffer, 0), {u(0)})),
-                 "state-offer body must be an array of 5 fields");
+                 "state-offer body must be an array of 6 fields");
   EXPECT_REFUSED(decode(envelope_only(Kind::kHello)), "hello lacks its body");
 }
 
