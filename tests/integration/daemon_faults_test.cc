@@ -1,5 +1,6 @@
 // Faults around one daemon: trainers that die or misbehave, peers that send
 // garbage, and clean shutdown. Real gossipd processes, real sockets.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -134,7 +135,8 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   send(stranger, {proto::encode_head(1, 0, chunk, 8), std::string(8, '\0')});
   // A newer daemon's message, and an old one's (version 1: a msgpack map): refused
   // by their version, never read as this version's.
-  send(node1, {head_of_version(4, 1), std::string(8, '\0')});
+  send(node1,
+       {head_of_version(static_cast<uint8_t>(proto::kWireVersion + 1), 1), std::string(8, '\0')});
   send(node1, {std::string("\x81\xa1v\x01"), std::string(8, '\0')});
   // Valid, but of a kind nothing here handles (no NCCL all-reduce runs): counted and
   // logged once per kind by the router, not as invalid, and never lost in silence.
@@ -155,7 +157,10 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   }
   EXPECT_EQ(dropped, 6u) << cluster.log(0);
   std::string log = cluster.log(0);
-  EXPECT_NE(log.find("wire version 4 (newer than this daemon's 3)"), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("wire version {} (newer than this daemon's {})",
+                                 proto::kWireVersion + 1, proto::kWireVersion)),
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("a wire version 1 header"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped message from peer 1"), std::string::npos) << log;
   EXPECT_NE(log.find("unknown sender 'node-9'"), std::string::npos) << log;
