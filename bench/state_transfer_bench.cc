@@ -134,7 +134,6 @@ double run(const Scenario& sc, const std::vector<float>& state, const std::vecto
   });
   sgd::JoinOptions o;
   o.offer_wait = 3s;
-  o.chunk_elems = chunk_elems;
   o.max_donors = sc.donors;
   o.deadline = Clock::now() + 300s;
   const auto t0 = Clock::now();

@@ -76,7 +76,6 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->chunk_elems_ = config.strategy.chunk_bytes / sizeof(float);
   w->join_options_.offer_wait =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.join_wait_s * 1000.0));
-  w->join_options_.chunk_elems = w->chunk_elems_;
   w->join_options_.max_donors = config.strategy.join_donors;
   w->join_options_.trim = config.strategy.trim;
   w->join_options_.max_weight = static_cast<double>(config.nodes());

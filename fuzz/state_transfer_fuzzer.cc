@@ -151,7 +151,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::atomic<bool> cancel{false};
   sgd::JoinOptions o;
   o.offer_wait = std::chrono::milliseconds(1000);
-  o.chunk_elems = 16;
   o.trim = data[0] & 1;
   o.max_weight = (data[0] & 2) ? 4.0 : 0.0;
   o.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

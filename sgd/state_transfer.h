@@ -62,7 +62,6 @@ struct NodeState {
 struct JoinOptions {
   // How long to wait for offers once asked (every peer answering ends it sooner).
   std::chrono::milliseconds offer_wait{2000};
-  uint64_t chunk_elems = 1 << 20;
   uint64_t min_round = 0;      // offers of this round or older are not taken (a fresher checkpoint)
   size_t max_donors = 4;       // donors of one state fetched from at once
   std::vector<uint32_t> only;  // when not empty: offers of other peers are not taken
