@@ -174,16 +174,6 @@ struct BlockScale {
   bool finite = true;  // false: the block holds an inf or NaN; scale unset
 };
 
-// inf and NaN have the largest |x| bit patterns: one integer max finds both.
-GOSSIP_HD uint32_t block_max_abs_bits(const float* x, uint64_t lo, uint64_t hi) {
-  uint32_t m = 0;
-  for (uint64_t i = lo; i < hi; ++i) {
-    const uint32_t a = f32_bits(x[i]) & 0x7fffffffu;
-    m = a > m ? a : m;
-  }
-  return m;
-}
-
 // int8_codec.cc: scale = max|x| / 127, nudged so that 127 * scale covers max|x|
 // when subnormal and stays finite near fp32's max.
 GOSSIP_HD float int8_scale_of(uint32_t max_bits) {
@@ -196,10 +186,25 @@ GOSSIP_HD float int8_scale_of(uint32_t max_bits) {
   return scale;
 }
 
+// The scales and norms accumulate a block element by element in index order
+// (add), so that a kernel can feed a block to them piece by piece; finish(len)
+// gives the block's result. The *_block_scale and qsgd_bucket_norm loops use them.
+struct Int8ScaleAcc {
+  uint32_t max_bits = 0;  // of |x|: inf and NaN have the largest, one integer max finds both
+  GOSSIP_HD void add(float v) {
+    const uint32_t a = f32_bits(v) & 0x7fffffffu;
+    max_bits = a > max_bits ? a : max_bits;
+  }
+  GOSSIP_HD BlockScale finish(uint64_t) const {
+    if (max_bits >= 0x7f800000u) return {0.0f, false};
+    return {int8_scale_of(max_bits), true};
+  }
+};
+
 GOSSIP_HD BlockScale int8_block_scale(const float* x, uint64_t lo, uint64_t hi) {
-  const uint32_t m = block_max_abs_bits(x, lo, hi);
-  if (m >= 0x7f800000u) return {0.0f, false};
-  return {int8_scale_of(m), true};
+  Int8ScaleAcc acc;
+  for (uint64_t i = lo; i < hi; ++i) acc.add(x[i]);
+  return acc.finish(hi - lo);
 }
 
 // int8_codec.cc: round-to-nearest-even(x / scale) clamped to [-127, 127], as a
@@ -221,11 +226,23 @@ GOSSIP_HD float int8_dequantize(uint8_t q, float scale) {
 GOSSIP_HD bool int8_scale_valid(float s) { return !sign_bit(s) && mul_rn(s, 127.0f) <= FLT_MAX; }
 
 // sign_codec.cc: mean |x| of the block, summed in double in index order.
-GOSSIP_HD BlockScale sign_block_scale(const float* x, uint64_t lo, uint64_t hi) {
-  if (block_max_abs_bits(x, lo, hi) >= 0x7f800000u) return {0.0f, false};
+struct SignScaleAcc {
+  Int8ScaleAcc max;  // finite or not
   double sum = 0;
-  for (uint64_t i = lo; i < hi; ++i) sum = add_rn(sum, abs_f64(x[i]));
-  return {to_f32_rn(div_rn(sum, static_cast<double>(hi - lo))), true};
+  GOSSIP_HD void add(float v) {
+    max.add(v);
+    sum = add_rn(sum, abs_f64(v));
+  }
+  GOSSIP_HD BlockScale finish(uint64_t len) const {
+    if (max.max_bits >= 0x7f800000u) return {0.0f, false};
+    return {to_f32_rn(div_rn(sum, static_cast<double>(len))), true};
+  }
+};
+
+GOSSIP_HD BlockScale sign_block_scale(const float* x, uint64_t lo, uint64_t hi) {
+  SignScaleAcc acc;
+  for (uint64_t i = lo; i < hi; ++i) acc.add(x[i]);
+  return acc.finish(hi - lo);
 }
 
 // sign_codec.cc: byte g of the bit section, element i at bit i % 8, set for x >= 0
@@ -289,16 +306,24 @@ struct BucketNorm {
 
 // Squares of floats are exact in double and summed in index order; sqrt is
 // correctly rounded on both sides.
-GOSSIP_HD BucketNorm qsgd_bucket_norm(const float* x, uint64_t lo, uint64_t hi) {
+struct QsgdNormAcc {
   double sum = 0;
-  for (uint64_t i = lo; i < hi; ++i) {
-    const double v = x[i];
+  GOSSIP_HD void add(float x) {
+    const double v = x;
     sum = add_rn(sum, mul_rn(v, v));
   }
-  const double norm = sqrt_rn(sum);
-  if (!finite_f64(norm)) return {0.0f, kNormNonFinite};
-  if (norm > static_cast<double>(FLT_MAX)) return {0.0f, kNormTooLarge};
-  return {to_f32_rn(norm), kNormOk};
+  GOSSIP_HD BucketNorm finish(uint64_t) const {
+    const double norm = sqrt_rn(sum);
+    if (!finite_f64(norm)) return {0.0f, kNormNonFinite};
+    if (norm > static_cast<double>(FLT_MAX)) return {0.0f, kNormTooLarge};
+    return {to_f32_rn(norm), kNormOk};
+  }
+};
+
+GOSSIP_HD BucketNorm qsgd_bucket_norm(const float* x, uint64_t lo, uint64_t hi) {
+  QsgdNormAcc acc;
+  for (uint64_t i = lo; i < hi; ++i) acc.add(x[i]);
+  return acc.finish(hi - lo);
 }
 
 // The code of element i: level floor(|x| / norm * S + u) (at most S) and the sign
@@ -321,8 +346,17 @@ GOSSIP_HD void qsgd_encode_group(const float* x, uint64_t n, uint64_t g, const u
   uint64_t acc = 0;
   uint32_t nacc = 0;
   const uint64_t hi = min_u64(n, 8 * g + 8);
+  // One division per group (a 64-bit division is a long sequence on a GPU): the
+  // bucket moves on at most a few times within eight elements.
+  uint64_t bucket = 8 * g / q.bucket;
+  uint64_t bucket_end = (bucket + 1) * q.bucket;
+  float norm = load_f32le(norms_le + 4 * bucket);
   for (uint64_t i = 8 * g; i < hi; ++i) {
-    const float norm = load_f32le(norms_le + 4 * (i / q.bucket));
+    if (i == bucket_end) {
+      ++bucket;
+      bucket_end += q.bucket;
+      norm = load_f32le(norms_le + 4 * bucket);
+    }
     acc |= qsgd_code(x[i], norm, q, key, i) << nacc;
     nacc += q.bits;
     while (nacc >= 8) {

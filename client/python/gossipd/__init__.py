@@ -244,6 +244,9 @@ class Client:
         if rc != OK:
             raise GossipError(rc, self._lib.gossip_last_error(None).decode(errors="replace"))
         self.model = None
+        # Called before the arena is unmapped (detach, close): whoever registered its
+        # pages elsewhere (gossipd.torch with CUDA) lets go of them there first.
+        self.before_unmap = []
 
     def _check(self, rc):
         if rc < 0:
@@ -347,13 +350,20 @@ class Client:
         r = self.step()
         return r if r.synced else self.sync()
 
+    def _unmapping(self):
+        hooks, self.before_unmap = getattr(self, "before_unmap", []), []
+        for hook in reversed(hooks):
+            hook()
+
     def detach(self):
         if self.model is not None:
+            self._unmapping()
             self.model = None  # the buffers die with the mapping
             self._check(self._lib.gossip_detach(self._c))
 
     def close(self):
         if self._c:
+            self._unmapping()
             self._lib.gossip_close(self._c)
             self._c = ctypes.c_void_p()
 

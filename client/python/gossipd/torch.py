@@ -14,8 +14,8 @@ At attach every node starts from node 0's module (Client.start(); initial="own" 
 this trainer's). CPU parameters are re-pointed at the arena, so nothing is copied.
 CUDA parameters are staged: copied to the arena before a synchronization point and
 back after it, with the arena's pages page-locked for the GPU (cudaHostRegister) where
-torch allows; CUDA IPC handles are not supported by the daemon yet. (No GPU was
-available where this was written: the CUDA path is untested.) For the `allreduce`
+the CUDA runtime allows; CUDA IPC handles are not supported by the daemon yet.
+tests/client/python_torch_cuda_test.py runs this path on a GPU. For the `allreduce`
 strategy the arena carries gradients instead: hooks hand them to the daemon in
 buckets as backward produces them (wait-free backpropagation), the daemon averages
 each while backward goes on, and the optimizer then steps on the mean, as Horovod's
@@ -284,7 +284,7 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
     arena, buffer_arena = views[:len(params)], views[len(params):]
     staged = any(t.device.type != "cpu" for t in tensors)
     if staged:
-        _pin(model.buffers)
+        _pin(client, model.buffers)
     with torch.no_grad():
         for i, (t, a) in enumerate(zip(tensors, views)):
             if model.gradients:
@@ -319,17 +319,46 @@ def _start_from_node0(client, model, tensors, views, staged):
                 t.copy_(a)
 
 
-def _pin(buffers):
-    """Page-locks the arena's pages for CUDA (cudaHostRegister), so that the staging
-    copies are DMA transfers from shared memory, without a bounce buffer. Best effort:
-    unpinned memory still works, only slower."""
+def _cudart():
+    """The CUDA runtime library this process's torch uses (ctypes), or None. Its own
+    cudaGetLastError is needed: a failed cudaHostRegister leaves an error behind that
+    torch's next kernel launch check would raise as its own."""
     import ctypes
     try:
-        cudart = torch.cuda.cudart()
-        for buf in buffers:
-            cudart.cudaHostRegister(ctypes.addressof(buf), ctypes.sizeof(buf), 0)
-    except Exception:  # an older torch, or no CUDA runtime: plain copies
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+        for path in sorted(paths):
+            lib = ctypes.CDLL(path)
+            for name in ("cudaHostRegister", "cudaHostUnregister", "cudaGetLastError"):
+                getattr(lib, name).restype = ctypes.c_int
+            lib.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+            lib.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+            return lib
+    except (OSError, AttributeError):
         pass
+    return None
+
+
+def _pin(client, buffers):
+    """Page-locks the arena's pages for CUDA (cudaHostRegister), so that the staging
+    copies are DMA transfers from shared memory, without a bounce buffer. One range
+    for all tensors: tensors share pages, and a page registered twice is an error.
+    Unregistered before the arena is unmapped (Client.before_unmap): a registration
+    outliving its mapping would pin pages that a later mapping at the same address
+    does not own. Best effort: unpinned memory still works, only slower."""
+    import ctypes
+    import mmap
+    torch.cuda.init()  # the runtime torch uses is loaded (and its context made)
+    cudart = _cudart()
+    if cudart is None or not buffers:
+        return
+    page = mmap.PAGESIZE
+    lo = min(ctypes.addressof(b) for b in buffers) // page * page
+    hi = -(-max(ctypes.addressof(b) + ctypes.sizeof(b) for b in buffers) // page) * page
+    if cudart.cudaHostRegister(lo, hi - lo, 0) != 0:
+        cudart.cudaGetLastError()  # not sticky: cleared, and the copies go unpinned
+        return
+    client.before_unmap.append(lambda: (cudart.cudaHostUnregister(lo), cudart.cudaGetLastError()))
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
