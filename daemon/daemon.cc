@@ -1,6 +1,7 @@
 #include "daemon/daemon.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -174,8 +175,23 @@ int Daemon::run() {
     if (items[2].revents & ZMQ_POLLIN) handle_round_done();
     if (items[0].revents & ZMQ_POLLIN) handle_ipc();
     publish_gauges();
+    release_free_memory();
   }
   return 0;
+}
+
+void Daemon::release_free_memory() {
+  // Bursts hold model-sized buffers for a while: chunks buffered for the rounds
+  // ahead of a node that is behind, messages queued to a peer cut off by a
+  // partition. Freed, they stay in glibc's heaps (its mmap threshold rises with the
+  // first large frees), and the resident set would keep the peak of every burst.
+  // Given back to the system now and then, it tracks what is in use, so that a
+  // growing resident set means a leak (experiments/soak.py checks it).
+  constexpr auto kEvery = std::chrono::seconds(30);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_trim_ < kEvery) return;
+  last_trim_ = now;
+  ::malloc_trim(0);
 }
 
 void Daemon::handle_signal() {

@@ -5,6 +5,7 @@
 // signalfd, so the caller must block them in every thread first (block_signals()).
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -151,6 +152,9 @@ class Daemon {
   // copies of the loop's state, refreshed after every turn of run().
   MetricsSnapshot metrics_snapshot() const;
   void publish_gauges();
+  // Every 30 s: the heaps' free memory back to the system (malloc_trim).
+  void release_free_memory();
+  std::chrono::steady_clock::time_point last_trim_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> gauge_rounds_{0};
   std::atomic<uint64_t> gauge_step_{0};
   std::atomic<uint32_t> gauge_trainers_{0};

@@ -121,6 +121,23 @@ class Testbed:
             _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inside, "root", "tbf",
                   "rate", self.rates[i], "burst", "256kb", "latency", "100ms"])
 
+    def partition(self, side):
+        """Cuts the nodes in `side` off from the others: their veths move to a second
+        bridge, so each side still reaches its own members and nothing of the other's
+        (packets are dropped, connections are not reset: as a failed switch does)."""
+        other = self.bridge + "p"
+        if ("link", other) not in self._made:
+            _run(["ip", "link", "add", other, "type", "bridge"])
+            self._made.append(("link", other))
+            _run(["ip", "link", "set", other, "up"])
+        for i in side:
+            _run(["ip", "link", "set", f"{self.prefix}{i}a", "master", other])
+
+    def heal(self):
+        """Every node back on the one bridge."""
+        for i in range(self.nodes):
+            _run(["ip", "link", "set", f"{self.prefix}{i}a", "master", self.bridge])
+
     def close(self):
         for kind, name in reversed(self._made):
             if kind == "netns":
@@ -138,6 +155,6 @@ def teardown_stale():
             _run(["ip", "netns", "del", name], check=False)
     links = _run(["ip", "-o", "link", "show"], check=False).stdout.splitlines()
     for line in links:
-        m = re.match(r"[0-9]+: (gd[0-9]+(br|n[0-9]+a))[@:]", line)
+        m = re.match(r"[0-9]+: (gd[0-9]+(brp?|n[0-9]+a))[@:]", line)
         if m:
             _run(["ip", "link", "del", m.group(1)], check=False)

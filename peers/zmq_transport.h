@@ -29,7 +29,7 @@ namespace gossip::peers {
 
 struct TransportOptions {
   std::chrono::milliseconds reconnect_min{100};
-  std::chrono::milliseconds reconnect_max{2000};
+  std::chrono::milliseconds reconnect_max{1000};
   std::chrono::milliseconds linger{250};  // how long closing tries to flush a last message (bye)
   int socket_buffer_bytes = 4 << 20;
   // This daemon's CURVE secret key (Z85). Set: every peer needs its public key, the

@@ -44,18 +44,26 @@
 namespace gossip::sgd {
 
 struct ExchangeLimits {
-  uint64_t max_rounds_ahead = 64;             // a message further ahead is dropped
+  uint64_t max_rounds_ahead = 64;  // a message further ahead is refused
+  // A chunk this far ahead, or further, is not kept (nor refused): a node that far
+  // behind skips to its peers' round (catch_up_round) rather than run its way there.
+  // Async gossip keeps its staleness' worth more.
+  uint64_t max_rounds_buffered = 64;
   uint64_t max_buffered_bytes = 1ull << 30;   // payload held for later rounds
   std::chrono::milliseconds heartbeat{1000};  // sent to every peer this often while waiting
   // A neighbor silent this long is dropped from the round (peers/dead_after.h).
   peers::DeadAfter dead_after{std::chrono::milliseconds(5000)};
-  // Robust mixing (--trim, --clip): a neighbor's malformed chunk leaves only its
-  // contribution out of the round, instead of failing the round.
+  // Robust mixing (--trim, --clip): a neighbor's malformed chunks leave only its
+  // contribution out of their rounds, however many there are. Without it, a neighbor
+  // whose chunks are refused in kMismatchRounds rounds in a row fails the round
+  // (a misconfiguration), and a refusal now and then only leaves it out.
   bool robust = false;
 };
 
 class NeighborExchange final : public Membership {
  public:
+  static constexpr uint64_t kMismatchRounds = 3;
+
   // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes
   // to hello, bye, heartbeat, copy-request and model-chunk on `router` (its state
   // transfer to the join kinds) for its lifetime.
@@ -116,8 +124,10 @@ class NeighborExchange final : public Membership {
   // on_chunk for every valid chunk. Returns when every source has delivered, left,
   // or is absent and silent; a source that is still incomplete at `patience` is
   // marked absent (at options.deadline when it has never delivered anything, so that
-  // start-up is not mistaken for death). Errors: a source's message that is
-  // malformed for this model (layout, range, codec, payload), and cancellation.
+  // start-up is not mistaken for death). A source's message that is malformed for
+  // this model (layout, range, codec, payload) leaves it out of the round; errors:
+  // such messages from one source in kMismatchRounds rounds in a row (without robust
+  // mixing), and cancellation.
   Result<Delivery> receive(uint64_t round, std::span<const uint32_t> sources, size_t numel,
                            std::chrono::steady_clock::time_point patience,
                            const RoundOptions& options, const ChunkFn& on_chunk);
@@ -137,6 +147,8 @@ class NeighborExchange final : public Membership {
   Status consume(peers::Incoming& in, Live& live);
   void wait(uint64_t next_round, std::chrono::milliseconds wait);  // polls the router
   size_t peer_index(uint32_t peer) const;
+  // Counts a refusal of peer pi's chunk in `round`: the rounds in a row it was refused.
+  uint64_t refusal_streak(size_t pi, uint64_t round);
   void mark_absent(size_t pi, const std::string& why);
   void mark_present(size_t pi);
   bool presumed_gone(size_t pi) const;  // left, never heard, or silent for dead_after
@@ -152,6 +164,11 @@ class NeighborExchange final : public Membership {
   std::vector<bool> ever_delivered_;  // per transport peer
   std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of
   std::vector<bool> copy_requested_;  // per transport peer
+  struct Streak {
+    uint64_t last = 0;    // the last round with a refused chunk
+    uint64_t rounds = 0;  // rounds in a row, up to `last`, with one
+  };
+  std::vector<Streak> streaks_;  // per transport peer
   bool public_copies_ = false;
   uint64_t catch_up_round_ = 0;
   std::chrono::steady_clock::time_point last_beat_{};

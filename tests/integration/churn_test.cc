@@ -126,6 +126,46 @@ TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
   EXPECT_LT(spread, 0.05) << "node 3 takes part in the rounds again\n" << cluster.log(3);
 }
 
+// A node restarted while both its ring neighbors are down (or cut off by a
+// partition) has nobody that mixed with it to ask. Past the start-up (the graph's
+// diameter plus the rounds a message may run ahead) any peer offers it the state:
+// it joins from a non-neighbor instead of starting again from round 0 (as
+// experiments/soak.py saw it do).
+TEST(Churn, ANodeWhoseNeighborsAreDownTakesTheStateOfAnotherPeer) {
+  // The answers come over the peers' links back to it, which ZeroMQ tries again every
+  // second at most while it is down: a join wait longer than that.
+  auto flags = ring_flags({"--strategy", "gossip"});
+  for (const char* f : {"--join-wait", "3"}) flags.emplace_back(f);
+  Cluster cluster(5, flags);
+  // Node 2 comes up after the others attached: their joins did not hear it, so for
+  // nodes 0 and 4 (not its neighbors) it never took part.
+  std::vector<std::unique_ptr<Node>> nodes(5);
+  for (int i : {0, 1, 3, 4}) cluster.start(i);
+  for (int i : {0, 1, 3, 4}) ASSERT_NE(nodes[i] = attach(cluster, i, kNumel), nullptr);
+  cluster.start(2);
+  ASSERT_NE(nodes[2] = attach(cluster, 2, kNumel), nullptr);
+  std::vector<Node*> all;
+  for (auto& n : nodes) all.push_back(n.get());
+  sync_rounds(all, 80);  // past 64 rounds ahead + 4 peers
+
+  for (int i : {1, 2, 3}) kill_node(cluster, nodes, i);
+  std::vector<Node*> live = {nodes[0].get(), nodes[4].get()};  // neighbors on the ring
+  sync_rounds(live, 3);
+
+  cluster.start(2);  // its neighbors, 1 and 3, are down
+  auto back = attach(cluster, 2, kNumel);
+  ASSERT_NE(back, nullptr);
+  EXPECT_TRUE(back->model.initialized) << "the restarted node starts from a live model\n"
+                                       << cluster.log(2);
+  EXPECT_GE(back->model.start_step, 80u) << "at the cluster's step, not at 0";
+  // Nodes 0 and 4 mixed only with each other since the kills: they hold one model,
+  // which it takes from one of them or both (the same state, chunks split).
+  EXPECT_TRUE(back->values() == nodes[0]->values() || back->values() == nodes[4]->values());
+  EXPECT_TRUE(log_has(cluster, 2, "joined: took the model of peer 0") ||
+              log_has(cluster, 2, "joined: took the model of peer 4"))
+      << cluster.log(2);
+}
+
 // CHOCO keeps public copies of each neighbor that must agree on both sides of every
 // edge. A node killed and restarted starts a new public copy, and its neighbors'
 // copies of it are stale: they are resynchronized (the raw copy itself, once), after

@@ -164,6 +164,27 @@ TEST(Attacks, AByzantinePeerCannotPoisonTrimmedGossip) {
     EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
 }
 
+// Corrupted messages without robust mixing: gossip on a ring (no --trim), node 7 of
+// 8 sending chunks cut short, grown, past the model's end, with an element count or
+// a codec that does not fit, one round in four. Each is refused and leaves node 7 out
+// of that round; before, the first one failed its neighbors' round and their
+// trainers stopped ("synchronization failed"). experiments/soak.py runs it for 20
+// minutes among kills and partitions.
+TEST(Attacks, CorruptedChunksDoNotStopAnUntrimmedGossipCluster) {
+  const std::vector<std::string> args = {"--nodes", "8",   "--strategy", "gossip",
+                                         "--steps", "300", "--seed",     "1"};
+  const Outcome& calm = undisturbed(args);
+  const Outcome hit = with_byzantine_node(args, "garble,honest,honest,honest");
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  EXPECT_LT(hit.seconds, calm.seconds * 1.5 + 10);
+  // Node 0's ring neighbors are 1 and 7.
+  for (const char* refused :
+       {"dropped message from peer 7: model-chunk says numel=", "but the model has 235152 elements",
+        "peer 7 sends int8 payloads; this node decodes none"})
+    EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
+  EXPECT_EQ(hit.daemon_log.find("rounds in a row"), std::string::npos) << hit.daemon_log;
+}
+
 // Local SGD under --trim 1 (transport allgather: a ring's partial sums cannot be
 // trimmed): the same liar as node 7 of 8. Its NaN and scaled models are trimmed
 // away coordinate by coordinate, and its far-round chunks leave it out of the round

@@ -8,6 +8,11 @@
 //   tiny-weight push-sum's weight 1e-310 (a denormal)
 //   far-round   the chunk claims a round 10^6 ahead
 //   malformed   the chunk names a tensor no node takes
+//   garble      the chunk's framing is corrupted, a different way each round in
+//               turn: the payload cut short or grown by a few bytes, the slice
+//               moved past the model's end, its element count off by one, or a
+//               codec that does not match the payload (what the soak's
+//               "corrupted messages" are: each must be refused, nothing taken)
 //   honest      nothing altered (to attack one round in several)
 // and, whenever a joining node asks for the state:
 //   far-state     the offer claims a round and a step 10^6 ahead
@@ -146,8 +151,31 @@ class ByzantineChannel final : public peers::ChannelDecorator {
       round += 1000000;
     else if (attack == "malformed")
       chunk.tensor = 7;
+    else if (attack == "garble")
+      garble(round, chunk, payload);
     return ChannelDecorator::send_shared(
         peer, round, chunk, std::make_shared<const std::vector<std::byte>>(std::move(payload)));
+  }
+
+  static void garble(uint64_t round, proto::ModelChunk& chunk, std::vector<std::byte>& payload) {
+    switch (round % 5) {
+      case 0:  // cut short
+        payload.resize(payload.size() - std::min<size_t>(payload.size(), 1 + round % 7));
+        break;
+      case 1:  // grown
+        payload.resize(payload.size() + 1 + round % 7, std::byte{0x5a});
+        break;
+      case 2:  // past the model's end
+        chunk.offset += uint64_t{1} << 40;
+        break;
+      case 3:  // one element more than the payload holds
+        chunk.numel += 1;
+        break;
+      default:  // a codec the payload is not
+        chunk.codec =
+            chunk.codec == proto::CodecId::kNone ? proto::CodecId::kInt8 : proto::CodecId::kNone;
+        break;
+    }
   }
 
   std::vector<std::string> attacks_;
@@ -167,8 +195,8 @@ int main(int argc, char** argv) {
     if (!a.empty()) attacks.push_back(a);
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
-        a != "far-round" && a != "malformed" && a != "honest" && a != "far-state" &&
-        a != "scaled-state" && a != "die-mid-state") {
+        a != "far-round" && a != "malformed" && a != "garble" && a != "honest" &&
+        a != "far-state" && a != "scaled-state" && a != "die-mid-state") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }

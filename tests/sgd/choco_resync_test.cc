@@ -149,12 +149,25 @@ TEST(ChocoResync, APublicCopyIsRefusedWhereChocoDoesNotRunAndACopyRequestIsHande
   o.deadline = Clock::now() + 5s;
 
   {
+    // Refused, which leaves the sender out of its round; in the third round in a
+    // row it is a misconfiguration, and the round fails saying so.
     NeighborExchange dpsgd(rb, nullptr, nullptr);
     dpsgd.set_layout_fingerprint(kLayout);
-    send_copy(0);
-    auto d = dpsgd.receive(0, from_a, 64, Clock::now() + 3s, o, [](auto...) {});
-    ASSERT_FALSE(d);
-    EXPECT_NE(d.status().message().find("tensor 1"), std::string::npos) << d.status().message();
+    for (uint64_t round = 0; round < NeighborExchange::kMismatchRounds; ++round) {
+      send_copy(round);
+      size_t taken = 0;
+      auto d = dpsgd.receive(round, from_a, 64, Clock::now() + 3s, o, [&](auto...) { ++taken; });
+      EXPECT_EQ(taken, 0u);
+      if (round + 1 < NeighborExchange::kMismatchRounds) {
+        ASSERT_TRUE(d) << d.status().message();
+        EXPECT_FALSE(d->complete[0]);
+        continue;
+      }
+      ASSERT_FALSE(d);
+      EXPECT_NE(d.status().message().find("tensor 1"), std::string::npos) << d.status().message();
+      EXPECT_NE(d.status().message().find("3 rounds in a row"), std::string::npos)
+          << d.status().message();
+    }
   }
 
   NeighborExchange choco(rb, nullptr, nullptr);

@@ -1,6 +1,7 @@
 // The receiving half of gossip over two real ZeroMQ transports on loopback: chunks
-// with NaN/Inf are refused and counted, heartbeats keep a silent-but-alive peer from
-// being taken for dead, and a peer that sent a later round is not waited for.
+// with NaN/Inf are refused and counted, a malformed chunk leaves its sender out of the
+// round, heartbeats keep a silent-but-alive peer from being taken for dead, and a peer
+// that sent a later round is not waited for.
 
 #include "sgd/neighbor_exchange.h"
 
@@ -87,6 +88,41 @@ TEST(NeighborExchange, FiniteChunkIsDelivered) {
   ASSERT_TRUE(d) << d.status().message();
   EXPECT_TRUE(d->complete[0]);
   EXPECT_EQ(got, x);
+}
+
+// A chunk that does not fit the model (here: one of 120 elements into a model of
+// 100) leaves its sender out of that round only; a clean round in between starts the
+// count again, and only kMismatchRounds refused rounds in a row fail the round (a
+// misconfiguration, said as such). gossipd-byzantine's `garble` sends such chunks to
+// real daemons in experiments/soak.py.
+TEST(NeighborExchange, AMalformedChunkLeavesItsSenderOutAndOnlyAStreakFailsTheRound) {
+  Pair p;
+  NeighborExchange ex(*p.rb, nullptr, nullptr);
+  ex.set_layout_fingerprint(kLayout);
+  const uint32_t sources[] = {0};
+  const std::vector<float> fits(100, 1.0f), too_long(120, 1.0f);
+  // Refused, clean, then refused twice: never three in a row.
+  const std::vector<bool> refused = {true, false, true, true};
+  for (uint64_t round = 0; round < refused.size(); ++round) {
+    ASSERT_TRUE(send_model(*p.a, 1, round, refused[round] ? too_long : fits));
+    size_t values = 0;
+    auto d = ex.receive(
+        round, sources, 100, Clock::now() + 3s, within(5s),
+        [&](size_t, const proto::ModelChunk&, std::span<const float> v) { values += v.size(); });
+    ASSERT_TRUE(d) << "round " << round << ": " << d.status().message();
+    EXPECT_EQ(d->complete[0], !refused[round]) << "round " << round;
+    EXPECT_EQ(values, refused[round] ? 0u : 100u) << "round " << round;
+  }
+  EXPECT_EQ(p.b->traffic().peer_totals(0).dropped, 3u);
+  // The third refused round in a row fails, naming the problem and the streak.
+  ASSERT_TRUE(send_model(*p.a, 1, refused.size(), too_long));
+  auto d = ex.receive(refused.size(), sources, 100, Clock::now() + 3s, within(5s),
+                      [](size_t, const proto::ModelChunk&, std::span<const float>) {});
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.status().code(), Status::Code::kMismatch);
+  EXPECT_NE(d.status().message().find("but the model has 100 elements (in 3 rounds in a row)"),
+            std::string::npos)
+      << d.status().message();
 }
 
 TEST(NeighborExchange, SilentPeerIsPresumedDeadAfterDeadAfterButAHeartbeatingOneIsNot) {
