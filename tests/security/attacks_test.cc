@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -74,8 +75,22 @@ const std::vector<std::string> kRing = {"--nodes", "3",   "--strategy", "allredu
 // the cluster failed at its first step after the round timeout. Now every connection
 // has 2 s to say hello while the listener goes on accepting.
 TEST(Attacks, IdleStrangersOnEveryPortStallNoRing) {
-  const Outcome& calm = undisturbed(kRing);
-  const Outcome hit = attacked(kRing, {"idle-connect"});
+  // The trainers start 2 s after their daemons, so that the ring's first rendezvous
+  // comes after the attacker (which looks for ports every 20 ms) is on every port:
+  // on a loaded machine it could come later than the ring, which then never reads
+  // its connection. A stranger is only a threat to a rendezvous.
+  const auto late = std::filesystem::temp_directory_path() /
+                    ("late-trainer-" + std::to_string(::getpid()) + ".sh");
+  {
+    std::ofstream script(late);
+    script << "#!/bin/sh\nsleep 2\nexec '" << binary("gossip-train") << "' \"$@\"\n";
+  }
+  std::filesystem::permissions(late, std::filesystem::perms::owner_all);
+  std::vector<std::string> args = kRing;
+  args.insert(args.end(), {"--trainer", late.string()});
+  const Outcome& calm = undisturbed(args);
+  const Outcome hit = attacked(args, {"idle-connect"});
+  std::filesystem::remove(late);
   EXPECT_NE(hit.attacker_log.find("port "), std::string::npos)
       << "the attacker found no port: the test shows nothing\n"
       << hit.attacker_log;
