@@ -269,10 +269,14 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = config.strategy.dead_after();
   limits.robust = sc.trim > 0 || sc.clip == "on";
-  // A few rounds ahead is what neighbors in step send; a node further behind skips
-  // ahead, and the buffer would only hold model-sized chunks it throws away (up to
-  // 64 rounds of every neighbor after a partition: experiments/soak.py saw 100 MB).
-  limits.max_rounds_buffered = std::min<uint64_t>(limits.max_rounds_ahead, 4 + 2 * sc.staleness);
+  // A few rounds ahead is what neighbors in step send, plus what a strategy lets run
+  // ahead by design (async gossip's staleness, push-sum's delay: its messages are
+  // consumed that many rounds late, and one lost loses mass); a node further behind
+  // skips ahead, and the buffer would only hold model-sized chunks it throws away
+  // (up to 64 rounds of every neighbor after a partition: experiments/soak.py saw
+  // 100 MB).
+  limits.max_rounds_buffered = std::min<uint64_t>(
+      limits.max_rounds_ahead, 4 + 2 * std::max<uint64_t>(sc.staleness, sc.delay));
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   membership_ = exchange_.get();
   r.exchange = exchange_.get();

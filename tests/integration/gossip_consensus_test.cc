@@ -159,6 +159,21 @@ TEST(PushSumConsensus, SumIsPreservedAndTheMeanIsExactAfterLog2NRounds) {
         ASSERT_NEAR(x[node][r][e], mean0[e], 1e-5) << "node " << node << " round " << r;
 }
 
+// Push-sum with a delay of 8 through real daemons: a message is consumed 8 rounds
+// after it was sent, so the daemons must keep a neighbor's chunks that far ahead (the
+// exchange keeps only a few rounds ahead otherwise). A message dropped would lose its
+// mass: the nodes would agree on another value than the mean.
+TEST(PushSumConsensus, DelayedMessagesThroughDaemonsLoseNoMass) {
+  constexpr int kRounds = 100;
+  auto x = run_consensus({"--strategy", "push-sum", "--delay", "8"}, kRounds);
+  if (HasFailure()) return;
+  const auto mean0 = mean_at(x, 0);
+  const double start = distance_at(x, 0, mean0), end = distance_at(x, kRounds, mean0);
+  std::printf("push-sum, delay 8, %d rounds: distance to the first mean / start %.3g\n", kRounds,
+              end / start);
+  EXPECT_LT(end, 1e-3 * start);
+}
+
 // Push-sum with delayed messages and CHOCO with top-k run in one process
 // (tests/sgd/in_process_world_test.cc: PushSum_InProcess, Choco_InProcess); CHOCO
 // with top-k through real daemons is in training_test.cc.
