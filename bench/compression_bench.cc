@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/isa.h"
+#include "bench/timing.h"
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
 #include "compression/thread_pool.h"
@@ -32,33 +33,9 @@ namespace {
 
 using gossip::compression::CodecContext;
 using gossip::compression::ThreadPool;
-using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double median_seconds(int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t;
-  t.reserve(static_cast<size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    auto a = Clock::now();
-    fn();
-    auto b = Clock::now();
-    t.push_back(std::chrono::duration<double>(b - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  size_t m = t.size() / 2;
-  return t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]);
-}
-
-std::vector<std::string> split_csv(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using gossip::bench::median_seconds;
+using gossip::bench::split_csv;
 
 // Keeps the compiler from dropping work whose result is otherwise unused.
 volatile float g_sink = 0.0f;

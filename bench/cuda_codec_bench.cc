@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.h"
 #include "compression/codec_spec.h"
 #include "compression/cuda/device_buffer.h"
 #include "compression/cuda/device_codecs.h"
@@ -32,29 +33,9 @@
 namespace {
 
 namespace cuda = gossip::compression::cuda;
-using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double median_seconds(int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  const size_t m = t.size() / 2;
-  return t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]);
-}
-
-std::vector<std::string> split_csv(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+using gossip::bench::median_seconds;
+using gossip::bench::split_csv;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "cuda_codec_bench: %s\n", what.c_str());

@@ -26,11 +26,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/timing.h"
 #include "sgd/nccl/nccl_all_reduce.h"
 
 namespace {
@@ -40,27 +40,8 @@ using gossip::sgd::NcclAllReduce;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-template <typename F>
-double median_seconds(int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  const size_t m = t.size() / 2;
-  return t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]);
-}
-
-std::vector<uint64_t> split_sizes(const std::string& s) {
-  std::vector<uint64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(std::stoull(item));
-  return out;
-}
+using gossip::bench::median_seconds;
+using gossip::bench::split_csv;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "nccl_bench: %s\n", what.c_str());
@@ -152,7 +133,8 @@ int main(int argc, char** argv) {
       "| elements | nccl alone GB/s | ours, device GB/s | ours/alone | copy anchor GB/s "
       "| ours, host GB/s | host/anchor |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const uint64_t n : split_sizes(sizes_arg)) {
+  for (const std::string& size : split_csv(sizes_arg)) {
+    const uint64_t n = std::stoull(size);
     const size_t bytes = 4 * n;
     float* d = nullptr;
     float* pinned = nullptr;

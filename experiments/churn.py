@@ -52,6 +52,25 @@ def free_ports(n):
     return ports
 
 
+def stop_processes(groups, grace=10.0):
+    """SIGTERM to each group's live processes (trainers before daemons), then SIGKILL to
+    those still there after `grace` s. Returns the ones that had to be killed."""
+    stuck = []
+    for group in groups:
+        for p in group:
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in group:
+            if p:
+                try:
+                    p.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    stuck.append(p)
+                    p.kill()
+                    p.wait()
+    return stuck
+
+
 def log(msg):
     print(f"[churn {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -124,17 +143,7 @@ class Cluster:
         self.socket_path(i).unlink(missing_ok=True)
 
     def stop(self):
-        for group in (self.trainers, self.daemons):
-            for p in group:
-                if p and p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in group:
-                if p:
-                    try:
-                        p.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+        stop_processes((self.trainers, self.daemons))
 
     def run(self, kills=0, kill_every=0.0):
         rng = random.Random(self.o.seed * 7919 + 1)

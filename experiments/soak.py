@@ -44,7 +44,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import testbed  # noqa: E402
-from churn import free_ports  # noqa: E402
+from churn import free_ports, stop_processes  # noqa: E402
 
 
 def log(msg):
@@ -273,18 +273,8 @@ class Soak:
         return wall
 
     def stop(self):
-        for group in (self.trainers, self.daemons):
-            for p in group:
-                if p and p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in group:
-                if p:
-                    try:
-                        p.wait(timeout=15)
-                    except subprocess.TimeoutExpired:
-                        self.failures.append(f"pid {p.pid} ignored SIGTERM for 15 s")
-                        p.kill()
-                        p.wait()
+        for p in stop_processes((self.trainers, self.daemons), grace=15.0):
+            self.failures.append(f"pid {p.pid} ignored SIGTERM for 15 s")
 
     def rss_report(self):
         """Per daemon that lived past its warm-up by --rss-window s: its resident set in
