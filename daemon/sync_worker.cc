@@ -270,13 +270,17 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   limits.dead_after = config.strategy.dead_after();
   limits.robust = sc.trim > 0 || sc.clip == "on";
   // A few rounds ahead is what neighbors in step send, plus what a strategy lets run
-  // ahead by design (async gossip's staleness, push-sum's delay: its messages are
-  // consumed that many rounds late, and one lost loses mass); a node further behind
-  // skips ahead, and the buffer would only hold model-sized chunks it throws away
-  // (up to 64 rounds of every neighbor after a partition: experiments/soak.py saw
-  // 100 MB).
+  // ahead by design; a node further behind skips ahead, and the buffer would only hold
+  // model-sized chunks it throws away (up to 64 rounds of every neighbor after a
+  // partition: experiments/soak.py saw 100 MB). Async gossip waits for its neighbors
+  // within its staleness. Push-sum waits only for its in-neighbors, `delay` rounds
+  // late, so an in-neighbor's lead over this node compounds along the chain of waits
+  // back to it: up to (delay + 1) rounds a hop, over up to n - 1 hops. Its chunks are
+  // kept that far ahead, since one lost loses its mass (under load a window of
+  // 4 + 2 delay lost some: PushSumConsensus.DelayedMessagesThroughDaemonsLoseNoMass).
+  const uint64_t push_sum_lead = sc.name == "push-sum" ? (sc.delay + 1) * (config.nodes() - 1) : 0;
   limits.max_rounds_buffered = std::min<uint64_t>(
-      limits.max_rounds_ahead, 4 + 2 * std::max<uint64_t>(sc.staleness, sc.delay));
+      limits.max_rounds_ahead, 4 + std::max<uint64_t>(2 * sc.staleness, push_sum_lead));
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   membership_ = exchange_.get();
   r.exchange = exchange_.get();
