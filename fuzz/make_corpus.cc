@@ -84,8 +84,8 @@ bool write_wire_headers(const fs::path& root) {
   write("state-request", proto::StateRequest{4, 2}, 0);
   write("state-chunk", proto::StateChunk{1, 4096, 1000, 1.0, kLayout}, 4000);
   write("state-chunk_weighted", proto::StateChunk{0, 0, 256, 0.5, kLayout}, 1024);
-  write("ring-probe", proto::RingProbe{3, 9, false}, 0);
-  write("ring-probe_restarted", proto::RingProbe{3, 9, true}, 0);
+  write("ring-probe", proto::RingProbe{3, 9, false, 3}, 12);
+  write("ring-probe_restarted", proto::RingProbe{3, 9, true, 4}, 16);
   write("copy-request", proto::CopyRequest{}, 0);
   write("ps-push", proto::PsPush{1, 4096, 1000, proto::CodecId::kNone, kLayout}, 4000);
   write("ps-push_fp16", proto::PsPush{0, 0, 1000, proto::CodecId::kFp16, kLayout}, 2000);

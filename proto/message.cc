@@ -256,6 +256,14 @@ Status check(const Envelope& e, const Body& body) {
             return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes, says {}",
                                                 kNcclIdBytes, e.length));
           return Status::ok();
+        } else if constexpr (std::is_same_v<T, RingProbe>) {
+          if (m.members > kMaxRingProbeMembers)
+            return Status::protocol(fmt::format("ring-probe of {} members (at most {})", m.members,
+                                                kMaxRingProbeMembers));
+          if (e.length != m.members * sizeof(uint32_t))
+            return Status::protocol(fmt::format(
+                "ring-probe of {} members with a payload of {} bytes", m.members, e.length));
+          return Status::ok();
         } else if constexpr (std::is_same_v<T, RingAddress>) {
           if (m.port == 0) return Status::protocol("ring-address with port 0");
           return check_payload_less(e);

@@ -28,8 +28,8 @@ namespace gossip::proto {
 inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
-// state-request's chunk range.
-inline constexpr uint32_t kWireVersion = 4;
+// state-request's chunk range, version 5 ring-probe's member list.
+inline constexpr uint32_t kWireVersion = 5;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -216,15 +216,18 @@ struct StateChunk {
 };
 
 // Elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
-// `epoch` (view `view`); the envelope's round is its next round.
+// `epoch` (view `view`); the envelope's round is its next round. The payload lists
+// the view's `members` (uint32 little-endian ids), so that a node hears of a member
+// that another took in and it did not.
 struct RingProbe {
   static constexpr Kind kKind = Kind::kRingProbe;
   uint64_t epoch = 0;
   uint64_t view = 0;
   bool restarted = false;  // it restarted and asks back in
+  uint64_t members = 0;
   template <class F>
   void fields(F&& f) {
-    f("epoch", epoch), f("view", view), f("restarted", restarted);
+    f("epoch", epoch), f("view", view), f("restarted", restarted), f("members", members);
   }
 };
 
@@ -350,6 +353,7 @@ struct TuneReport {
   }
 };
 inline constexpr uint64_t kMaxTuneSamples = 4096;
+inline constexpr uint64_t kMaxRingProbeMembers = 4096;
 
 // What gossipctl doctor and status --cluster ask of the nodes (daemon/inspector.h).
 // A ping carries the sender's wall clock and, for a bandwidth probe, filler bytes; its

@@ -12,6 +12,7 @@
 #include "base/finite.h"
 #include "base/refusals.h"
 #include "base/split_mix64.h"
+#include "compression/bytes.h"
 #include "compression/codec.h"
 
 namespace gossip::sgd {
@@ -219,8 +220,13 @@ void PeerRing::absorb(const peers::Incoming& in) {
         const auto& h = in.as<proto::RingProbe>();
         const bool joining = h.restarted;
         const bool joiner = membership_.joiner(in.peer, h.epoch, joining);
+        // The length is checked (message.cc); the ids are checked by the membership.
+        std::vector<uint32_t> their_view(h.members);
+        for (size_t i = 0; i < their_view.size(); ++i)
+          their_view[i] =
+              compression::load_le32(static_cast<const std::byte*>(in.payload.data()) + 4 * i);
         const auto effect = membership_.on_probe(in.peer, h.epoch, in.round(), Clock::now(),
-                                                 options_.reform_wait, joining);
+                                                 options_.reform_wait, joining, their_view);
         if (effect == RingMembership::Probe::kIgnored) return;
         if (effect == RingMembership::Probe::kStarted) {
           if (joiner)
@@ -232,8 +238,9 @@ void PeerRing::absorb(const peers::Incoming& in) {
             spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.epoch);
           drop_channel();
           send_probes();
+        } else {
+          probe_outsiders();
         }
-        if (joiner) send_probe(in.peer);  // outside our view: it would not hear us otherwise
         return;
       }
     case proto::Kind::kStateChunk: {
@@ -561,13 +568,22 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::tim
 }
 
 void PeerRing::send_probe(uint32_t to) {
-  const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining()};
-  (void)control_.send(to, next_round_, probe);
+  const auto& ids = order().ids;
+  const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining(),
+                               ids.size()};
+  auto members = std::make_shared<std::vector<std::byte>>(4 * ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) compression::store_le32(members->data() + 4 * i, ids[i]);
+  (void)control_.send_shared(to, next_round_, probe, std::move(members));
 }
 
 void PeerRing::send_probes() {
   for (uint32_t id : order().ids)
     if (id != control_.self()) send_probe(id);
+  probe_outsiders();
+}
+
+void PeerRing::probe_outsiders() {
+  for (uint32_t id : membership_.take_to_probe()) send_probe(id);
 }
 
 std::map<uint32_t, uint64_t> PeerRing::apply_view() {

@@ -145,6 +145,9 @@ class PeerRing final : public AllReduce, public Membership {
 
   // Elastic.
   void send_probes();
+  // Probes the peers outside the view that the re-forming must hear (joiners, peers a
+  // member vouched for), each once.
+  void probe_outsiders();
   void send_probe(uint32_t to);
   // Decides the re-forming, reconnects, and sends this node's last result to members
   // that lost that round; returns the next round of every member heard.

@@ -39,21 +39,52 @@ bool RingMembership::member(uint32_t id) const {
 
 bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
   if (reform_) return false;
-  reform_ = Reform{now + wait, epoch_, {}};
+  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}};
   return true;
 }
 
 RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
                                                Clock::time_point now,
-                                               std::chrono::milliseconds wait, bool joining) {
-  if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining)) ||
+                                               std::chrono::milliseconds wait, bool joining,
+                                               std::span<const uint32_t> their_view) {
+  const bool vouched = reform_ && reform_->vouched.count(peer) > 0;
+  if (peer != self_ && reform_ && !member(peer) && !vouched && !joining && configured(peer)) {
+    reform_->pending[peer] = {epoch, next_round};
+    return Probe::kIgnored;
+  }
+  if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining) && !vouched) ||
       (member(peer) && epoch < epoch_))
     return Probe::kIgnored;
   if (rejoining_ && joining) return Probe::kIgnored;
   const bool started = start(now, wait);
-  reform_->heard[peer] = next_round;
-  reform_->highest_epoch = std::max(reform_->highest_epoch, epoch);
+  auto& r = *reform_;
+  r.heard[peer] = next_round;
+  r.highest_epoch = std::max(r.highest_epoch, epoch);
+  if (member(peer))
+    for (uint32_t id : their_view) {
+      if (id == self_ || member(id) || !configured(id) || !r.vouched.insert(id).second) continue;
+      if (auto p = r.pending.find(id); p != r.pending.end()) {
+        r.heard[id] = p->second.second;
+        r.highest_epoch = std::max(r.highest_epoch, p->second.first);
+        r.pending.erase(p);
+      }
+    }
   return started ? Probe::kStarted : Probe::kHeard;
+}
+
+std::vector<uint32_t> RingMembership::take_to_probe() {
+  std::vector<uint32_t> out;
+  if (!reform_) return out;
+  auto add = [&](uint32_t id) {
+    if (!member(id) && reform_->probed.insert(id).second) out.push_back(id);
+  };
+  for (uint32_t id : reform_->vouched) add(id);
+  for (const auto& [id, next] : reform_->heard) add(id);
+  return out;
+}
+
+bool RingMembership::configured(uint32_t id) const {
+  return std::binary_search(configured_.begin(), configured_.end(), id);
 }
 
 void RingMembership::start_rejoin(Clock::time_point now, std::chrono::milliseconds wait) {
@@ -66,8 +97,7 @@ void RingMembership::start_rejoin(Clock::time_point now, std::chrono::millisecon
 }
 
 bool RingMembership::joiner(uint32_t peer, uint64_t epoch, bool joining) const {
-  return admit_joiners_ && joining && epoch == 0 && !member(peer) &&
-         std::binary_search(configured_.begin(), configured_.end(), peer);
+  return admit_joiners_ && joining && epoch == 0 && !member(peer) && configured(peer);
 }
 
 bool RingMembership::ready(Clock::time_point now) const {
@@ -75,7 +105,10 @@ bool RingMembership::ready(Clock::time_point now) const {
   // Joiners among the heard do not count towards "every member".
   size_t members_heard = 0;
   for (const auto& [id, next] : reform_->heard) members_heard += member(id) ? 1 : 0;
-  return now >= reform_->until || members_heard + 1 == order_.ids.size();
+  if (now >= reform_->until) return true;
+  for (uint32_t id : reform_->vouched)
+    if (!reform_->heard.count(id)) return false;
+  return members_heard + 1 == order_.ids.size();
 }
 
 RingMembership::Change RingMembership::decide() {

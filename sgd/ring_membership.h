@@ -12,16 +12,26 @@
 // agree; a member that stays silent for the whole wait is left out.
 //
 // A peer whose probe is of an older epoch is not heard, nor is one that is not in
-// the view, with one exception when joiners are admitted: a configured peer that
+// the view, with two exceptions when joiners are admitted. A configured peer that
 // probes at epoch 0, marked as a join, asks back in (a restarted process, or a live
 // node the others left out, which starts over at epoch 0). It is heard like a member
 // (and must be sent our probe, since it is not in our view); it has taken a live
-// member's state first (sgd/state_transfer.h), so it brings no stale replica.
+// member's state first (sgd/state_transfer.h), so it brings no stale replica. And a
+// configured peer that a member heard in this re-forming lists in its view (every
+// probe carries its view's members) is vouched for: that member took it in while this
+// node did not (it heard the join, this node decided before the joiner's probe came).
+// This node then waits for it too, probes it, and hears it (also when its probe came
+// before the member's). Without that the two views
+// stayed apart for good: each re-forming, this node heard all of its own members at
+// once and decided without the joiner, whose probes at the new epoch were not a join.
+// A node left out by every member is vouched for by none, and asks back in as above.
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "sgd/ring_schedule.h"
@@ -55,8 +65,15 @@ class RingMembership {
   // `joining`: the probe of a restarted node asking back in. A node that asks back in
   // itself (rejoining()) hears only the members, not other restarted nodes: the
   // members take all of them in, and the next re-forming agrees again.
+  // `their_view`: the members the probe lists (ids that are not configured peers are
+  // ignored).
   Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
-                 std::chrono::milliseconds wait, bool joining = false);
+                 std::chrono::milliseconds wait, bool joining = false,
+                 std::span<const uint32_t> their_view = {});
+  // The peers outside the view that this node must probe now, each once a re-forming:
+  // those vouched for and not yet probed, and those heard outside the view (joiners,
+  // vouched ones), which would not hear this node otherwise.
+  std::vector<uint32_t> take_to_probe();
   // Starts re-forming as a node asking back in (until decide()): a restarted one, or
   // one the others left out. Its view becomes the configured peers at epoch 0, as a
   // restarted process's is, so that it hears every member whatever its epoch.
@@ -64,7 +81,7 @@ class RingMembership {
   // Alone in its view although peers are configured: the others left it out.
   bool alone() const { return order_.ids.size() == 1 && !configured_.empty(); }
   bool rejoining() const { return rejoining_; }
-  // Every other member heard, or the wait over.
+  // Every other member and every peer vouched for heard, or the wait over.
   bool ready(Clock::time_point now) const;
 
   struct Change {
@@ -88,7 +105,13 @@ class RingMembership {
     Clock::time_point until;
     uint64_t highest_epoch = 0;
     std::map<uint32_t, uint64_t> heard;  // member -> its next round
+    std::set<uint32_t> vouched;          // outside the view, listed by a member heard
+    std::set<uint32_t> probed;           // outside the view, sent our probe
+    // Configured peers outside the view whose probe came before a member vouched for
+    // them: heard once one does (the probe is not sent twice).
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> pending;  // -> epoch, next round
   };
+  bool configured(uint32_t id) const;
   std::optional<Reform> reform_;
   bool rejoining_ = false;
 };

@@ -156,10 +156,11 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(s.numel, 16u);
   EXPECT_EQ(s.weight, 0.5);
   EXPECT_EQ(s.layout, 9u);
-  const RingProbe p = round_trip(RingProbe{4, 12, true}, 0);
+  const RingProbe p = round_trip(RingProbe{4, 12, true, 3}, 12);
   EXPECT_EQ(p.epoch, 4u);
   EXPECT_EQ(p.view, 12u);
   EXPECT_TRUE(p.restarted);
+  EXPECT_EQ(p.members, 3u);
   round_trip(CopyRequest{}, 0);
   const PsPush push = round_trip(PsPush{3, 100, 25, CodecId::kNone, 7}, 100);
   EXPECT_EQ(push.shard, 3u);
@@ -467,9 +468,10 @@ TEST(WireHeader, BodyFieldsHaveTheirTypes) {
                    fmt::format("model-chunk field '{}' is not an unsigned integer", names[k]));
   }
   // A boolean is a boolean, not a number.
-  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), u(1)})),
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), u(1), u(0)})),
                  "ring-probe field 'restarted' is not a boolean");
-  EXPECT_TRUE(decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true)})).is_ok());
+  EXPECT_TRUE(
+      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true), u(0)})).is_ok());
 }
 
 TEST(WireHeader, NarrowFieldsOverflow) {
@@ -528,14 +530,25 @@ TEST(WireHeader, BadWeightsAreRefused) {
 // ------------------------------------------------------------------ each kind's rules
 
 TEST(WireHeader, KindsWithoutPayloadRefuseALength) {
-  const Body bodies[] = {Hello{},     Bye{},          Heartbeat{},
-                         Join{},      StateRequest{}, RingAddress{1, 0, 0, 0},
-                         RingProbe{}, CopyRequest{},  StateOffer{}};
+  const Body bodies[] = {Hello{},       Bye{},          Heartbeat{},
+                         Join{},        StateRequest{}, RingAddress{1, 0, 0, 0},
+                         CopyRequest{}, StateOffer{}};
   for (const Body& b : bodies) {
     SCOPED_TRACE(kind_name(kind_of(b)));
     EXPECT_TRUE(decode(encode_head(1, 1, b, 0)).is_ok());
     EXPECT_REFUSED(decode(encode_head(1, 1, b, 4)), "carries no payload but says length=4");
   }
+}
+
+TEST(WireHeader, RingProbeCarriesFourBytesAMember) {
+  EXPECT_TRUE(decode(encode_head(1, 1, RingProbe{2, 7, false, 0}, 0)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(1, 1, RingProbe{2, 7, false, 0}, 4)),
+                 "ring-probe of 0 members with a payload of 4 bytes");
+  EXPECT_REFUSED(decode(encode_head(1, 1, RingProbe{2, 7, false, 3}, 8)),
+                 "ring-probe of 3 members with a payload of 8 bytes");
+  EXPECT_REFUSED(decode(encode_head(1, 1, RingProbe{2, 7, false, kMaxRingProbeMembers + 1},
+                                    4 * (kMaxRingProbeMembers + 1))),
+                 "ring-probe of 4097 members (at most 4096)");
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {
@@ -642,7 +655,7 @@ TEST(WireHeaderFuzz, RandomBytes) {
 TEST(WireHeaderFuzz, SingleByteMutations) {
   std::mt19937_64 rng(777);
   const std::string base[] = {encode_head(7, 9, chunk(), kChunkBytes),
-                              encode_head(1, 3, RingProbe{1, 2, false}, 0)};
+                              encode_head(1, 3, RingProbe{1, 2, false, 2}, 8)};
   int decoded = 0;
   for (int it = 0; it < 5000; ++it) {
     std::string s = base[it % 2];

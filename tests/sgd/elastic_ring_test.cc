@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -156,6 +157,122 @@ TEST(RingMembership, MembersThatHearEachOtherAgreeOnTheView) {
   }
   EXPECT_EQ(nodes[0].view_id(), nodes[1].view_id());
   EXPECT_EQ(nodes[0].view_id(), nodes[2].view_id());
+}
+
+// Three memberships exchanging probes through one queue, delivered in a random order;
+// each probe carries its sender's view when sent, as PeerRing's do.
+struct ProbeWorld {
+  struct Message {
+    uint32_t from, to;
+    uint64_t epoch;
+    bool joining;
+    std::vector<uint32_t> view;
+  };
+  std::vector<RingMembership> nodes;  // node i has id i
+  std::vector<Message> queue;
+  Clock::time_point t0 = Clock::now();
+
+  void send(uint32_t from, uint32_t to) {
+    const auto& m = nodes[from];
+    queue.push_back({from, to, m.epoch(), m.rejoining(), m.members()});
+  }
+  void send_probes(uint32_t from) {
+    for (uint32_t id : nodes[from].members())
+      if (id != from) send(from, id);
+    for (uint32_t id : nodes[from].take_to_probe()) send(from, id);
+  }
+  // Delivers until every node is ready without the wait running out (true), or the
+  // queue is empty first (false).
+  bool run(std::mt19937& rng) {
+    while (!queue.empty()) {
+      const size_t i = rng() % queue.size();
+      const Message msg = queue[i];
+      queue.erase(queue.begin() + static_cast<ptrdiff_t>(i));
+      const auto effect =
+          nodes[msg.to].on_probe(msg.from, msg.epoch, 9, t0, 1s, msg.joining, msg.view);
+      if (effect == Probe::kStarted)
+        send_probes(msg.to);
+      else
+        for (uint32_t id : nodes[msg.to].take_to_probe()) send(msg.to, id);
+    }
+    for (auto& n : nodes)
+      if (!n.ready(t0)) return false;
+    return true;
+  }
+};
+
+// Node 2 restarted and asked back in; node 1 took it in, node 0 decided before the
+// join reached it, and node 2 heard only node 1: three views at one epoch. Each ring
+// round fails on the mismatch. Before probes carried their view, every re-forming
+// ended the same way (node 0 heard its only member at once; node 2's probes were no
+// join any more), until the round's deadline (PythonClient.TorchKillAndRestart).
+TEST(RingMembership, ViewsThatDifferOnAJoinerAgreeAtTheNextReforming) {
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    SCOPED_TRACE(seed);
+    ProbeWorld w;
+    for (uint32_t self = 0; self < 3; ++self) {
+      std::vector<uint32_t> peers;
+      for (uint32_t id = 0; id < 3; ++id)
+        if (id != self) peers.push_back(id);
+      w.nodes.emplace_back(self, peers, /*admit_joiners=*/true);
+    }
+    const auto t0 = w.t0;
+    w.nodes[0].start(t0, 1s);
+    w.nodes[0].on_probe(1, 0, 5, t0, 1s);
+    w.nodes[0].decide();
+    w.nodes[1].start(t0, 1s);
+    w.nodes[1].on_probe(0, 0, 5, t0, 1s);
+    w.nodes[1].on_probe(2, 0, 5, t0, 1s, /*joining=*/true);
+    w.nodes[1].decide();
+    w.nodes[2].start_rejoin(t0, 1s);
+    w.nodes[2].on_probe(1, 0, 5, t0, 1s);
+    w.nodes[2].decide();
+    ASSERT_EQ(w.nodes[0].members(), (std::vector<uint32_t>{0, 1}));
+    ASSERT_EQ(w.nodes[1].members(), (std::vector<uint32_t>{0, 1, 2}));
+    ASSERT_EQ(w.nodes[2].members(), (std::vector<uint32_t>{1, 2}));
+
+    // The ring round fails on every node; each re-forms.
+    std::mt19937 rng(seed);
+    for (uint32_t id = 0; id < 3; ++id) {
+      w.nodes[id].start(t0, 1s);
+      w.send_probes(id);
+    }
+    ASSERT_TRUE(w.run(rng)) << "a node still waited when every probe was delivered";
+    for (auto& n : w.nodes) n.decide();
+    for (auto& n : w.nodes) {
+      EXPECT_EQ(n.members(), (std::vector<uint32_t>{0, 1, 2}));
+      EXPECT_EQ(n.view_id(), w.nodes[0].view_id());
+    }
+  }
+}
+
+// A node that every member left out is vouched for by none: its probes at its own
+// epoch are not heard, and it asks back in through a state transfer.
+TEST(RingMembership, ANodeEveryMemberLeftOutIsNotTakenBackByItsOwnProbes) {
+  ProbeWorld w;
+  for (uint32_t self = 0; self < 3; ++self) {
+    std::vector<uint32_t> peers;
+    for (uint32_t id = 0; id < 3; ++id)
+      if (id != self) peers.push_back(id);
+    w.nodes.emplace_back(self, peers, true);
+  }
+  const auto t0 = w.t0;
+  for (uint32_t self : {0u, 1u}) {
+    w.nodes[self].start(t0, 1s);
+    w.nodes[self].on_probe(1 - self, 0, 5, t0, 1s);
+    w.nodes[self].decide();  // {0, 1} at epoch 1, node 2 silent
+  }
+  std::mt19937 rng(1);
+  for (uint32_t id = 0; id < 3; ++id) {
+    w.nodes[id].start(t0, 1s);
+    w.send_probes(id);  // node 2 still lists all three at epoch 0
+  }
+  EXPECT_FALSE(w.run(rng)) << "node 2 waits for members that do not hear it";
+  ASSERT_TRUE(w.nodes[2].ready(t0 + 1s));
+  for (auto& n : w.nodes) n.decide();
+  EXPECT_EQ(w.nodes[0].members(), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(w.nodes[1].members(), (std::vector<uint32_t>{0, 1}));
+  EXPECT_TRUE(w.nodes[2].alone());
 }
 
 // Node 0 runs a real elastic PeerRing; nodes 1 and 2 are scripted on raw transports.
