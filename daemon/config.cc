@@ -73,9 +73,11 @@ std::string must_be(std::string_view what, std::string_view got) {
 
 std::string quote(std::string_view s) { return fmt::format("'{}'", s); }
 
+}  // namespace
+
 // Why `ep` is not tcp://HOST:PORT with a port in 1..65535, or nothing when it is.
 // HOST is a name or IPv4 address, or an IPv6 address in brackets: tcp://[::1]:7000.
-Problem endpoint_problem(std::string_view ep) {
+std::optional<std::string> endpoint_problem(std::string_view ep) {
   auto bad = [ep](std::string_view why) {
     return fmt::format(
         "invalid endpoint '{}': {} (expected tcp://HOST:PORT with a port in 1..65535)", ep, why);
@@ -118,6 +120,8 @@ Problem endpoint_problem(std::string_view ep) {
   return std::nullopt;
 }
 
+namespace {
+
 Problem codec_problem(std::string_view spec) {
   auto c = compression::make_codec(spec);
   if (c) return std::nullopt;
@@ -159,6 +163,24 @@ Problem secret_key_problem(std::string_view key) {
 Problem peers_from_check(std::string_view spec) {
   if (spec.empty()) return std::nullopt;  // a peer list instead
   return peers_from_problem(spec);
+}
+
+std::vector<std::string> split_seeds(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    out.emplace_back(text.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+Problem join_check(std::string_view seeds) {
+  if (seeds.empty()) return std::nullopt;  // no join: the peer list
+  for (const auto& seed : split_seeds(seeds))
+    if (auto problem = endpoint_problem(seed)) return problem;
+  return std::nullopt;
 }
 
 Problem run_dir_problem(std::string_view dir) {
@@ -252,9 +274,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 60>& fields() {
+const std::array<Field, 61>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 60> kFields = {{
+  static const std::array<Field, 61> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -267,6 +289,15 @@ const std::array<Field, 60>& fields() {
                 peers_from_check,
                 [](const C& c) -> const std::string& { return c.peers_from; },
                 [](C& c, std::string v) { c.peers_from = std::move(v); }}},
+      {"node.join", "--join", "SEEDS",
+       "join a running cluster through one of these members (tcp://HOST:PORT, "
+       "comma-separated) instead of a peer list: the cluster assigns node.id and gives the "
+       "members; local SGD on an elastic ring only, and not under CURVE yet",
+       TextSpec{{},
+                "a string of comma-separated tcp://HOST:PORT",
+                join_check,
+                [](const C& c) -> const std::string& { return c.join; },
+                [](C& c, std::string v) { c.join = std::move(v); }}},
       {"node.name", "--name", "NAME",
        "with node.peers_from: this node's name in the list (a host, host:port or pod name); "
        "empty: the host name",
@@ -1249,7 +1280,20 @@ Status check_required(const Document& d, bool from_flags_too) {
     std::string_view key;
     std::string_view flag;
   };
-  const Required required[] = {{d.has_id, "node.id", "--id"},
+  const bool joins = !d.config.join.empty();
+  if (joins && d.has_id)
+    return Status::invalid(fmt::format(
+        "{}: node.id and node.join: a node that joins by seeds is given its id", d.origins.source));
+  if (joins && (!d.config.peers.empty() || !d.config.peers_from.empty()))
+    return Status::invalid(fmt::format(
+        "{}: node.join and a peer list: a node that joins by seeds takes the members' list",
+        d.origins.source));
+  if (joins && !d.config.secret_key.empty())
+    return Status::invalid(fmt::format(
+        "{}: node.join under CURVE (node.secret_key) is not supported yet: list the node in "
+        "every member's peers instead",
+        d.origins.source));
+  const Required required[] = {{d.has_id || joins, "node.id", "--id"},
                                {d.has_listen, "node.listen", "--listen"},
                                {d.has_run_dir, "node.run_dir", "--run-dir"}};
   for (const Required& r : required) {
@@ -1321,8 +1365,8 @@ std::vector<std::string> readers_of(std::string_view key) {
 
 bool per_node(std::string_view key) {
   return key == "node.id" || key == "node.listen" || key == "node.run_dir" ||
-         key == "node.peers_from" || key == "node.name" || key == "node.metrics_port" ||
-         key == "node.secret_key" || key == "node.checkpoint";
+         key == "node.peers_from" || key == "node.join" || key == "node.name" ||
+         key == "node.metrics_port" || key == "node.secret_key" || key == "node.checkpoint";
 }
 
 }  // namespace
@@ -1708,6 +1752,8 @@ Status apply_environment_keys(const Environment& env, Document& d) {
 }
 
 }  // namespace
+
+std::vector<std::string> join_seeds(const DaemonConfig& config) { return split_seeds(config.join); }
 
 std::string env_name(std::string_view flag) {
   std::string out = "GOSSIPD_";

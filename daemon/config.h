@@ -119,6 +119,9 @@ struct DaemonConfig {
   // --peers-from (daemon/peers_from.h): the source of `peers`, and this node's name in it.
   std::string peers_from;
   std::string node_name;
+  // --join (daemon/join_client.h): seeds of a running cluster, comma-separated; the
+  // node's id and peers then come from the cluster's answer.
+  std::string join;
   std::string listen;             // tcp endpoint this daemon binds for its peers
   std::string run_dir;            // holds gossipd-<node>.sock
   std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed
@@ -173,6 +176,10 @@ Result<DaemonConfig> load_config_file(const std::string& path);
 // Cross-field checks: peer ids unique, endpoints well-formed tcp://host:port,
 // listen set, run_dir set, strategy known, period >= 1, timeouts > 0, ...
 Status validate_config(const DaemonConfig& config);
+// Why `endpoint` is not tcp://HOST:PORT with a port in 1..65535, or nothing.
+std::optional<std::string> endpoint_problem(std::string_view endpoint);
+// The seeds of --join, each a valid endpoint.
+std::vector<std::string> join_seeds(const DaemonConfig& config);
 
 // --allreduce-table's file, read and parsed; an error names the file and the line.
 Result<sgd::AlgorithmTable> read_allreduce_table(const std::string& path);

@@ -6,6 +6,7 @@
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/join_client.h"
 
 int main(int argc, char** argv) {
   using gossip::Status;
@@ -18,8 +19,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gossipd: %s\n", config.status().message().c_str());
     return 2;
   }
-  spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [node {}] [%l] %v", config->node_id));
   spdlog::set_level(spdlog::level::from_str(config->log_level));
+  if (!config->join.empty()) {
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [joining] [%l] %v");
+    auto joined = gossip::daemon::join_by_seeds(gossip::daemon::join_seeds(*config), config->listen,
+                                                std::chrono::seconds(60));
+    if (!joined) {
+      spdlog::error("{}", joined.status().message());
+      return 1;
+    }
+    config->node_id = joined->id;
+    for (const auto& m : joined->members)
+      if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint});
+    if (auto st = gossip::daemon::validate_config(*config); !st) {
+      spdlog::error("joined as node {}, but: {}", joined->id, st.message());
+      return 2;
+    }
+    spdlog::info("joined as node {} of {} (members' epoch {})", joined->id, joined->members.size(),
+                 joined->epoch);
+  }
+  spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [node {}] [%l] %v", config->node_id));
 
   // Before any thread exists, so that signals reach only the daemon's signalfd.
   gossip::daemon::block_signals();

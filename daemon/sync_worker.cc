@@ -63,6 +63,22 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
+  w->peers_copy_ = w->transport_->peers();
+  Admission::Options ao;
+  ao.self_endpoint = config.listen;
+  ao.dead_after =
+      std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
+  if (!w->membership_ || !w->membership_->takes_new_members())
+    ao.refuse = fmt::format(
+        "node {} runs {}{}: only local SGD on an elastic ring (--elastic) takes new members yet",
+        config.node_id, config.strategy.name, w->membership_ ? "" : " on a fabric without churn");
+  ao.take = [self](uint32_t id, const std::string& endpoint) {
+    GOSSIP_RETURN_IF_ERROR(self->membership_->add_member(id, endpoint));
+    std::lock_guard lock(self->peers_mu_);
+    self->peers_copy_ = self->transport_->peers();
+    return Status::ok();
+  };
+  w->admission_ = std::make_unique<Admission>(*w->router_, std::move(ao));
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->round_deadline_ = std::make_unique<RoundDeadline>(
@@ -326,6 +342,7 @@ SyncWorker::~SyncWorker() {
   initial_.reset();    // subscribed to the router
   tuner_.reset();      // idem
   inspector_.reset();  // idem
+  admission_.reset();  // idem
   router_.reset();
   transport_.reset();  // lingers briefly so the bye goes out
   if (done_fd_ >= 0) ::close(done_fd_);

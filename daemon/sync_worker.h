@@ -15,6 +15,7 @@
 
 #include "compression/codec_spec.h"
 #include "compression/thread_pool.h"
+#include "daemon/admission.h"
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "daemon/hooks.h"
@@ -88,7 +89,11 @@ class SyncWorker {
   void enable_checkpoints(std::string path, uint64_t every);
 
   const peers::TrafficCounters& traffic() const { return transport_->traffic(); }
-  const std::vector<peers::Peer>& peers() const { return transport_->peers(); }
+  // The channel's peers (any thread: a copy, since nodes that join add to them).
+  std::vector<peers::Peer> peers() const {
+    std::lock_guard lock(peers_mu_);
+    return peers_copy_;
+  }
   // Rounds each all-reduce algorithm completed, by name; empty without a ring
   // transport (any thread).
   std::vector<std::pair<std::string, uint64_t>> allreduce_rounds() const;
@@ -155,6 +160,9 @@ class SyncWorker {
   std::unique_ptr<sgd::Strategy> strategy_;
   std::unique_ptr<Tuner> tuner_;          // tune auto; after the router it subscribes to
   std::unique_ptr<Inspector> inspector_;  // idem
+  std::unique_ptr<Admission> admission_;  // idem: nodes that join by seeds
+  mutable std::mutex peers_mu_;
+  std::vector<peers::Peer> peers_copy_;                                 // guarded by peers_mu_
   std::optional<std::chrono::steady_clock::time_point> tune_last_end_;  // worker thread only
   uint64_t tune_last_step_ = 0;
   std::chrono::milliseconds round_timeout_{60000};  // joins and start-up

@@ -104,7 +104,9 @@ bool write_wire_headers(const fs::path& root) {
   write("inspect_ping", proto::Inspect{proto::Inspect::kPing, 7, 1764150000000000, 0}, 1024);
   write("inspect_ask", proto::Inspect{proto::Inspect::kAskLinks, 7, 1764150000000000, 0}, 0);
   write("inspect_links", proto::Inspect{proto::Inspect::kLinks, 7, 1764150000000000, 0}, 200);
-  static_assert(proto::kMaxKind == 19, "a new kind: add its seed above");
+  write("member_join", proto::Member{proto::Member::kJoinRequest, 0, 0}, 21);
+  write("member_answer", proto::Member{proto::Member::kAnswer, 3, 1}, 88);
+  static_assert(proto::kMaxKind == 20, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",

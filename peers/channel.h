@@ -7,6 +7,8 @@
 //
 // Owned and used by one thread; only the traffic counters are read from others.
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +34,9 @@ struct Incoming {
   proto::Envelope envelope;
   proto::Body body;
   zmq::message_t payload;  // empty when envelope.length == 0; a refcounted buffer
+  // A join-request from a node not yet a member (peer is then kUnknownPeer): where
+  // reply_to_joiner() answers it.
+  std::string joiner_route;
 
   proto::Kind kind() const { return envelope.kind; }
   uint64_t round() const { return envelope.round; }
@@ -85,6 +90,17 @@ class PeerChannel {
   // For protocol violations only the strategy can see (stale round, bad sequence):
   // counted against the peer and logged.
   virtual void note_dropped(uint32_t peer, const std::string& why) = 0;
+
+  // Membership (daemon/admission.h): a node that joined becomes a peer; a joiner's
+  // request is answered over the connection it came on. Channels without joiners
+  // refuse both.
+  virtual Status add_peer(const Peer& peer) {
+    return Status::invalid(fmt::format("this channel takes no new peer ({})", peer.id));
+  }
+  virtual Status reply_to_joiner(const std::string& /*route*/, const proto::Body& /*body*/,
+                                 std::string_view /*payload*/) {
+    return Status::invalid("this channel has no joiners");
+  }
 
   // The link to `peer` as the channel sees it; an in-memory channel knows nothing.
   virtual LinkState link_state(uint32_t /*peer*/) { return {}; }

@@ -36,6 +36,11 @@ class ChannelDecorator : public PeerChannel {
   LinkState link_state(uint32_t peer) override { return inner_->link_state(peer); }
   std::vector<std::string> refused_keys() const override { return inner_->refused_keys(); }
   void wake() override { inner_->wake(); }
+  Status add_peer(const Peer& peer) override { return inner_->add_peer(peer); }
+  Status reply_to_joiner(const std::string& route, const proto::Body& body,
+                         std::string_view payload) override {
+    return inner_->reply_to_joiner(route, body, payload);
+  }
 
  protected:
   PeerChannel& inner() { return *inner_; }

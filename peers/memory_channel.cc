@@ -125,7 +125,7 @@ std::optional<Incoming> MemoryChannel::recv(std::chrono::milliseconds timeout) {
     uint64_t wire = proto::zmtp_frame_overhead(f.head.size()) + f.head.size();
     if (f.has_payload) wire += proto::zmtp_frame_overhead(payload_bytes) + payload_bytes;
     traffic_.count_recv(f.from, payload_bytes, wire, starts(head->envelope.kind));
-    Incoming in{f.from, head->envelope, std::move(head->body), {}};
+    Incoming in{f.from, head->envelope, std::move(head->body), {}, {}};
     if (f.has_payload) in.payload = std::move(f.payload);
     return in;
   }

@@ -20,9 +20,20 @@ void add_to(proto::ipc::Traffic& t, const PeerCounters& c) {
 }  // namespace
 
 TrafficCounters::TrafficCounters(const std::vector<uint32_t>& peer_ids)
-    : ids_(peer_ids), counters_(peer_ids.size() + 1) {
-  for (size_t i = 0; i < ids_.size(); ++i) counters_[i].peer = ids_[i];
-  counters_.back().peer = kUnknownPeer;
+    : capacity_(peer_ids.size() + kMaxJoined),
+      counters_(std::make_unique<PeerCounters[]>(capacity_)) {
+  for (size_t i = 0; i < peer_ids.size(); ++i) counters_[i].peer = peer_ids[i];
+  count_.store(peer_ids.size(), std::memory_order_release);
+  unknown_.peer = kUnknownPeer;
+}
+
+bool TrafficCounters::add_peer(uint32_t peer) {
+  const size_t n = count_.load(std::memory_order_relaxed);
+  if (find(peer) != &unknown_) return true;
+  if (n == capacity_) return false;
+  counters_[n].peer = peer;
+  count_.store(n + 1, std::memory_order_release);
+  return true;
 }
 
 PeerCounters* TrafficCounters::find(uint32_t peer) {
@@ -30,8 +41,10 @@ PeerCounters* TrafficCounters::find(uint32_t peer) {
 }
 
 const PeerCounters* TrafficCounters::find(uint32_t peer) const {
-  auto it = std::find(ids_.begin(), ids_.end(), peer);
-  return &counters_[static_cast<size_t>(it - ids_.begin())];  // end() maps to the unknown slot
+  const size_t n = count_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (counters_[i].peer == peer) return &counters_[i];
+  return &unknown_;
 }
 
 void TrafficCounters::count_sent(uint32_t peer, uint64_t payload, uint64_t wire) {
@@ -109,7 +122,9 @@ proto::ipc::Traffic TrafficCounters::peer_totals(uint32_t peer) const {
 
 proto::ipc::Traffic TrafficCounters::totals() const {
   proto::ipc::Traffic t;
-  for (const auto& c : counters_) add_to(t, c);
+  const size_t n = count_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i) add_to(t, counters_[i]);
+  add_to(t, unknown_);
   return t;
 }
 

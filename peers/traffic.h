@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "proto/ipc.h"
@@ -64,15 +65,21 @@ class TrafficCounters {
   bool link_up(uint32_t peer) const;
   bool link_was_up(uint32_t peer) const;
   proto::ipc::Traffic totals() const;
-  const std::vector<uint32_t>& peer_ids() const { return ids_; }
+  // A member that joined (daemon/admission.h). By the one thread that counts; the
+  // others may read meanwhile: the slots never move, and a slot is published (its id
+  // set) before the count that makes it visible. False when kMaxJoined are taken.
+  bool add_peer(uint32_t peer);
 
   static constexpr uint32_t kUnknownPeer = UINT32_MAX;
+  static constexpr size_t kMaxJoined = 256;
 
  private:
   PeerCounters* find(uint32_t peer);
   const PeerCounters* find(uint32_t peer) const;
-  std::vector<uint32_t> ids_;
-  std::vector<PeerCounters> counters_;  // same order as ids_, plus one for unknown senders
+  size_t capacity_;
+  std::unique_ptr<PeerCounters[]> counters_;  // the first count_ are peers'
+  std::atomic<size_t> count_{0};
+  PeerCounters unknown_;                                                // unknown senders
   std::array<std::atomic<uint64_t>, proto::kMaxKind + 1> unhandled_{};  // by kind
 };
 

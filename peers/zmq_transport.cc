@@ -125,48 +125,86 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot listen on {}: {}", listen, e.what()));
   }
-  for (const auto& p : sorted) {
-    if (p.banned && curve) continue;  // no connection: sends to it fail (outbound())
-    auto out = std::make_unique<Outbound>();
-    out->peer = p;
-    try {
-      out->socket = zmq::socket_t(t->context_, zmq::socket_type::dealer);
-      if (curve) {
-        auto rid = curve_routing_id(self, options.secret_key, p.public_key);
-        if (!rid) return rid.status().with_context(fmt::format("peer {}", p.id));
-        out->socket.set(zmq::sockopt::routing_id, *rid);
-        auto theirs = curve_routing_id(p.id, options.secret_key, p.public_key);
-        if (!theirs) return theirs.status().with_context(fmt::format("peer {}", p.id));
-        t->routing_ids_[*theirs] = p.id;
-        out->socket.set(zmq::sockopt::curve_serverkey, p.public_key);
-        out->socket.set(zmq::sockopt::curve_publickey, public_key);
-        out->socket.set(zmq::sockopt::curve_secretkey, options.secret_key);
-      } else {
-        out->socket.set(zmq::sockopt::routing_id, routing_id_for(self));
-      }
-      out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options.reconnect_min.count()));
-      out->socket.set(zmq::sockopt::reconnect_ivl_max,
-                      static_cast<int>(options.reconnect_max.count()));
-      out->socket.set(zmq::sockopt::sndbuf, options.socket_buffer_bytes);
-      out->socket.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
-      // What the link does (connected, refused our key...), for gossipctl doctor.
-      const std::string ev = fmt::format("inproc://outbound-events-{}-{}", fmt::ptr(t.get()), p.id);
-      if (zmq_socket_monitor(
-              out->socket.handle(), ev.c_str(),
-              ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
-        throw zmq::error_t();
-      out->events = zmq::socket_t(t->context_, zmq::socket_type::pair);
-      out->events.connect(ev);
-      out->socket.connect(p.endpoint);
-    } catch (const zmq::error_t& e) {
-      return Status::io_error(
-          fmt::format("cannot connect to peer {} at {}: {}", p.id, p.endpoint, e.what()));
-    }
-    t->outbound_.push_back(std::move(out));
-  }
+  t->options_ = options;
+  t->public_key_ = public_key;
+  for (const auto& p : sorted)
+    if (!(p.banned && curve)) GOSSIP_RETURN_IF_ERROR(t->connect_outbound(p));
   return t;
+}
+
+Status ZmqTransport::connect_outbound(const Peer& p) {
+  const bool curve = !options_.secret_key.empty();
+  auto out = std::make_unique<Outbound>();
+  out->peer = p;
+  try {
+    out->socket = zmq::socket_t(context_, zmq::socket_type::dealer);
+    if (curve) {
+      auto rid = curve_routing_id(self_, options_.secret_key, p.public_key);
+      if (!rid) return rid.status().with_context(fmt::format("peer {}", p.id));
+      out->socket.set(zmq::sockopt::routing_id, *rid);
+      auto theirs = curve_routing_id(p.id, options_.secret_key, p.public_key);
+      if (!theirs) return theirs.status().with_context(fmt::format("peer {}", p.id));
+      routing_ids_[*theirs] = p.id;
+      out->socket.set(zmq::sockopt::curve_serverkey, p.public_key);
+      out->socket.set(zmq::sockopt::curve_publickey, public_key_);
+      out->socket.set(zmq::sockopt::curve_secretkey, options_.secret_key);
+    } else {
+      out->socket.set(zmq::sockopt::routing_id, routing_id_for(self_));
+    }
+    out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_min.count()));
+    out->socket.set(zmq::sockopt::reconnect_ivl_max,
+                    static_cast<int>(options_.reconnect_max.count()));
+    out->socket.set(zmq::sockopt::sndbuf, options_.socket_buffer_bytes);
+    out->socket.set(zmq::sockopt::linger, static_cast<int>(options_.linger.count()));
+    // What the link does (connected, refused our key...), for gossipctl doctor.
+    const std::string ev = fmt::format("inproc://outbound-events-{}-{}", fmt::ptr(this), p.id);
+    if (zmq_socket_monitor(
+            out->socket.handle(), ev.c_str(),
+            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+      throw zmq::error_t();
+    out->events = zmq::socket_t(context_, zmq::socket_type::pair);
+    out->events.connect(ev);
+    out->socket.connect(p.endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(
+        fmt::format("cannot connect to peer {} at {}: {}", p.id, p.endpoint, e.what()));
+  }
+  outbound_.push_back(std::move(out));
+  return Status::ok();
+}
+
+Status ZmqTransport::add_peer(const Peer& peer) {
+  if (peer.id == self_ ||
+      std::any_of(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.id == peer.id; }))
+    return Status::invalid(fmt::format("node {} is already a member", peer.id));
+  if (!options_.secret_key.empty())
+    return Status::invalid("members that join by seeds are not admitted under CURVE yet");
+  if (!traffic_.add_peer(peer.id))
+    return Status::invalid(
+        fmt::format("this node took {} joined members already", TrafficCounters::kMaxJoined));
+  GOSSIP_RETURN_IF_ERROR(connect_outbound(peer));
+  peers_.insert(std::upper_bound(peers_.begin(), peers_.end(), peer,
+                                 [](const Peer& a, const Peer& b) { return a.id < b.id; }),
+                peer);
+  return Status::ok();
+}
+
+Status ZmqTransport::reply_to_joiner(const std::string& route, const proto::Body& body,
+                                     std::string_view payload) {
+  const std::string head = proto::encode_head(self_, 0, body, payload.size());
+  try {
+    // ROUTER sends to the connection the request came on; a joiner gone meanwhile is
+    // dropped silently (not mandatory routing), as a message to a peer that is down.
+    if (!inbound_.send(zmq::buffer(route), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !inbound_.send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !inbound_.send(zmq::buffer(payload), zmq::send_flags::dontwait))
+      return Status::io_error("the joiner's queue is full");
+  } catch (const zmq::error_t& e) {
+    return Status::io_error(fmt::format("answer to a joiner failed: {}", e.what()));
+  }
+  return Status::ok();
 }
 
 Status ZmqTransport::no_link(uint32_t peer) const {
@@ -385,6 +423,32 @@ void ZmqTransport::wake() {
   if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
 }
 
+std::optional<Incoming> ZmqTransport::join_request(std::vector<zmq::message_t>& frames,
+                                                   size_t total_frames, uint64_t wire) {
+  // Only without CURVE: with it the authenticator admits listed keys alone, and a
+  // joiner's is none of them. At most kJoinsPerSecond, so that strangers cannot keep
+  // the round's thread busy with them.
+  constexpr std::string_view kPrefix = "join-";
+  constexpr int kJoinsPerSecond = 20;
+  std::string_view rid(frames[0].data<char>(), frames[0].size());
+  if (zap_ || !rid.starts_with(kPrefix) || rid.size() > 64 || total_frames != 3)
+    return std::nullopt;
+  auto head = proto::decode_head(frames[1].data(), frames[1].size());
+  if (!head || head->envelope.kind != proto::Kind::kMember ||
+      head->envelope.from != proto::kNoNode ||
+      std::get<proto::Member>(head->body).what != proto::Member::kJoinRequest ||
+      !proto::validate_payload(head->envelope, 1, frames[2].size()))
+    return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - joins_since_ >= std::chrono::seconds(1)) joins_since_ = now, joins_ = 0;
+  if (++joins_ > kJoinsPerSecond) return std::nullopt;
+  traffic_.count_recv(TrafficCounters::kUnknownPeer, frames[2].size(), wire);
+  Incoming in{TrafficCounters::kUnknownPeer, head->envelope, std::move(head->body), {}, {}};
+  in.payload = std::move(frames[2]);
+  in.joiner_route = std::string(rid);
+  return in;
+}
+
 std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
   // At 1 GB/s (loopback), 20 MB between checks on top of a message's worth.
   constexpr auto kCheckEvery = std::chrono::milliseconds(20);
@@ -446,6 +510,7 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
                    why);
     };
     if (!sender) {
+      if (auto joiner = join_request(frames, total_frames, wire)) return joiner;
       drop("sender is not in the peer list");
       continue;
     }
@@ -482,7 +547,7 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
       continue;
     }
     traffic_.count_recv(*sender, payload_bytes, wire, starts(head->envelope.kind));
-    Incoming in{*sender, head->envelope, std::move(head->body), {}};
+    Incoming in{*sender, head->envelope, std::move(head->body), {}, {}};
     if (payload_frames) in.payload = std::move(frames[2]);
     return in;
   }

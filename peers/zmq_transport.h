@@ -59,6 +59,9 @@ class ZmqTransport final : public PeerChannel {
   LinkState link_state(uint32_t peer) override;
   std::vector<std::string> refused_keys() const override;
   void wake() override;
+  Status add_peer(const Peer& peer) override;
+  Status reply_to_joiner(const std::string& route, const proto::Body& body,
+                         std::string_view payload) override;
 
  private:
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
@@ -75,6 +78,10 @@ class ZmqTransport final : public PeerChannel {
   // Takes the outbound sockets' connection events into their LinkState.
   void watch_outbound();
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
+  Status connect_outbound(const Peer& peer);
+  // A join-request from a routing id "join-<nonce>" (daemon/admission.h), or nullopt.
+  std::optional<Incoming> join_request(std::vector<zmq::message_t>& frames, size_t total_frames,
+                                       uint64_t wire);
   Outbound* outbound(uint32_t peer);
   // Why there is no outbound(peer): none for a banned peer (the send is dropped, as if
   // it were down), or an unknown one.
@@ -90,7 +97,11 @@ class ZmqTransport final : public PeerChannel {
   std::map<std::string, uint32_t> routing_ids_;
 
   uint32_t self_;
+  TransportOptions options_;
+  std::string public_key_;  // with CURVE
   std::vector<Peer> peers_;
+  std::chrono::steady_clock::time_point joins_since_{};
+  int joins_ = 0;
   TrafficCounters traffic_;
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // with CURVE; stopped before context_ closes

@@ -52,6 +52,8 @@ const char* kind_name(Kind k) {
       return "tune-report";
     case Kind::kInspect:
       return "inspect";
+    case Kind::kMember:
+      return "member";
   }
   return "?";
 }
@@ -255,6 +257,14 @@ Status check(const Envelope& e, const Body& body) {
           if (e.length != kNcclIdBytes)
             return Status::protocol(fmt::format("nccl-id must carry exactly {} bytes, says {}",
                                                 kNcclIdBytes, e.length));
+          return Status::ok();
+        } else if constexpr (std::is_same_v<T, Member>) {
+          if (m.what > Member::kAdd)
+            return Status::protocol(fmt::format("member of unknown what={}", m.what));
+          if (e.length == 0 || e.length > kMaxMemberBytes)
+            return Status::protocol(
+                fmt::format("member what={} with a payload of {} bytes (1 to {})", m.what, e.length,
+                            kMaxMemberBytes));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, RingProbe>) {
           if (m.members > kMaxRingProbeMembers)

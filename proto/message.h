@@ -28,7 +28,7 @@ namespace gossip::proto {
 inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
-// state-request's chunk range, version 5 ring-probe's member list.
+// state-request's chunk range, version 5 ring-probe's member list and the member kind.
 inline constexpr uint32_t kWireVersion = 5;
 
 enum class Kind : uint8_t {
@@ -51,8 +51,9 @@ enum class Kind : uint8_t {
   kInitialModel = 17,
   kTuneReport = 18,
   kInspect = 19,
+  kMember = 20,
 };
-inline constexpr uint8_t kMaxKind = 19;
+inline constexpr uint8_t kMaxKind = 20;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -384,10 +385,32 @@ struct Inspect {
 inline constexpr uint64_t kMaxInspectProbeBytes = uint64_t{4} << 20;
 inline constexpr uint64_t kMaxInspectReportBytes = uint64_t{60} << 10;
 
+// Membership (daemon/admission.h). A node that was never in the peer list asks a seed
+// for an id: a join-request from a routing id "join-<nonce>" and envelope `from`
+// kNoNode, its payload the endpoint its peers reach it on. The seed answers over the
+// same connection: an answer (`id` assigned, `epoch` of the member list after it; the
+// payload lists the members, "<id> <endpoint>" a line, the joiner included), a
+// redirect to the coordinator (`id`; payload: its endpoint), or a refusal (payload:
+// why). The coordinator tells every member of the new one: an add (`id`, `epoch`;
+// payload: its endpoint).
+struct Member {
+  static constexpr Kind kKind = Kind::kMember;
+  enum What : uint8_t { kJoinRequest = 0, kAnswer = 1, kRedirect = 2, kRefused = 3, kAdd = 4 };
+  uint8_t what = kJoinRequest;
+  uint32_t id = 0;
+  uint64_t epoch = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("what", what), f("id", id), f("epoch", epoch);
+  }
+};
+inline constexpr uint32_t kNoNode = UINT32_MAX;  // a joiner's `from` before it has an id
+inline constexpr uint64_t kMaxMemberBytes = uint64_t{64} << 10;
+
 // In Kind order: Body's index is the kind minus one.
 using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
                           StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull,
-                          PsParams, PsReplica, InitialModel, TuneReport, Inspect>;
+                          PsParams, PsReplica, InitialModel, TuneReport, Inspect, Member>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

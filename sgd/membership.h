@@ -12,10 +12,13 @@
 // The sync worker talks to this interface only, so neither it nor a strategy keeps a
 // view of its own. A fabric without churn (a fixed ring, all-gather, NCCL) has none.
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -47,6 +50,13 @@ class Membership {
   // The others left this node out after its first round (it runs rounds alone) and it
   // may fetch a member's state and rejoin().
   virtual bool left_out() const { return false; }
+  // A node that joined by seeds (daemon/admission.h), already a peer of the channel:
+  // from now on it is one of the configured peers (it asks in as a restarted node does).
+  virtual bool takes_new_members() const { return false; }
+  virtual Status add_member(uint32_t id, const std::string& endpoint) {
+    (void)endpoint;
+    return Status::invalid(fmt::format("this fabric takes no new member ({})", id));
+  }
 };
 
 }  // namespace gossip::sgd

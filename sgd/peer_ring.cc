@@ -567,6 +567,13 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::tim
   return std::optional<uint64_t>();
 }
 
+Status PeerRing::add_member(uint32_t id, const std::string& endpoint) {
+  if (!takes_new_members()) return Membership::add_member(id, endpoint);
+  membership_.add_configured(id);
+  hosts_[id] = peers::endpoint_host(endpoint);
+  return Status::ok();
+}
+
 void PeerRing::send_probe(uint32_t to) {
   const auto& ids = order().ids;
   const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining(),

@@ -107,6 +107,8 @@ class PeerRing final : public AllReduce, public Membership {
   // past --dead-after, say) and it runs rounds alone. Like a restarted node, it can
   // fetch a member's state and rejoin() (admitted joiners only).
   bool left_out() const override { return admits_joiners() && started_ && membership_.alone(); }
+  bool takes_new_members() const override { return admits_joiners(); }
+  Status add_member(uint32_t id, const std::string& endpoint) override;
 
  private:
   // A peer's last ring-address: where its ring listens, for which view.

@@ -33,6 +33,11 @@ void RingMembership::set_view(std::vector<uint32_t> ids, uint64_t epoch) {
   view_id_ = h;
 }
 
+void RingMembership::add_configured(uint32_t id) {
+  if (id == self_ || configured(id)) return;
+  configured_.insert(std::upper_bound(configured_.begin(), configured_.end(), id), id);
+}
+
 bool RingMembership::member(uint32_t id) const {
   return std::binary_search(order_.ids.begin(), order_.ids.end(), id);
 }

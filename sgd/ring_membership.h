@@ -45,6 +45,10 @@ class RingMembership {
   // `peers`: the configured peers, without self.
   RingMembership(uint32_t self, const std::vector<uint32_t>& peers, bool admit_joiners = false);
 
+  // A node that joined by seeds: a configured peer from now on, taken in when it asks
+  // back in (daemon/admission.h).
+  void add_configured(uint32_t id);
+
   const RingOrder& order() const { return order_; }
   const std::vector<uint32_t>& members() const { return order_.ids; }
   bool member(uint32_t id) const;

@@ -271,7 +271,10 @@ class ElasticLocalSgd {
   // `binaries`: a node played by another binary than gossipd (gossipd-byzantine).
   explicit ElasticLocalSgd(const std::vector<std::string>& more, float tolerance = 0.0f,
                            const std::map<int, std::string>& binaries = {})
-      : cluster_(kNodes, flags(more)), tolerance_(tolerance), clients_(kNodes), models_(kNodes) {
+      : cluster_(kNodes, flags(more)),
+        tolerance_(tolerance),
+        clients_(kNodes + 1),
+        models_(kNodes + 1) {
     for (const auto& [node, path] : binaries) cluster_.set_node_binary(node, path);
     cluster_.start_all();
   }
@@ -294,7 +297,7 @@ class ElasticLocalSgd {
   // a negative one: an outer optimizer moves it away from the mean, which is not
   // checked).
   void round(const std::vector<int>& nodes, int shift) {
-    std::vector<std::string> errors(kNodes);
+    std::vector<std::string> errors(kNodes + 1);
     {
       std::vector<std::jthread> threads;
       for (int i : nodes)
@@ -323,7 +326,7 @@ class ElasticLocalSgd {
     return r ? "" : r.status().message();
   }
 
- private:
+  // The flags of every node (a node that joins by seeds takes them too).
   static std::vector<std::string> flags(const std::vector<std::string>& more) {
     std::vector<std::string> f{"--period",  "1",  "--transport",  "tcp", "--round-timeout", "30",
                                "--elastic", "on", "--dead-after", "1",   "--join-wait",     "1"};
@@ -331,6 +334,7 @@ class ElasticLocalSgd {
     return f;
   }
 
+ private:
   Cluster cluster_;
   float tolerance_;
   std::vector<std::unique_ptr<Client>> clients_;
@@ -388,6 +392,69 @@ INSTANTIATE_TEST_SUITE_P(LocalSgd, ElasticRestart,
                                                     "nesterov", "--outer-lr", "0.7"},
                                                    -1.0f}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A fourth node that no member lists joins the running ring through node 1, a seed
+// that is not the coordinator: it is sent on to node 0, gets id 3, and every member
+// takes it as a peer. It then starts as a restarted node does: it fetches the
+// members' model and step, asks into the ring, and averages with the three.
+TEST(RingProcesses, ANodeThatNoMemberListsJoinsThroughASeedWithTheNextId) {
+  ElasticLocalSgd ring({});
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  for (int shift : {0, 10}) ring.round({0, 1, 2}, shift);
+  ASSERT_FALSE(HasFailure());
+
+  const auto dir = ring.cluster().run_dir();
+  std::vector<std::string> argv = {binary("gossipd"),
+                                   "--join",
+                                   ring.cluster().peer_endpoint(1),
+                                   "--listen",
+                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                   "--run-dir",
+                                   dir.string()};
+  for (const auto& f : ElasticLocalSgd::flags({})) argv.push_back(f);
+  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(dir / "gossipd-3.sock")) {
+    ASSERT_TRUE(joiner.running()) << joiner.log();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << joiner.log();
+    std::this_thread::sleep_for(20ms);
+  }
+  ring.attach(3);
+  ASSERT_FALSE(HasFailure()) << joiner.log();
+  EXPECT_TRUE(ring.model(3).initialized) << "it starts from the members' model\n" << joiner.log();
+  EXPECT_EQ(ring.model(3).start_step, 2u) << "at the cluster's step";
+  for (int shift : {30, 40, 50}) ring.round({0, 1, 2, 3}, shift);  // the first takes it in
+  ASSERT_FALSE(HasFailure()) << joiner.log();
+  const std::string log = joiner.log();
+  EXPECT_NE(log.find("sends this node to the coordinator, node 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("joined as node 3 of 4"), std::string::npos) << log;
+  EXPECT_NE(ring.cluster().log(0).find("node 3 (tcp://127.0.0.1:"), std::string::npos)
+      << ring.cluster().log(0);
+  for (int i : {1, 2})
+    EXPECT_NE(ring.cluster().log(i).find("joined (told by node 0)"), std::string::npos)
+        << ring.cluster().log(i);
+}
+
+// A cluster whose strategy takes no new members refuses a joiner, saying why; the
+// joiner exits at once with that reason.
+TEST(RingProcesses, AClusterThatTakesNoNewMembersRefusesAJoinerSayingWhy) {
+  Cluster cluster(2, {"--strategy", "gossip", "--period", "1"});
+  cluster.start_all();
+  std::vector<std::string> argv = {binary("gossipd"),
+                                   "--join",
+                                   cluster.peer_endpoint(0),
+                                   "--listen",
+                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                   "--run-dir",
+                                   cluster.run_dir().string(),
+                                   "--strategy",
+                                   "gossip"};
+  ChildProcess joiner(argv, cluster.run_dir() / "gossipd-joiner.log");
+  EXPECT_EQ(joiner.wait(20s), 1) << joiner.log();
+  EXPECT_NE(joiner.log().find("refused: node 0 runs gossip"), std::string::npos) << joiner.log();
+  EXPECT_FALSE(std::filesystem::exists(cluster.run_dir() / "gossipd-2.sock"));
+}
 
 // A restarted node fetches the state from both members at once, a share of its 64
 // chunks from each (--chunk-bytes 4096); node 1 (gossipd-byzantine) dies as it sends

@@ -278,6 +278,8 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return TuneReport{};
         case Kind::kInspect:
           return Inspect{};
+        case Kind::kMember:
+          return Member{};
       }
       return Hello{};
     }();
@@ -549,6 +551,19 @@ TEST(WireHeader, RingProbeCarriesFourBytesAMember) {
   EXPECT_REFUSED(decode(encode_head(1, 1, RingProbe{2, 7, false, kMaxRingProbeMembers + 1},
                                     4 * (kMaxRingProbeMembers + 1))),
                  "ring-probe of 4097 members (at most 4096)");
+}
+
+TEST(WireHeader, MemberMessagesCarryAnEndpointOrAListOfBoundedSize) {
+  const Member m = round_trip(Member{Member::kAnswer, 4, 2}, 40);
+  EXPECT_EQ(m.what, Member::kAnswer);
+  EXPECT_EQ(m.id, 4u);
+  EXPECT_EQ(m.epoch, 2u);
+  EXPECT_TRUE(decode(encode_head(kNoNode, 0, Member{}, 20)).is_ok()) << "a joiner has no id";
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{Member::kAdd, 4, 1}, 0)),
+                 "member what=4 with a payload of 0 bytes");
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{Member::kAdd, 4, 1}, kMaxMemberBytes + 1)),
+                 "member what=4 with a payload of 65537 bytes");
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{5, 4, 1}, 20)), "member of unknown what=5");
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {

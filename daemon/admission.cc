@@ -1,0 +1,187 @@
+#include "daemon/admission.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <memory>
+#include <set>
+
+#include "daemon/config.h"
+
+namespace gossip::daemon {
+namespace {
+
+constexpr size_t kMaxMembers = 4096;
+
+std::string text_of(const peers::Incoming& in) {
+  return std::string(static_cast<const char*>(in.payload.data()), in.payload.size());
+}
+
+// An endpoint other nodes can reach: not a wildcard.
+std::optional<std::string> joiner_endpoint_problem(const std::string& endpoint) {
+  if (auto problem = endpoint_problem(endpoint)) return problem;
+  const std::string host = peers::endpoint_host(endpoint);
+  if (host == "*" || host == "0.0.0.0" || host == "::")
+    return fmt::format("'{}' is a wildcard: listen on an address the members can reach", endpoint);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string format_members(const std::vector<peers::Peer>& members) {
+  std::string out;
+  for (const auto& p : members) out += fmt::format("{} {}\n", p.id, p.endpoint);
+  return out;
+}
+
+Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
+  std::vector<peers::Peer> out;
+  std::set<uint32_t> ids;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    if (end == std::string_view::npos) return Status::protocol("member list: a line without '\\n'");
+    const std::string_view line = text.substr(0, end);
+    text.remove_prefix(end + 1);
+    const size_t space = line.find(' ');
+    uint32_t id = 0;
+    const auto digits = line.substr(0, space);
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+    if (space == std::string_view::npos || ec != std::errc() ||
+        ptr != digits.data() + digits.size() || id == proto::kNoNode)
+      return Status::protocol(fmt::format("member list: bad line '{}'", line.substr(0, 80)));
+    const std::string endpoint(line.substr(space + 1));
+    if (auto problem = endpoint_problem(endpoint))
+      return Status::protocol(fmt::format("member list: node {}: {}", id, *problem));
+    if (!ids.insert(id).second)
+      return Status::protocol(fmt::format("member list: node {} twice", id));
+    if (out.size() == kMaxMembers)
+      return Status::protocol(fmt::format("member list: more than {} members", kMaxMembers));
+    out.push_back({id, endpoint});
+  }
+  if (out.empty()) return Status::protocol("member list: empty");
+  return out;
+}
+
+Admission::Admission(peers::Router& router, Options options)
+    : router_(router), options_(std::move(options)) {
+  highest_ = router_.self();
+  for (const auto& p : router_.peers()) highest_ = std::max(highest_, p.id);
+  subscription_ =
+      router_.subscribe({proto::Kind::kMember}, [this](peers::Incoming& in) { on_member(in); });
+}
+
+uint32_t Admission::coordinator() const {
+  const auto& traffic = router_.transport().traffic();
+  const auto bound = static_cast<uint64_t>(options_.dead_after.count());
+  uint32_t lowest = router_.self();
+  for (const auto& p : router_.peers())
+    if (!p.banned && p.id < lowest && traffic.silent_ms(p.id) <= bound) lowest = p.id;
+  return lowest;
+}
+
+void Admission::reply(const std::string& route, proto::Member m, const std::string& payload) {
+  if (auto st = router_.transport().reply_to_joiner(route, m, payload); !st)
+    spdlog::warn("answer to a joiner: {}", st.message());
+}
+
+void Admission::on_member(peers::Incoming& in) {
+  const auto& m = in.as<proto::Member>();
+  const std::string text = text_of(in);
+  if (!in.joiner_route.empty()) {
+    if (m.what == proto::Member::kJoinRequest) answer_join(in, text);
+    return;
+  }
+  if (m.what != proto::Member::kAdd) {
+    router_.transport().note_dropped(in.peer,
+                                     fmt::format("a member message what={} from a member", m.what));
+    return;
+  }
+  on_add(in.peer, m.id, m.epoch, text);
+}
+
+void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
+  const std::string& route = in.joiner_route;
+  if (auto problem = joiner_endpoint_problem(endpoint)) {
+    reply(route, {proto::Member::kRefused, 0, epoch_}, *problem);
+    return;
+  }
+  if (!options_.refuse.empty()) {
+    reply(route, {proto::Member::kRefused, 0, epoch_}, options_.refuse);
+    return;
+  }
+  const auto& peers = router_.peers();
+  const auto same = std::find_if(peers.begin(), peers.end(),
+                                 [&](const peers::Peer& p) { return p.endpoint == endpoint; });
+  uint32_t id = 0;
+  if (endpoint == options_.self_endpoint) {
+    reply(route, {proto::Member::kRefused, 0, epoch_},
+          fmt::format("{} is this seed's own endpoint", endpoint));
+    return;
+  }
+  if (same != peers.end()) {
+    id = same->id;  // its answer was lost, or it asks again: the same id
+  } else {
+    if (const uint32_t c = coordinator(); c != router_.self()) {
+      const auto it =
+          std::find_if(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == c; });
+      reply(route, {proto::Member::kRedirect, c, epoch_}, it->endpoint);
+      return;
+    }
+    if (highest_ >= proto::kNoNode - 1) {
+      reply(route, {proto::Member::kRefused, 0, epoch_}, "no id left");
+      return;
+    }
+    id = highest_ + 1;
+    if (auto st = add(id, endpoint); !st) {
+      reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
+      return;
+    }
+    ++epoch_;
+    auto text = std::make_shared<std::vector<std::byte>>(endpoint.size());
+    std::memcpy(text->data(), endpoint.data(), endpoint.size());
+    for (const auto& p : router_.peers())
+      if (p.id != id)
+        (void)router_.transport().send_shared(p.id, 0,
+                                              proto::Member{proto::Member::kAdd, id, epoch_}, text);
+    spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
+                 router_.peers().size() + 1);
+  }
+  std::vector<peers::Peer> members{{router_.self(), options_.self_endpoint}};
+  for (const auto& p : router_.peers()) members.push_back(p);
+  std::sort(members.begin(), members.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  reply(route, {proto::Member::kAnswer, id, epoch_}, format_members(members));
+}
+
+void Admission::on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::string& endpoint) {
+  const auto& peers = router_.peers();
+  if (id == router_.self() ||
+      std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
+    return;  // known already (an add sent twice, or this node is the new one)
+  if (auto problem = joiner_endpoint_problem(endpoint)) {
+    router_.transport().note_dropped(from, fmt::format("an add of node {}: {}", id, *problem));
+    return;
+  }
+  if (id == proto::kNoNode) {
+    router_.transport().note_dropped(from, "an add of node 4294967295");
+    return;
+  }
+  if (auto st = add(id, endpoint); !st) {
+    spdlog::warn("node {} says node {} ({}) joined, but it cannot be taken in: {}", from, id,
+                 endpoint, st.message());
+    return;
+  }
+  epoch_ = std::max(epoch_, epoch);
+  spdlog::info("node {} ({}) joined (told by node {}): members' epoch {}, {} members", id, endpoint,
+               from, epoch_, router_.peers().size() + 1);
+}
+
+Status Admission::add(uint32_t id, const std::string& endpoint) {
+  GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer({id, endpoint}));
+  highest_ = std::max(highest_, id);
+  if (options_.take) GOSSIP_RETURN_IF_ERROR(options_.take(id, endpoint));
+  return Status::ok();
+}
+
+}  // namespace gossip::daemon

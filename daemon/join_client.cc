@@ -1,0 +1,98 @@
+#include "daemon/join_client.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <random>
+#include <zmq.hpp>
+
+#include "daemon/admission.h"
+#include "proto/message.h"
+
+namespace gossip::daemon {
+namespace {
+
+constexpr auto kAnswerWait = std::chrono::seconds(3);
+constexpr int kMaxRedirects = 4;
+
+// One request to `seed`: the answer's member message and payload, or nullopt when it
+// stayed silent for kAnswerWait (or sent something that is no answer).
+std::optional<std::pair<proto::Member, std::string>> ask(zmq::context_t& context,
+                                                         const std::string& seed,
+                                                         const std::string& endpoint) {
+  std::random_device rd;
+  const std::string route = fmt::format("join-{:08x}{:08x}", rd(), rd());
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::routing_id, route);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(proto::kMaxMemberBytes + 4096));
+  s.connect(seed);
+  const std::string head = proto::encode_head(
+      proto::kNoNode, 0, proto::Member{proto::Member::kJoinRequest, 0, 0}, endpoint.size());
+  s.send(zmq::buffer(head), zmq::send_flags::sndmore);
+  s.send(zmq::buffer(endpoint));
+  const auto deadline = std::chrono::steady_clock::now() + kAnswerWait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
+    std::vector<zmq::message_t> frames;
+    zmq::message_t frame;
+    while (s.recv(frame, zmq::recv_flags::dontwait)) {
+      const bool more = frame.more();
+      if (frames.size() < 3) frames.push_back(std::move(frame));
+      if (!more) break;
+    }
+    if (frames.size() != 2) continue;
+    auto h = proto::decode_head(frames[0].data(), frames[0].size());
+    if (!h || h->envelope.kind != proto::Kind::kMember ||
+        !proto::validate_payload(h->envelope, 1, frames[1].size()))
+      continue;
+    return std::make_pair(std::get<proto::Member>(h->body), frames[1].to_string());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::string& endpoint,
+                             std::chrono::milliseconds timeout) {
+  if (seeds.empty()) return Status::invalid("--join: no seed");
+  zmq::context_t context(1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string silent;
+  for (size_t next = 0; std::chrono::steady_clock::now() < deadline; ++next) {
+    std::string seed = seeds[next % seeds.size()];
+    for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+      auto answer = ask(context, seed, endpoint);
+      if (!answer) {
+        silent = seed;
+        break;
+      }
+      const auto& [m, text] = *answer;
+      if (m.what == proto::Member::kRefused)
+        return Status::invalid(fmt::format("join: {} refused: {}", seed, text));
+      if (m.what == proto::Member::kRedirect) {
+        spdlog::info("join: {} sends this node to the coordinator, node {} at {}", seed, m.id,
+                     text);
+        seed = text;
+        continue;
+      }
+      if (m.what != proto::Member::kAnswer) break;
+      auto members = parse_members(text);
+      if (!members) return members.status().with_context(fmt::format("join: {}'s answer", seed));
+      const auto self = std::find_if(members->begin(), members->end(),
+                                     [&](const peers::Peer& p) { return p.id == m.id; });
+      if (self == members->end() || self->endpoint != endpoint)
+        return Status::protocol(
+            fmt::format("join: {} answered id {}, but its member list does not give it {}", seed,
+                        m.id, endpoint));
+      return Joined{m.id, m.epoch, std::move(members).value()};
+    }
+  }
+  return Status::timeout(fmt::format(
+      "join: no seed answered within {} s (the last silent one: {}); are the seeds up and "
+      "their ports open?",
+      timeout.count() / 1000, silent.empty() ? "none" : silent));
+}
+
+}  // namespace gossip::daemon

@@ -1,0 +1,26 @@
+#pragma once
+// A node that was never in the peer list joins a running cluster (--join SEEDS): the
+// joiner's side of daemon/admission.h. Before its channel exists it asks the seeds in
+// turn, over a socket of its own, for an id: it follows a redirect to the coordinator,
+// stops at a refusal (which says why), and tries the next seed when one does not
+// answer within a few seconds, until `timeout`.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "peers/peer.h"
+
+namespace gossip::daemon {
+
+struct Joined {
+  uint32_t id = 0;
+  uint64_t epoch = 0;                // of the member list
+  std::vector<peers::Peer> members;  // every member, this node included
+};
+
+Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::string& endpoint,
+                             std::chrono::milliseconds timeout);
+
+}  // namespace gossip::daemon
