@@ -1,5 +1,5 @@
 // gossipctl: the command-line tool around gossipd. Each subcommand lives in its own file
-// and registers itself here: cluster, status, keygen, run, doctor.
+// and registers itself here: cluster, status, keygen, run, doctor, leave.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/doctor.h"
 #include "cli/keygen.h"
+#include "cli/leave.h"
 #include "cli/run.h"
 #include "cli/status.h"
 
@@ -27,8 +28,8 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", std::string("gossipctl ") + gossip::kVersion);
     app.require_subcommand(1);
     std::vector<Subcommand> commands = {add_cluster_command(app), add_status_command(app),
-                                        add_keygen_command(app), add_run_command(app),
-                                        add_doctor_command(app)};
+                                        add_keygen_command(app),  add_run_command(app),
+                                        add_doctor_command(app),  add_leave_command(app)};
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

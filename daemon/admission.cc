@@ -69,7 +69,24 @@ Admission::Admission(peers::Router& router, Options options)
   highest_ = router_.self();
   for (const auto& p : router_.peers()) highest_ = std::max(highest_, p.id);
   subscription_ =
-      router_.subscribe({proto::Kind::kMember}, [this](peers::Incoming& in) { on_member(in); });
+      router_.subscribe({proto::Kind::kMember, proto::Kind::kHello}, [this](peers::Incoming& in) {
+        if (in.kind() == proto::Kind::kHello)
+          on_hello(in.peer);
+        else
+          on_member(in);
+      });
+}
+
+void Admission::send_add(uint32_t to, const peers::Peer& member) {
+  auto text = std::make_shared<std::vector<std::byte>>(member.endpoint.size());
+  std::memcpy(text->data(), member.endpoint.data(), member.endpoint.size());
+  (void)router_.transport().send_shared(
+      to, 0, proto::Member{proto::Member::kAdd, member.id, epoch_}, std::move(text));
+}
+
+void Admission::on_hello(uint32_t peer) {
+  for (const auto& member : joined_)
+    if (member.id != peer) send_add(peer, member);
 }
 
 uint32_t Admission::coordinator() const {
@@ -139,12 +156,8 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
       return;
     }
     ++epoch_;
-    auto text = std::make_shared<std::vector<std::byte>>(endpoint.size());
-    std::memcpy(text->data(), endpoint.data(), endpoint.size());
     for (const auto& p : router_.peers())
-      if (p.id != id)
-        (void)router_.transport().send_shared(p.id, 0,
-                                              proto::Member{proto::Member::kAdd, id, epoch_}, text);
+      if (p.id != id) send_add(p.id, {id, endpoint});
     spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
                  router_.peers().size() + 1);
   }
@@ -180,6 +193,7 @@ void Admission::on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::st
 Status Admission::add(uint32_t id, const std::string& endpoint) {
   GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer({id, endpoint}));
   highest_ = std::max(highest_, id);
+  joined_.push_back({id, endpoint});
   if (options_.take) GOSSIP_RETURN_IF_ERROR(options_.take(id, endpoint));
   return Status::ok();
 }

@@ -11,9 +11,13 @@
 // The joiner then starts as a node without state: it fetches the members' state and
 // asks into their ring like a restarted node (sgd/state_transfer.h, sgd/peer_ring.h).
 //
-// Not yet (docs/architecture.md, "Churn"): joining under CURVE, members that were down
-// when the add went out (they never hear of the new member), a member list that
-// outlives a restart, and ids assigned on both sides of a partition.
+// A member that was down when an add went out, or restarted since with its configured
+// list, hears of the joined members when it says hello: every member that knows them
+// sends it their adds again (an add of a known member changes nothing).
+//
+// Not yet (docs/architecture.md, "Churn"): joining under CURVE, a member list that
+// outlives the restart of every member that knew it, and ids assigned on both sides
+// of a partition.
 
 #include <chrono>
 #include <cstdint>
@@ -43,6 +47,9 @@ class Admission {
   void on_member(peers::Incoming& in);
   void answer_join(peers::Incoming& in, const std::string& endpoint);
   void on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::string& endpoint);
+  // A peer (re)started: the members that joined since the peer lists were written.
+  void on_hello(uint32_t peer);
+  void send_add(uint32_t to, const peers::Peer& member);
   Status add(uint32_t id, const std::string& endpoint);
   void reply(const std::string& route, proto::Member m, const std::string& payload);
   uint32_t coordinator() const;
@@ -50,7 +57,8 @@ class Admission {
   peers::Router& router_;
   Options options_;
   uint64_t epoch_ = 0;
-  uint32_t highest_ = 0;  // the highest id this node has known
+  uint32_t highest_ = 0;             // the highest id this node has known
+  std::vector<peers::Peer> joined_;  // members that joined by seeds, as this node knows
   peers::Router::Subscription subscription_;
 };
 

@@ -174,6 +174,13 @@ int Daemon::run() {
     if (items[3].revents & ZMQ_POLLIN) handle_ipc_disconnects();
     if (items[2].revents & ZMQ_POLLIN) handle_round_done();
     if (items[0].revents & ZMQ_POLLIN) handle_ipc();
+    if (leave_route_) {
+      const std::string reason =
+          fmt::format("gossipd on node {} left the cluster (gossipctl leave)", config_.node_id);
+      reply(*leave_route_, ipc::Shutdown{reason});
+      shutdown(reason);
+      break;
+    }
     publish_gauges();
     release_free_memory();
   }
@@ -290,6 +297,10 @@ void Daemon::handle_ipc() {
       on_detach(route);
     } else if (std::holds_alternative<ipc::StatsRequest>(*msg)) {
       on_stats(route);
+    } else if (std::holds_alternative<ipc::Leave>(*msg)) {
+      // After this batch of messages: shutdown() closes the socket they come on.
+      spdlog::info("leaving the cluster (gossipctl leave)");
+      leave_route_ = route;
     } else if (auto* q = std::get_if<ipc::InspectRequest>(&*msg)) {
       on_inspect(route, *q);
     } else {

@@ -91,6 +91,8 @@ class Daemon {
   std::string ipc_path_;
   int signal_fd_ = -1;
   bool running_ = true;
+  // gossipctl leave asked from this route: answered and acted on after the IPC batch.
+  std::optional<std::string> leave_route_;
 
   std::unique_ptr<SyncWorker> worker_;
   TrainerSessions sessions_;

@@ -305,6 +305,7 @@ bool write_ipc_messages(const fs::path& root) {
       {"shutdown", ipc::Shutdown{"SIGTERM"}},
       {"inspect", ipc::InspectRequest{ipc::InspectRequest::kLinks, 10000}},
       {"inspect_reply", ipc::InspectReply{{inspect_seeds().front().second}}},
+      {"leave", ipc::Leave{}},
   };
   bool ok = true;
   for (const auto& [name, m] : messages) {

@@ -101,6 +101,11 @@ struct Schema<Shutdown> {
   static constexpr std::array<std::string_view, 1> kKeys = {"reason"};
 };
 template <>
+struct Schema<Leave> {
+  static constexpr const char* kName = "leave";
+  static constexpr std::array<std::string_view, 0> kKeys = {};
+};
+template <>
 struct Schema<Traffic> {
   static constexpr std::array<std::string_view, 7> kKeys = {
       "payload_sent", "payload_recv", "wire_sent", "wire_recv",
@@ -257,6 +262,7 @@ void pack_body(Packer& pk, const SyncRange& m) {
 void pack_body(Packer&, const Detach&) {}
 void pack_body(Packer&, const DetachOk&) {}
 void pack_body(Packer&, const StatsRequest&) {}
+void pack_body(Packer&, const Leave&) {}
 void pack_body(Packer& pk, const StatsReply& m) {
   pack_fields(pk, Schema<StatsReply>::kKeys, m.node, m.strategy, m.round, m.step, m.trainers,
               m.traffic, m.peers, m.timing);
@@ -590,6 +596,7 @@ Status read_body(const FieldReader& r, SyncRange* m) {
 Status read_body(const FieldReader&, Detach*) { return Status::ok(); }
 Status read_body(const FieldReader&, DetachOk*) { return Status::ok(); }
 Status read_body(const FieldReader&, StatsRequest*) { return Status::ok(); }
+Status read_body(const FieldReader&, Leave*) { return Status::ok(); }
 Status read_body(const FieldReader& r, StatsReply* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("node", &m->node));
   GOSSIP_RETURN_IF_ERROR(r.read("strategy", &m->strategy));

@@ -157,9 +157,14 @@ struct Shutdown {
   std::string reason;
 };
 
+// gossipctl leave -> daemon: leave the cluster in order. The daemon answers with the
+// Shutdown its trainers get, says bye to its peers (which go on without it at once)
+// and exits.
+struct Leave {};
+
 using Message =
     std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest, StatsReply, Error,
-                 Shutdown, Start, SyncRange, InspectRequest, InspectReply>;
+                 Shutdown, Start, SyncRange, InspectRequest, InspectReply, Leave>;
 
 const char* message_name(const Message& m);
 std::string encode(const Message& m);

@@ -200,10 +200,13 @@ void PeerRing::absorb(const peers::Incoming& in) {
       if (in.peer == order().right_id() || in.peer == order().left_id()) drop(kRingLinks);
       if (partner) drop(kMeshLinks);
       // A member that leaves in order is left out at once rather than at the next round.
-      if (options_.elastic && membership_.member(in.peer) &&
-          membership_.start(Clock::now(), options_.reform_wait)) {
-        spdlog::warn("peer {} said bye: re-forming the ring without it", in.peer);
-        send_probes();
+      if (options_.elastic && membership_.member(in.peer)) {
+        const bool started = membership_.start(Clock::now(), options_.reform_wait);
+        membership_.said_bye(in.peer);
+        if (started) {
+          spdlog::warn("peer {} said bye: re-forming the ring without it", in.peer);
+          send_probes();
+        }
       }
       return;
     }

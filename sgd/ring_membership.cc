@@ -44,7 +44,7 @@ bool RingMembership::member(uint32_t id) const {
 
 bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
   if (reform_) return false;
-  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}};
+  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}};
   return true;
 }
 
@@ -105,10 +105,14 @@ bool RingMembership::joiner(uint32_t peer, uint64_t epoch, bool joining) const {
   return admit_joiners_ && joining && epoch == 0 && !member(peer) && configured(peer);
 }
 
+void RingMembership::said_bye(uint32_t peer) {
+  if (reform_ && member(peer) && !reform_->heard.count(peer)) reform_->gone.insert(peer);
+}
+
 bool RingMembership::ready(Clock::time_point now) const {
   if (!reform_) return false;
-  // Joiners among the heard do not count towards "every member".
-  size_t members_heard = 0;
+  // Joiners among the heard do not count towards "every member"; those gone do.
+  size_t members_heard = reform_->gone.size();
   for (const auto& [id, next] : reform_->heard) members_heard += member(id) ? 1 : 0;
   if (now >= reform_->until) return true;
   for (uint32_t id : reform_->vouched)

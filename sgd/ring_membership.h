@@ -85,7 +85,11 @@ class RingMembership {
   // Alone in its view although peers are configured: the others left it out.
   bool alone() const { return order_.ids.size() == 1 && !configured_.empty(); }
   bool rejoining() const { return rejoining_; }
-  // Every other member and every peer vouched for heard, or the wait over.
+  // A member said bye (it stops, or left with gossipctl leave): the re-forming under
+  // way does not wait for it.
+  void said_bye(uint32_t peer);
+  // Every other member (but those that said bye) and every peer vouched for heard, or
+  // the wait over.
   bool ready(Clock::time_point now) const;
 
   struct Change {
@@ -114,6 +118,7 @@ class RingMembership {
     // Configured peers outside the view whose probe came before a member vouched for
     // them: heard once one does (the probe is not sent twice).
     std::map<uint32_t, std::pair<uint64_t, uint64_t>> pending;  // -> epoch, next round
+    std::set<uint32_t> gone;                                    // members that said bye
   };
   bool configured(uint32_t id) const;
   std::optional<Reform> reform_;

@@ -434,6 +434,47 @@ TEST(RingProcesses, ANodeThatNoMemberListsJoinsThroughASeedWithTheNextId) {
   for (int i : {1, 2})
     EXPECT_NE(ring.cluster().log(i).find("joined (told by node 0)"), std::string::npos)
         << ring.cluster().log(i);
+
+  // Node 2 restarts with its own peer list, which lacks node 3: a member tells it of
+  // node 3 when it says hello, and the four average again.
+  ring.detach(2);
+  ring.cluster().daemon(2).signal(SIGKILL);
+  for (int shift : {60, 70}) ring.round({0, 1, 3}, shift);
+  ASSERT_FALSE(HasFailure());
+  ring.cluster().start(2);
+  ring.attach(2);
+  ASSERT_FALSE(HasFailure());
+  for (int shift : {80, 90, 100}) ring.round({0, 1, 2, 3}, shift);
+  ASSERT_FALSE(HasFailure()) << ring.cluster().log(2);
+  EXPECT_NE(ring.cluster().log(2).find("node 3 (tcp://127.0.0.1:"), std::string::npos)
+      << ring.cluster().log(2);
+}
+
+// gossipctl leave: node 2's daemon tells its trainer why, says bye and exits; the
+// other two go on without it at once (a bye re-forms the ring), not after a timeout.
+TEST(RingProcesses, ANodeThatLeavesIsGoneFromTheNextRound) {
+  ElasticLocalSgd ring({"--dead-after", "20"});  // a silence would take 20 s to notice
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  ring.round({0, 1, 2}, 0);
+  ASSERT_FALSE(HasFailure());
+  const auto dir = ring.cluster().run_dir();
+  ChildProcess leave({binary("gossipctl"), "leave", "--node", ring.cluster().ipc_endpoint(2)},
+                     dir / "gossipctl-leave.log");
+  ASSERT_EQ(leave.wait(20s), 0) << leave.log();
+  EXPECT_NE(leave.log().find("gossipd on node 2 left the cluster (gossipctl leave)"),
+            std::string::npos)
+      << leave.log();
+  EXPECT_EQ(ring.cluster().daemon(2).wait(10s), 0) << ring.cluster().log(2);
+  const std::string error = ring.step(2, 5);
+  EXPECT_NE(error.find("left the cluster"), std::string::npos) << error;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int shift : {10, 20}) ring.round({0, 1}, shift);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "not a wait for a silent peer";
+  EXPECT_NE(ring.cluster().log(0).find("peer 2 said bye"), std::string::npos)
+      << ring.cluster().log(0);
 }
 
 // A cluster whose strategy takes no new members refuses a joiner, saying why; the

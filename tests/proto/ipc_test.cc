@@ -224,7 +224,8 @@ std::vector<Message> samples() {
           Start{},
           SyncRange{UINT64_MAX, 1000, 250, true},
           InspectRequest{InspectRequest::kStatus, 2500},
-          InspectReply{{std::string("\x94\x00", 2), std::string(60 << 10, 'x')}}};
+          InspectReply{{std::string("\x94\x00", 2), std::string(60 << 10, 'x')}},
+          Leave{}};
 }
 
 // ------------------------------------------------------------------ comparisons
@@ -311,6 +312,7 @@ void expect_eq(const InspectRequest& a, const InspectRequest& b) {
 void expect_eq(const InspectReply& a, const InspectReply& b) { EXPECT_EQ(a.parts, b.parts); }
 void expect_eq(const Error& a, const Error& b) { EXPECT_EQ(a.message, b.message); }
 void expect_eq(const Shutdown& a, const Shutdown& b) { EXPECT_EQ(a.reason, b.reason); }
+void expect_eq(const Leave&, const Leave&) {}
 
 void expect_eq(const Message& a, const Message& b) {
   ASSERT_EQ(a.index(), b.index()) << message_name(a) << " vs " << message_name(b);
@@ -380,7 +382,7 @@ TEST(Ipc, MessageNames) {
   EXPECT_EQ(names,
             (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
                                       "detach_ok", "stats", "stats_reply", "error", "shutdown",
-                                      "start", "sync_range", "inspect", "inspect_reply"}));
+                                      "start", "sync_range", "inspect", "inspect_reply", "leave"}));
 }
 
 // The format other implementations (the Python client) read and write.

@@ -246,6 +246,20 @@ TEST(RingMembership, ViewsThatDifferOnAJoinerAgreeAtTheNextReforming) {
   }
 }
 
+// A member that said bye is not waited for: the re-forming ends when the others are
+// heard, not when the wait runs out.
+TEST(RingMembership, AMemberThatSaidByeIsNotWaitedFor) {
+  RingMembership m(0, {1, 2});
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(m.start(t0, 20s));
+  m.said_bye(2);
+  EXPECT_FALSE(m.ready(t0));
+  m.on_probe(1, 0, 4, t0, 20s);
+  ASSERT_TRUE(m.ready(t0));
+  EXPECT_EQ(m.decide().lost, (std::vector<uint32_t>{2}));
+  EXPECT_EQ(m.members(), (std::vector<uint32_t>{0, 1}));
+}
+
 // A node that every member left out is vouched for by none: its probes at its own
 // epoch are not heard, and it asks back in through a state transfer.
 TEST(RingMembership, ANodeEveryMemberLeftOutIsNotTakenBackByItsOwnProbes) {
