@@ -66,6 +66,12 @@ void check_promises(const proto::Message& m) {
                (e.length == 0 ||
                 (i->what != proto::Inspect::kAskLinks && i->what != proto::Inspect::kAskStatus)),
            "an inspect message's payload is within its what's limit");
+  else if (const auto* r = std::get_if<proto::RingProbe>(&m.body))
+    expect(r->members <= proto::kMaxRingProbeMembers && e.length == r->members * sizeof(uint32_t),
+           "a ring-probe carries its members' ids");
+  else if (const auto* b = std::get_if<proto::Member>(&m.body))
+    expect(b->what <= proto::Member::kAdd && e.length > 0 && e.length <= proto::kMaxMemberBytes,
+           "a member message carries 1 byte to kMaxMemberBytes");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else if (const auto* o = std::get_if<proto::StateOffer>(&m.body); o && o->has_state)
