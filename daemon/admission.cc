@@ -168,6 +168,11 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
 }
 
 void Admission::on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::string& endpoint) {
+  if (!options_.refuse.empty()) {  // no member of this cluster admits one: a made-up add
+    router_.transport().note_dropped(
+        from, fmt::format("an add of node {}, but this node's strategy takes no new members", id));
+    return;
+  }
   const auto& peers = router_.peers();
   if (id == router_.self() ||
       std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))

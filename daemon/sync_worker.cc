@@ -73,6 +73,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
         "node {} runs {}{}: only local SGD on an elastic ring (--elastic) takes new members yet",
         config.node_id, config.strategy.name, w->membership_ ? "" : " on a fabric without churn");
   ao.take = [self](uint32_t id, const std::string& endpoint) {
+    if (!self->membership_) return Status::invalid("this node's fabric takes no new members");
     GOSSIP_RETURN_IF_ERROR(self->membership_->add_member(id, endpoint));
     std::lock_guard lock(self->peers_mu_);
     self->peers_copy_ = self->transport_->peers();

