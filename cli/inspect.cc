@@ -8,12 +8,11 @@
 #include "proto/ipc.h"
 
 namespace gossip::cli {
-namespace {
 
 namespace ipc = proto::ipc;
 
-Result<ipc::InspectReply> ask(const std::string& endpoint, uint32_t what,
-                              std::chrono::milliseconds timeout) {
+Result<ipc::Message> ask_daemon(const std::string& endpoint, const ipc::Message& request,
+                                std::chrono::milliseconds wait) {
   if (endpoint.starts_with("ipc://") && !std::filesystem::exists(endpoint.substr(6)))
     return Status::not_found(fmt::format(
         "no gossipd socket at {}: is gossipd running on this host, with this --run-dir and id?",
@@ -23,13 +22,9 @@ Result<ipc::InspectReply> ask(const std::string& endpoint, uint32_t what,
     zmq::socket_t socket(context, zmq::socket_type::dealer);
     socket.set(zmq::sockopt::linger, 0);
     socket.connect(endpoint);
-    const std::string request =
-        ipc::encode(ipc::InspectRequest{what, static_cast<uint64_t>(timeout.count())});
-    if (!socket.send(zmq::buffer(request), zmq::send_flags::dontwait))
+    if (!socket.send(zmq::buffer(ipc::encode(request)), zmq::send_flags::dontwait))
       return Status::io_error(fmt::format("cannot send to {}", endpoint));
-    // The node waits `timeout` for its peers, then answers; give it time to.
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-    const auto wait = timeout + std::chrono::seconds(5);
     if (zmq::poll(&item, 1, wait) == 0)
       return Status::timeout(
           fmt::format("no answer from the daemon at {} in {:.0f} s: is gossipd running there?",
@@ -40,17 +35,28 @@ Result<ipc::InspectReply> ask(const std::string& endpoint, uint32_t what,
     auto m = ipc::decode(answer.data(), answer.size());
     if (!m) return m.status().with_context("the daemon's answer");
     if (auto* e = std::get_if<ipc::Error>(&*m)) return Status::invalid(e->message);
-    auto* r = std::get_if<ipc::InspectReply>(&*m);
-    if (!r)
-      return Status::protocol(
-          fmt::format("the daemon answered '{}', not inspect_reply (an older "
-                      "gossipd?)",
-                      ipc::message_name(*m)));
-    if (r->parts.empty()) return Status::protocol("the daemon's inspect_reply is empty");
-    return std::move(*r);
+    return std::move(m).value();
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("{}: {}", endpoint, e.what()));
   }
+}
+
+namespace {
+
+Result<ipc::InspectReply> ask(const std::string& endpoint, uint32_t what,
+                              std::chrono::milliseconds timeout) {
+  // The node waits `timeout` for its peers, then answers; give it time to.
+  auto m = ask_daemon(endpoint, ipc::InspectRequest{what, static_cast<uint64_t>(timeout.count())},
+                      timeout + std::chrono::seconds(5));
+  if (!m) return m.status();
+  auto* r = std::get_if<ipc::InspectReply>(&*m);
+  if (!r)
+    return Status::protocol(
+        fmt::format("the daemon answered '{}', not inspect_reply (an older "
+                    "gossipd?)",
+                    ipc::message_name(*m)));
+  if (r->parts.empty()) return Status::protocol("the daemon's inspect_reply is empty");
+  return std::move(*r);
 }
 
 // The summary, then one report per member that answered; one member's unreadable

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "proto/inspect.h"
+#include "proto/ipc.h"
 
 namespace gossip::cli {
 
@@ -22,6 +23,12 @@ struct ClusterStatus {
   std::vector<proto::inspect::MemberStatus> members;
   std::vector<std::string> unreadable;
 };
+
+// One request to the daemon at `endpoint` (ipc://PATH) and its answer, within `wait`;
+// an Error answer becomes the Status, a missing socket a hint to check the node.
+Result<proto::ipc::Message> ask_daemon(const std::string& endpoint,
+                                       const proto::ipc::Message& request,
+                                       std::chrono::milliseconds wait);
 
 // `timeout`: how long the node waits for its peers; this waits a little longer.
 Result<ClusterLinks> ask_links(const std::string& endpoint, std::chrono::milliseconds timeout);

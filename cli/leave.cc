@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <thread>
-#include <zmq.hpp>
 
+#include "cli/inspect.h"
 #include "cli/status.h"
 #include "proto/ipc.h"
 
@@ -25,38 +25,14 @@ struct LeaveOptions {
 // is unlinked as it stops.
 Result<std::string> leave(const std::string& endpoint, std::chrono::milliseconds timeout) {
   const std::string path = endpoint.substr(6);  // ipc_endpoint_of gives ipc://PATH
-  if (!std::filesystem::exists(path))
-    return Status::not_found(fmt::format(
-        "no gossipd socket at {}: is gossipd running on this host, with this --run-dir and id?",
-        path));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::string reason;
-  try {
-    zmq::context_t context(1);
-    zmq::socket_t socket(context, zmq::socket_type::dealer);
-    socket.set(zmq::sockopt::linger, 0);
-    socket.connect(endpoint);
-    const std::string request = ipc::encode(ipc::Leave{});
-    if (!socket.send(zmq::buffer(request), zmq::send_flags::dontwait))
-      return Status::io_error(fmt::format("cannot send to {}", endpoint));
-    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, timeout) == 0)
-      return Status::timeout(fmt::format("no answer from the daemon at {} in {:.0f} s", endpoint,
-                                         std::chrono::duration<double>(timeout).count()));
-    zmq::message_t answer;
-    if (!socket.recv(answer, zmq::recv_flags::dontwait))
-      return Status::io_error(fmt::format("no answer from {}", endpoint));
-    auto m = ipc::decode(answer.data(), answer.size());
-    if (!m) return m.status().with_context("the daemon's answer");
-    if (auto* e = std::get_if<ipc::Error>(&*m)) return Status::invalid(e->message);
-    auto* s = std::get_if<ipc::Shutdown>(&*m);
-    if (!s)
-      return Status::protocol(fmt::format(
-          "the daemon answered '{}', not shutdown (an older gossipd?)", ipc::message_name(*m)));
-    reason = s->reason;
-  } catch (const zmq::error_t& e) {
-    return Status::io_error(fmt::format("{}: {}", endpoint, e.what()));
-  }
+  auto m = ask_daemon(endpoint, ipc::Leave{}, timeout);
+  if (!m) return m.status();
+  auto* s = std::get_if<ipc::Shutdown>(&*m);
+  if (!s)
+    return Status::protocol(fmt::format(
+        "the daemon answered '{}', not shutdown (an older gossipd?)", ipc::message_name(*m)));
+  const std::string reason = s->reason;
   while (std::filesystem::exists(path)) {
     if (std::chrono::steady_clock::now() >= deadline)
       return Status::timeout(
