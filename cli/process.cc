@@ -242,8 +242,9 @@ void Process::kill_and_reap() {
 void terminate_all(std::span<Process* const> processes, std::chrono::milliseconds grace) {
   auto any_running = [&] {
     bool any = false;
+    // A process never started (or already reaped) has nothing to wait for.
     for (Process* p : processes) {
-      if (p != nullptr && !p->poll()) any = true;
+      if (p != nullptr && p->running() && !p->poll()) any = true;
     }
     return any;
   };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <memory>
 #include <set>
 
@@ -77,16 +78,18 @@ Admission::Admission(peers::Router& router, Options options)
       });
 }
 
-void Admission::send_add(uint32_t to, const peers::Peer& member) {
-  auto text = std::make_shared<std::vector<std::byte>>(member.endpoint.size());
-  std::memcpy(text->data(), member.endpoint.data(), member.endpoint.size());
-  (void)router_.transport().send_shared(
-      to, 0, proto::Member{proto::Member::kAdd, member.id, epoch_}, std::move(text));
+void Admission::send_add(uint32_t to, const Joined& member) {
+  const std::string& endpoint = member.peer.endpoint;
+  auto text = std::make_shared<std::vector<std::byte>>(endpoint.size());
+  std::memcpy(text->data(), endpoint.data(), endpoint.size());
+  (void)router_.transport().send_shared(to, member.first_round,
+                                        proto::Member{proto::Member::kAdd, member.peer.id, epoch_},
+                                        std::move(text));
 }
 
 void Admission::on_hello(uint32_t peer) {
   for (const auto& member : joined_)
-    if (member.id != peer) send_add(peer, member);
+    if (member.peer.id != peer) send_add(peer, member);
 }
 
 uint32_t Admission::coordinator() const {
@@ -98,8 +101,9 @@ uint32_t Admission::coordinator() const {
   return lowest;
 }
 
-void Admission::reply(const std::string& route, proto::Member m, const std::string& payload) {
-  if (auto st = router_.transport().reply_to_joiner(route, m, payload); !st)
+void Admission::reply(const std::string& route, proto::Member m, const std::string& payload,
+                      uint64_t round) {
+  if (auto st = router_.transport().reply_to_joiner(route, round, m, payload); !st)
     spdlog::warn("answer to a joiner: {}", st.message());
 }
 
@@ -110,12 +114,16 @@ void Admission::on_member(peers::Incoming& in) {
     if (m.what == proto::Member::kJoinRequest) answer_join(in, text);
     return;
   }
+  if (m.what == proto::Member::kReady && m.id == in.peer) {
+    on_ready(in.peer);
+    return;
+  }
   if (m.what != proto::Member::kAdd) {
     router_.transport().note_dropped(in.peer,
                                      fmt::format("a member message what={} from a member", m.what));
     return;
   }
-  on_add(in.peer, m.id, m.epoch, text);
+  on_add(in.peer, {{m.id, text}, in.round()}, m.epoch);
 }
 
 void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
@@ -132,13 +140,15 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
   const auto same = std::find_if(peers.begin(), peers.end(),
                                  [&](const peers::Peer& p) { return p.endpoint == endpoint; });
   uint32_t id = 0;
+  uint64_t first_round = 0;
   if (endpoint == options_.self_endpoint) {
     reply(route, {proto::Member::kRefused, 0, epoch_},
           fmt::format("{} is this seed's own endpoint", endpoint));
     return;
   }
   if (same != peers.end()) {
-    id = same->id;  // its answer was lost, or it asks again: the same id
+    id = same->id;  // its answer was lost, or it asks again: the same id and round
+    if (const Joined* j = joined(id)) first_round = j->first_round;
   } else {
     if (const uint32_t c = coordinator(); c != router_.self()) {
       const auto it =
@@ -151,32 +161,50 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
       return;
     }
     id = highest_ + 1;
-    if (auto st = add(id, endpoint); !st) {
+    if (options_.check)
+      if (auto st = options_.check(id); !st) {
+        reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
+        return;
+      }
+    const Joined member{{id, endpoint}, 0};
+    if (auto st = add(member); !st) {
       reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
       return;
     }
     ++epoch_;
     for (const auto& p : router_.peers())
-      if (p.id != id) send_add(p.id, {id, endpoint});
+      if (p.id != id) send_add(p.id, member);
     spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
                  router_.peers().size() + 1);
   }
   std::vector<peers::Peer> members{{router_.self(), options_.self_endpoint}};
   for (const auto& p : router_.peers()) members.push_back(p);
   std::sort(members.begin(), members.end(), [](auto& a, auto& b) { return a.id < b.id; });
-  reply(route, {proto::Member::kAnswer, id, epoch_}, format_members(members));
+  reply(route, {proto::Member::kAnswer, id, epoch_}, format_members(members), first_round);
 }
 
-void Admission::on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::string& endpoint) {
+void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
+  const uint32_t id = member.peer.id;
+  const std::string& endpoint = member.peer.endpoint;
+  if (id == router_.self()) {  // this joiner's first round, once a member scheduled it
+    if (member.first_round > 0 && own_round_ == 0) {
+      own_round_ = member.first_round;
+      if (options_.schedule) options_.schedule(id, own_round_);
+    }
+    return;
+  }
+  if (Joined* known = joined(id)) {  // its schedule, when this add brings the first
+    if (member.first_round > 0 && known->first_round == 0) set_round(*known, member.first_round);
+    return;
+  }
   if (!options_.refuse.empty()) {  // no member of this cluster admits one: a made-up add
     router_.transport().note_dropped(
         from, fmt::format("an add of node {}, but this node's strategy takes no new members", id));
     return;
   }
   const auto& peers = router_.peers();
-  if (id == router_.self() ||
-      std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
-    return;  // known already (an add sent twice, or this node is the new one)
+  if (std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
+    return;  // a configured peer
   if (auto problem = joiner_endpoint_problem(endpoint)) {
     router_.transport().note_dropped(from, fmt::format("an add of node {}: {}", id, *problem));
     return;
@@ -185,7 +213,13 @@ void Admission::on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::st
     router_.transport().note_dropped(from, "an add of node 4294967295");
     return;
   }
-  if (auto st = add(id, endpoint); !st) {
+  if (options_.check)
+    if (auto st = options_.check(id); !st) {
+      router_.transport().note_dropped(from,
+                                       fmt::format("an add of node {}: {}", id, st.message()));
+      return;
+    }
+  if (auto st = add({member.peer, 0}); !st) {
     spdlog::warn("node {} says node {} ({}) joined, but it cannot be taken in: {}", from, id,
                  endpoint, st.message());
     return;
@@ -193,13 +227,68 @@ void Admission::on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::st
   epoch_ = std::max(epoch_, epoch);
   spdlog::info("node {} ({}) joined (told by node {}): members' epoch {}, {} members", id, endpoint,
                from, epoch_, router_.peers().size() + 1);
+  if (member.first_round > 0) set_round(joined_.back(), member.first_round);
 }
 
-Status Admission::add(uint32_t id, const std::string& endpoint) {
-  GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer({id, endpoint}));
-  highest_ = std::max(highest_, id);
-  joined_.push_back({id, endpoint});
-  if (options_.take) GOSSIP_RETURN_IF_ERROR(options_.take(id, endpoint));
+Admission::Joined* Admission::joined(uint32_t id) {
+  for (auto& j : joined_)
+    if (j.peer.id == id) return &j;
+  return nullptr;
+}
+
+void Admission::set_round(Joined& member, uint64_t round) {
+  member.first_round = round;
+  if (options_.schedule) options_.schedule(member.peer.id, round);
+  spdlog::info("node {} takes part from round {}", member.peer.id, round);
+}
+
+void Admission::on_ready(uint32_t from) {
+  Joined* member = joined(from);
+  if (!member || !options_.schedule || !options_.first_round) {
+    router_.transport().note_dropped(
+        from, member ? "a ready, but this node's strategy schedules no member"
+                     : "a ready from a node that did not join by seeds");
+    return;
+  }
+  if (member->first_round > 0) {  // scheduled already (the answer got lost): the same round
+    send_add(from, *member);
+    return;
+  }
+  // Joins are scheduled in order: a later member never takes part before an earlier one.
+  last_first_round_ = std::max(options_.first_round(), last_first_round_);
+  set_round(*member, last_first_round_);
+  for (const auto& p : router_.peers()) send_add(p.id, *member);  // the joiner too
+}
+
+Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point deadline,
+                                          const std::atomic<bool>* cancel,
+                                          const std::function<void()>& tick) {
+  using Clock = std::chrono::steady_clock;
+  auto next_ask = Clock::time_point{};
+  while (own_round_ == 0) {
+    const auto now = Clock::now();
+    if (now >= deadline)
+      return Status::timeout(
+          "no member scheduled the round this node takes part from: is the coordinator up?");
+    if (cancel && cancel->load()) return Status::closed("join cancelled");
+    if (const uint32_t c = coordinator(); now >= next_ask && c != router_.self()) {
+      auto text = std::make_shared<std::vector<std::byte>>(options_.self_endpoint.size());
+      std::memcpy(text->data(), options_.self_endpoint.data(), options_.self_endpoint.size());
+      (void)router_.transport().send_shared(
+          c, 0, proto::Member{proto::Member::kReady, router_.self(), epoch_}, std::move(text));
+      next_ask = now + std::chrono::seconds(1);
+    }
+    if (tick) tick();
+    router_.poll(std::chrono::milliseconds(20));
+  }
+  return own_round_;
+}
+
+Status Admission::add(const Joined& member) {
+  GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer(member.peer));
+  highest_ = std::max(highest_, member.peer.id);
+  joined_.push_back(member);
+  if (options_.take) GOSSIP_RETURN_IF_ERROR(options_.take(member.peer.id, member.peer.endpoint));
   return Status::ok();
 }
 

@@ -8,8 +8,17 @@
 // whose strategy takes no new members refuses, saying why. An answer that got lost
 // is asked again: a joiner whose endpoint is a member's already gets that id back.
 //
-// The joiner then starts as a node without state: it fetches the members' state and
-// asks into their ring like a restarted node (sgd/state_transfer.h, sgd/peer_ring.h).
+// The joiner then starts as a node without state: it fetches the members' state, and
+//  - on an elastic ring asks in as a restarted node does (sgd/peer_ring.h);
+//  - in the gossip family's overlay, whose graph every member must change in the same
+//    round, it says it is ready (a member message `ready`, sent by the node itself) to
+//    the coordinator, which picks the round from which it takes part: a few rounds
+//    past its own, so that the news reaches every member first. It tells every member
+//    and the joiner with an add that carries that round as its envelope's round (0:
+//    not yet scheduled), and each grows its graph from there (sgd/overlay.h). The
+//    joiner runs its rounds alone until then; from then on it is a neighbor like any.
+// Scheduling only once the joiner holds a state keeps the graph's change symmetric:
+// no member mixes with a joiner that is still starting, nor waits for one.
 //
 // A member that was down when an add went out, or restarted since with its configured
 // list, hears of the joined members when it says hello: every member that knows them
@@ -19,6 +28,7 @@
 // outlives the restart of every member that knew it, and ids assigned on both sides
 // of a partition.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -36,29 +46,57 @@ class Admission {
     std::chrono::milliseconds dead_after{5000};
     // Empty when the strategy takes new members; else why not (the joiner is told).
     std::string refuse;
+    // Whether the strategy can take member `id` now (before anything changes), and
+    // why not (the overlay has no graph on id + 1 nodes).
+    std::function<Status(uint32_t id)> check;
     // Takes a new member into the strategy (after the channel has it).
     std::function<Status(uint32_t id, const std::string& endpoint)> take;
+    // Overlay strategies: the round from which a member that says it is ready now
+    // takes part, and what makes member `id` (this node included) a neighbor from
+    // round `round` on. Null for a strategy whose members need no schedule.
+    std::function<uint64_t()> first_round;
+    std::function<void(uint32_t id, uint64_t round)> schedule;
   };
   Admission(peers::Router& router, Options options);
 
   uint64_t epoch() const { return epoch_; }
 
+  // The joiner, once it holds a state (overlay strategies): says so to the coordinator
+  // every second until a member sends it the round it takes part from, which it
+  // returns (the schedule callback has run for it). `tick` runs while it waits.
+  Result<uint64_t> ask_for_round(std::chrono::steady_clock::time_point deadline,
+                                 const std::atomic<bool>* cancel,
+                                 const std::function<void()>& tick);
+
  private:
   void on_member(peers::Incoming& in);
   void answer_join(peers::Incoming& in, const std::string& endpoint);
-  void on_add(uint32_t from, uint32_t id, uint64_t epoch, const std::string& endpoint);
+  struct Joined {
+    peers::Peer peer;
+    uint64_t first_round = 0;  // 0: not scheduled yet
+  };
+  void on_add(uint32_t from, const Joined& member, uint64_t epoch);
+  // The joiner `from` holds a state: schedules it, or sends the schedule it has.
+  void on_ready(uint32_t from);
+  void set_round(Joined& member, uint64_t round);
   // A peer (re)started: the members that joined since the peer lists were written.
   void on_hello(uint32_t peer);
-  void send_add(uint32_t to, const peers::Peer& member);
-  Status add(uint32_t id, const std::string& endpoint);
-  void reply(const std::string& route, proto::Member m, const std::string& payload);
+  void send_add(uint32_t to, const Joined& member);
+  Status add(const Joined& member);
+  void reply(const std::string& route, proto::Member m, const std::string& payload,
+             uint64_t round = 0);
   uint32_t coordinator() const;
+  Joined* joined(uint32_t id);
 
   peers::Router& router_;
   Options options_;
   uint64_t epoch_ = 0;
-  uint32_t highest_ = 0;             // the highest id this node has known
-  std::vector<peers::Peer> joined_;  // members that joined by seeds, as this node knows
+  uint32_t highest_ = 0;  // the highest id this node has known
+  // Of the last member this node admitted (not one it heard of: a member's add cannot
+  // push the joins this node admits out of reach).
+  uint64_t last_first_round_ = 0;
+  std::vector<Joined> joined_;  // members that joined by seeds, as this node knows
+  uint64_t own_round_ = 0;      // a joiner: the round it takes part from; 0 until told
   peers::Router::Subscription subscription_;
 };
 

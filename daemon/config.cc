@@ -1098,7 +1098,9 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                                    "cluster has {}",
                                    c.strategy.trim, 2 * c.strategy.trim, c.nodes()));
   }
-  if (strategy->fabric == sgd::Fabric::kOverlay) {
+  // A joiner knows its id and the graph's size once a seed answered: checked then.
+  const bool before_join = !c.join.empty() && c.remote_peers().empty();
+  if (strategy->fabric == sgd::Fabric::kOverlay && !before_join) {
     // The gossip family: every node must derive the same graph over the same ids.
     std::vector<uint32_t> ids{c.node_id};
     for (const auto& p : c.remote_peers()) ids.push_back(p.id);

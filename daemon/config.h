@@ -122,6 +122,9 @@ struct DaemonConfig {
   // --join (daemon/join_client.h): seeds of a running cluster, comma-separated; the
   // node's id and peers then come from the cluster's answer.
   std::string join;
+  // Not an option: after a join, the round from which this node takes part (the
+  // overlay's graph includes it from there, sgd/overlay.h).
+  uint64_t joined_round = 0;
   std::string listen;             // tcp endpoint this daemon binds for its peers
   std::string run_dir;            // holds gossipd-<node>.sock
   std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed

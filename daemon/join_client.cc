@@ -15,11 +15,16 @@ namespace {
 constexpr auto kAnswerWait = std::chrono::seconds(3);
 constexpr int kMaxRedirects = 4;
 
+struct Answer {
+  proto::Member m;
+  uint64_t round = 0;  // the envelope's
+  std::string text;
+};
+
 // One request to `seed`: the answer's member message and payload, or nullopt when it
 // stayed silent for kAnswerWait (or sent something that is no answer).
-std::optional<std::pair<proto::Member, std::string>> ask(zmq::context_t& context,
-                                                         const std::string& seed,
-                                                         const std::string& endpoint) {
+std::optional<Answer> ask(zmq::context_t& context, const std::string& seed,
+                          const std::string& endpoint) {
   std::random_device rd;
   const std::string route = fmt::format("join-{:08x}{:08x}", rd(), rd());
   zmq::socket_t s(context, zmq::socket_type::dealer);
@@ -47,7 +52,7 @@ std::optional<std::pair<proto::Member, std::string>> ask(zmq::context_t& context
     if (!h || h->envelope.kind != proto::Kind::kMember ||
         !proto::validate_payload(h->envelope, 1, frames[1].size()))
       continue;
-    return std::make_pair(std::get<proto::Member>(h->body), frames[1].to_string());
+    return Answer{std::get<proto::Member>(h->body), h->envelope.round, frames[1].to_string()};
   }
   return std::nullopt;
 }
@@ -68,7 +73,7 @@ Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::s
         silent = seed;
         break;
       }
-      const auto& [m, text] = *answer;
+      const auto& [m, round, text] = *answer;
       if (m.what == proto::Member::kRefused)
         return Status::invalid(fmt::format("join: {} refused: {}", seed, text));
       if (m.what == proto::Member::kRedirect) {
@@ -86,7 +91,7 @@ Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::s
         return Status::protocol(
             fmt::format("join: {} answered id {}, but its member list does not give it {}", seed,
                         m.id, endpoint));
-      return Joined{m.id, m.epoch, std::move(members).value()};
+      return Joined{m.id, m.epoch, round, std::move(members).value()};
     }
   }
   return Status::timeout(fmt::format(

@@ -17,6 +17,7 @@ namespace gossip::daemon {
 struct Joined {
   uint32_t id = 0;
   uint64_t epoch = 0;                // of the member list
+  uint64_t first_round = 0;          // the round from which it takes part (daemon/admission.h)
   std::vector<peers::Peer> members;  // every member, this node included
 };
 

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     config->node_id = joined->id;
+    config->joined_round = joined->first_round;
     for (const auto& m : joined->members)
       if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint});
     if (auto st = gossip::daemon::validate_config(*config); !st) {

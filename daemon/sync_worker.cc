@@ -6,7 +6,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "base/failures.h"
@@ -70,8 +72,12 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
   if (!w->membership_ || !w->membership_->takes_new_members())
     ao.refuse = fmt::format(
-        "node {} runs {}{}: only local SGD on an elastic ring (--elastic) takes new members yet",
+        "node {} runs {}{}: only the gossip family and local SGD on an elastic ring "
+        "(--elastic) take new members yet",
         config.node_id, config.strategy.name, w->membership_ ? "" : " on a fabric without churn");
+  ao.check = [self](uint32_t id) {
+    return self->overlay_ ? self->overlay_->check_grow(id + 1) : Status::ok();
+  };
   ao.take = [self](uint32_t id, const std::string& endpoint) {
     if (!self->membership_) return Status::invalid("this node's fabric takes no new members");
     GOSSIP_RETURN_IF_ERROR(self->membership_->add_member(id, endpoint));
@@ -79,6 +85,32 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
     self->peers_copy_ = self->transport_->peers();
     return Status::ok();
   };
+  if (w->overlay_) {
+    // A few rounds past this node's: the members ahead of it by up to the graph's
+    // diameter (fewer than n rounds), and half a second's worth, so that the add
+    // reaches every member before it runs that round.
+    ao.first_round = [self] {
+      const uint64_t n = self->transport_->peers().size() + 1;
+      const uint64_t half_second =
+          self->last_round_ms_ > 0
+              ? static_cast<uint64_t>(std::ceil(500.0 / std::max(self->last_round_ms_, 1.0)))
+              : 0;
+      return self->next_round_ + n + 4 + std::min<uint64_t>(half_second, 256);
+    };
+    ao.schedule = [self](uint32_t id, uint64_t round) {
+      if (auto st = self->overlay_->grow(id + 1, round); !st) {
+        spdlog::error("node {} cannot take part from round {}: {}", id, round, st.message());
+        return;
+      }
+      self->exchange_->schedule(id, round);
+      if (round < self->next_round_)
+        spdlog::warn(
+            "node {} takes part from round {}, which this node has run: its graph changes at "
+            "round {}",
+            id, round, self->next_round_);
+    };
+  }
+  w->joined_by_seeds_ = !config.join.empty();
   w->admission_ = std::make_unique<Admission>(*w->router_, std::move(ao));
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
@@ -279,9 +311,18 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     return Status::ok();
   }
 
-  auto topology = peers::make_topology(config.topology_spec(), config.nodes(), config.seed);
+  // A node that joined by seeds takes part from the round a member schedules once it
+  // holds a state (daemon/admission.h): until then the members' graph, on which it
+  // runs alone. The answer brings that round when it was scheduled before (it restarted).
+  const bool joined = !config.join.empty() && config.nodes() > 1;
+  auto topology = peers::make_topology(config.topology_spec(),
+                                       joined ? config.nodes() - 1 : config.nodes(), config.seed);
   if (!topology) return topology.status();
-  topology_ = std::move(topology).value();
+  overlay_ = std::make_unique<sgd::Overlay>(config.topology_spec(), config.seed,
+                                            std::move(topology).value());
+  if (joined && config.joined_round > 0)
+    GOSSIP_RETURN_IF_ERROR(overlay_->grow(config.nodes(), config.joined_round));
+  const peers::Topology& topology_now = overlay_->latest();
   sgd::ExchangeLimits limits;
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = config.strategy.dead_after();
@@ -301,7 +342,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   membership_ = exchange_.get();
   r.exchange = exchange_.get();
-  r.topology = topology_.get();
+  r.overlay = overlay_.get();
   r.gossip.chunk_elems = sc.chunk_bytes / sizeof(float);
   r.gossip.compression = {codec, nullptr, pool_.get()};
   r.gossip.patience = std::chrono::milliseconds(static_cast<int64_t>(sc.patience_s * 1000.0));
@@ -313,8 +354,9 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   auto strategy = descriptor->make(r, &detail);
   if (!strategy) return strategy.status();
   strategy_ = std::move(strategy).value();
-  auto gap = peers::spectral_gap(*topology_);
-  spdlog::info("{} on {}{}, exchanging {}", sc.name, topology_->describe(), detail, codec->spec());
+  auto gap = peers::spectral_gap(topology_now);
+  spdlog::info("{} on {}{}, exchanging {}", sc.name, topology_now.describe(), detail,
+               codec->spec());
   if (gap)
     spdlog::info(
         "spectral gap {:.4f} ({}): the distance to consensus shrinks by about {:.4f} "
@@ -554,6 +596,19 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
       membership_->joined();
     }
   }
+  if (r.status && joined_by_seeds_ && overlay_) {
+    // Ready: a member schedules the round from which the graph has this node.
+    auto round = admission_->ask_for_round(std::chrono::steady_clock::now() + round_timeout_,
+                                           &stop_, [this] { membership_->tick(next_round_); });
+    if (round) {
+      // Its first round is that one: it waits there for the members rather than run
+      // ahead of them alone.
+      next_round_ = std::max(next_round_, *round);
+      spdlog::info("this node takes part in the members' rounds from round {}", *round);
+    } else
+      spdlog::warn("{}: this node runs its rounds alone", round.status().message());
+    joined_by_seeds_ = false;
+  }
   if (r.status && resume && !r.state) {
     r.status = strategy_->load_state(*resume);
     if (r.status) spdlog::info("restored the checkpoint's state: {}", describe_state(*resume));
@@ -751,8 +806,8 @@ void SyncWorker::run() {
         // Idle: wait on the peers' channel, which a job's arrival wakes (wake()), so
         // that what peers send between rounds (a ping of gossipctl doctor) is answered
         // at once, not at the next turn of this loop. Before the node has a model only
-        // the gossip family reads the rest (joins, heartbeats); the others leave it
-        // queued for their first round, as they always did.
+        // the gossip family reads the rest (joins, heartbeats); the others answer
+        // gossipctl and joiners and leave the rest queued for their first round.
         const bool everything = numel_ > 0 || exchange_;
         const size_t idle_numel = numel_;
         const uint64_t idle_layout = layout_;
@@ -765,7 +820,8 @@ void SyncWorker::run() {
           strategy_->progress(next_round_, idle_numel, std::chrono::milliseconds(0));
           router_->poll(std::chrono::milliseconds(20));
         } else {
-          waited = router_->poll_only(proto::Kind::kInspect, std::chrono::milliseconds(20));
+          waited = router_->poll_only({proto::Kind::kInspect, proto::Kind::kMember},
+                                      std::chrono::milliseconds(20));
         }
         lock.lock();
         if (!waited)

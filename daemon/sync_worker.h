@@ -30,6 +30,7 @@
 #include "sgd/all_reduce.h"
 #include "sgd/initial_model.h"
 #include "sgd/neighbor_exchange.h"
+#include "sgd/overlay.h"
 #include "sgd/peer_ring.h"
 #include "sgd/registry.h"
 #include "sgd/state_transfer.h"
@@ -155,7 +156,8 @@ class SyncWorker {
   // elastic ring that takes nodes back; null for a fabric without churn.
   sgd::Membership* membership_ = nullptr;
   const sgd::PeerRing* peer_ring_ = nullptr;  // the all-reduce, where it is a PeerRing
-  std::unique_ptr<peers::Topology> topology_;
+  std::unique_ptr<sgd::Overlay> overlay_;     // the gossip family's graphs, as nodes join
+  bool joined_by_seeds_ = false;              // and not yet scheduled (worker thread only)
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;
   std::unique_ptr<Tuner> tuner_;          // tune auto; after the router it subscribes to

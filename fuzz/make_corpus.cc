@@ -106,6 +106,8 @@ bool write_wire_headers(const fs::path& root) {
   write("inspect_links", proto::Inspect{proto::Inspect::kLinks, 7, 1764150000000000, 0}, 200);
   write("member_join", proto::Member{proto::Member::kJoinRequest, 0, 0}, 21);
   write("member_answer", proto::Member{proto::Member::kAnswer, 3, 1}, 88);
+  write("member_add", proto::Member{proto::Member::kAdd, 4, 1}, 21);
+  write("member_ready", proto::Member{proto::Member::kReady, 4, 1}, 21);
   static_assert(proto::kMaxKind == 20, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);

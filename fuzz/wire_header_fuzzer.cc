@@ -70,7 +70,7 @@ void check_promises(const proto::Message& m) {
     expect(r->members <= proto::kMaxRingProbeMembers && e.length == r->members * sizeof(uint32_t),
            "a ring-probe carries its members' ids");
   else if (const auto* b = std::get_if<proto::Member>(&m.body))
-    expect(b->what <= proto::Member::kAdd && e.length > 0 && e.length <= proto::kMaxMemberBytes,
+    expect(b->what <= proto::Member::kReady && e.length > 0 && e.length <= proto::kMaxMemberBytes,
            "a member message carries 1 byte to kMaxMemberBytes");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");

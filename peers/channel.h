@@ -97,8 +97,8 @@ class PeerChannel {
   virtual Status add_peer(const Peer& peer) {
     return Status::invalid(fmt::format("this channel takes no new peer ({})", peer.id));
   }
-  virtual Status reply_to_joiner(const std::string& /*route*/, const proto::Body& /*body*/,
-                                 std::string_view /*payload*/) {
+  virtual Status reply_to_joiner(const std::string& /*route*/, uint64_t /*round*/,
+                                 const proto::Body& /*body*/, std::string_view /*payload*/) {
     return Status::invalid("this channel has no joiners");
   }
 

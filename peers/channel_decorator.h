@@ -37,9 +37,9 @@ class ChannelDecorator : public PeerChannel {
   std::vector<std::string> refused_keys() const override { return inner_->refused_keys(); }
   void wake() override { inner_->wake(); }
   Status add_peer(const Peer& peer) override { return inner_->add_peer(peer); }
-  Status reply_to_joiner(const std::string& route, const proto::Body& body,
+  Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,
                          std::string_view payload) override {
-    return inner_->reply_to_joiner(route, body, payload);
+    return inner_->reply_to_joiner(route, round, body, payload);
   }
 
  protected:

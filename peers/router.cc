@@ -88,7 +88,7 @@ size_t Router::poll(std::chrono::milliseconds wait, size_t max) {
   return n;
 }
 
-bool Router::poll_only(proto::Kind kind, std::chrono::milliseconds wait) {
+bool Router::poll_only(std::initializer_list<proto::Kind> kinds, std::chrono::milliseconds wait) {
   assert(!polling_ && "Router::poll_only from inside a handler");
   polling_ = true;
   const auto full = [&] { return held_.size() >= kMaxHeld || held_bytes_ >= kMaxHeldBytes; };
@@ -96,7 +96,7 @@ bool Router::poll_only(proto::Kind kind, std::chrono::milliseconds wait) {
   for (size_t n = 0; n < 64 && !full(); ++n) {
     auto in = transport_.recv(n == 0 ? wait : std::chrono::milliseconds(0));
     if (!in) break;
-    if (in->kind() == kind) {
+    if (std::find(kinds.begin(), kinds.end(), in->kind()) != kinds.end()) {
       dispatch(*in);
       continue;
     }

@@ -68,12 +68,12 @@ class Router {
   // deadline). Returns how many it dispatched. Not from inside a handler.
   size_t poll(std::chrono::milliseconds wait, size_t max = 64);
 
-  // Dispatches only messages of `kind`, waiting at most `wait` for the first: for a
-  // thread with nothing to receive yet but `kind` (a sync thread before the node has a
-  // model answers gossipctl's pings). Messages of other kinds are held, in order, for
-  // the next poll(), up to kMaxHeld of them or kMaxHeldBytes; past that nothing more is
-  // read, and it returns false without waiting.
-  bool poll_only(proto::Kind kind, std::chrono::milliseconds wait);
+  // Dispatches only messages of `kinds`, waiting at most `wait` for the first: for a
+  // thread with nothing to receive yet but those (a sync thread before the node has a
+  // model answers gossipctl's pings and joiners). Messages of other kinds are held, in
+  // order, for the next poll(), up to kMaxHeld of them or kMaxHeldBytes; past that
+  // nothing more is read, and it returns false without waiting.
+  bool poll_only(std::initializer_list<proto::Kind> kinds, std::chrono::milliseconds wait);
   static constexpr size_t kMaxHeld = 1024;
   static constexpr uint64_t kMaxHeldBytes = uint64_t{64} << 20;
 

@@ -191,9 +191,9 @@ Status ZmqTransport::add_peer(const Peer& peer) {
   return Status::ok();
 }
 
-Status ZmqTransport::reply_to_joiner(const std::string& route, const proto::Body& body,
-                                     std::string_view payload) {
-  const std::string head = proto::encode_head(self_, 0, body, payload.size());
+Status ZmqTransport::reply_to_joiner(const std::string& route, uint64_t round,
+                                     const proto::Body& body, std::string_view payload) {
+  const std::string head = proto::encode_head(self_, round, body, payload.size());
   try {
     // ROUTER sends to the connection the request came on; a joiner gone meanwhile is
     // dropped silently (not mandatory routing), as a message to a peer that is down.

@@ -60,7 +60,7 @@ class ZmqTransport final : public PeerChannel {
   std::vector<std::string> refused_keys() const override;
   void wake() override;
   Status add_peer(const Peer& peer) override;
-  Status reply_to_joiner(const std::string& route, const proto::Body& body,
+  Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,
                          std::string_view payload) override;
 
  private:

@@ -259,7 +259,7 @@ Status check(const Envelope& e, const Body& body) {
                                                 kNcclIdBytes, e.length));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, Member>) {
-          if (m.what > Member::kAdd)
+          if (m.what > Member::kReady)
             return Status::protocol(fmt::format("member of unknown what={}", m.what));
           if (e.length == 0 || e.length > kMaxMemberBytes)
             return Status::protocol(

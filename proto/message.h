@@ -29,7 +29,7 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
 // state-request's chunk range, version 5 ring-probe's member list and the member kind.
-inline constexpr uint32_t kWireVersion = 5;
+inline constexpr uint32_t kWireVersion = 6;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -392,10 +392,19 @@ inline constexpr uint64_t kMaxInspectReportBytes = uint64_t{60} << 10;
 // payload lists the members, "<id> <endpoint>" a line, the joiner included), a
 // redirect to the coordinator (`id`; payload: its endpoint), or a refusal (payload:
 // why). The coordinator tells every member of the new one: an add (`id`, `epoch`;
-// payload: its endpoint).
+// payload: its endpoint; envelope round: the round it takes part from, 0 while not
+// scheduled). An overlay's joiner that holds a state says so: a ready (`id` its own;
+// payload: its endpoint), which a member answers with an add that schedules it.
 struct Member {
   static constexpr Kind kKind = Kind::kMember;
-  enum What : uint8_t { kJoinRequest = 0, kAnswer = 1, kRedirect = 2, kRefused = 3, kAdd = 4 };
+  enum What : uint8_t {
+    kJoinRequest = 0,
+    kAnswer = 1,
+    kRedirect = 2,
+    kRefused = 3,
+    kAdd = 4,
+    kReady = 5,
+  };
   uint8_t what = kJoinRequest;
   uint32_t id = 0;
   uint64_t epoch = 0;

@@ -11,9 +11,9 @@
 
 namespace gossip::sgd {
 
-AsyncGossip::AsyncGossip(NeighborExchange& exchange, const peers::Topology& topology,
-                         GossipOptions options, uint64_t staleness)
-    : GossipStrategy(exchange, topology, options, /*lag=*/staleness),
+AsyncGossip::AsyncGossip(NeighborExchange& exchange, const Overlay& overlay, GossipOptions options,
+                         uint64_t staleness)
+    : GossipStrategy(exchange, overlay, options, /*lag=*/staleness),
       step_(staleness == 0 ? 1.0f
                            : static_cast<float>(0.9 * std::sin(std::numbers::pi /
                                                                (2.0 * (2.0 * staleness + 1.0))))),
@@ -28,16 +28,18 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
 
   // What this round sends, which is also what the receivers of round `round` will
   // subtract our part with: with a codec, Q(x_i).
+  const peers::Topology* graph = topology(round);
+  if (!graph) return Status::ok();  // joined for a later round
   std::vector<float>& sent = sent_[round % sent_.size()];
   sent.assign(model.begin(), model.end());
   sent_round_[round % sent_.size()] = round;
   GOSSIP_RETURN_IF_ERROR(
       outgoing_.encode(sent, self, round, options_.chunk_elems, options_.compression));
-  exchange_.send(outgoing_, topology_.out_neighbors(self, round));
-  if (round < lag_) return Status::ok();  // nothing is due yet
+  exchange_.send(outgoing_, graph->out_neighbors(self, round));
+  if (round < lag_ || !topology(round - lag_)) return Status::ok();  // nothing is due yet
 
   const uint64_t due = round - lag_;
-  const peers::MixingWeights row = topology_.mixing_row(self, due);
+  const peers::MixingWeights row = topology(due)->mixing_row(self, due);
   // A node that skipped ahead (catch_up_round) never ran round `due`: its current
   // model stands in for what it would have sent.
   const std::vector<float>& own =
@@ -70,7 +72,7 @@ StrategyDescriptor async_gossip_strategy() {
               std::string* detail) -> Result<std::unique_ptr<Strategy>> {
     *detail = fmt::format(", staleness {}", r.params.staleness);
     return std::unique_ptr<Strategy>(
-        std::make_unique<AsyncGossip>(*r.exchange, *r.topology, r.gossip, r.params.staleness));
+        std::make_unique<AsyncGossip>(*r.exchange, *r.overlay, r.gossip, r.params.staleness));
   };
   return d;
 }

@@ -27,7 +27,7 @@ namespace gossip::sgd {
 
 class AsyncGossip final : public GossipStrategy {
  public:
-  AsyncGossip(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
+  AsyncGossip(NeighborExchange& exchange, const Overlay& overlay, GossipOptions options,
               uint64_t staleness);
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;

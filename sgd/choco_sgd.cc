@@ -87,6 +87,34 @@ void ChocoSgd::start(std::span<const float> model, uint64_t round, const peers::
   failed_ = false;
 }
 
+void ChocoSgd::regraph(uint64_t round, const peers::MixingWeights& row,
+                       std::span<const uint32_t> out) {
+  const size_t n = public_self_.size();
+  std::vector<Copy> copies(row.peers.size());
+  std::string kept, fresh;
+  for (size_t s = 0; s < row.peers.size(); ++s) {
+    const uint32_t node = row.peers[s].node;
+    auto old =
+        std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.node == node; });
+    if (old != copies_.end()) {
+      copies[s] = std::move(*old);
+      kept += (kept.empty() ? "" : ", ") + std::to_string(node);
+      continue;
+    }
+    // Both ends of a new edge send their x̂ itself this round and leave the edge out
+    // of the mixing until it has arrived, so the mean is kept.
+    copies[s].node = node;
+    copies[s].x.assign(n, 0.0f);
+    exchange_.request_copy(node, round);
+    copies[s].asked = round;
+    if (std::find(out.begin(), out.end(), node) != out.end()) owe_copy_.push_back(node);
+    fresh += (fresh.empty() ? "" : ", ") + std::to_string(node);
+  }
+  copies_ = std::move(copies);
+  spdlog::info("round {}: the graph changed (a node joined): new CHOCO copies of peers {}{}{}",
+               round, fresh.empty() ? "none" : fresh, kept.empty() ? "" : ", kept those of ", kept);
+}
+
 void ChocoSgd::send(uint64_t round, std::span<const uint32_t> out) {
   std::vector<uint32_t> asked = exchange_.take_copy_requests();
   asked.insert(asked.end(), owe_copy_.begin(), owe_copy_.end());
@@ -135,14 +163,22 @@ void ChocoSgd::settle(uint64_t round, const std::vector<bool>& complete) {
 
 Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
   const uint32_t self = this->self();
-  const peers::MixingWeights row = topology_.mixing_row(self, round);
-  const auto out = topology_.out_neighbors(self, round);
+  const peers::Topology* graph = topology(round);
+  if (!graph) {  // joined for a later round: its neighbors' copies start there
+    started_ = false;
+    return Status::ok();
+  }
+  const peers::MixingWeights row = graph->mixing_row(self, round);
+  const auto out = graph->out_neighbors(self, round);
   const auto start_time = std::chrono::steady_clock::now();
   const size_t n = model.size();
-  bool same_neighbors = copies_.size() == row.peers.size() && public_self_.size() == n;
+  bool same_neighbors = copies_.size() == row.peers.size();
   for (size_t s = 0; same_neighbors && s < copies_.size(); ++s)
-    same_neighbors = copies_[s].node == row.peers[s].node && copies_[s].x.size() == n;
-  if (!started_ || round != last_round_ + 1 || !same_neighbors) start(model, round, row, out);
+    same_neighbors = copies_[s].node == row.peers[s].node;
+  if (!started_ || round != last_round_ + 1 || public_self_.size() != n)
+    start(model, round, row, out);
+  else if (!same_neighbors)
+    regraph(round, row, out);
   last_round_ = round;
 
   q_.resize(n);
@@ -204,7 +240,7 @@ StrategyDescriptor choco_strategy() {
     const double gamma = r.params.gamma > 0 ? r.params.gamma : default_choco_gamma(r.codec);
     *detail = fmt::format(", gamma {}", gamma);
     return std::unique_ptr<Strategy>(
-        std::make_unique<ChocoSgd>(*r.exchange, *r.topology, r.gossip, gamma));
+        std::make_unique<ChocoSgd>(*r.exchange, *r.overlay, r.gossip, gamma));
   };
   return d;
 }

@@ -18,7 +18,9 @@
 // A node that starts at a round other than 0, skips rounds or failed a round
 // resynchronizes with every neighbor both ways.
 //
-// The copies are tied to fixed neighbors, so CHOCO runs on static topologies only.
+// The copies are tied to fixed neighbors, so CHOCO runs on static topologies only;
+// when a node joins and the graph changes, the copies of the neighbors that remain
+// are kept and the new ones resynchronized.
 
 #include <cstdint>
 #include <optional>
@@ -35,9 +37,8 @@ double default_choco_gamma(const compression::Codec* codec);
 class ChocoSgd final : public GossipStrategy {
  public:
   // The topology must not be time-varying (the daemon's config check refuses it).
-  ChocoSgd(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
-           double gamma)
-      : GossipStrategy(exchange, topology, options), gamma_(gamma) {
+  ChocoSgd(NeighborExchange& exchange, const Overlay& overlay, GossipOptions options, double gamma)
+      : GossipStrategy(exchange, overlay, options), gamma_(gamma) {
     exchange.accept_public_copies();
   }
 
@@ -58,6 +59,9 @@ class ChocoSgd final : public GossipStrategy {
   // First round of this process, or one after skipped rounds.
   void start(std::span<const float> model, uint64_t round, const peers::MixingWeights& row,
              std::span<const uint32_t> out);
+  // The graph changed between two rounds this node ran (a node joined, sgd/overlay.h):
+  // the copies of the neighbors it keeps stay, the new neighbors' are resynchronized.
+  void regraph(uint64_t round, const peers::MixingWeights& row, std::span<const uint32_t> out);
   void send(uint64_t round, std::span<const uint32_t> out);
   // After the round's receive: which copies are whole, which went stale, and asking.
   void settle(uint64_t round, const std::vector<bool>& complete);

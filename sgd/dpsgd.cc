@@ -12,8 +12,10 @@ namespace gossip::sgd {
 
 Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
   const uint32_t self = this->self();
-  const peers::MixingWeights row = topology_.mixing_row(self, round);
-  const auto out = topology_.out_neighbors(self, round);
+  const peers::Topology* graph = topology(round);
+  if (!graph) return Status::ok();
+  const peers::MixingWeights row = graph->mixing_row(self, round);
+  const auto out = graph->out_neighbors(self, round);
   const auto start = std::chrono::steady_clock::now();
 
   std::span<float> sent = model;  // raw: the model itself, copied into the chunks
@@ -100,7 +102,7 @@ StrategyDescriptor dpsgd_strategy() {
     if (r.params.trim > 0)
       *detail = fmt::format(", trimmed mean without the {} largest and smallest", r.params.trim);
     return std::unique_ptr<Strategy>(
-        std::make_unique<Dpsgd>(*r.exchange, *r.topology, r.gossip, r.params.trim));
+        std::make_unique<Dpsgd>(*r.exchange, *r.overlay, r.gossip, r.params.trim));
   };
   return d;
 }

@@ -23,9 +23,9 @@ namespace gossip::sgd {
 
 class Dpsgd final : public GossipStrategy {
  public:
-  Dpsgd(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
+  Dpsgd(NeighborExchange& exchange, const Overlay& overlay, GossipOptions options,
         uint64_t trim = 0)
-      : GossipStrategy(exchange, topology, options), trim_(trim) {}
+      : GossipStrategy(exchange, overlay, options), trim_(trim) {}
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
 

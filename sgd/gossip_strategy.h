@@ -1,8 +1,8 @@
 #pragma once
 // What the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip) shares: the
-// neighbor exchange, the overlay, the options and this round's outgoing payload.
-// A strategy that consumes the messages of round t − lag in round t (push-sum's
-// delay, async gossip's staleness) says so, so that messages of rounds still to be
+// neighbor exchange, the overlay (which grows as nodes join, sgd/overlay.h), the options and this
+// round's outgoing payload. A strategy that consumes the messages of round t − lag in round t
+// (push-sum's delay, async gossip's staleness) says so, so that messages of rounds still to be
 // consumed are buffered between rounds rather than dropped as late.
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "peers/topology.h"
 #include "sgd/neighbor_exchange.h"
 #include "sgd/outgoing_model.h"
+#include "sgd/overlay.h"
 #include "sgd/strategy.h"
 
 namespace gossip::sgd {
@@ -37,13 +38,19 @@ class GossipStrategy : public Strategy {
   }
 
  protected:
-  GossipStrategy(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
+  GossipStrategy(NeighborExchange& exchange, const Overlay& overlay, GossipOptions options,
                  uint64_t lag = 0)
-      : exchange_(exchange), topology_(topology), options_(options), lag_(lag) {}
+      : exchange_(exchange), overlay_(overlay), options_(options), lag_(lag) {}
   uint32_t self() const { return exchange_.transport().self(); }
+  // The graph of `round`, or null when this node joined for a later round: until
+  // then it runs its rounds alone, and no member sends to it or waits for it.
+  const peers::Topology* topology(uint64_t round) const {
+    const peers::Topology& t = overlay_.at(round);
+    return self() < t.size() ? &t : nullptr;
+  }
 
   NeighborExchange& exchange_;
-  const peers::Topology& topology_;
+  const Overlay& overlay_;
   GossipOptions options_;
   uint64_t lag_;
   OutgoingModel outgoing_;

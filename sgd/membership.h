@@ -5,7 +5,8 @@
 // runs on:
 //  - the neighbor exchange (sgd/neighbor_exchange.h), for the gossip family: a peer is
 //    in while its heartbeats and chunks arrive; a joiner takes a live peer's state and
-//    goes on from its round;
+//    goes on from its round; a node that joined by seeds is in the overlay from the
+//    round the coordinator chose (sgd/overlay.h);
 //  - the elastic ring (sgd/peer_ring.h), for local SGD: the ring's view and epochs
 //    (sgd/ring_membership.h); a joiner takes a member's state, then asks back into
 //    the ring.
@@ -51,7 +52,9 @@ class Membership {
   // may fetch a member's state and rejoin().
   virtual bool left_out() const { return false; }
   // A node that joined by seeds (daemon/admission.h), already a peer of the channel:
-  // from now on it is one of the configured peers (it asks in as a restarted node does).
+  // from now on it is one of the configured peers of the elastic ring (it asks in as a
+  // restarted node does), a peer the overlay's graph gives this node as a neighbor
+  // from the round it was scheduled for (the gossip family, sgd/overlay.h).
   virtual bool takes_new_members() const { return false; }
   virtual Status add_member(uint32_t id, const std::string& endpoint) {
     (void)endpoint;

@@ -45,6 +45,7 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
       ever_delivered_(transport_.peers().size(), false),
       newest_(transport_.peers().size(), 0),
       copy_requested_(transport_.peers().size(), false),
+      first_round_(transport_.peers().size(), UINT64_MAX),
       streaks_(transport_.peers().size()),
       // The state is offered to a peer that took part (this node mixed with it or
       // gave up on it), and to any peer once this node is past the start-up: one
@@ -84,6 +85,26 @@ void NeighborExchange::request_copy(uint32_t peer, uint64_t next_round) {
   (void)transport_.send(peer, next_round, proto::CopyRequest{});
 }
 
+Status NeighborExchange::add_member(uint32_t id, const std::string& endpoint) {
+  (void)endpoint;
+  const size_t pi = peer_index(id);
+  const size_t n = transport_.peers().size();
+  if (pi == n) return Status::invalid(fmt::format("node {} is not a peer of the channel", id));
+  absent_.resize(n, false);
+  left_.resize(n, false);
+  ever_delivered_.resize(n, false);
+  newest_.resize(n, 0);
+  copy_requested_.resize(n, false);
+  first_round_.resize(n, UINT64_MAX);
+  streaks_.resize(n);
+  ever_delivered_[pi] = true;  // it runs rounds once it is in the graph: patience, not start-up
+  return Status::ok();
+}
+
+void NeighborExchange::schedule(uint32_t peer, uint64_t round) {
+  if (const size_t pi = peer_index(peer); pi < first_round_.size()) first_round_[pi] = round;
+}
+
 std::vector<uint32_t> NeighborExchange::members() const {
   return peers::ids_of(transport_.peers());
 }
@@ -117,10 +138,7 @@ size_t NeighborExchange::peer_index(uint32_t peer) const {
   return ps.size();
 }
 
-bool NeighborExchange::absent(uint32_t peer) const {
-  size_t pi = peer_index(peer);
-  return pi < absent_.size() && absent_[pi];
-}
+bool NeighborExchange::absent(uint32_t peer) const { return absent_at(peer_index(peer)); }
 
 void NeighborExchange::greet(uint32_t peer) {
   // A full queue to a dead peer is expected: it is why the peer is absent.
@@ -166,7 +184,7 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
   const proto::Kind kind = in.kind();
   const uint64_t round = in.round();
   size_t pi = peer_index(in.peer);
-  if (pi == transport_.peers().size()) return;  // the transport knows only peers
+  if (pi >= absent_.size()) return;  // the transport knows only peers
   const bool joining = state_.fetching();
   if (joining && kind == proto::Kind::kModelChunk) {
     newest_[pi] = std::max(newest_[pi], round + 1);
@@ -209,17 +227,19 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
     if (live->failure) live->failure = consume(in, *live);
     return;
   }
+  const bool first_round = round == first_round_[pi];  // a joiner waits there for us
   if (round - next_round >= limits_.max_rounds_buffered &&
-      round - next_round < limits_.max_rounds_ahead) {
+      round - next_round < limits_.max_rounds_ahead && !first_round) {
     spdlog::debug(
         "chunk from peer {} for round {}: this node is at round {}, and will skip to "
         "its peers' round",
         in.peer, round, next_round);
     return;
   }
-  if (round - next_round >= limits_.max_rounds_ahead ||
+  if ((round - next_round >= limits_.max_rounds_ahead && !first_round) ||
       ahead_bytes_ + in.payload.size() > limits_.max_buffered_bytes) {
-    if (round - next_round >= limits_.max_rounds_ahead) count_refusal(Refusal::kFarRound);
+    if (round - next_round >= limits_.max_rounds_ahead && !first_round)
+      count_refusal(Refusal::kFarRound);
     transport_.note_dropped(
         in.peer, fmt::format("chunk for round {} is too far ahead of round {}", round, next_round));
     return;
@@ -367,7 +387,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
       if (live.received[s] >= numel || live.left[s] || live.refused[s]) continue;
       size_t pi = peer_index(sources[s]);
       // An absent peer that has started sending this round is waited for like any other.
-      if (absent_[pi] && live.received[s] == 0) continue;
+      if (absent_at(pi) && live.received[s] == 0) continue;
       // Messages from a peer arrive in order: one that sent a later round and none of
       // this one will not send it.
       if (live.received[s] == 0 && newest_[pi] > round + 1) {
@@ -403,7 +423,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   for (size_t s = 0; s < sources.size() && behind; ++s) {
     if (moved_on[s])
       next = std::min(next, newest_[peer_index(sources[s])] - 1);
-    else if (live.received[s] > 0 || !absent_[peer_index(sources[s])])
+    else if (live.received[s] > 0 || !absent_at(peer_index(sources[s])))
       behind = false;
   }
   if (behind && next != UINT64_MAX) {
@@ -434,11 +454,11 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   for (size_t s = 0; s < sources.size(); ++s) {
     d.complete[s] = live.received[s] >= numel && !live.refused[s];
     if (d.complete[s]) continue;
-    const char* why = live.left[s]                      ? "shut down"
-                      : live.refused[s]                 ? "sent NaN/Inf or a malformed chunk"
-                      : moved_on[s]                     ? "ahead of this node"
-                      : absent_[peer_index(sources[s])] ? "absent"
-                                                        : "?";
+    const char* why = live.left[s]                        ? "shut down"
+                      : live.refused[s]                   ? "sent NaN/Inf or a malformed chunk"
+                      : moved_on[s]                       ? "ahead of this node"
+                      : absent_at(peer_index(sources[s])) ? "absent"
+                                                          : "?";
     d.missing += (d.missing.empty() ? "" : ", ") + describe(s, why);
   }
   return d;

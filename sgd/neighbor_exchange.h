@@ -85,6 +85,14 @@ class NeighborExchange final : public Membership {
   }
   std::vector<uint32_t> members() const override;
   void joined() override { assume_running(state_.running_peers()); }
+  // A node that joined by seeds, already the channel's peer: its per-peer state. The
+  // overlay's graph, which the daemon grows once the node is ready, says from which
+  // round it is a neighbor; from then on it is waited for as a running node.
+  bool takes_new_members() const override { return true; }
+  Status add_member(uint32_t id, const std::string& endpoint) override;
+  // Such a node takes part from `round`: it waits there for the members, which may be
+  // far behind it, so its chunks of that round are kept however far ahead they are.
+  void schedule(uint32_t peer, uint64_t round);
   // After a join: these peers run rounds, so they are waited for with patience (not
   // until the deadline, as nodes that may still be starting are).
   void assume_running(std::span<const uint32_t> peers);
@@ -152,6 +160,9 @@ class NeighborExchange final : public Membership {
   void mark_absent(size_t pi, const std::string& why);
   void mark_present(size_t pi);
   bool presumed_gone(size_t pi) const;  // left, never heard, or silent for dead_after
+  // A node the overlay's graph has that the channel does not know yet (its add is
+  // still on the way) counts as absent.
+  bool absent_at(size_t pi) const { return pi >= absent_.size() || absent_[pi]; }
 
   peers::Router& router_;
   peers::PeerChannel& transport_;
@@ -164,6 +175,7 @@ class NeighborExchange final : public Membership {
   std::vector<bool> ever_delivered_;  // per transport peer
   std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of
   std::vector<bool> copy_requested_;  // per transport peer
+  std::vector<uint64_t> first_round_;  // per transport peer: joined by seeds, scheduled then
   struct Streak {
     uint64_t last = 0;    // the last round with a refused chunk
     uint64_t rounds = 0;  // rounds in a row, up to `last`, with one

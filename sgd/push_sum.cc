@@ -24,7 +24,7 @@ bool PushSum::admit(uint32_t from, uint64_t round, double weight, std::span<cons
                     std::vector<float>& x) {
   // The total weight is the node count, so no honest share is larger; a share below
   // 1e-30 would turn x / w into Inf (a denormal one, into NaN).
-  const double nodes = static_cast<double>(topology_.size());
+  const double nodes = static_cast<double>(overlay_.latest().size());
   if (!std::isfinite(weight) || weight < 1e-30 || weight > nodes) {
     count_refusal(Refusal::kBadWeight);
     exchange_.transport().note_dropped(
@@ -61,7 +61,8 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
   // is sent into the void, but a hello, so that two nodes that took each other for
   // absent find each other again.
   std::vector<uint32_t> targets;
-  for (uint32_t p : topology_.out_neighbors(self, round)) {
+  const peers::Topology* graph = topology(round);
+  for (uint32_t p : graph ? graph->out_neighbors(self, round) : std::vector<uint32_t>()) {
     if (!exchange_.absent(p))
       targets.push_back(p);
     else
@@ -85,9 +86,9 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
   for (size_t e = 0; e < n; ++e) numerator_[e] -= sent * share_[e];
   weight_ *= keep;
 
-  if (round >= lag_) {
+  if (round >= lag_ && topology(round - lag_)) {
     const uint64_t from_round = round - lag_;
-    const auto sources = topology_.in_neighbors(self, from_round);
+    const auto sources = topology(from_round)->in_neighbors(self, from_round);
     staged_.resize(sources.size());
     std::vector<double> weights(sources.size(), 0.0);
     auto delivery = exchange_.receive(
@@ -123,7 +124,7 @@ StrategyDescriptor push_sum_strategy() {
   d.make = [](const StrategyResources& r,
               std::string* detail) -> Result<std::unique_ptr<Strategy>> {
     *detail = fmt::format(", delay {}{}", r.params.delay, r.params.clip ? ", clipped" : "");
-    return std::unique_ptr<Strategy>(std::make_unique<PushSum>(*r.exchange, *r.topology, r.gossip,
+    return std::unique_ptr<Strategy>(std::make_unique<PushSum>(*r.exchange, *r.overlay, r.gossip,
                                                                r.params.delay, r.params.clip));
   };
   return d;

@@ -30,9 +30,9 @@ namespace gossip::sgd {
 
 class PushSum final : public GossipStrategy {
  public:
-  PushSum(NeighborExchange& exchange, const peers::Topology& topology, GossipOptions options,
-          uint64_t delay, bool clip = false)
-      : GossipStrategy(exchange, topology, options, /*lag=*/delay) {
+  PushSum(NeighborExchange& exchange, const Overlay& overlay, GossipOptions options, uint64_t delay,
+          bool clip = false)
+      : GossipStrategy(exchange, overlay, options, /*lag=*/delay) {
     if (clip) clip_.emplace();
   }
 

@@ -47,7 +47,7 @@ struct StrategyParams {
 struct StrategyResources {
   AllReduce* all_reduce = nullptr;            // kAllReduce
   NeighborExchange* exchange = nullptr;       // kOverlay
-  const peers::Topology* topology = nullptr;  // kOverlay
+  const Overlay* overlay = nullptr;           // kOverlay
   GossipOptions gossip;                       // kOverlay: chunking, compression, patience
   const compression::Codec* codec = nullptr;  // never null ("none" is a codec)
   bool error_feedback = false;                // kAllReduce: on for every biased codec

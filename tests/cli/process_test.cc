@@ -186,5 +186,22 @@ TEST(Process, TerminateAllSharesOneGracePeriod) {
   EXPECT_FALSE(ps[4].exit_status()->forced);
 }
 
+// A process that was never started is not waited for: a cluster of which only some
+// nodes ran stopped in 10 s (the grace and the reap timeout) instead of at once.
+TEST(Process, TerminateAllDoesNotWaitForAProcessNeverStarted) {
+  Process never;
+  Process sleeper = spawn_ok({"/bin/sleep", "30"});
+  std::vector<Process*> ptrs = {&never, &sleeper};
+  const auto start = Clock::now();
+  terminate_all(ptrs, 5s);
+  EXPECT_LT(Clock::now() - start, 2s);
+  ASSERT_TRUE(sleeper.exit_status());
+  EXPECT_EQ(sleeper.exit_status()->signal, SIGTERM);
+  EXPECT_FALSE(never.exit_status());
+  const auto again = Clock::now();
+  terminate_all(std::vector<Process*>{&never}, 5s);
+  EXPECT_LT(Clock::now() - again, 1s);
+}
+
 }  // namespace
 }  // namespace gossip::cli

@@ -166,6 +166,72 @@ TEST(Churn, ANodeWhoseNeighborsAreDownTakesTheStateOfAnotherPeer) {
       << cluster.log(2);
 }
 
+// A fifth node that no member lists joins a running 4-node D-PSGD ring through node 2,
+// a seed that is not the coordinator: it is sent on to node 0 and gets id 4. It starts
+// from a live model and round, says it is ready, and node 0 schedules the round from
+// which every member's graph is the ring of five (nodes 3 and 0 its neighbors). The
+// change is symmetric on every edge: the five keep their mean exactly, and what the
+// joiner learns counts a fifth in the model they agree on.
+TEST(Churn, ANodeThatNoMemberListsJoinsTheGossipRingThroughASeed) {
+  const auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(4, flags);
+  cluster.start_all();
+  auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 4u);
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 3);
+
+  const auto dir = cluster.run_dir();
+  std::vector<std::string> argv = {binary("gossipd"),
+                                   "--join",
+                                   cluster.peer_endpoint(2),
+                                   "--listen",
+                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                   "--run-dir",
+                                   dir.string()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(dir / "gossipd-4.sock")) {
+    ASSERT_TRUE(joiner.running()) << joiner.log();
+    ASSERT_LT(Clock::now(), deadline) << joiner.log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto fifth = attach(cluster, 4, kNumel);
+  ASSERT_NE(fifth, nullptr) << joiner.log();
+  EXPECT_TRUE(fifth->model.initialized) << "it starts from a live model\n" << joiner.log();
+  EXPECT_GE(fifth->model.start_step, 3u) << "at the cluster's step";
+  const std::string log = joiner.log();
+  EXPECT_NE(log.find("sends this node to the coordinator, node 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("joined as node 4 of 5"), std::string::npos) << log;
+  for (int i : {1, 2, 3})
+    EXPECT_TRUE(log_has(cluster, i, "node 4 (tcp://127.0.0.1:")) << cluster.log(i);
+  const std::string scheduled = "this node takes part in the members' rounds from round ";
+  const size_t at = log.find(scheduled);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int first_round = std::stoi(log.substr(at + scheduled.size()));
+  EXPECT_GT(first_round, 3) << "a round the members have not run";
+
+  // What the fifth node learns (+5) counts a fifth in the five's mean: the members'
+  // sum is 0 + 1 + 2 + 3, the joiner brings the model it took plus 5.
+  const double expected = (6.0 + fifth->model.tensors[0][0] + 5.0) / 5.0;
+  for (float& v : fifth->model.tensors[0]) v += 5.0f;
+  // The members run up to that round among themselves; the joiner's first round is it.
+  sync_rounds(all, first_round - 3);
+  all.push_back(fifth.get());
+  const double rounds = sync_rounds(all, 40);
+  EXPECT_LT(rounds, 10.0) << "no round waits long for the joiner";
+  double low = 1e9, high = -1e9;
+  for (Node* n : all)
+    for (float v : n->model.tensors[0])
+      low = std::min<double>(low, v), high = std::max<double>(high, v);
+  EXPECT_NEAR(low, expected, 1e-3) << joiner.log() << cluster.log(0);
+  EXPECT_NEAR(high, expected, 1e-3) << "the five agree on the mean";
+  for (int i : {0, 3})
+    EXPECT_TRUE(log_has(cluster, i, "node 4 takes part from round " + std::to_string(first_round)))
+        << cluster.log(i);
+}
+
 // CHOCO keeps public copies of each neighbor that must agree on both sides of every
 // edge. A node killed and restarted starts a new public copy, and its neighbors'
 // copies of it are stale: they are resynchronized (the raw copy itself, once), after

@@ -477,24 +477,36 @@ TEST(RingProcesses, ANodeThatLeavesIsGoneFromTheNextRound) {
       << ring.cluster().log(0);
 }
 
-// A cluster whose strategy takes no new members refuses a joiner, saying why; the
-// joiner exits at once with that reason.
+// A cluster that cannot take a new member refuses a joiner, saying why; the joiner
+// exits at once with that reason: a fixed ring (without --elastic), and a gossip torus
+// of 4 nodes, which has no graph on 5.
 TEST(RingProcesses, AClusterThatTakesNoNewMembersRefusesAJoinerSayingWhy) {
-  Cluster cluster(2, {"--strategy", "gossip", "--period", "1"});
-  cluster.start_all();
-  std::vector<std::string> argv = {binary("gossipd"),
-                                   "--join",
-                                   cluster.peer_endpoint(0),
-                                   "--listen",
-                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
-                                   "--run-dir",
-                                   cluster.run_dir().string(),
-                                   "--strategy",
-                                   "gossip"};
-  ChildProcess joiner(argv, cluster.run_dir() / "gossipd-joiner.log");
-  EXPECT_EQ(joiner.wait(20s), 1) << joiner.log();
-  EXPECT_NE(joiner.log().find("refused: node 0 runs gossip"), std::string::npos) << joiner.log();
-  EXPECT_FALSE(std::filesystem::exists(cluster.run_dir() / "gossipd-2.sock"));
+  struct Case {
+    std::vector<std::string> flags;
+    int nodes;
+    std::string why;
+  };
+  for (const Case& c :
+       {Case{{"--strategy", "local-sgd", "--period", "1"}, 2, "refused: node 0 runs local-sgd"},
+        Case{{"--strategy", "gossip", "--topology", "torus", "--period", "1"},
+             4,
+             "refused: the overlay 'torus' cannot take a member 4"}}) {
+    Cluster cluster(c.nodes, c.flags);
+    cluster.start_all();
+    std::vector<std::string> argv = {binary("gossipd"),
+                                     "--join",
+                                     cluster.peer_endpoint(0),
+                                     "--listen",
+                                     "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                     "--run-dir",
+                                     cluster.run_dir().string()};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    ChildProcess joiner(argv, cluster.run_dir() / "gossipd-joiner.log");
+    EXPECT_EQ(joiner.wait(20s), 1) << joiner.log();
+    EXPECT_NE(joiner.log().find(c.why), std::string::npos) << joiner.log();
+    const auto sock = "gossipd-" + std::to_string(c.nodes) + ".sock";
+    EXPECT_FALSE(std::filesystem::exists(cluster.run_dir() / sock));
+  }
 }
 
 // A restarted node fetches the state from both members at once, a share of its 64

@@ -563,7 +563,8 @@ TEST(WireHeader, MemberMessagesCarryAnEndpointOrAListOfBoundedSize) {
                  "member what=4 with a payload of 0 bytes");
   EXPECT_REFUSED(decode(encode_head(1, 0, Member{Member::kAdd, 4, 1}, kMaxMemberBytes + 1)),
                  "member what=4 with a payload of 65537 bytes");
-  EXPECT_REFUSED(decode(encode_head(1, 0, Member{5, 4, 1}, 20)), "member of unknown what=5");
+  EXPECT_TRUE(decode(encode_head(4, 0, Member{Member::kReady, 4, 1}, 20)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{6, 4, 1}, 20)), "member of unknown what=6");
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {

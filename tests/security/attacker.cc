@@ -20,9 +20,10 @@
 //     others send) with a report whose strings hold terminal escapes and whose numbers
 //     are as large as msgpack holds (gossipctl doctor's reports).
 //
-//   gossip-attacker forged-add --target EP --as-node N [--count K]
+//   gossip-attacker forged-add --target EP --as-node N [--count K] [--id I] [--round R]
 //     Poses as node N of a plain cluster and tells the node at --target that K nodes
-//     joined (member adds nobody asked for).
+//     joined (member adds nobody asked for), ids I, I + 1, ... (1000 unless told),
+//     scheduled for round R (0 unless told: not scheduled).
 //
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
@@ -65,7 +66,8 @@ using Clock = std::chrono::steady_clock;
                "usage: gossip-attacker idle-connect --parent PID [--seconds S]\n"
                "       gossip-attacker multipart-flood --parent PID --as-node N [--seconds S]\n"
                "       gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]\n"
-               "       gossip-attacker forged-add --target EP --as-node N [--count K]\n"
+               "       gossip-attacker forged-add --target EP --as-node N [--count K] [--id I] "
+               "[--round R]\n"
                "       gossip-attacker inspect-flood --target EP --listen EP --as-node N "
                "[--seconds S]\n");
   std::exit(2);
@@ -374,7 +376,8 @@ int inspect_flood(const std::string& target, const std::string& listen, int as_n
 
 // Poses as node N of a plain cluster and sends the node at `target` `count` adds of
 // members that never asked to join (ids 1000 on, endpoints on loopback), 1 ms apart.
-int forged_add(const std::string& target, int as_node, int count) {
+int forged_add(const std::string& target, int as_node, int count, uint32_t first_id,
+               uint64_t round) {
   using gossip::proto::Member;
   zmq::context_t context;
   zmq::socket_t out(context, zmq::socket_type::dealer);
@@ -384,8 +387,8 @@ int forged_add(const std::string& target, int as_node, int count) {
   for (int i = 0; i < count; ++i) {
     const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(20000 + i);
     const std::string head = gossip::proto::encode_head(
-        static_cast<uint32_t>(as_node), 0,
-        Member{Member::kAdd, static_cast<uint32_t>(1000 + i), static_cast<uint64_t>(i + 1)},
+        static_cast<uint32_t>(as_node), round,
+        Member{Member::kAdd, first_id + static_cast<uint32_t>(i), static_cast<uint64_t>(i + 1)},
         endpoint.size());
     (void)out.send(zmq::buffer(head), zmq::send_flags::sndmore);
     (void)out.send(zmq::buffer(endpoint));
@@ -401,6 +404,8 @@ int main(int argc, char** argv) {
   int parent = -1, as_node = -1, key_of = -1, claim = -1, count = 1;
   std::string target, listen;
   double seconds = 3600;
+  uint32_t first_id = 1000;
+  uint64_t round = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--parent")
@@ -413,6 +418,10 @@ int main(int argc, char** argv) {
       count = std::atoi(argv[i + 1]);
     else if (flag == "--as-node")
       as_node = std::atoi(argv[i + 1]);
+    else if (flag == "--id")
+      first_id = static_cast<uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
+    else if (flag == "--round")
+      round = std::strtoull(argv[i + 1], nullptr, 10);
     else if (flag == "--seconds")
       seconds = std::atof(argv[i + 1]);
     else if (flag == "--target")
@@ -428,7 +437,7 @@ int main(int argc, char** argv) {
   if (mode == "inspect-flood" && !target.empty() && !listen.empty() && as_node >= 0)
     return inspect_flood(target, listen, as_node, seconds);
   if (mode == "forged-add" && !target.empty() && as_node >= 0)
-    return forged_add(target, as_node, count);
+    return forged_add(target, as_node, count, first_id, round);
   if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
     return multipart_flood(parent, as_node, seconds);
   usage();

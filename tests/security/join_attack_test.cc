@@ -106,5 +106,37 @@ TEST(JoinAttack, ForgedAddsAreRefusedOrBounded) {
   }
 }
 
+// The same on a gossip ring, whose overlay grows for a member an add schedules: an add
+// of node 3999999999 would have made a graph of four billion nodes, and is refused
+// (sgd/overlay.h bounds a join to 256 ids past the graph); adds of the next ids, each
+// scheduled, are believed up to 256 joined members, and the node still runs.
+TEST(JoinAttack, ForgedAddsCannotGrowTheOverlayWithoutBound) {
+  Cluster cluster(3, {"--strategy", "gossip", "--period", "1"});
+  cluster.start(0);
+  auto trainer = connect_to(cluster, 0);
+  ASSERT_TRUE(trainer);
+  ASSERT_TRUE(trainer->attach({{"x", 1000}}).is_ok());
+  ChildProcess far({binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0),
+                    "--as-node", "2", "--id", "3999999999", "--round", "5"},
+                   cluster.run_dir() / "attacker-far.log");
+  ASSERT_EQ(far.wait(30s), 0) << far.log();
+  ChildProcess many({binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0),
+                     "--as-node", "2", "--id", "3", "--count", "300", "--round", "9"},
+                    cluster.run_dir() / "attacker-many.log");
+  ASSERT_EQ(many.wait(30s), 0) << many.log();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const std::string expected = "took 256 joined members already";
+  while (cluster.log(0).find(expected) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  const std::string log = cluster.log(0);
+  EXPECT_NE(log.find("node 3999999999 is more than 256 ids past the overlay's 3 nodes"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(expected), std::string::npos) << log;
+  EXPECT_NE(log.find("node 258 takes part from round 9"), std::string::npos) << log;
+  EXPECT_TRUE(cluster.daemon(0).running()) << log;
+}
+
 }  // namespace
 }  // namespace gossip::testing

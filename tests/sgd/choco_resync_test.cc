@@ -53,11 +53,11 @@ struct ChocoNode {
 };
 
 struct Ring3 {
-  std::unique_ptr<peers::Topology> topology;
+  std::unique_ptr<Overlay> overlay;
   std::vector<ChocoNode> nodes;
 
   explicit Ring3(std::chrono::milliseconds patience) {
-    topology = peers::make_topology("ring", 3, 1).value();
+    overlay = std::make_unique<Overlay>("ring", 1, peers::make_topology("ring", 3, 1).value());
     std::vector<std::string> ep;
     for (int i = 0; i < 3; ++i) ep.push_back("tcp://127.0.0.1:" + std::to_string(free_port()));
     nodes.resize(3);
@@ -75,7 +75,7 @@ struct Ring3 {
       n.exchange->set_layout_fingerprint(kLayout);
       GossipOptions o;
       o.patience = patience;
-      n.choco = std::make_unique<ChocoSgd>(*n.exchange, *topology, o, 1.0);
+      n.choco = std::make_unique<ChocoSgd>(*n.exchange, *overlay, o, 1.0);
       n.x.resize(kNumel);
       for (size_t e = 0; e < kNumel; ++e)
         n.x[e] = static_cast<float>(i) * 3.0f + std::sin(0.01f * e * (i + 1));

@@ -54,6 +54,8 @@ struct WorldOptions {
   std::string codec = "none";
   uint64_t chunk_elems = 1 << 20;
   uint64_t seed = 1;  // the topology's
+  // > 0: node nodes - 1 joined, and the overlay takes it in from this round on.
+  uint64_t joins_at = 0;
 };
 
 // Node i starts from x_i[e] = i + sin(0.01 e (i + 1)): different on every node.
@@ -69,7 +71,10 @@ class World {
     EXPECT_TRUE(descriptor && descriptor->fabric == Fabric::kOverlay) << o.strategy;
     const std::string topology =
         o.topology.empty() ? std::string(descriptor->default_topology) : o.topology;
-    topology_ = peers::make_topology(topology, o.nodes, o.seed).value();
+    const uint32_t first = o.joins_at > 0 ? o.nodes - 1 : o.nodes;
+    overlay_ = std::make_unique<Overlay>(topology, o.seed,
+                                         peers::make_topology(topology, first, o.seed).value());
+    EXPECT_TRUE(overlay_->grow(o.nodes, o.joins_at).is_ok());
     codec_ = compression::make_codec(o.codec).value();
     nodes_.resize(o.nodes);
     for (uint32_t i = 0; i < o.nodes; ++i) {
@@ -87,7 +92,7 @@ class World {
       n.exchange = std::make_unique<NeighborExchange>(*n.router, codec, nullptr, limits);
       StrategyResources r;
       r.exchange = n.exchange.get();
-      r.topology = topology_.get();
+      r.overlay = overlay_.get();
       r.gossip.patience = o.patience;
       r.gossip.chunk_elems = o.chunk_elems;
       r.gossip.compression.codec = codec;
@@ -122,13 +127,13 @@ class World {
   }
 
   peers::MemoryHub& hub() { return hub_; }
-  const peers::Topology& topology() const { return *topology_; }
+  const peers::Topology& topology() const { return overlay_->latest(); }
   Node& node(uint32_t i) { return nodes_[i]; }
 
  private:
   WorldOptions options_;
   peers::MemoryHub hub_;  // outlives the channels
-  std::unique_ptr<peers::Topology> topology_;
+  std::unique_ptr<Overlay> overlay_;
   compression::CodecSpec codec_;
   std::vector<Node> nodes_;
 };
@@ -293,6 +298,54 @@ TEST(InProcessWorld, ADeadNodeIsDroppedWhenSilentAndTheSurvivorsKeepTheirMean) {
   EXPECT_LT(drift, 1e-4) << "the survivors' mean is preserved";
   EXPECT_LT(spread(w, survivors), spread_before / 10) << "and they still reach consensus";
 }
+
+// A node that joined by seeds takes part from the round the coordinator chose
+// (sgd/overlay.h): until then the members mix among themselves, keeping their mean,
+// and it runs its rounds alone; from that round on the five mix as one graph and
+// reach the mean of all five, under every strategy of the family.
+class Join_InProcess : public ::testing::TestWithParam<std::tuple<std::string, double>> {};
+
+TEST_P(Join_InProcess, ANodeThatJoinsIsMixedInFromItsFirstRound) {
+  const auto& [strategy, tolerance] = GetParam();
+  WorldOptions o;
+  o.nodes = 5;
+  o.strategy = strategy;
+  o.joins_at = 6;
+  World w(o);
+  random_start(w, o.nodes);
+  const std::vector<uint32_t> members = {0, 1, 2, 3};
+  const std::vector<double> members_mean = means(w, members);
+  const std::vector<float> joiner = w.node(4).x;
+  w.run(0, o.joins_at);
+  for (uint32_t i = 0; i < o.nodes; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+  EXPECT_EQ(w.node(4).x, joiner) << "alone before its first round";
+  for (size_t e = 0; e < o.numel; e += 7)
+    ASSERT_NEAR(mean_of(w, members, e), members_mean[e], tolerance) << "element " << e;
+  double moves = 0;  // what the join changes of the mean
+  for (size_t e = 0; e < o.numel; ++e)
+    moves = std::max(moves, std::abs(joiner[e] - members_mean[e]) / 5);
+  ASSERT_GT(moves, 0.5);
+
+  w.run(o.joins_at, o.joins_at + 60);
+  for (uint32_t i = 0; i < o.nodes; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+  const auto all = all_of(o.nodes);
+  double off = 0;
+  for (size_t e = 0; e < o.numel; ++e)
+    off = std::max(off, std::abs(mean_of(w, all, e) - (4 * members_mean[e] + joiner[e]) / 5));
+  EXPECT_LT(off, tolerance) << "the five's mean is the members' and the joiner's";
+  EXPECT_LT(spread(w, all), 1e-3) << "and all five reach it";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Join_InProcess,
+                         ::testing::Values(std::make_tuple("gossip", 1e-5),
+                                           std::make_tuple("push-sum", 1e-5),
+                                           std::make_tuple("async-gossip", 1e-5),
+                                           std::make_tuple("choco", 1e-5)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // qsgd rounds at random, from seeds that sender and receiver both derive from the
 // round, the sender and the chunk: two runs of the same world give the same bits,
