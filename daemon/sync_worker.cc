@@ -87,15 +87,16 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   };
   if (w->overlay_) {
     // A few rounds past this node's: the members ahead of it by up to the graph's
-    // diameter (fewer than n rounds), and half a second's worth, so that the add
-    // reaches every member before it runs that round.
+    // diameter (fewer than n rounds), and 200 ms worth, so that the add reaches every
+    // member before it runs that round (one that hears of it later waits a patience
+    // for a neighbor that moved to the new graph).
     ao.first_round = [self] {
       const uint64_t n = self->transport_->peers().size() + 1;
-      const uint64_t half_second =
+      const uint64_t slack =
           self->last_round_ms_ > 0
-              ? static_cast<uint64_t>(std::ceil(500.0 / std::max(self->last_round_ms_, 1.0)))
+              ? static_cast<uint64_t>(std::ceil(200.0 / std::max(self->last_round_ms_, 1.0)))
               : 0;
-      return self->next_round_ + n + 4 + std::min<uint64_t>(half_second, 256);
+      return self->next_round_ + n + 4 + std::min<uint64_t>(slack, 128);
     };
     ao.schedule = [self](uint32_t id, uint64_t round) {
       if (auto st = self->overlay_->grow(id + 1, round); !st) {
@@ -111,6 +112,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
     };
   }
   w->joined_by_seeds_ = !config.join.empty();
+  w->period_ = std::max<uint64_t>(config.strategy.period, 1);
   w->admission_ = std::make_unique<Admission>(*w->router_, std::move(ao));
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
@@ -602,9 +604,17 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
                                            &stop_, [this] { membership_->tick(next_round_); });
     if (round) {
       // Its first round is that one: it waits there for the members rather than run
-      // ahead of them alone.
+      // ahead of them alone, and starts at their step then, so that it finishes a step
+      // budget with them rather than alone after them.
+      if (r.state && *round > r.state->round) {
+        r.state->step += (*round - r.state->round) * period_;
+        spdlog::info(
+            "this node takes part in the members' rounds from round {}, at their step then, {}",
+            *round, r.state->step);
+      } else {
+        spdlog::info("this node takes part in the members' rounds from round {}", *round);
+      }
       next_round_ = std::max(next_round_, *round);
-      spdlog::info("this node takes part in the members' rounds from round {}", *round);
     } else
       spdlog::warn("{}: this node runs its rounds alone", round.status().message());
     joined_by_seeds_ = false;

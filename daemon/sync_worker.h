@@ -158,6 +158,7 @@ class SyncWorker {
   const sgd::PeerRing* peer_ring_ = nullptr;  // the all-reduce, where it is a PeerRing
   std::unique_ptr<sgd::Overlay> overlay_;     // the gossip family's graphs, as nodes join
   bool joined_by_seeds_ = false;              // and not yet scheduled (worker thread only)
+  uint64_t period_ = 1;                       // the trainers' steps between rounds
   std::unique_ptr<sgd::NeighborExchange> exchange_;
   std::unique_ptr<sgd::Strategy> strategy_;
   std::unique_ptr<Tuner> tuner_;          // tune auto; after the router it subscribes to

@@ -12,6 +12,11 @@ With --no-restart a killed node stays down (an elastic ring, --strategy local-sg
 --elastic on, goes on over the others), and the nodes that finished are the ones
 averaged.
 
+With --joins J, J nodes that no member lists join the churn run, --first-join seconds
+in and --kill-every apart: `gossipd --join` through node 1 (the coordinator, node 0,
+assigns ids N, N + 1, ...), and a trainer that starts from the members' model and step
+and trains to --steps like the others. They are averaged with the others.
+
 Both runs end with every (finishing) node's saved model; their average is scored on
 the test set by gossip-train --evaluate. The script prints one JSON line:
 
@@ -80,9 +85,10 @@ class Cluster:
         self.o = opts
         self.out = out
         self.out.mkdir(parents=True, exist_ok=True)
-        self.ports = free_ports(opts.nodes)
-        self.daemons = [None] * opts.nodes
-        self.trainers = [None] * opts.nodes
+        self.total = opts.nodes + opts.joins
+        self.ports = free_ports(self.total)
+        self.daemons = [None] * self.total
+        self.trainers = [None] * self.total
         self.events = []
         self.dead = set()  # killed and not restarted (--no-restart)
 
@@ -93,8 +99,10 @@ class Cluster:
         return self.out / f"gossipd-{i}.sock"
 
     def daemon_argv(self, i):
+        """Node i's gossipd: a member with the peer list, or (i >= --nodes) a joiner."""
         o = self.o
-        argv = [str(o.bin / "gossipd"), "--id", str(i), "--listen", self.endpoint(i),
+        who = ["--id", str(i)] if i < o.nodes else ["--join", self.endpoint(1 % o.nodes)]
+        argv = [str(o.bin / "gossipd"), *who, "--listen", self.endpoint(i),
                 "--run-dir", str(self.out), "--strategy", o.strategy, "--seed", str(o.seed),
                 "--heartbeat", str(o.heartbeat), "--dead-after", str(o.dead_after),
                 "--patience", str(o.patience)]
@@ -106,14 +114,14 @@ class Cluster:
         if o.codec:
             argv += ["--codec", o.codec]
         for j in range(o.nodes):
-            if j != i:
+            if j != i and i < o.nodes:
                 argv += ["--peer", f"{j}={self.endpoint(j)}"]
         return argv
 
     def trainer_argv(self, i):
         o = self.o
         return [str(o.bin / "gossip-train"), "--endpoint", f"ipc://{self.socket_path(i)}",
-                "--node", str(i), "--nodes", str(o.nodes), "--steps", str(o.steps),
+                "--node", str(i), "--nodes", str(max(o.nodes, i + 1)), "--steps", str(o.steps),
                 "--seed", str(o.seed), "--batch", str(o.batch), "--lr", str(o.lr),
                 "--eval-every", "0", "--save-model", str(self.out / f"node-{i}.model"),
                 "--result", str(self.out / f"node-{i}.json"), "--timeout-s", str(o.timeout)]
@@ -124,7 +132,7 @@ class Cluster:
 
     def start_node(self, i):
         self.daemons[i] = self._spawn(self.daemon_argv(i), f"gossipd-{i}.log")
-        end = time.monotonic() + 15
+        end = time.monotonic() + (75 if i >= self.o.nodes else 15)  # a join may try for 60 s
         while not self.socket_path(i).exists():
             if self.daemons[i].poll() is not None:
                 raise RuntimeError(f"gossipd {i} exited with {self.daemons[i].returncode}")
@@ -145,11 +153,13 @@ class Cluster:
     def stop(self):
         stop_processes((self.trainers, self.daemons))
 
-    def run(self, kills=0, kill_every=0.0):
+    def run(self, kills=0, kill_every=0.0, joins=0):
         rng = random.Random(self.o.seed * 7919 + 1)
         t0 = time.monotonic()
         for i in range(self.o.nodes):
             self.start_node(i)
+        joined = 0
+        next_join = t0 + self.o.first_join
         # The first kill once training runs (a node killed while the cluster starts
         # has no state to rejoin with), the others `kill_every` after each restart.
         next_kill = t0 + max(kill_every, self.o.first_kill)
@@ -171,8 +181,15 @@ class Cluster:
                     self.start_node(i)
                     down = None
                     next_kill = now + kill_every
+                if joined < joins and now >= next_join:
+                    i = self.o.nodes + joined
+                    self.events.append({"t": round(now - t0, 2), "event": "join", "node": i})
+                    log(f"node {i} joins through node {1 % self.o.nodes}")
+                    self.start_node(i)
+                    joined += 1
+                    next_join = now + kill_every
                 if killed < kills and down is None and now >= next_kill:
-                    alive = [i for i in range(self.o.nodes)
+                    alive = [i for i in range(self.total)
                              if self.trainers[i] and self.trainers[i].poll() is None]
                     if alive:
                         i = rng.choice(alive)
@@ -189,8 +206,9 @@ class Cluster:
                     if p and p.poll() not in (None, 0) and not (down and down[0] == i):
                         raise RuntimeError(f"trainer {i} failed with {p.returncode}; see "
                                            f"{self.out / f'trainer-{i}.log'}")
-                if down is None and all(p and p.poll() == 0 for i, p in enumerate(self.trainers)
-                                        if i not in self.dead):
+                if down is None and joined == joins and all(
+                        p and p.poll() == 0 for i, p in enumerate(self.trainers[:self.o.nodes + joins])
+                        if i not in self.dead):
                     break
                 time.sleep(0.05)
         finally:
@@ -208,17 +226,22 @@ def ring_left_out(log_text):
 
 
 def unlogged_events(opts, cluster):
-    """The kills and restarts that the daemons' logs do not name: a kill must be noticed
-    by a neighbor (presumed dead, or missed rounds), a restart must end in a join."""
-    logs = [(cluster.out / f"gossipd-{i}.log").read_text(errors="replace") for i in range(opts.nodes)]
+    """The kills, restarts and joins that the daemons' logs do not name: a kill must be
+    noticed by a neighbor (presumed dead, or missed rounds), a restart must end in a
+    join, a node that joins by seeds must get its id and take a member's state."""
+    logs = [(cluster.out / f"gossipd-{i}.log").read_text(errors="replace")
+            if (cluster.out / f"gossipd-{i}.log").exists() else "" for i in range(cluster.total)]
     missing = []
     for e in cluster.events:
         i = e["node"]
         if e["event"] == "kill":
             noticed = any(f"peer {i} silent" in logs[j] or f"peer {i} missed round" in logs[j]
-                          or i in ring_left_out(logs[j]) for j in range(opts.nodes) if j != i)
+                          or i in ring_left_out(logs[j]) for j in range(cluster.total) if j != i)
             if not noticed:
                 missing.append(e)
+        if e["event"] == "join" and (f"joined as node {i} of" not in logs[i]
+                                     or "joined: took the model of peer" not in logs[i]):
+            missing.append(e)
     for i in range(opts.nodes):
         restarts = sum(1 for e in cluster.events if e["event"] == "restart" and e["node"] == i)
         if logs[i].count("joined: took the model of peer") < restarts:
@@ -233,8 +256,8 @@ def read_model(path):
     return a
 
 
-def evaluate_average(opts, out, skip=()):
-    finished = [i for i in range(opts.nodes) if i not in skip]
+def evaluate_average(opts, out, skip=(), nodes=None):
+    finished = [i for i in range(nodes or opts.nodes) if i not in skip]
     models = [read_model(out / f"node-{i}.model") for i in finished]
     n = len(models[0])
     avg = array.array("f", [0.0] * n)
@@ -278,6 +301,8 @@ def main(argv=None):
     p.add_argument("--no-restart", dest="restart", action="store_false",
                    help="killed nodes stay down (for an elastic ring, which takes no node back)")
     p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
+    p.add_argument("--joins", type=int, default=0, help="nodes that join the churn run by seeds")
+    p.add_argument("--first-join", type=float, default=3.0, help="seconds into the run of the first join")
     p.add_argument("--kill-every", type=float, default=3.0,
                    help="at most this many seconds between a restart and the next kill")
     p.add_argument("--first-kill", type=float, default=3.0, help="seconds into the run of the first kill")
@@ -315,12 +340,12 @@ def main(argv=None):
         runs = []
         for k in range(opts.repeats):
             churned = Cluster(opts, out / ("churn" if k == 0 else f"churn-{k + 1}"))
-            wall = churned.run(kills=opts.kills, kill_every=gap)
-            acc, nodes = evaluate_average(opts, churned.out, skip=churned.dead)
+            wall = churned.run(kills=opts.kills, kill_every=gap, joins=opts.joins)
+            acc, nodes = evaluate_average(opts, churned.out, skip=churned.dead, nodes=churned.total)
             kills = sum(1 for e in churned.events if e["event"] == "kill")
             runs.append({"wall_s": round(wall, 2), "average_accuracy": acc["accuracy_average"],
                          "node_steps": [n["steps"] for n in nodes], "events": churned.events,
-                         "finished": [i for i in range(opts.nodes) if i not in churned.dead],
+                         "finished": [i for i in range(churned.total) if i not in churned.dead],
                          "kills": kills, "unlogged": unlogged_events(opts, churned)})
             log(f"churn: {kills} kills, {wall:.1f} s, average model {100 * acc['accuracy_average']:.2f}%")
         # The first run's figures, and every run's; the gap is the mean's.
