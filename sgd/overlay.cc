@@ -17,8 +17,7 @@ const peers::Topology& Overlay::at(uint64_t round) const {
   return *std::prev(it)->topology;
 }
 
-Status Overlay::check_grow(uint32_t nodes) const {
-  if (nodes <= latest().size()) return Status::ok();
+Result<std::unique_ptr<peers::Topology>> Overlay::make(uint32_t nodes) const {
   if (nodes - latest().size() > kMaxGrowth)
     return Status::invalid(fmt::format("node {} is more than {} ids past the overlay's {} nodes",
                                        nodes - 1, kMaxGrowth, latest().size()));
@@ -26,13 +25,16 @@ Status Overlay::check_grow(uint32_t nodes) const {
   if (!t)
     return t.status().with_context(
         fmt::format("the overlay '{}' cannot take a member {}", spec_, nodes - 1));
-  return Status::ok();
+  return t;
+}
+
+Status Overlay::check_grow(uint32_t nodes) const {
+  return nodes <= latest().size() ? Status::ok() : make(nodes).status();
 }
 
 Status Overlay::grow(uint32_t nodes, uint64_t round) {
-  GOSSIP_RETURN_IF_ERROR(check_grow(nodes));
   if (nodes <= latest().size()) return Status::ok();
-  auto t = peers::make_topology(spec_, nodes, seed_);
+  auto t = make(nodes);
   if (!t) return t.status();
   // Two joins for one round give two epochs from it: at() takes the later.
   epochs_.push_back({std::max(round, latest_from()), std::move(t).value()});

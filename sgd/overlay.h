@@ -45,6 +45,9 @@ class Overlay {
   Status grow(uint32_t nodes, uint64_t round);
 
  private:
+  // The graph on `nodes` (more than latest()'s), or why there is none.
+  Result<std::unique_ptr<peers::Topology>> make(uint32_t nodes) const;
+
   struct Epoch {
     uint64_t from = 0;
     std::unique_ptr<peers::Topology> topology;
