@@ -243,6 +243,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
           send_probes();
         } else {
           probe_outsiders();
+          if (membership_.answers(in.peer, their_view)) send_probe(in.peer);
         }
         return;
       }

@@ -77,6 +77,11 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   return started ? Probe::kStarted : Probe::kHeard;
 }
 
+bool RingMembership::answers(uint32_t peer, std::span<const uint32_t> their_view) const {
+  return reform_ && !rejoining_ && peer != self_ && member(peer) && !their_view.empty() &&
+         std::find(their_view.begin(), their_view.end(), self_) == their_view.end();
+}
+
 std::vector<uint32_t> RingMembership::take_to_probe() {
   std::vector<uint32_t> out;
   if (!reform_) return out;

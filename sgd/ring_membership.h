@@ -74,6 +74,13 @@ class RingMembership {
   Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
                  std::chrono::milliseconds wait, bool joining = false,
                  std::span<const uint32_t> their_view = {});
+  // Whether to send `peer` our probe again after hearing its probe, which lists
+  // `their_view`: a member of our view that does not count this node. It re-forms
+  // too, and it may have dropped our probe, which came before it started (from
+  // outside its view, a probe is kept only while re-forming); it hears us now that a
+  // member vouched for us. Without the answer, it waited out every re-forming and
+  // decided without this node, which its other members took in: two views for good.
+  bool answers(uint32_t peer, std::span<const uint32_t> their_view) const;
   // The peers outside the view that this node must probe now, each once a re-forming:
   // those vouched for and not yet probed, and those heard outside the view (joiners,
   // vouched ones), which would not hear this node otherwise.

@@ -181,6 +181,18 @@ struct ProbeWorld {
       if (id != from) send(from, id);
     for (uint32_t id : nodes[from].take_to_probe()) send(from, id);
   }
+  // Hands `msg` to its node, which answers as PeerRing does.
+  Probe deliver(const Message& msg) {
+    const auto effect =
+        nodes[msg.to].on_probe(msg.from, msg.epoch, 9, t0, 1s, msg.joining, msg.view);
+    if (effect == Probe::kStarted) {
+      send_probes(msg.to);
+    } else if (effect == Probe::kHeard) {
+      for (uint32_t id : nodes[msg.to].take_to_probe()) send(msg.to, id);
+      if (nodes[msg.to].answers(msg.from, msg.view)) send(msg.to, msg.from);
+    }
+    return effect;
+  }
   // Delivers until every node is ready without the wait running out (true), or the
   // queue is empty first (false).
   bool run(std::mt19937& rng) {
@@ -188,12 +200,7 @@ struct ProbeWorld {
       const size_t i = rng() % queue.size();
       const Message msg = queue[i];
       queue.erase(queue.begin() + static_cast<ptrdiff_t>(i));
-      const auto effect =
-          nodes[msg.to].on_probe(msg.from, msg.epoch, 9, t0, 1s, msg.joining, msg.view);
-      if (effect == Probe::kStarted)
-        send_probes(msg.to);
-      else
-        for (uint32_t id : nodes[msg.to].take_to_probe()) send(msg.to, id);
+      deliver(msg);
     }
     for (auto& n : nodes)
       if (!n.ready(t0)) return false;
@@ -236,6 +243,52 @@ TEST(RingMembership, ViewsThatDifferOnAJoinerAgreeAtTheNextReforming) {
     for (uint32_t id = 0; id < 3; ++id) {
       w.nodes[id].start(t0, 1s);
       w.send_probes(id);
+    }
+    ASSERT_TRUE(w.run(rng)) << "a node still waited when every probe was delivered";
+    for (auto& n : w.nodes) n.decide();
+    for (auto& n : w.nodes) {
+      EXPECT_EQ(n.members(), (std::vector<uint32_t>{0, 1, 2}));
+      EXPECT_EQ(n.view_id(), w.nodes[0].view_id());
+    }
+  }
+}
+
+// Node 0 left node 2 out (its probe came late), nodes 1 and 2 kept it: {0, 1} and
+// {0, 1, 2} at one epoch. Node 2's round fails first, and its probe reaches node 0
+// before node 0 re-forms, from outside its view: dropped. Node 0 then re-forms on
+// node 1's probe, which vouches for node 2, and probes it; node 2 answers, since that
+// probe does not count it. Without the answer node 0 waited out every re-forming and
+// decided {0, 1} again, the others {0, 1, 2}, until the round's deadline (CI's
+// PythonClient.TorchKillAndRestart, 2026-11-27).
+TEST(RingMembership, AMemberThatDroppedAProbeFromOutsideItsViewHearsItsAnswer) {
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    SCOPED_TRACE(seed);
+    ProbeWorld w;
+    for (uint32_t self = 0; self < 3; ++self) {
+      std::vector<uint32_t> peers;
+      for (uint32_t id = 0; id < 3; ++id)
+        if (id != self) peers.push_back(id);
+      w.nodes.emplace_back(self, peers, /*admit_joiners=*/true);
+    }
+    const auto t0 = w.t0;
+    for (uint32_t self = 0; self < 3; ++self) {
+      w.nodes[self].start(t0, 1s);
+      for (uint32_t from = 0; from < 3; ++from)
+        if (from != self && !(self == 0 && from == 2)) w.nodes[self].on_probe(from, 0, 5, t0, 1s);
+      w.nodes[self].decide();
+    }
+    ASSERT_EQ(w.nodes[0].members(), (std::vector<uint32_t>{0, 1}));
+    ASSERT_EQ(w.nodes[1].members(), (std::vector<uint32_t>{0, 1, 2}));
+    ASSERT_EQ(w.nodes[0].epoch(), w.nodes[1].epoch());
+
+    std::mt19937 rng(seed);
+    w.nodes[2].start(t0, 1s);
+    w.send_probes(2);
+    if (seed % 2 == 0) {  // node 2's probe reaches node 0 before node 1's re-forming does
+      ASSERT_EQ(w.queue[0].to, 0u);
+      const auto msg = w.queue[0];
+      w.queue.erase(w.queue.begin());
+      ASSERT_EQ(w.deliver(msg), Probe::kIgnored);
     }
     ASSERT_TRUE(w.run(rng)) << "a node still waited when every probe was delivered";
     for (auto& n : w.nodes) n.decide();
