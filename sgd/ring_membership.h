@@ -25,6 +25,8 @@
 // stayed apart for good: each re-forming, this node heard all of its own members at
 // once and decided without the joiner, whose probes at the new epoch were not a join.
 // A node left out by every member is vouched for by none, and asks back in as above.
+// A member whose probe does not list this node is answered with this node's probe
+// (answers()): it may have dropped the first, which came before it re-formed.
 
 #include <chrono>
 #include <cstdint>
