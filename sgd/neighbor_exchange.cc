@@ -44,6 +44,8 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
       left_(transport_.peers().size(), false),
       ever_delivered_(transport_.peers().size(), false),
       newest_(transport_.peers().size(), 0),
+      greeted_(transport_.peers().size(), 0),
+      beat_round_(transport_.peers().size(), 0),
       copy_requested_(transport_.peers().size(), false),
       first_round_(transport_.peers().size(), UINT64_MAX),
       streaks_(transport_.peers().size()),
@@ -94,6 +96,8 @@ Status NeighborExchange::add_member(uint32_t id, const std::string& endpoint) {
   left_.resize(n, false);
   ever_delivered_.resize(n, false);
   newest_.resize(n, 0);
+  greeted_.resize(n, 0);
+  beat_round_.resize(n, 0);
   copy_requested_.resize(n, false);
   first_round_.resize(n, UINT64_MAX);
   streaks_.resize(n);
@@ -140,6 +144,11 @@ size_t NeighborExchange::peer_index(uint32_t peer) const {
 
 bool NeighborExchange::absent(uint32_t peer) const { return absent_at(peer_index(peer)); }
 
+bool NeighborExchange::gone(uint32_t peer) const {
+  const size_t pi = peer_index(peer);
+  return pi >= absent_.size() || (absent_[pi] && presumed_gone(pi));
+}
+
 void NeighborExchange::greet(uint32_t peer) {
   // A full queue to a dead peer is expected: it is why the peer is absent.
   (void)transport_.send(peer, next_round_, proto::Hello{layout_});
@@ -157,7 +166,7 @@ void NeighborExchange::send(const OutgoingModel& model, std::span<const uint32_t
                             double weight) {
   for (uint32_t peer : to) {
     const size_t pi = peer_index(peer);
-    if (pi < absent_.size() && absent_[pi] && presumed_gone(pi)) {
+    if (pi < absent_.size() && gone(peer)) {
       greet(peer);
     } else if (auto st = model.send(transport_, peer, layout_, weight); !st) {
       spdlog::warn("round {}: {}", model.round, st.message());
@@ -205,9 +214,19 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
   }
   // Heard (the transport notes when), but not a sign that the peer takes part in
   // rounds again.
-  if (kind == proto::Kind::kHeartbeat) return;
+  if (kind == proto::Kind::kHeartbeat) {
+    beat_round_[pi] = std::max(beat_round_[pi], round);
+    return;
+  }
   mark_present(pi);
-  if (kind == proto::Kind::kHello) return;
+  if (kind == proto::Kind::kHello) {
+    // A greet (greet()) in round R > 0: no model of round R comes from this peer.
+    // Waiting out the patience for it made the peer absent here in turn, and after a
+    // partition healed, push-sum stalled every few rounds for half a minute. (The
+    // daemon's start-up hello is of round 0, before its first round's model.)
+    if (round > 0) greeted_[pi] = std::max(greeted_[pi], round + 1);
+    return;
+  }
   if (kind == proto::Kind::kCopyRequest) {
     if (public_copies_)
       copy_requested_[pi] = true;
@@ -394,6 +413,10 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
         moved_on[s] = true;
         continue;
       }
+      // It sends nothing of this round (a greet), or what it sent was lost (after a
+      // partition healed, push-sum's nodes waited out the patience for such a round
+      // while its sender waited for them in a later one).
+      if (live.received[s] == 0 && (greeted_[pi] > round || beat_round_[pi] > round)) continue;
       auto limit = ever_delivered_[pi] ? std::min(patience, options.deadline) : options.deadline;
       if (now >= limit) {
         mark_absent(

@@ -19,7 +19,9 @@
 // Liveness: every node sends heartbeats while it waits, so a neighbor that dies is
 // dropped from the round within `dead_after` even when it had delivered before. A
 // neighbor that sent a later round but not this one has moved on without us (it
-// took us for absent): it is not waited for, and when every source of a round has
+// took us for absent): it is not waited for, nor is one that greeted us in a round
+// instead of sending its model (it took us for gone), nor one whose heartbeat says it
+// has sent that round (what it sent was lost), and when every source of a round has
 // moved on, this node is behind and catches up to their round (catch_up_round()).
 // Dropping a neighbor gives its mixing weight to the node's own model, so the
 // weights of the nodes that remain still sum to one on both sides of every edge.
@@ -112,11 +114,14 @@ class NeighborExchange final : public Membership {
   std::vector<uint32_t> take_copy_requests();
 
   bool absent(uint32_t peer) const;
+  // Absent, and left or presumed dead (silent for dead_after, or never heard): the
+  // peers that send() greets instead of sending the model.
+  bool gone(uint32_t peer) const;
   // Queues `model` to each of `to`, and a hello (we are alive: wait for us again)
   // to those that left or are presumed dead. A failed send is logged: that peer will
   // miss us.
   void send(const OutgoingModel& model, std::span<const uint32_t> to, double weight = 1.0);
-  // A hello: we are alive, wait for us again. For a strategy that sends an absent
+  // A hello: we are alive, wait for us again. For a strategy that sends a gone
   // peer nothing else (push-sum gives it no share of its mass).
   void greet(uint32_t peer);
 
@@ -174,7 +179,17 @@ class NeighborExchange final : public Membership {
   std::vector<bool> left_;            // per transport peer: said bye, and nothing since
   std::vector<bool> ever_delivered_;  // per transport peer
   std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of
-  std::vector<bool> copy_requested_;  // per transport peer
+  // Per transport peer: 1 + the newest round in which it greeted us instead of sending
+  // its model (it took us for gone): it sends nothing of that round, so the round
+  // does not wait for it.
+  std::vector<uint64_t> greeted_;
+  // Per transport peer: the round of its newest heartbeat. A node beats R only once it
+  // has sent its messages of every round below R (before a round it beats that
+  // round, while it waits in one the next), and a peer's messages arrive in order: a
+  // round below it of which nothing came from that peer was lost (a queue dropped
+  // while the link was down) or skipped, and is not waited for.
+  std::vector<uint64_t> beat_round_;
+  std::vector<bool> copy_requested_;   // per transport peer
   std::vector<uint64_t> first_round_;  // per transport peer: joined by seeds, scheduled then
   struct Streak {
     uint64_t last = 0;    // the last round with a refused chunk

@@ -57,13 +57,17 @@ Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundO
   const size_t n = model.size();
   const auto start = std::chrono::steady_clock::now();
 
-  // Push to the out-neighbors that are up; an absent one gets no share, so no mass
-  // is sent into the void, but a hello, so that two nodes that took each other for
-  // absent find each other again.
+  // Push to the out-neighbors that are alive; one that left or is presumed dead gets
+  // no share, so no mass is sent into the void, but a hello. One that is only absent
+  // (it missed a round, and its heartbeats are fresh) still gets its share: with a
+  // hello instead it waited out its patience for our mass and took us for absent in
+  // turn, and after a partition healed every node stalled for the patience every
+  // few rounds for half a minute (experiments/partition.py), each stall making the
+  // next absence.
   std::vector<uint32_t> targets;
   const peers::Topology* graph = topology(round);
   for (uint32_t p : graph ? graph->out_neighbors(self, round) : std::vector<uint32_t>()) {
-    if (!exchange_.absent(p))
+    if (!exchange_.gone(p))
       targets.push_back(p);
     else
       exchange_.greet(p);
