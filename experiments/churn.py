@@ -159,7 +159,7 @@ class Cluster:
         for i in range(self.o.nodes):
             self.start_node(i)
         joined = 0
-        next_join = t0 + self.o.first_join
+        next_join = t0 + (self.o.first_join or 0.0)  # set before any run with joins
         # The first kill once training runs (a node killed while the cluster starts
         # has no state to rejoin with), the others `kill_every` after each restart.
         next_kill = t0 + max(kill_every, self.o.first_kill)
@@ -302,7 +302,9 @@ def main(argv=None):
                    help="killed nodes stay down (for an elastic ring, which takes no node back)")
     p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
     p.add_argument("--joins", type=int, default=0, help="nodes that join the churn run by seeds")
-    p.add_argument("--first-join", type=float, default=3.0, help="seconds into the run of the first join")
+    p.add_argument("--first-join", type=float, default=None,
+                   help="seconds into the run of the first join (default: 30 %% of the undisturbed run's "
+                        "wall time, at least 1 s; a fixed 3 s came after the end of a 3.5 s local-SGD run)")
     p.add_argument("--kill-every", type=float, default=3.0,
                    help="at most this many seconds between a restart and the next kill")
     p.add_argument("--first-kill", type=float, default=3.0, help="seconds into the run of the first kill")
@@ -330,6 +332,8 @@ def main(argv=None):
                                  "node_steps": [n["steps"] for n in nodes]}
         log(f"undisturbed: {wall:.1f} s, average model {100 * acc['accuracy_average']:.2f}%")
 
+        if opts.first_join is None:
+            opts.first_join = max(1.0, 0.3 * wall)
         # Each kill costs a gap and a down time; the gap shrinks (to 0.5 s at least) so
         # that all of them fit in the churn window of a short run.
         window = opts.churn_fraction * wall

@@ -153,8 +153,10 @@ TEST(GossipTrain, StandaloneWritesCsvResultAndSummary) {
   EXPECT_FALSE(std::filesystem::exists(result + ".tmp"));
 }
 
-// The CNN (issue 23's large workload) learns the real data set: 120 steps of batch 64
-// from the He init reach 80 % (74 % at 40). Each step is ~20 times the MLP's. In the
+// The CNN (issue 23's large workload) learns the real data set: 150 steps of batch 64
+// from the He init reach 80 % (74 % at 40; 120 steps gave 79.7 % in a RelWithDebInfo
+// build, 80 % only where the compiler vectorized the sums otherwise: too close to the
+// bar). Each step is ~20 times the MLP's. In the
 // Training suite, which CI runs on the optimized build (scripts/optimized-tests.sh).
 TEST(Training, TheCnnLearnsFashionMnistAlone) {
 #ifndef NDEBUG
@@ -163,7 +165,7 @@ TEST(Training, TheCnnLearnsFashionMnistAlone) {
   TempDir dir;
   const std::string result = dir.file("result.json");
   const Outcome o =
-      gossip_train(dir, "--standalone --model cnn --steps 120 --eval-every 0 --result " + result);
+      gossip_train(dir, "--standalone --model cnn --steps 150 --eval-every 0 --result " + result);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   std::smatch m;
   const std::string json = slurp(result);
