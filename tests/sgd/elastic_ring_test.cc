@@ -172,6 +172,16 @@ struct ProbeWorld {
   std::vector<Message> queue;
   Clock::time_point t0 = Clock::now();
 
+  // n nodes that admit joiners, each configured with all the others.
+  explicit ProbeWorld(uint32_t n) {
+    for (uint32_t self = 0; self < n; ++self) {
+      std::vector<uint32_t> peers;
+      for (uint32_t id = 0; id < n; ++id)
+        if (id != self) peers.push_back(id);
+      nodes.emplace_back(self, peers, /*admit_joiners=*/true);
+    }
+  }
+
   void send(uint32_t from, uint32_t to) {
     const auto& m = nodes[from];
     queue.push_back({from, to, m.epoch(), m.rejoining(), m.members()});
@@ -216,13 +226,7 @@ struct ProbeWorld {
 TEST(RingMembership, ViewsThatDifferOnAJoinerAgreeAtTheNextReforming) {
   for (uint32_t seed = 0; seed < 200; ++seed) {
     SCOPED_TRACE(seed);
-    ProbeWorld w;
-    for (uint32_t self = 0; self < 3; ++self) {
-      std::vector<uint32_t> peers;
-      for (uint32_t id = 0; id < 3; ++id)
-        if (id != self) peers.push_back(id);
-      w.nodes.emplace_back(self, peers, /*admit_joiners=*/true);
-    }
+    ProbeWorld w(3);
     const auto t0 = w.t0;
     w.nodes[0].start(t0, 1s);
     w.nodes[0].on_probe(1, 0, 5, t0, 1s);
@@ -263,13 +267,7 @@ TEST(RingMembership, ViewsThatDifferOnAJoinerAgreeAtTheNextReforming) {
 TEST(RingMembership, AMemberThatDroppedAProbeFromOutsideItsViewHearsItsAnswer) {
   for (uint32_t seed = 0; seed < 200; ++seed) {
     SCOPED_TRACE(seed);
-    ProbeWorld w;
-    for (uint32_t self = 0; self < 3; ++self) {
-      std::vector<uint32_t> peers;
-      for (uint32_t id = 0; id < 3; ++id)
-        if (id != self) peers.push_back(id);
-      w.nodes.emplace_back(self, peers, /*admit_joiners=*/true);
-    }
+    ProbeWorld w(3);
     const auto t0 = w.t0;
     for (uint32_t self = 0; self < 3; ++self) {
       w.nodes[self].start(t0, 1s);
@@ -316,13 +314,7 @@ TEST(RingMembership, AMemberThatSaidByeIsNotWaitedFor) {
 // A node that every member left out is vouched for by none: its probes at its own
 // epoch are not heard, and it asks back in through a state transfer.
 TEST(RingMembership, ANodeEveryMemberLeftOutIsNotTakenBackByItsOwnProbes) {
-  ProbeWorld w;
-  for (uint32_t self = 0; self < 3; ++self) {
-    std::vector<uint32_t> peers;
-    for (uint32_t id = 0; id < 3; ++id)
-      if (id != self) peers.push_back(id);
-    w.nodes.emplace_back(self, peers, true);
-  }
+  ProbeWorld w(3);
   const auto t0 = w.t0;
   for (uint32_t self : {0u, 1u}) {
     w.nodes[self].start(t0, 1s);
