@@ -223,8 +223,14 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
     // A greet (greet()) in round R > 0: no model of round R comes from this peer.
     // Waiting out the patience for it made the peer absent here in turn, and after a
     // partition healed, push-sum stalled every few rounds for half a minute. (The
-    // daemon's start-up hello is of round 0, before its first round's model.)
-    if (round > 0) greeted_[pi] = std::max(greeted_[pi], round + 1);
+    // daemon's start-up hello is of round 0, before its first round's model: a new
+    // process, whose rounds the last one's greets and heartbeats say nothing of.)
+    if (round > 0) {
+      greeted_[pi] = std::max(greeted_[pi], round + 1);
+    } else {
+      greeted_[pi] = 0;
+      beat_round_[pi] = 0;
+    }
     return;
   }
   if (kind == proto::Kind::kCopyRequest) {
