@@ -128,7 +128,24 @@ void Cluster::start(int node) {
 }
 
 void Cluster::start_all() {
-  for (int i = 0; i < n_; ++i) start(i);
+  // The ports are found free, then bound by the daemons a moment later: another test's
+  // process can take one meanwhile (as an outgoing connection's ephemeral port), and
+  // the daemon exits with "Address already in use". Then the whole cluster starts
+  // again on new ports (every node's peer list names them), at most 3 times.
+  for (int attempt = 1;; ++attempt) {
+    try {
+      for (int i = 0; i < n_; ++i) start(i);
+      return;
+    } catch (const std::runtime_error& e) {
+      if (attempt == 3 || std::string(e.what()).find("Address already in use") == std::string::npos)
+        throw;
+      std::vector<cli::Process*> all;
+      for (auto& d : daemons_) all.push_back(&d.process());
+      cli::terminate_all(all, 5s);
+      daemons_ = std::vector<ChildProcess>(n_);
+      ports_ = free_ports(n_);
+    }
+  }
 }
 
 std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid) {

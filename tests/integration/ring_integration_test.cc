@@ -5,13 +5,18 @@
 // timeout, leaving the daemons up. With --elastic on, the others re-form the ring
 // without it instead, and their trainers go on averaging, and take it back when it
 // restarts (plain and compressed local SGD).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <thread>
@@ -71,6 +76,30 @@ void expect_mean_on_every_node(int nodes, uint64_t numel) {
 }
 
 class RingProcesses : public ::testing::TestWithParam<int> {};
+
+// The harness's own retry: a port found free but taken before its daemon binds it
+// (CI, 2026-11-27: "cannot listen on tcp://127.0.0.1:41061: Address already in use",
+// another test's process held it) starts the cluster again on new ports.
+TEST(ClusterHarness, APortTakenBeforeItsDaemonBindsItStartsTheClusterOnNewPorts) {
+  Cluster cluster(2, {"--period", "1", "--transport", "tcp"});
+  const std::string taken = cluster.peer_endpoint(1);
+  const int port = std::stoi(taken.substr(taken.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  cluster.start_all();
+  ::close(fd);
+  EXPECT_NE(cluster.peer_endpoint(1), taken);
+  EXPECT_TRUE(cluster.daemon(0).running());
+  EXPECT_TRUE(cluster.daemon(1).running());
+  EXPECT_EQ(times_logged(cluster.log(1), "Address already in use"), 0u)
+      << "the log of the daemon on the new ports";
+}
 
 TEST_P(RingProcesses, EveryNodeHoldsTheMean) { expect_mean_on_every_node(GetParam(), 1000003); }
 
