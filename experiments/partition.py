@@ -42,18 +42,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import testbed  # noqa: E402
-from churn import stop_processes  # noqa: E402
+from churn import read_model, stop_processes  # noqa: E402
 
 
 def log(msg):
     print(f"[partition {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def read_model(path):
-    a = array.array("f")
-    with open(path, "rb") as f:
-        a.frombytes(f.read())
-    return a
 
 
 def mean(models):
@@ -173,7 +166,8 @@ class Run:
 
     def evaluate(self, model, name):
         path = self.out / f"{name}.model"
-        array.array("f", model).tofile(open(path, "wb"))
+        with open(path, "wb") as f:
+            array.array("f", model).tofile(f)
         result = self.out / f"{name}.json"
         subprocess.run([str(self.o.bin / "gossip-train"), "--evaluate", str(path), "--result", str(result)],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)

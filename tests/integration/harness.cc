@@ -79,10 +79,14 @@ Cluster::Cluster(int nodes, std::vector<std::string> extra)
   run_dir_ = tmpl;
 }
 
-Cluster::~Cluster() {
+void Cluster::stop_daemons() {
   std::vector<cli::Process*> all;
   for (auto& d : daemons_) all.push_back(&d.process());
   cli::terminate_all(all, 5s);  // SIGTERM, one shared grace, SIGKILL the rest, reap
+}
+
+Cluster::~Cluster() {
+  stop_daemons();
   daemons_.clear();
   std::error_code ec;
   std::filesystem::remove_all(run_dir_, ec);
@@ -139,9 +143,7 @@ void Cluster::start_all() {
     } catch (const std::runtime_error& e) {
       if (attempt == 3 || std::string(e.what()).find("Address already in use") == std::string::npos)
         throw;
-      std::vector<cli::Process*> all;
-      for (auto& d : daemons_) all.push_back(&d.process());
-      cli::terminate_all(all, 5s);
+      stop_daemons();
       daemons_ = std::vector<ChildProcess>(n_);
       ports_ = free_ports(n_);
     }

@@ -64,6 +64,7 @@ class Cluster {
   std::string log(int node) const { return daemons_[node].log(); }
 
  private:
+  void stop_daemons();  // every daemon, started or not
   int n_;
   std::vector<std::string> extra_;
   std::vector<std::vector<std::string>> node_flags_;
