@@ -20,9 +20,12 @@ Both groups keep training when each group's test loss falls between the cut and 
 heal; they merge when, at the end, the groups' distance has fallen back well below its
 value at the heal. Under D-PSGD and push-sum the merge is the mixing itself: each node
 weighs its neighbors as the topology says, so the consensus both groups move to is
-their average weighted by size.
+their average weighted by size. Under local SGD on an elastic ring, each group re-forms
+a ring of its own when cut; healed, the rings merge into one (sgd/ring_membership.h),
+whose first round averages the models themselves, node by node, so weighted by size.
 
     experiments/partition.py --build build --out /tmp/part -- --strategy gossip --topology ring
+    experiments/partition.py --build build --out /tmp/part -- --strategy local-sgd --elastic on
 
 Prints one JSON line; exits 1 when a group stalls or a process fails, 77 (with the
 reason) where this machine cannot make network namespaces.

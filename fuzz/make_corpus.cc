@@ -86,6 +86,7 @@ bool write_wire_headers(const fs::path& root) {
   write("state-chunk_weighted", proto::StateChunk{0, 0, 256, 0.5, kLayout}, 1024);
   write("ring-probe", proto::RingProbe{3, 9, false, 3}, 12);
   write("ring-probe_restarted", proto::RingProbe{3, 9, true, 4}, 16);
+  write("ring-probe_offer", proto::RingProbe{3, 9, false, 2, proto::RingProbe::kOffer}, 8);
   write("copy-request", proto::CopyRequest{}, 0);
   write("ps-push", proto::PsPush{1, 4096, 1000, proto::CodecId::kNone, kLayout}, 4000);
   write("ps-push_fp16", proto::PsPush{0, 0, 1000, proto::CodecId::kFp16, kLayout}, 2000);

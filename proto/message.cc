@@ -267,6 +267,8 @@ Status check(const Envelope& e, const Body& body) {
                             kMaxMemberBytes));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, RingProbe>) {
+          if (m.merge > RingProbe::kMerging)
+            return Status::protocol(fmt::format("ring-probe of unknown merge={}", m.merge));
           if (m.members > kMaxRingProbeMembers)
             return Status::protocol(fmt::format("ring-probe of {} members (at most {})", m.members,
                                                 kMaxRingProbeMembers));

@@ -28,8 +28,9 @@ namespace gossip::proto {
 inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
-// state-request's chunk range, version 5 ring-probe's member list and the member kind.
-inline constexpr uint32_t kWireVersion = 6;
+// state-request's chunk range, version 5 ring-probe's member list and the member kind,
+// version 7 ring-probe's `merge`.
+inline constexpr uint32_t kWireVersion = 7;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -219,16 +220,22 @@ struct StateChunk {
 // Elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
 // `epoch` (view `view`); the envelope's round is its next round. The payload lists
 // the view's `members` (uint32 little-endian ids), so that a node hears of a member
-// that another took in and it did not.
+// that another took in and it did not. `merge` joins two rings that trained apart (a
+// partition that healed): kOffer, from a live ring to a node outside it that it may
+// merge with (the list is the sender's view); kMerging, a re-forming that merges two
+// rings, or that runs before the union's first round (the list is the union).
 struct RingProbe {
   static constexpr Kind kKind = Kind::kRingProbe;
+  enum Merge : uint8_t { kReform = 0, kOffer = 1, kMerging = 2 };
   uint64_t epoch = 0;
   uint64_t view = 0;
   bool restarted = false;  // it restarted and asks back in
   uint64_t members = 0;
+  uint8_t merge = kReform;
   template <class F>
   void fields(F&& f) {
-    f("epoch", epoch), f("view", view), f("restarted", restarted), f("members", members);
+    f("epoch", epoch), f("view", view), f("restarted", restarted), f("members", members),
+        f("merge", merge);
   }
 };
 

@@ -57,6 +57,12 @@ class AllReduce {
   // The round to run when the owner proposes `proposed`: later after this node took
   // a later round's result from the others (an elastic ring it came back into).
   virtual uint64_t round_to_run(uint64_t proposed) const { return proposed; }
+  // Once after the nodes merged with another group that trained apart (an elastic
+  // ring after a partition healed, sgd/peer_ring.h): the members' synchronization
+  // points differ, so the owner's next round averages the models themselves. A merge
+  // decided inside all_reduce_mean fails that call (data unchanged) and reports it
+  // here: the owner runs its round again, as that first round.
+  virtual bool take_merge() { return false; }
   // Sets the layout fingerprint carried in every message; peers with another one are refused.
   virtual void set_layout_fingerprint(uint64_t fingerprint) = 0;
 };

@@ -130,8 +130,32 @@ Status first_round_hint(const Status& st, uint64_t round) {
 
 Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
                              const RoundOptions& round_options) {
-  const Status st = synchronize_round(model, round, round_options);
+  if (all_reduce_.take_merge()) forget_sync_point();
+  Status st = synchronize_round(model, round, round_options);
+  // The ring merged inside the round, which it ended unaveraged: run it again as the
+  // union's first round. Right after a partition heals, the links across come back
+  // one by one, and the union may grow over a few re-formings; the round's deadline
+  // bounds them.
+  while (!st.is_ok() && all_reduce_.take_merge()) {
+    forget_sync_point();
+    st = synchronize_round(model, round, round_options);
+  }
   return compressed() ? first_round_hint(st, round) : st;
+}
+
+void LocalSgd::forget_sync_point() {
+  // The union's members hold two sides' x_prev: its first round averages the models
+  // themselves, and the outer momentum (of each side's own trajectory) restarts at
+  // zero on every member alike. The error-feedback residual is this node's own
+  // undelivered change and stays.
+  spdlog::info(
+      "local-sgd: merged with nodes that trained apart: the next round averages the models");
+  previous_.clear();
+  momentum_.clear();
+  start_point_.clear();
+  started_.clear();
+  started_elems_ = 0;
+  whole_synced_ = false;
 }
 
 Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,

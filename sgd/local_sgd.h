@@ -81,6 +81,8 @@ class LocalSgd final : public Strategy {
   void apply(std::span<float> model, std::span<const float> delta, std::span<float> previous,
              std::span<float> momentum);
   Status synchronize_round(std::span<float> model, uint64_t round, const RoundOptions& options);
+  // After a merge with nodes that trained apart: the next round is a first round.
+  void forget_sync_point();
   // At the cluster's first round, x_prev <- the start-up model when this node has it.
   bool take_start_point(uint64_t round, size_t numel);
   Status synchronize_fragment(std::span<float> model, uint64_t round, uint64_t offset,

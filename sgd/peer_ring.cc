@@ -228,9 +228,17 @@ void PeerRing::absorb(const peers::Incoming& in) {
         for (size_t i = 0; i < their_view.size(); ++i)
           their_view[i] =
               compression::load_le32(static_cast<const std::byte*>(in.payload.data()) + 4 * i);
+        const auto merge = h.merge == proto::RingProbe::kOffer     ? RingMembership::Merge::kOffer
+                           : h.merge == proto::RingProbe::kMerging ? RingMembership::Merge::kMerging
+                                                                   : RingMembership::Merge::kNone;
+        const bool was_merging = membership_.merging();
         const auto effect = membership_.on_probe(in.peer, h.epoch, in.round(), Clock::now(),
-                                                 options_.reform_wait, joining, their_view);
+                                                 options_.reform_wait, joining, their_view, merge);
         if (effect == RingMembership::Probe::kIgnored) return;
+        if (membership_.merging() && !was_merging)
+          spdlog::warn("peer {}{} [{}] (epoch {}, next round {}): merging the rings", in.peer,
+                       membership_.member(in.peer) ? " merges rings into" : " is in another ring",
+                       fmt::join(their_view, ", "), h.epoch, in.round());
         if (effect == RingMembership::Probe::kStarted) {
           if (joiner)
             spdlog::info(
@@ -241,6 +249,8 @@ void PeerRing::absorb(const peers::Incoming& in) {
             spdlog::warn("peer {} re-forms the ring (epoch {}): re-forming too", in.peer, h.epoch);
           drop_channel();
           send_probes();
+        } else if (membership_.merging() && !was_merging) {
+          send_probes();  // now the union, which the members must hear of
         } else {
           probe_outsiders();
           if (membership_.answers(in.peer, their_view)) send_probe(in.peer);
@@ -275,6 +285,13 @@ void PeerRing::absorb(const peers::Incoming& in) {
   }
 }
 
+uint64_t PeerRing::merge_round(const RingMembership::Change& change) const {
+  std::map<uint32_t, uint64_t> ours{{control_.self(), next_round_}}, theirs;
+  for (const auto& [id, next] : change.next_rounds)
+    (std::binary_search(change.before.begin(), change.before.end(), id) ? ours : theirs)[id] = next;
+  return std::max({lower_median(ours), lower_median(theirs), merge_round_.value_or(0)});
+}
+
 uint64_t PeerRing::lower_median(const std::map<uint32_t, uint64_t>& next_rounds) {
   if (next_rounds.empty()) return 0;
   std::vector<uint64_t> v;
@@ -304,16 +321,28 @@ bool PeerRing::interrupted() {
   if (now - last_poll_ < std::chrono::milliseconds(10)) return membership_.reforming();
   last_poll_ = now;
   drain(std::chrono::milliseconds(0));
+  offer_merges();
   return membership_.reforming();
 }
 
 void PeerRing::drain(std::chrono::milliseconds wait) { router_.poll(wait); }
 
 void PeerRing::progress(uint64_t next_round, size_t, std::chrono::milliseconds wait) {
-  next_round_ = next_round;
+  next_round_ = std::max(next_round, merge_round_.value_or(0));
   drain(wait);
+  offer_merges();
   // Between rounds a re-forming ends here; in a round, all_reduce_mean ends it.
   if (membership_.ready(Clock::now())) apply_view();
+}
+
+void PeerRing::offer_merges() {
+  if (!admits_joiners() || !started_) return;
+  const auto now = Clock::now();
+  if (now - last_offer_ < options_.reform_wait) return;
+  const auto outsiders = membership_.offers();
+  if (outsiders.empty()) return;
+  last_offer_ = now;
+  for (uint32_t id : outsiders) send_probe(id, /*offer=*/true);
 }
 
 Status PeerRing::connect(const CollectiveOptions& options) {
@@ -502,6 +531,8 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
 
 Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
                                  const CollectiveOptions& options) {
+  // The union's first round after a merge runs at the round the members agreed on.
+  if (merge_round_) round = std::max(round, *merge_round_);
   next_round_ = round;
   if (!options_.elastic) return attempt(data, round, options);
   started_ = true;
@@ -517,6 +548,11 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
     if (membership_.reforming()) {
       bool took = false;
       GOSSIP_RETURN_IF_ERROR(finish_reform(data, round, options, &took));
+      if (merge_news_)
+        return Status::closed(fmt::format(
+            "round {}: the ring merged with another that trained apart; the round runs again over "
+            "the union, at round {}",
+            round, merge_round_.value_or(round)));
       if (took) {
         keep_result(data, round);
         return Status::ok();
@@ -578,10 +614,14 @@ Status PeerRing::add_member(uint32_t id, const std::string& endpoint) {
   return Status::ok();
 }
 
-void PeerRing::send_probe(uint32_t to) {
-  const auto& ids = order().ids;
+void PeerRing::send_probe(uint32_t to, bool offer) {
+  // An offer lists the view; a merging probe the union it expects.
+  const std::vector<uint32_t> ids = offer ? order().ids : membership_.probe_list();
+  const auto merge = offer                                   ? proto::RingProbe::kOffer
+                     : membership_.merging() || merge_round_ ? proto::RingProbe::kMerging
+                                                             : proto::RingProbe::kReform;
   const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining(),
-                               ids.size()};
+                               ids.size(), merge};
   auto members = std::make_shared<std::vector<std::byte>>(4 * ids.size());
   for (size_t i = 0; i < ids.size(); ++i) compression::store_le32(members->data() + 4 * i, ids[i]);
   (void)control_.send_shared(to, next_round_, probe, std::move(members));
@@ -618,6 +658,21 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
         change.joined.empty() ? std::string()
                               : fmt::format("; took back {}", fmt::join(change.joined, ", ")));
   announce();
+  if (change.merged) {
+    // The two sides' results and synchronization points differ: none is sent, and
+    // the union's first round averages the models, at the higher side's round.
+    merge_round_ = merge_round(change);
+    jump_to_ = std::max(jump_to_, *merge_round_);
+    next_round_ = std::max(next_round_, *merge_round_);
+    has_result_ = false;
+    merge_news_ = true;
+    spdlog::warn(
+        "ring merged at epoch {} over {} nodes [{}], this node's ring was [{}]: the union's first "
+        "round, {}, averages the models themselves",
+        membership_.epoch(), order().ids.size(), fmt::join(order().ids, ", "),
+        fmt::join(change.before, ", "), *merge_round_);
+    return {};
+  }
   // Members behind the freshest round (they lost it to the break, or were down) get
   // its result from the lowest-id member that completed it, so that exactly one sends.
   uint64_t freshest = next_round_;
@@ -711,6 +766,11 @@ void PeerRing::keep_result(std::span<float> data, uint64_t round) {
                        std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float)), Compression{});
   has_result_ = true;
   next_round_ = round + 1;
+  if (merge_round_) {
+    spdlog::info("round {}: the merged ring's first round is done: one model again", round);
+    jump_to_ = std::max(jump_to_, round + 1);
+    merge_round_.reset();
+  }
 }
 
 }  // namespace gossip::sgd

@@ -18,6 +18,14 @@
 // round with the same result and the replicas stay together. A peer that vanishes
 // without closing its connections is noticed when a try's wait runs out: each try
 // gets half of the round's time left.
+//
+// Rings that trained apart merge (a partition that healed; sgd/ring_membership.h):
+// a live ring offers itself to the configured nodes outside it every reform wait,
+// and a ring apart from it re-forms with it. The replicas of the two sides differ,
+// and so do their synchronization points (local SGD's x_prev): the union's first
+// round runs at the higher side's round, and its owner averages the models
+// themselves in it (take_merge()). A merge decided inside a round ends that round
+// unaveraged, so that every node of the union runs its first round alike.
 
 #include <array>
 #include <atomic>
@@ -27,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "peers/ring_channel.h"
@@ -87,6 +96,7 @@ class PeerRing final : public AllReduce, public Membership {
     return rounds_by_[static_cast<size_t>(a)].load(std::memory_order_relaxed);
   }
   uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
+  bool take_merge() override { return std::exchange(merge_news_, false); }
   // The ring's membership for /metrics: its epoch (0 until it first re-forms) and how
   // many nodes its view holds; any thread.
   std::vector<Strategy::Gauge> gauges() const;
@@ -147,10 +157,15 @@ class PeerRing final : public AllReduce, public Membership {
 
   // Elastic.
   void send_probes();
+  // Offers this ring to the configured nodes outside it, once every reform wait.
+  void offer_merges();
   // Probes the peers outside the view that the re-forming must hear (joiners, peers a
   // member vouched for), each once.
   void probe_outsiders();
-  void send_probe(uint32_t to);
+  void send_probe(uint32_t to, bool offer = false);
+  // The round the union of a merge runs first: the higher of the two sides' (each
+  // side's lower median, so that one node cannot send the union far ahead).
+  uint64_t merge_round(const RingMembership::Change& change) const;
   // Decides the re-forming, reconnects, and sends this node's last result to members
   // that lost that round; returns the next round of every member heard.
   std::map<uint32_t, uint64_t> apply_view();
@@ -207,8 +222,12 @@ class PeerRing final : public AllReduce, public Membership {
   std::optional<Fetch> fetch_;
   static constexpr uint64_t kMaxResultLead = 64;  // rounds a result may be ahead of this node's
   static uint64_t lower_median(const std::map<uint32_t, uint64_t>& next_rounds);
-  std::vector<float> fetched_;                // its values, allocated when the first chunk arrives
-  uint64_t jump_to_ = 0;                      // the next round after taking a later round's result
+  std::vector<float> fetched_;  // its values, allocated when the first chunk arrives
+  uint64_t jump_to_ = 0;        // the next round after taking a later round's result
+  // A merge's first round, until a round over the union completes; its news for the owner.
+  std::optional<uint64_t> merge_round_;
+  bool merge_news_ = false;
+  std::chrono::steady_clock::time_point last_offer_;
   std::unique_ptr<StateTransfer> state_;      // admits_joiners() only
   peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };

@@ -44,14 +44,79 @@ bool RingMembership::member(uint32_t id) const {
 
 bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
   if (reform_) return false;
-  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}};
+  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}};
   return true;
+}
+
+void RingMembership::vouch_for(std::span<const uint32_t> their_view) {
+  auto& r = *reform_;
+  for (uint32_t id : their_view) {
+    if (id == self_ || member(id) || !configured(id) || !r.vouched.insert(id).second) continue;
+    if (auto p = r.pending.find(id); p != r.pending.end()) {
+      r.heard[id] = p->second.second;
+      r.highest_epoch = std::max(r.highest_epoch, p->second.first);
+      if (r.merging) r.merged_in.insert(id);
+      r.pending.erase(p);
+    }
+  }
+}
+
+RingMembership::Probe RingMembership::hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round,
+                                                 Clock::time_point now,
+                                                 std::chrono::milliseconds wait,
+                                                 std::span<const uint32_t> their_view) {
+  const bool started = start(now, wait);
+  auto& r = *reform_;
+  r.merging = true;
+  r.heard[peer] = next_round;
+  r.highest_epoch = std::max(r.highest_epoch, epoch);
+  if (!member(peer)) r.merged_in.insert(peer);
+  vouch_for(their_view);
+  return started ? Probe::kStarted : Probe::kHeard;
+}
+
+std::vector<uint32_t> RingMembership::offers() const {
+  std::vector<uint32_t> out;
+  if (!admit_joiners_ || reform_ || rejoining_ || order_.ids.size() < 2) return out;
+  for (uint32_t id : configured_)
+    if (!member(id)) out.push_back(id);
+  return out;
+}
+
+std::vector<uint32_t> RingMembership::probe_list() const {
+  std::vector<uint32_t> out = order_.ids;
+  if (merging()) {
+    out.insert(out.end(), reform_->vouched.begin(), reform_->vouched.end());
+    for (const auto& [id, next] : reform_->heard) out.push_back(id);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+  return out;
 }
 
 RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
                                                Clock::time_point now,
                                                std::chrono::milliseconds wait, bool joining,
-                                               std::span<const uint32_t> their_view) {
+                                               std::span<const uint32_t> their_view, Merge merge) {
+  const auto lists = [&](uint32_t id) {
+    return std::find(their_view.begin(), their_view.end(), id) != their_view.end();
+  };
+  // Merges are between rings of two or more that admit joiners; a node alone was left
+  // out (it takes a member's state instead) and one asking back in hears members only.
+  const bool may_merge = admit_joiners_ && !rejoining_ && peer != self_ && configured(peer) &&
+                         !member(peer) && order_.ids.size() >= 2;
+  if (merge == Merge::kOffer) {
+    // Only from a ring apart from this one: a member that this node's view still
+    // holds, or a view that shares a node with ours, is no other ring (a node the
+    // others left out and does not know it yet).
+    const bool apart = their_view.size() >= 2 &&
+                       std::none_of(their_view.begin(), their_view.end(),
+                                    [&](uint32_t id) { return id == self_ || member(id); });
+    if (!may_merge || !apart) return Probe::kIgnored;
+    return hear_merge(peer, epoch, next_round, now, wait, their_view);
+  }
+  if (merge == Merge::kMerging && may_merge && lists(self_))
+    return hear_merge(peer, epoch, next_round, now, wait, their_view);
   const bool vouched = reform_ && reform_->vouched.count(peer) > 0;
   if (peer != self_ && reform_ && !member(peer) && !vouched && !joining && configured(peer)) {
     reform_->pending[peer] = {epoch, next_round};
@@ -65,15 +130,11 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   auto& r = *reform_;
   r.heard[peer] = next_round;
   r.highest_epoch = std::max(r.highest_epoch, epoch);
-  if (member(peer))
-    for (uint32_t id : their_view) {
-      if (id == self_ || member(id) || !configured(id) || !r.vouched.insert(id).second) continue;
-      if (auto p = r.pending.find(id); p != r.pending.end()) {
-        r.heard[id] = p->second.second;
-        r.highest_epoch = std::max(r.highest_epoch, p->second.first);
-        r.pending.erase(p);
-      }
-    }
+  // A member's merging probe brings this node into the merge (as long as it is not
+  // asking back in: the members it hears take it in as a joiner).
+  if (merge == Merge::kMerging && member(peer) && !rejoining_ && admit_joiners_) r.merging = true;
+  if (r.merging && !member(peer) && !joining) r.merged_in.insert(peer);
+  if (member(peer) || r.merging) vouch_for(their_view);
   return started ? Probe::kStarted : Probe::kHeard;
 }
 
@@ -135,6 +196,9 @@ RingMembership::Change RingMembership::decide() {
     if (id != self_ && !reform_->heard.count(id)) change.lost.push_back(id);
   for (const auto& [id, next] : reform_->heard)
     if (!member(id)) change.joined.push_back(id);
+  change.before = order_.ids;
+  change.merged = std::any_of(reform_->merged_in.begin(), reform_->merged_in.end(),
+                              [&](uint32_t id) { return reform_->heard.count(id) > 0; });
   const uint64_t epoch = reform_->highest_epoch + 1;
   reform_.reset();
   rejoining_ = false;

@@ -27,6 +27,19 @@
 // A node left out by every member is vouched for by none, and asks back in as above.
 // A member whose probe does not list this node is answered with this node's probe
 // (answers()): it may have dropped the first, which came before it re-formed.
+//
+// Two rings that trained apart (a partition that healed) merge. A live ring offers
+// itself now and then to the configured peers outside its view (offers()); a node of
+// another ring of two or more, whose view shares no node with the offer's, starts a
+// merging re-forming: it hears the offerer and vouches for its members. A merging
+// node's probes list the union it expects (its view and the outsiders it vouched for
+// or heard) and say so (kMerging), and such a probe from outside the view that lists
+// this node brings it into the merge too, so every node of both rings hears every
+// other and they decide one view. The nodes that decide a view with members of
+// another ring learn it (Change::merged): their synchronization points differ, and
+// the union's first round averages the models themselves (sgd/peer_ring.h). A node
+// alone in its view merges by no offer: it was left out, and asks back in by taking a
+// member's state, as a restarted node does; nor does a node asking back in.
 
 #include <chrono>
 #include <cstdint>
@@ -66,6 +79,8 @@ class RingMembership {
   // A probe of `peer`, whose next round is `next_round`. kStarted: it started
   // re-forming here (the caller probes too); kIgnored: not a member, or a stale epoch.
   enum class Probe { kIgnored, kHeard, kStarted };
+  // What a probe says of merging (proto::RingProbe::merge).
+  enum class Merge { kNone, kOffer, kMerging };
   // A configured peer outside the view that asks back in (admitted joiners only).
   bool joiner(uint32_t peer, uint64_t epoch, bool joining = true) const;
   // `joining`: the probe of a restarted node asking back in. A node that asks back in
@@ -73,9 +88,19 @@ class RingMembership {
   // members take all of them in, and the next re-forming agrees again.
   // `their_view`: the members the probe lists (ids that are not configured peers are
   // ignored).
+  // `merge`: an offer is heard only from a ring apart from this one, a merging
+  // probe from outside the view only when it lists this node.
   Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
                  std::chrono::milliseconds wait, bool joining = false,
-                 std::span<const uint32_t> their_view = {});
+                 std::span<const uint32_t> their_view = {}, Merge merge = Merge::kNone);
+  // The configured peers outside the view that a live ring offers a merge to: none
+  // while re-forming, asking back in, or alone.
+  std::vector<uint32_t> offers() const;
+  // The re-forming under way merges rings: this node's probes say so and list probe_list().
+  bool merging() const { return reform_ && reform_->merging; }
+  // What this node's probes list: its view, and while merging the outsiders it
+  // vouched for or heard.
+  std::vector<uint32_t> probe_list() const;
   // Whether to send `peer` our probe again after hearing its probe, which lists
   // `their_view`: a member of our view that does not count this node. It re-forms
   // too, and it may have dropped our probe, which came before it started (from
@@ -105,6 +130,10 @@ class RingMembership {
     std::vector<uint32_t> lost;                // members left out
     std::vector<uint32_t> joined;              // joiners taken in
     std::map<uint32_t, uint64_t> next_rounds;  // of every member heard
+    // Members of another ring were taken in (a merge): the members' synchronization
+    // points differ. `before`: this node's view before, self included.
+    bool merged = false;
+    std::vector<uint32_t> before;
   };
   // Ends re-forming: the new view is self and the members heard (asserts reforming()).
   Change decide();
@@ -128,7 +157,14 @@ class RingMembership {
     // them: heard once one does (the probe is not sent twice).
     std::map<uint32_t, std::pair<uint64_t, uint64_t>> pending;  // -> epoch, next round
     std::set<uint32_t> gone;                                    // members that said bye
+    bool merging = false;
+    std::set<uint32_t> merged_in;  // outside the view, heard by a merging probe or offer
   };
+  // A merging probe from `peer` (an offer, or kMerging from outside the view) is
+  // heard: it and what it lists are taken in.
+  Probe hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
+                   std::chrono::milliseconds wait, std::span<const uint32_t> their_view);
+  void vouch_for(std::span<const uint32_t> their_view);
   bool configured(uint32_t id) const;
   std::optional<Reform> reform_;
   bool rejoining_ = false;

@@ -2,8 +2,9 @@
 """Issue 24's partition that heals, end to end through experiments/partition.py: six
 nodes train Fashion-MNIST, each daemon in a network namespace of its own; at step 300
 nodes 3-5 are cut off from nodes 0-2 (a second bridge: packets dropped, connections not
-reset), at step 700 the two sides are one network again. Under D-PSGD on a ring and
-push-sum on the one-peer exponential graph:
+reset), at step 700 the two sides are one network again. Under D-PSGD on a ring,
+push-sum on the one-peer exponential graph and local SGD over an elastic TCP ring
+(whose two rings merge into one):
 
   - both groups keep training while cut off (every node steps on, each group's
     average model's test loss falls);
@@ -40,6 +41,7 @@ except testbed.TestbedError as e:
 STRATEGIES = {
     "gossip": ["--strategy", "gossip", "--topology", "ring"],
     "push-sum": ["--strategy", "push-sum", "--topology", "one-peer-exponential"],
+    "local-sgd": ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4"],
 }
 
 
@@ -83,6 +85,11 @@ class PartitionHeals(unittest.TestCase):
                 self.assertGreater(during["groups_apart"], during["spread_within"], r)
                 # Healed, they mix again: one model, about as close as before the cut.
                 self.assertLess(end["groups_apart"], during["groups_apart"] / 4, r)
+                if name == "local-sgd":
+                    # The two elastic rings merged into one, whose first round
+                    # averaged the models themselves: one model again.
+                    self.assertLess(end["groups_apart"], 1e-6, r)
+                    self.assertLess(end["spread_within"], 1e-6, r)
 
     def test_the_healed_cluster_runs_at_its_pace_before_the_cut(self):
         # Push-sum once stalled for its patience every few rounds for half a minute

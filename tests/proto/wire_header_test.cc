@@ -161,6 +161,9 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(p.view, 12u);
   EXPECT_TRUE(p.restarted);
   EXPECT_EQ(p.members, 3u);
+  EXPECT_EQ(p.merge, RingProbe::kReform);
+  EXPECT_EQ(round_trip(RingProbe{4, 12, false, 2, RingProbe::kMerging}, 8).merge,
+            RingProbe::kMerging);
   round_trip(CopyRequest{}, 0);
   const PsPush push = round_trip(PsPush{3, 100, 25, CodecId::kNone, 7}, 100);
   EXPECT_EQ(push.shard, 3u);
@@ -470,10 +473,14 @@ TEST(WireHeader, BodyFieldsHaveTheirTypes) {
                    fmt::format("model-chunk field '{}' is not an unsigned integer", names[k]));
   }
   // A boolean is a boolean, not a number.
-  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), u(1), u(0)})),
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), u(1), u(0), u(0)})),
                  "ring-probe field 'restarted' is not a boolean");
   EXPECT_TRUE(
-      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true), u(0)})).is_ok());
+      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true), u(0), u(0)}))
+          .is_ok());
+  EXPECT_REFUSED(
+      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(false), u(0), u(3)})),
+      "ring-probe of unknown merge=3");
 }
 
 TEST(WireHeader, NarrowFieldsOverflow) {

@@ -18,6 +18,7 @@
 #include "sgd/ring_membership.h"
 #include "tests/sgd/inbox.h"
 #include "tests/sgd/loopback_port.h"
+#include "tests/sgd/probe_world.h"
 
 namespace gossip::sgd {
 namespace {
@@ -158,65 +159,6 @@ TEST(RingMembership, MembersThatHearEachOtherAgreeOnTheView) {
   EXPECT_EQ(nodes[0].view_id(), nodes[1].view_id());
   EXPECT_EQ(nodes[0].view_id(), nodes[2].view_id());
 }
-
-// Three memberships exchanging probes through one queue, delivered in a random order;
-// each probe carries its sender's view when sent, as PeerRing's do.
-struct ProbeWorld {
-  struct Message {
-    uint32_t from, to;
-    uint64_t epoch;
-    bool joining;
-    std::vector<uint32_t> view;
-  };
-  std::vector<RingMembership> nodes;  // node i has id i
-  std::vector<Message> queue;
-  Clock::time_point t0 = Clock::now();
-
-  // n nodes that admit joiners, each configured with all the others.
-  explicit ProbeWorld(uint32_t n) {
-    for (uint32_t self = 0; self < n; ++self) {
-      std::vector<uint32_t> peers;
-      for (uint32_t id = 0; id < n; ++id)
-        if (id != self) peers.push_back(id);
-      nodes.emplace_back(self, peers, /*admit_joiners=*/true);
-    }
-  }
-
-  void send(uint32_t from, uint32_t to) {
-    const auto& m = nodes[from];
-    queue.push_back({from, to, m.epoch(), m.rejoining(), m.members()});
-  }
-  void send_probes(uint32_t from) {
-    for (uint32_t id : nodes[from].members())
-      if (id != from) send(from, id);
-    for (uint32_t id : nodes[from].take_to_probe()) send(from, id);
-  }
-  // Hands `msg` to its node, which answers as PeerRing does.
-  Probe deliver(const Message& msg) {
-    const auto effect =
-        nodes[msg.to].on_probe(msg.from, msg.epoch, 9, t0, 1s, msg.joining, msg.view);
-    if (effect == Probe::kStarted) {
-      send_probes(msg.to);
-    } else if (effect == Probe::kHeard) {
-      for (uint32_t id : nodes[msg.to].take_to_probe()) send(msg.to, id);
-      if (nodes[msg.to].answers(msg.from, msg.view)) send(msg.to, msg.from);
-    }
-    return effect;
-  }
-  // Delivers until every node is ready without the wait running out (true), or the
-  // queue is empty first (false).
-  bool run(std::mt19937& rng) {
-    while (!queue.empty()) {
-      const size_t i = rng() % queue.size();
-      const Message msg = queue[i];
-      queue.erase(queue.begin() + static_cast<ptrdiff_t>(i));
-      deliver(msg);
-    }
-    for (auto& n : nodes)
-      if (!n.ready(t0)) return false;
-    return true;
-  }
-};
 
 // Node 2 restarted and asked back in; node 1 took it in, node 0 decided before the
 // join reached it, and node 2 heard only node 1: three views at one epoch. Each ring

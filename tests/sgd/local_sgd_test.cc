@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 #include "compression/codec_spec.h"
@@ -76,6 +77,82 @@ TEST(LocalSgd, AFailedRoundLeavesTheModelAndTheOuterStateAlone) {
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("peer 2"), std::string::npos);
   EXPECT_EQ(x[0], 7.0f);
+}
+
+// A ring that merged with another that trained apart (sgd/peer_ring.h): once between
+// rounds, or inside a round, which fails then (data unchanged) as the ring ends it.
+class MergingMean final : public AllReduce {
+ public:
+  std::vector<float> mean;
+  bool merge_between = false, merge_inside = false;
+  std::vector<std::vector<float>> got;  // what each call was given
+  std::vector<bool> compressed;         // whether it travelled through a codec
+  Status all_reduce_mean(std::span<float> data, uint64_t, const CollectiveOptions& o) override {
+    got.emplace_back(data.begin(), data.end());
+    compressed.push_back(o.compression.codec != nullptr);
+    if (std::exchange(merge_inside, false)) {
+      news_ = true;
+      return Status::closed("round 5: the ring merged with another that trained apart");
+    }
+    std::copy(mean.begin(), mean.end(), data.begin());
+    return Status::ok();
+  }
+  bool take_merge() override {
+    return std::exchange(news_, false) || std::exchange(merge_between, false);
+  }
+  void progress(uint64_t, size_t, std::chrono::milliseconds) override {}
+  void set_layout_fingerprint(uint64_t) override {}
+
+ private:
+  bool news_ = false;
+};
+
+// Each side's x_prev and outer momentum are of its own trajectory: the union's first
+// round is the models' average, and the momentum restarts at zero on every member.
+TEST(LocalSgd, AfterAMergeTheUnionsFirstRoundAveragesTheModelsThemselves) {
+  MergingMean ar;
+  LocalSgd sgd(ar, OuterOptimizer{OuterOptimizer::Kind::kNesterov, 0.5, 0.9});
+  std::vector<float> x = {0};
+  ar.mean = {1.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 0, opts()).is_ok());  // x_prev = 1
+  ar.mean = {3.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 1, opts()).is_ok());  // momentum -2, x = 2.9
+  ASSERT_FLOAT_EQ(x[0], 2.9f);
+  ar.merge_between = true;
+  ar.mean = {10.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 2, opts()).is_ok());
+  EXPECT_FLOAT_EQ(x[0], 10.0f) << "the average itself, no outer step from this side's x_prev";
+  // Round 3: g = 10 - 12 = -2 with the momentum from zero: m = -2, step = -3.8, x = 11.9.
+  ar.mean = {12.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 3, opts()).is_ok());
+  EXPECT_FLOAT_EQ(x[0], 11.9f);
+  ASSERT_EQ(sgd.shared_state().size(), 1u);
+  EXPECT_FLOAT_EQ(sgd.shared_state()[0], -2.0f);
+}
+
+TEST(LocalSgd, AMergeInsideARoundRunsItAgainAsTheUnionsFirstRound) {
+  auto codec = compression::make_codec("topk:0.5").value();
+  MergingMean ar;
+  LocalSgd sgd(ar, OuterOptimizer{OuterOptimizer::Kind::kNesterov, 0.5, 0.9}, codec.codec.get());
+  std::vector<float> x = {1, 2};
+  ar.mean = {1, 2};
+  ASSERT_TRUE(sgd.synchronize(x, 0, opts()).is_ok());
+  x = {4, 6};  // local steps
+  ar.merge_inside = true;
+  ar.mean = {7, 8};
+  ASSERT_TRUE(sgd.synchronize(x, 5, opts()).is_ok());
+  ASSERT_EQ(ar.got.size(), 3u);
+  EXPECT_TRUE(ar.compressed[1]) << "the round began as this side's: the change, compressed";
+  EXPECT_EQ(ar.got[1], (std::vector<float>{3, 4}));
+  EXPECT_FALSE(ar.compressed[2]) << "run again: the models themselves, exact";
+  EXPECT_EQ(ar.got[2], (std::vector<float>{4, 6}));
+  EXPECT_EQ(x, (std::vector<float>{7, 8}));
+  // The next round sends the change since the union's average again.
+  x = {8, 8};
+  ar.mean = {0.5f, 0.0f};
+  ASSERT_TRUE(sgd.synchronize(x, 6, opts()).is_ok());
+  EXPECT_TRUE(ar.compressed[3]);
+  EXPECT_EQ(ar.got[3], (std::vector<float>{1, 0}));
 }
 
 // A node that rejoins takes a member's model (took_model) but keeps, from its own

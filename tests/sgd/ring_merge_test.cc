@@ -1,0 +1,174 @@
+// Two elastic rings that trained apart (a partition that healed) merge into one:
+// the offers, the merging re-forming and who learns of the merge (RingMembership,
+// pure logic, over every delivery order of ProbeWorld). The models' side, the
+// union's first round, is in local_sgd_test.cc; the whole of it with real processes
+// in network namespaces is Experiments.PartitionHeals.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "sgd/ring_membership.h"
+#include "tests/sgd/probe_world.h"
+
+namespace gossip::sgd {
+namespace {
+
+using namespace std::chrono_literals;
+using Probe = RingMembership::Probe;
+using Merge = RingMembership::Merge;
+
+const std::vector<uint32_t> kAll{0, 1, 2, 3, 4, 5};
+
+TEST(RingMerge, TwoRingsApartMergeIntoOneWhateverTheOrderOfTheProbes) {
+  for (uint32_t seed = 0; seed < 300; ++seed) {
+    SCOPED_TRACE(seed);
+    ProbeWorld w(6);
+    w.split(3, 1, 2);
+    ASSERT_EQ(w.nodes[0].members(), (std::vector<uint32_t>{0, 1, 2}));
+    ASSERT_EQ(w.nodes[4].members(), (std::vector<uint32_t>{3, 4, 5}));
+    for (uint32_t id = 0; id < 6; ++id) w.next[id] = id < 3 ? 187 : 181;
+    // The healed link brings one offer first (any of A's to any of B's), and maybe
+    // others after it.
+    std::mt19937 rng(seed);
+    w.offer(rng() % 3, 3 + rng() % 3);
+    if (seed % 2) w.offer(3 + rng() % 3, rng() % 3);
+    ASSERT_TRUE(w.run(rng)) << "a node still waited when every probe was delivered";
+    for (auto& n : w.nodes) {
+      const auto change = n.decide();
+      EXPECT_TRUE(change.merged) << "node " << n.order().ids[n.order().rank];
+      EXPECT_TRUE(change.lost.empty());
+      EXPECT_EQ(n.members(), kAll);
+      EXPECT_EQ(n.epoch(), 3u) << "one past the higher side's";
+      EXPECT_EQ(change.next_rounds.size(), 5u) << "every other node's next round, for the union's";
+    }
+    for (auto& n : w.nodes) EXPECT_EQ(n.view_id(), w.nodes[0].view_id());
+  }
+}
+
+// Links that came back one by one: node 5 hears nobody of the other side in the
+// first merging re-forming and decides its old ring; the others take in the nodes
+// they heard. At the next re-forming (the ring round fails on the views that
+// differ), the members that still owe the union its first round probe as merging
+// (PeerRing::merge_round_), and the views agree; whoever takes in an outsider then
+// learns of a merge.
+TEST(RingMerge, ASideThatHeardNobodyAcrossMergesAtTheNextReforming) {
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    SCOPED_TRACE(seed);
+    ProbeWorld w(6);
+    w.split(3, 1, 1);
+    for (uint32_t a = 0; a < 3; ++a) w.cut.insert({a, 5}), w.cut.insert({5, a});
+    std::mt19937 rng(seed);
+    w.offer(0, 3);
+    ASSERT_FALSE(w.run(rng)) << "nodes wait for node 5 and node 5 for them";
+    std::vector<RingMembership::Change> first;
+    for (auto& n : w.nodes) first.push_back(n.decide());
+    EXPECT_EQ(w.nodes[5].members(), (std::vector<uint32_t>{3, 4, 5}));
+    EXPECT_FALSE(first[5].merged) << "it took nobody in";
+    EXPECT_TRUE(first[0].merged);
+
+    w.cut.clear();
+    for (uint32_t id = 0; id < 6; ++id) w.nodes[id].start(w.t0, w.wait);
+    for (uint32_t id = 0; id < 6; ++id) {
+      // Those that merged owe the union its first round: their probes merge.
+      if (first[id].merged)
+        for (uint32_t to : w.nodes[id].members())
+          if (to != id)
+            w.queue.push_back(
+                {id, to, w.nodes[id].epoch(), false, w.nodes[id].probe_list(), Merge::kMerging});
+      if (!first[id].merged) w.send_probes(id);
+    }
+    ASSERT_TRUE(w.run(rng));
+    for (auto& n : w.nodes) n.decide();
+    for (auto& n : w.nodes) {
+      EXPECT_EQ(n.members(), kAll);
+      EXPECT_EQ(n.view_id(), w.nodes[0].view_id());
+    }
+  }
+}
+
+TEST(RingMerge, AnOfferFromARingThatSharesANodeIsNoOtherRing) {
+  // Node 3 was left out by 0-2 and does not know it yet: its view still holds them.
+  RingMembership stale(3, {0, 1, 2});
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(stale.on_probe(0, 1, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 2}, Merge::kOffer),
+            Probe::kIgnored);
+  EXPECT_FALSE(stale.reforming()) << "a member's offer does not pull it into a re-forming";
+  // Nor is a view that overlaps ours another ring.
+  RingMembership m(4, {0, 1, 2, 3, 5}, /*admit_joiners=*/true);
+  m.start(t0, 1s);
+  m.on_probe(5, 0, 50, t0, 1s);
+  m.on_probe(3, 0, 50, t0, 1s);
+  m.decide();  // {3, 4, 5}
+  EXPECT_EQ(m.on_probe(0, 1, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 3}, Merge::kOffer),
+            Probe::kIgnored);
+  EXPECT_EQ(m.on_probe(0, 1, 50, t0, 1s, false, std::vector<uint32_t>{0}, Merge::kOffer),
+            Probe::kIgnored)
+      << "a node alone is left out: it takes a member's state instead";
+  EXPECT_EQ(m.on_probe(0, 1, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 2}, Merge::kOffer),
+            Probe::kStarted);
+  EXPECT_TRUE(m.merging());
+  EXPECT_EQ(m.probe_list(), kAll) << "the union it expects: 0 heard, 1 and 2 vouched for";
+}
+
+TEST(RingMerge, ANodeAloneOrAskingBackInNeitherOffersNorMerges) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RingMembership alone(0, {1, 2, 3}, /*admit_joiners=*/true);
+  alone.start(t0, 1s);
+  alone.decide();
+  ASSERT_TRUE(alone.alone());
+  EXPECT_TRUE(alone.offers().empty());
+  EXPECT_EQ(alone.on_probe(1, 2, 50, t0, 1s, false, std::vector<uint32_t>{1, 2, 3}, Merge::kOffer),
+            Probe::kIgnored);
+  EXPECT_EQ(
+      alone.on_probe(1, 2, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 2, 3}, Merge::kMerging),
+      Probe::kIgnored);
+
+  RingMembership back(0, {1, 2, 3}, /*admit_joiners=*/true);
+  back.start_rejoin(t0, 1s);
+  EXPECT_TRUE(back.offers().empty());
+  back.on_probe(1, 2, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 2, 3}, Merge::kMerging);
+  EXPECT_FALSE(back.merging()) << "the members take it in as a joiner, with their state";
+
+  // Nor do rings that take no joiners (only local SGD's ring can merge models).
+  RingMembership fixed(4, {0, 1, 2, 3, 5});
+  fixed.start(t0, 1s);
+  fixed.on_probe(5, 0, 50, t0, 1s);
+  fixed.decide();
+  EXPECT_TRUE(fixed.offers().empty());
+  EXPECT_EQ(fixed.on_probe(0, 1, 50, t0, 1s, false, std::vector<uint32_t>{0, 1}, Merge::kOffer),
+            Probe::kIgnored);
+}
+
+TEST(RingMerge, ALiveRingOffersItselfToTheConfiguredNodesOutsideIt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RingMembership m(1, {0, 2, 3}, /*admit_joiners=*/true);
+  EXPECT_TRUE(m.offers().empty()) << "everyone is in the view";
+  m.start(t0, 1s);
+  EXPECT_TRUE(m.offers().empty()) << "not while re-forming";
+  m.on_probe(2, 0, 5, t0, 1s);
+  m.decide();
+  EXPECT_EQ(m.offers(), (std::vector<uint32_t>{0, 3}));
+}
+
+TEST(RingMerge, AReformingOfOneRingIsNoMerge) {
+  // A joiner that a member took in and this node did not (vouched for) is no merge:
+  // it took that member's state, so the synchronization points are one.
+  const auto t0 = std::chrono::steady_clock::now();
+  RingMembership m(0, {1, 2}, /*admit_joiners=*/true);
+  m.start(t0, 1s);
+  m.on_probe(1, 0, 5, t0, 1s);
+  m.decide();  // {0, 1} at epoch 1
+  m.start(t0, 1s);
+  m.on_probe(1, 1, 5, t0, 1s, false, std::vector<uint32_t>{0, 1, 2});
+  m.on_probe(2, 2, 5, t0, 1s, false, std::vector<uint32_t>{0, 1, 2});
+  ASSERT_TRUE(m.ready(t0));
+  const auto change = m.decide();
+  EXPECT_EQ(m.members(), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_FALSE(change.merged);
+}
+
+}  // namespace
+}  // namespace gossip::sgd
