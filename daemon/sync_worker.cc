@@ -901,16 +901,16 @@ void SyncWorker::run() {
           allowed.count()));
     }
     RoundResult result{std::move(st), round, std::nullopt, std::nullopt};
-    if (const uint64_t ran = strategy_->round_to_run(round + 1) - 1;
-        result.status && !job.bucket && !exchange_ && ran > round) {
+    if (const uint64_t ran = std::max(round, strategy_->round_to_run(round + 1) - 1);
+        result.status && !job.bucket && !exchange_ && ran > job.round) {
       // The round's result is a later round's: an elastic ring took it from members
       // ahead, or merged with a ring ahead. Its trainers go on from that round's step,
       // so that they finish a step budget with the members rather than alone. (The
       // gossip family's catching up is a neighbor's lag, seen at the next round.)
       result.round = ran;
-      result.step = job.step + (ran - round) * period_;
+      result.step = job.step + (ran - job.round) * period_;
       next_round_ = ran + 1;
-      spdlog::info("round {}: the result is round {}'s; the trainers go on from step {}", round,
+      spdlog::info("round {}: the result is round {}'s; the trainers go on from step {}", job.round,
                    ran, *result.step);
     }
     if (tuner_ && result.status && !job.bucket) tune(result, job.step, began, sent);

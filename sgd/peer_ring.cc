@@ -289,7 +289,17 @@ uint64_t PeerRing::merge_round(const RingMembership::Change& change) const {
   std::map<uint32_t, uint64_t> ours{{control_.self(), next_round_}}, theirs;
   for (const auto& [id, next] : change.next_rounds)
     (std::binary_search(change.before.begin(), change.before.end(), id) ? ours : theirs)[id] = next;
-  return std::max({lower_median(ours), lower_median(theirs), merge_round_.value_or(0)});
+  // A side of one heard node is one node's word: it may not send the union (and the
+  // trainers' steps, sync_worker.cc) further ahead than a result may be.
+  const uint64_t own = lower_median(ours);
+  uint64_t other = lower_median(theirs);
+  if (theirs.size() < 2 && other > own + kMaxResultLead) {
+    count_refusal(Refusal::kFarRound);
+    spdlog::warn("merge: peer {} alone claims round {}, this side is at {}: taken as {}",
+                 theirs.begin()->first, other, own, own + kMaxResultLead);
+    other = own + kMaxResultLead;
+  }
+  return std::max({own, other, merge_round_.value_or(0)});
 }
 
 uint64_t PeerRing::lower_median(const std::map<uint32_t, uint64_t>& next_rounds) {
