@@ -1011,6 +1011,9 @@ void Daemon::handle_round_done() {
     spdlog::info("the node's step moves from {} to {}, the members' step", step_, *result->step);
     step_ = *result->step;
   }
+  // Before the trainers hear of the round: a scrape after their sync counts it
+  // (Operations.MetricsAreScrapedAndMoveWithTraffic read 2 of 3 rounds once).
+  publish_gauges();
   if (round_overlapped_) {
     // Its trainers were answered when it started; they see the change at a later sync.
     round_overlapped_ = false;

@@ -299,7 +299,12 @@ uint64_t PeerRing::merge_round(const RingMembership::Change& change) const {
                  theirs.begin()->first, other, own, own + kMaxResultLead);
     other = own + kMaxResultLead;
   }
-  return std::max({own, other, merge_round_.value_or(0)});
+  // Members that owe a union its first round: the round they agreed on, as far as a
+  // result may be ahead.
+  uint64_t claimed = 0;
+  for (const auto& [id, next] : change.merging_claims) claimed = std::max(claimed, next);
+  claimed = std::min(claimed, own + kMaxResultLead);
+  return std::max({own, other, claimed, merge_round_.value_or(0)});
 }
 
 uint64_t PeerRing::lower_median(const std::map<uint32_t, uint64_t>& next_rounds) {
@@ -668,6 +673,18 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
         change.joined.empty() ? std::string()
                               : fmt::format("; took back {}", fmt::join(change.joined, ", ")));
   announce();
+  // A member that merged with nodes since gone owes the union its first round, at a
+  // later round than this node's: this node merges too, rather than leave the two
+  // running rounds apart. (One at this node's round or behind lost the union's first
+  // round to a break, and takes it from a member that completed it, below.)
+  uint64_t claimed = 0;
+  for (const auto& [id, next] : change.merging_claims) claimed = std::max(claimed, next);
+  if (!change.merged && claimed > next_round_) change.merged = true;
+  if (!change.merged && merge_round_) {
+    merge_round_ = merge_round(change);
+    jump_to_ = std::max(jump_to_, *merge_round_);
+    next_round_ = std::max(next_round_, *merge_round_);
+  }
   if (change.merged) {
     // The two sides' results and synchronization points differ: none is sent, and
     // the union's first round averages the models, at the higher side's round.

@@ -44,7 +44,7 @@ bool RingMembership::member(uint32_t id) const {
 
 bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
   if (reform_) return false;
-  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}};
+  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}, {}};
   return true;
 }
 
@@ -123,7 +123,7 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
     return Probe::kIgnored;
   }
   if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining) && !vouched) ||
-      (member(peer) && epoch < epoch_))
+      (member(peer) && epoch < epoch_ && merge != Merge::kMerging))
     return Probe::kIgnored;
   if (rejoining_ && joining) return Probe::kIgnored;
   const bool started = start(now, wait);
@@ -132,7 +132,10 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   r.highest_epoch = std::max(r.highest_epoch, epoch);
   // A member's merging probe brings this node into the merge (as long as it is not
   // asking back in: the members it hears take it in as a joiner).
-  if (merge == Merge::kMerging && member(peer) && !rejoining_ && admit_joiners_) r.merging = true;
+  if (merge == Merge::kMerging && member(peer) && !rejoining_ && admit_joiners_) {
+    r.merging = true;
+    r.merging_claims[peer] = next_round;
+  }
   if (r.merging && !member(peer) && !joining) r.merged_in.insert(peer);
   if (member(peer) || r.merging) vouch_for(their_view);
   return started ? Probe::kStarted : Probe::kHeard;
@@ -197,9 +200,13 @@ RingMembership::Change RingMembership::decide() {
   for (const auto& [id, next] : reform_->heard)
     if (!member(id)) change.joined.push_back(id);
   change.before = order_.ids;
+  for (const auto& [id, next] : reform_->merging_claims)
+    if (reform_->heard.count(id)) change.merging_claims[id] = reform_->heard.at(id);
   change.merged = std::any_of(reform_->merged_in.begin(), reform_->merged_in.end(),
                               [&](uint32_t id) { return reform_->heard.count(id) > 0; });
-  const uint64_t epoch = reform_->highest_epoch + 1;
+  // Saturated: a peer's epoch is its word, and a wrap to 0 would take this view for a
+  // restarted one's.
+  const uint64_t epoch = reform_->highest_epoch + (reform_->highest_epoch < UINT64_MAX ? 1 : 0);
   reform_.reset();
   rejoining_ = false;
   set_view(std::move(ids), epoch);

@@ -37,7 +37,10 @@
 // this node brings it into the merge too, so every node of both rings hears every
 // other and they decide one view. The nodes that decide a view with members of
 // another ring learn it (Change::merged): their synchronization points differ, and
-// the union's first round averages the models themselves (sgd/peer_ring.h). A node
+// the union's first round averages the models themselves (sgd/peer_ring.h). A
+// member's merging probe is heard at an epoch older than this node's too: where links
+// came back one by one, a member may have merged with nodes of a higher epoch before
+// the others, and must hear them again. A node
 // alone in its view merges by no offer: it was left out, and asks back in by taking a
 // member's state, as a restarted node does; nor does a node asking back in.
 
@@ -134,6 +137,10 @@ class RingMembership {
     // points differ. `before`: this node's view before, self included.
     bool merged = false;
     std::vector<uint32_t> before;
+    // Members heard by a merging probe -> their next round: a member that owes a
+    // union its first round (it merged with nodes since gone) says so at every
+    // re-forming, and the owner aligns on it (sgd/peer_ring.h).
+    std::map<uint32_t, uint64_t> merging_claims;
   };
   // Ends re-forming: the new view is self and the members heard (asserts reforming()).
   Change decide();
@@ -159,6 +166,7 @@ class RingMembership {
     std::set<uint32_t> gone;                                    // members that said bye
     bool merging = false;
     std::set<uint32_t> merged_in;  // outside the view, heard by a merging probe or offer
+    std::map<uint32_t, uint64_t> merging_claims;  // members heard by a merging probe
   };
   // A merging probe from `peer` (an offer, or kMerging from outside the view) is
   // heard: it and what it lists are taken in.

@@ -25,6 +25,11 @@
 //     joined (member adds nobody asked for), ids I, I + 1, ... (1000 unless told),
 //     scheduled for round R (0 unless told: not scheduled).
 //
+//   gossip-attacker merge-offer --target EP --as-node N --id I --round R [--count K]
+//     Poses as node N of a plain cluster whose nodes N and I are not running, and
+//     offers the elastic ring at --target a merge with a ring [N, I] that claims to be
+//     at round R (a ring-probe with merge = offer), K times, 200 ms apart.
+//
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
 //     directory: a compromised node), connects to node 0 again and again presenting
@@ -68,6 +73,8 @@ using Clock = std::chrono::steady_clock;
                "       gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]\n"
                "       gossip-attacker forged-add --target EP --as-node N [--count K] [--id I] "
                "[--round R]\n"
+               "       gossip-attacker merge-offer --target EP --as-node N --id I --round R "
+               "[--count K]\n"
                "       gossip-attacker inspect-flood --target EP --listen EP --as-node N "
                "[--seconds S]\n");
   std::exit(2);
@@ -398,6 +405,31 @@ int forged_add(const std::string& target, int as_node, int count, uint32_t first
   return 0;
 }
 
+int merge_offer(const std::string& target, int as_node, uint32_t other, uint64_t round, int count) {
+  using gossip::proto::RingProbe;
+  zmq::context_t context;
+  zmq::socket_t out(context, zmq::socket_type::dealer);
+  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
+  out.set(zmq::sockopt::linger, 2000);
+  out.connect(target);
+  const uint32_t view[2] = {static_cast<uint32_t>(as_node), other};
+  std::string members(sizeof(view), '\0');
+  for (size_t i = 0; i < 2; ++i)
+    for (int b = 0; b < 4; ++b)
+      members[4 * i + b] = static_cast<char>((view[i] >> (8 * b)) & 0xff);  // little-endian
+  for (int i = 0; i < count; ++i) {
+    const std::string head =
+        gossip::proto::encode_head(static_cast<uint32_t>(as_node), round,
+                                   RingProbe{7, 7, false, 2, RingProbe::kOffer}, members.size());
+    (void)out.send(zmq::buffer(head), zmq::send_flags::sndmore);
+    (void)out.send(zmq::buffer(members));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::printf("sent %d merge offers claiming round %llu\n", count,
+              static_cast<unsigned long long>(round));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string mode = argv[1];
@@ -438,6 +470,8 @@ int main(int argc, char** argv) {
     return inspect_flood(target, listen, as_node, seconds);
   if (mode == "forged-add" && !target.empty() && as_node >= 0)
     return forged_add(target, as_node, count, first_id, round);
+  if (mode == "merge-offer" && !target.empty() && as_node >= 0)
+    return merge_offer(target, as_node, first_id, round, count);
   if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
     return multipart_flood(parent, as_node, seconds);
   usage();

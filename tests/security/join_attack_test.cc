@@ -138,5 +138,57 @@ TEST(JoinAttack, ForgedAddsCannotGrowTheOverlayWithoutBound) {
   EXPECT_TRUE(cluster.daemon(0).running()) << log;
 }
 
+// A forged merge offer (sgd/ring_membership.h), from a process posing as node 3 of an
+// elastic ring of five configured nodes of which nodes 0-2 run: a ring [3, 4] at round
+// 10^9. Node 0 merges with it, but a side of one heard node may claim at most 64
+// rounds past this side's, and the trainers' step moves with the round; the liar runs
+// no round, is left out, and nodes 1 and 2 align on node 0's union round (it says so
+// in its merging probes) rather than run rounds apart from it. Every trainer keeps
+// syncing, and the three replicas stay one.
+TEST(MergeAttack, AForgedOfferCannotSendTheRingFarAheadNorSplitIt) {
+  Cluster cluster(5, {"--period", "1", "--transport", "tcp", "--elastic", "on", "--dead-after", "1",
+                      "--round-timeout", "10"});
+  for (int i = 0; i < 3; ++i) cluster.start(i);
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(attach(cluster, i, kNumel));
+    ASSERT_TRUE(nodes.back());
+    std::fill(nodes[i]->model.tensors[0].begin(), nodes[i]->model.tensors[0].end(),
+              static_cast<float>(i));
+  }
+  std::vector<Node*> all{nodes[0].get(), nodes[1].get(), nodes[2].get()};
+  sync_rounds(all, 3);  // the first round re-forms without nodes 3 and 4
+  ChildProcess attacker(
+      {binary("gossip-attacker"), "merge-offer", "--target", cluster.peer_endpoint(0), "--as-node",
+       "3", "--id", "4", "--round", "1000000000", "--count", "5"},
+      cluster.run_dir() / "attacker.log");
+  ASSERT_EQ(attacker.wait(30s), 0) << attacker.log();
+  sync_rounds(all, 8);
+  std::vector<uint64_t> steps(3);
+  std::vector<std::string> errors(3);
+  {
+    std::vector<std::jthread> threads;
+    for (size_t i = 0; i < 3; ++i)
+      threads.emplace_back([&, i] {
+        auto r = all[i]->client->step();
+        if (r)
+          steps[i] = r->step;
+        else
+          errors[i] = r.status().message();
+      });
+  }
+  const std::string log = cluster.log(0);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(errors[i], "") << "trainer " << i << "\n" << log;
+    EXPECT_EQ(steps[i], steps[0]) << "trainer " << i;
+    EXPECT_LE(steps[i], 12u + 64u + 8u) << "trainer " << i << "\n" << log;
+    EXPECT_EQ(all[i]->values(), all[0]->values()) << "trainer " << i;
+  }
+  EXPECT_GT(steps[0], 12u + 32u) << "the ring ran the union's round, 64 rounds on\n" << log;
+  for (float v : all[0]->values()) ASSERT_TRUE(v >= 0.0f && v <= 2.0f) << v;
+  EXPECT_NE(log.find("alone claims round 1000000000"), std::string::npos) << log;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(cluster.daemon(i).running()) << cluster.log(i);
+}
+
 }  // namespace
 }  // namespace gossip::testing
