@@ -41,7 +41,10 @@ except testbed.TestbedError as e:
 STRATEGIES = {
     "gossip": ["--strategy", "gossip", "--topology", "ring"],
     "push-sum": ["--strategy", "push-sum", "--topology", "one-peer-exponential"],
-    "local-sgd": ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4"],
+    # A ring notices a peer that vanishes without closing its connections (a cut)
+    # when its try's wait runs out, half the round timeout: 30 s by default.
+    "local-sgd": ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4",
+                  "--round-timeout", "8"],
 }
 
 

@@ -381,16 +381,22 @@ int inspect_flood(const std::string& target, const std::string& listen, int as_n
 
 }  // namespace
 
+// A DEALER at `target` with node N's routing id: all a plain peer channel asks of a peer.
+zmq::socket_t dealer_as(zmq::context_t& context, const std::string& target, int as_node) {
+  zmq::socket_t out(context, zmq::socket_type::dealer);
+  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
+  out.set(zmq::sockopt::linger, 2000);
+  out.connect(target);
+  return out;
+}
+
 // Poses as node N of a plain cluster and sends the node at `target` `count` adds of
 // members that never asked to join (ids 1000 on, endpoints on loopback), 1 ms apart.
 int forged_add(const std::string& target, int as_node, int count, uint32_t first_id,
                uint64_t round) {
   using gossip::proto::Member;
   zmq::context_t context;
-  zmq::socket_t out(context, zmq::socket_type::dealer);
-  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
-  out.set(zmq::sockopt::linger, 2000);
-  out.connect(target);
+  zmq::socket_t out = dealer_as(context, target, as_node);
   for (int i = 0; i < count; ++i) {
     const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(20000 + i);
     const std::string head = gossip::proto::encode_head(
@@ -408,10 +414,7 @@ int forged_add(const std::string& target, int as_node, int count, uint32_t first
 int merge_offer(const std::string& target, int as_node, uint32_t other, uint64_t round, int count) {
   using gossip::proto::RingProbe;
   zmq::context_t context;
-  zmq::socket_t out(context, zmq::socket_type::dealer);
-  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
-  out.set(zmq::sockopt::linger, 2000);
-  out.connect(target);
+  zmq::socket_t out = dealer_as(context, target, as_node);
   const uint32_t view[2] = {static_cast<uint32_t>(as_node), other};
   std::string members(sizeof(view), '\0');
   for (size_t i = 0; i < 2; ++i)
