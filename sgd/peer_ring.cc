@@ -606,6 +606,9 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::tim
   started_ = true;
   next_round_ = next_round;
   has_result_ = false;  // a left-out node's last result is its own, not the ring's
+  // It takes the members' state: a merge it owed a first round to is theirs to run.
+  merge_round_.reset();
+  merge_news_ = false;
   membership_.start_rejoin(Clock::now(), options_.reform_wait);
   send_probes();
   spdlog::info("asking back into the ring before round {}", next_round);
@@ -632,9 +635,10 @@ Status PeerRing::add_member(uint32_t id, const std::string& endpoint) {
 void PeerRing::send_probe(uint32_t to, bool offer) {
   // An offer lists the view; a merging probe the union it expects.
   const std::vector<uint32_t> ids = offer ? order().ids : membership_.probe_list();
-  const auto merge = offer                                   ? proto::RingProbe::kOffer
-                     : membership_.merging() || merge_round_ ? proto::RingProbe::kMerging
-                                                             : proto::RingProbe::kReform;
+  const auto merge = offer ? proto::RingProbe::kOffer
+                     : !membership_.rejoining() && (membership_.merging() || merge_round_)
+                         ? proto::RingProbe::kMerging
+                         : proto::RingProbe::kReform;
   const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining(),
                                ids.size(), merge};
   auto members = std::make_shared<std::vector<std::byte>>(4 * ids.size());

@@ -103,8 +103,8 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   };
   // Merges are between rings of two or more that admit joiners; a node alone was left
   // out (it takes a member's state instead) and one asking back in hears members only.
-  const bool may_merge = admit_joiners_ && !rejoining_ && peer != self_ && configured(peer) &&
-                         !member(peer) && order_.ids.size() >= 2;
+  const bool may_merge = admit_joiners_ && !rejoining_ && !joining && peer != self_ &&
+                         configured(peer) && !member(peer) && order_.ids.size() >= 2;
   if (merge == Merge::kOffer) {
     // Only from a ring apart from this one: a member that this node's view still
     // holds, or a view that shares a node with ours, is no other ring (a node the

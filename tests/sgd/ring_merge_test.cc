@@ -132,6 +132,23 @@ TEST(RingMerge, ANodeAloneOrAskingBackInNeitherOffersNorMerges) {
   back.on_probe(1, 2, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 2, 3}, Merge::kMerging);
   EXPECT_FALSE(back.merging()) << "the members take it in as a joiner, with their state";
 
+  // A restarted node's probe that says merging (it owed a union a first round before
+  // it was left out) is a joiner's: it took a member's state, no other ring's.
+  RingMembership member(1, {0, 2, 3}, /*admit_joiners=*/true);
+  member.start(t0, 1s);
+  member.on_probe(2, 0, 50, t0, 1s);
+  member.on_probe(3, 0, 50, t0, 1s);
+  member.decide();  // {1, 2, 3}
+  EXPECT_EQ(member.on_probe(0, 0, 50, t0, 1s, /*joining=*/true, std::vector<uint32_t>{0, 1, 2, 3},
+                            Merge::kMerging),
+            Probe::kStarted);
+  EXPECT_FALSE(member.merging());
+  member.on_probe(2, 1, 50, t0, 1s);
+  member.on_probe(3, 1, 50, t0, 1s);
+  const auto change = member.decide();
+  EXPECT_EQ(change.joined, (std::vector<uint32_t>{0}));
+  EXPECT_FALSE(change.merged);
+
   // Nor do rings that take no joiners (only local SGD's ring can merge models).
   RingMembership fixed(4, {0, 1, 2, 3, 5});
   fixed.start(t0, 1s);
