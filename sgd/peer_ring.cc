@@ -301,9 +301,7 @@ uint64_t PeerRing::merge_round(const RingMembership::Change& change) const {
   }
   // Members that owe a union its first round: the round they agreed on, as far as a
   // result may be ahead.
-  uint64_t claimed = 0;
-  for (const auto& [id, next] : change.merging_claims) claimed = std::max(claimed, next);
-  claimed = std::min(claimed, own + kMaxResultLead);
+  const uint64_t claimed = std::min(change.highest_claim(), own + kMaxResultLead);
   return std::max({own, other, claimed, merge_round_.value_or(0)});
 }
 
@@ -681,20 +679,16 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   // later round than this node's: this node merges too, rather than leave the two
   // running rounds apart. (One at this node's round or behind lost the union's first
   // round to a break, and takes it from a member that completed it, below.)
-  uint64_t claimed = 0;
-  for (const auto& [id, next] : change.merging_claims) claimed = std::max(claimed, next);
-  if (!change.merged && claimed > next_round_) change.merged = true;
-  if (!change.merged && merge_round_) {
+  if (change.highest_claim() > next_round_) change.merged = true;
+  // A merge, or a union whose first round is still owed: its round, as agreed now.
+  if (change.merged || merge_round_) {
     merge_round_ = merge_round(change);
     jump_to_ = std::max(jump_to_, *merge_round_);
     next_round_ = std::max(next_round_, *merge_round_);
   }
   if (change.merged) {
     // The two sides' results and synchronization points differ: none is sent, and
-    // the union's first round averages the models, at the higher side's round.
-    merge_round_ = merge_round(change);
-    jump_to_ = std::max(jump_to_, *merge_round_);
-    next_round_ = std::max(next_round_, *merge_round_);
+    // the union's first round averages the models themselves.
     has_result_ = false;
     merge_news_ = true;
     spdlog::warn(

@@ -44,6 +44,7 @@
 // alone in its view merges by no offer: it was left out, and asks back in by taking a
 // member's state, as a restarted node does; nor does a node asking back in.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -141,6 +142,11 @@ class RingMembership {
     // union its first round (it merged with nodes since gone) says so at every
     // re-forming, and the owner aligns on it (sgd/peer_ring.h).
     std::map<uint32_t, uint64_t> merging_claims;
+    uint64_t highest_claim() const {
+      uint64_t out = 0;
+      for (const auto& [id, next] : merging_claims) out = std::max(out, next);
+      return out;
+    }
   };
   // Ends re-forming: the new view is self and the members heard (asserts reforming()).
   Change decide();
