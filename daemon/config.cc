@@ -988,11 +988,12 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("{} x {} learners is over 1: the central model would overshoot "
                                    "the learners' mean (0 picks 1 / learners)",
                                    sc.sma_alpha, sc.learners_per_device));
-    if (strategy->takes("servers") && sc.servers > c.nodes())
+    // A node that joins by seeds learns the members' list later (the strategy checks).
+    if (strategy->takes("servers") && sc.servers > c.nodes() && c.join.empty())
       return key_error(
           o, "strategy.servers",
           fmt::format("{} servers, but the cluster has {} nodes", sc.servers, c.nodes()));
-    if (strategy->takes("servers") && sc.ps_replicas >= c.nodes())
+    if (strategy->takes("servers") && sc.ps_replicas >= c.nodes() && c.join.empty())
       return key_error(o, "strategy.ps_replicas",
                        fmt::format("{} replicas of each shard need {} nodes, the cluster has {}",
                                    sc.ps_replicas, sc.ps_replicas + 1, c.nodes()));

@@ -72,8 +72,10 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
   if (!w->membership_ || !w->membership_->takes_new_members())
     ao.refuse = fmt::format(
-        "node {} runs {}{}: only the gossip family and local SGD on an elastic ring "
-        "(--elastic) take new members yet",
+        "node {} runs {}{}: only the gossip family, local SGD and SMA on an elastic ring "
+        "(--elastic) and the parameter servers (where --servers + --ps-replicas is at most the "
+        "node "
+        "count) take new members yet",
         config.node_id, config.strategy.name, w->membership_ ? "" : " on a fabric without churn");
   ao.check = [self](uint32_t id) {
     return self->overlay_ ? self->overlay_->check_grow(id + 1) : Status::ok();
@@ -294,6 +296,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
     auto strategy = descriptor->make(r, &detail);
     if (!strategy) return strategy.status();
     strategy_ = std::move(strategy).value();
+    membership_ = dynamic_cast<sgd::Membership*>(strategy_.get());  // new workers
     spdlog::info("{}{}, exchanging {}", sc.name, detail, codec_.canonical());
     return Status::ok();
   }
@@ -554,7 +557,7 @@ Result<std::optional<sgd::NodeState>> SyncWorker::fetch_state(size_t numel, uint
   o.cancel = &stop_;
   o.tick = [this] { membership_->tick(next_round_); };
   // What arrives meanwhile goes to its subscribers, as in a round.
-  sgd::StateTransfer& transfer = membership_->state();
+  sgd::StateTransfer& transfer = *membership_->state();
   const size_t shared = strategy_->shared_state_numel(numel);
   const auto began = std::chrono::steady_clock::now();
   auto fetched = transfer.fetch(numel, shared, layout, o);
@@ -688,8 +691,8 @@ void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_
   // What a joiner gets: a copy per round, for the gossip family and an elastic
   // local-SGD ring only.
   if (membership_ && membership_->admits_joiners())
-    membership_->state().publish(model, strategy_->shared_state(), ran + 1, step, 1.0, layout_,
-                                 chunk_elems_);
+    membership_->state()->publish(model, strategy_->shared_state(), ran + 1, step, 1.0, layout_,
+                                  chunk_elems_);
   if (checkpoint_path_.empty()) return;
   if (!last_) last_.emplace();
   last_->node = node_;
@@ -904,7 +907,8 @@ void SyncWorker::run() {
     if (const uint64_t ran = std::max(round, strategy_->round_to_run(round + 1) - 1);
         result.status && !job.bucket && !exchange_ && ran > job.round) {
       // The round's result is a later round's: an elastic ring took it from members
-      // ahead, or merged with a ring ahead. Its trainers go on from that round's step,
+      // ahead, or merged with a ring ahead; a parameter server's first pull found the
+      // servers at a later clock (a worker that joined). Its trainers go on from that round's step,
       // so that they finish a step budget with the members rather than alone. (The
       // gossip family's catching up is a neighbor's lag, seen at the next round.)
       result.round = ran;

@@ -106,8 +106,11 @@ class Cluster:
                 "--run-dir", str(self.out), "--strategy", o.strategy, "--seed", str(o.seed),
                 "--heartbeat", str(o.heartbeat), "--dead-after", str(o.dead_after),
                 "--patience", str(o.patience)]
-        if o.strategy in ("local-sgd", "allreduce"):
+        if o.strategy in ("local-sgd", "allreduce", "sma"):
             argv += ["--transport", o.transport, "--period", str(o.period), "--elastic", o.elastic,
+                     "--round-timeout", "10"]
+        elif o.strategy == "ps":
+            argv += ["--period", str(o.period), "--ps-mode", o.ps_mode, "--servers", str(o.servers),
                      "--round-timeout", "10"]
         elif o.topology:
             argv += ["--topology", o.topology]
@@ -228,7 +231,8 @@ def ring_left_out(log_text):
 def unlogged_events(opts, cluster):
     """The kills, restarts and joins that the daemons' logs do not name: a kill must be
     noticed by a neighbor (presumed dead, or missed rounds), a restart must end in a
-    join, a node that joins by seeds must get its id and take a member's state."""
+    join, a node that joins by seeds must get its id and take a member's state (or,
+    under the parameter servers, the servers' model and clock)."""
     logs = [(cluster.out / f"gossipd-{i}.log").read_text(errors="replace")
             if (cluster.out / f"gossipd-{i}.log").exists() else "" for i in range(cluster.total)]
     missing = []
@@ -239,8 +243,9 @@ def unlogged_events(opts, cluster):
                           or i in ring_left_out(logs[j]) for j in range(cluster.total) if j != i)
             if not noticed:
                 missing.append(e)
-        if e["event"] == "join" and (f"joined as node {i} of" not in logs[i]
-                                     or "joined: took the model of peer" not in logs[i]):
+        # A parameter servers' worker takes the servers' model and clock at its first pull.
+        took = "joined: took the model of peer" in logs[i] or "ps: the servers are at clock" in logs[i]
+        if e["event"] == "join" and (f"joined as node {i} of" not in logs[i] or not took):
             missing.append(e)
     for i in range(opts.nodes):
         restarts = sum(1 for e in cluster.events if e["event"] == "restart" and e["node"] == i)
@@ -295,7 +300,9 @@ def main(argv=None):
     p.add_argument("--strategy", default="gossip")
     p.add_argument("--topology", default="ring", help="gossip strategies")
     p.add_argument("--codec", default="", help="compression of what crosses the network (e.g. topk:0.01 with choco)")
-    p.add_argument("--period", type=int, default=4, help="local-sgd: steps between averages")
+    p.add_argument("--period", type=int, default=4, help="local-sgd, ps: steps between averages (pushes)")
+    p.add_argument("--ps-mode", default="bsp", help="ps: bsp, async or ssp:S")
+    p.add_argument("--servers", type=int, default=1, help="ps: shards, on the lowest ids")
     p.add_argument("--transport", default="tcp", help="local-sgd, allreduce: the ring's transport")
     p.add_argument("--elastic", default="on", choices=["on", "off"], help="local-sgd, allreduce")
     p.add_argument("--no-restart", dest="restart", action="store_false",

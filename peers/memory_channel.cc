@@ -70,6 +70,18 @@ Status MemoryChannel::send_frame(uint32_t peer, uint64_t round, const proto::Bod
   return Status::ok();
 }
 
+Status MemoryChannel::add_peer(const Peer& peer) {
+  if (peer.id == self_ || knows(peer.id))
+    return Status::invalid(fmt::format("node {} is already a member", peer.id));
+  if (!traffic_.add_peer(peer.id))
+    return Status::invalid(
+        fmt::format("this node took {} joined members already", TrafficCounters::kMaxJoined));
+  peers_.insert(std::upper_bound(peers_.begin(), peers_.end(), peer,
+                                 [](const Peer& a, const Peer& b) { return a.id < b.id; }),
+                peer);
+  return Status::ok();
+}
+
 Status MemoryChannel::send(uint32_t peer, uint64_t round, const proto::Body& body) {
   return send_frame(peer, round, body, {});
 }

@@ -75,6 +75,8 @@ class MemoryChannel final : public PeerChannel {
   Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                      std::shared_ptr<const std::vector<std::byte>> buffer) override;
   void note_dropped(uint32_t peer, const std::string& why) override;
+  // A member that joined by seeds (as ZmqTransport::add_peer): on the owner's thread.
+  Status add_peer(const Peer& peer) override;
 
  private:
   friend class MemoryHub;

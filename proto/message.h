@@ -29,8 +29,8 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
 // state-request's chunk range, version 5 ring-probe's member list and the member kind,
-// version 7 ring-probe's `merge`.
-inline constexpr uint32_t kWireVersion = 7;
+// version 7 ring-probe's `merge`, version 8 ps-params' `clock`.
+inline constexpr uint32_t kWireVersion = 8;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -278,7 +278,8 @@ struct PsPull {
 };
 
 // The server's answer to a pull at clock `round` (the envelope's): a slice of the
-// shard's parameters, in `codec`.
+// shard's parameters, in `codec`, and the clock the shard is at (bsp: the last it
+// applied; async, ssp: the latest pushed), from which a worker that joined goes on.
 struct PsParams {
   static constexpr Kind kKind = Kind::kPsParams;
   uint32_t shard = 0;
@@ -286,10 +287,11 @@ struct PsParams {
   uint64_t numel = 0;
   CodecId codec = CodecId::kNone;
   uint64_t layout = 0;
+  uint64_t clock = 0;
   template <class F>
   void fields(F&& f) {
     f("shard", shard), f("offset", offset), f("numel", numel), f("codec", codec);
-    f("layout", layout);
+    f("layout", layout), f("clock", clock);
   }
 };
 

@@ -9,7 +9,9 @@
 //    round the coordinator chose (sgd/overlay.h);
 //  - the elastic ring (sgd/peer_ring.h), for local SGD: the ring's view and epochs
 //    (sgd/ring_membership.h); a joiner takes a member's state, then asks back into
-//    the ring.
+//    the ring;
+//  - the parameter servers (sgd/ps/parameter_server.h): no state transfer (a worker's
+//    first pull is its state), and a node that joined by seeds is one more worker.
 // The sync worker talks to this interface only, so neither it nor a strategy keeps a
 // view of its own. A fabric without churn (a fixed ring, all-gather, NCCL) has none.
 
@@ -32,9 +34,9 @@ class Membership {
   virtual ~Membership() = default;
 
   // Whether this node offers its state to joiners and asks for one when it starts
-  // without state (state() is usable only then).
+  // without state; state() is null where it does not.
   virtual bool admits_joiners() const = 0;
-  virtual StateTransfer& state() = 0;
+  virtual StateTransfer* state() = 0;
   // While a fetch waits: what keeps this node visible to its peers (heartbeats).
   virtual void tick(uint64_t next_round) { (void)next_round; }
   // After a state for `next_round` was fetched: takes this node back in. Returns the
@@ -54,7 +56,8 @@ class Membership {
   // A node that joined by seeds (daemon/admission.h), already a peer of the channel:
   // from now on it is one of the configured peers of the elastic ring (it asks in as a
   // restarted node does), a peer the overlay's graph gives this node as a neighbor
-  // from the round it was scheduled for (the gossip family, sgd/overlay.h).
+  // from the round it was scheduled for (the gossip family, sgd/overlay.h), a worker
+  // of the parameter servers.
   virtual bool takes_new_members() const { return false; }
   virtual Status add_member(uint32_t id, const std::string& endpoint) {
     (void)endpoint;

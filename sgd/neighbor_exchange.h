@@ -79,7 +79,7 @@ class NeighborExchange final : public Membership {
   // Membership (sgd/membership.h): every peer that delivers or heartbeats is in; a
   // joiner takes a live peer's state and goes on from its round, nothing more.
   bool admits_joiners() const override { return true; }
-  StateTransfer& state() override { return state_; }
+  StateTransfer* state() override { return &state_; }
   void tick(uint64_t next_round) override { beat(next_round); }
   Result<std::optional<uint64_t>> rejoin(uint64_t, std::chrono::steady_clock::time_point,
                                          const std::atomic<bool>*) override {

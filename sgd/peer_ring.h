@@ -105,7 +105,7 @@ class PeerRing final : public AllReduce, public Membership {
   // left out) peer, published by the owner after every round, and fetched by such a node.
   // Membership (sgd/membership.h), for an elastic ring that admits joiners.
   bool admits_joiners() const override { return options_.elastic && options_.admit_joiners; }
-  StateTransfer& state() override { return *state_; }  // admits_joiners() only
+  StateTransfer* state() override { return state_.get(); }  // admits_joiners() only
   // After a restarted or left-out node fetched a state for `next_round`: asks back into
   // the ring; the members' next round when they went on meanwhile.
   Result<std::optional<uint64_t>> rejoin(uint64_t next_round,

@@ -51,6 +51,10 @@ StrategyDescriptor sma_strategy() {
       "central model, averaged across nodes every `period` steps";
   d.fabric = Fabric::kAllReduce;
   d.central_model = true;
+  // As local SGD: the round runs on the node's central model, which the daemon holds,
+  // so an elastic ring hands a joiner (or a node it left out) a member's, from which
+  // its learners start.
+  d.takes_nodes_back = true;
   d.options = {"sma"};
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
     return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, OuterOptimizer{},

@@ -63,6 +63,9 @@ ParameterServer::ParameterServer(peers::Router& router, ParameterServerOptions o
   for (const auto& p : control_.peers())
     if (p.id != self()) nodes_.push_back(p.id);
   std::sort(nodes_.begin(), nodes_.end());
+  // A chain that wraps (shard s's link j on node s + j - n) would move to another node
+  // when n grows: such a cluster takes no new member.
+  chains_fixed_ = options_.servers + options_.replicas <= nodes_.size();
   options_.servers = std::min<uint32_t>(options_.servers, static_cast<uint32_t>(nodes_.size()));
   options_.replicas =
       std::min<uint32_t>(options_.replicas, static_cast<uint32_t>(nodes_.size()) - 1);
@@ -112,6 +115,28 @@ void ParameterServer::heartbeats() {
   to.erase(std::unique(to.begin(), to.end()), to.end());
   for (uint32_t id : to)
     if (id != self()) (void)control_.send(id, 0, proto::Heartbeat{});
+}
+
+bool ParameterServer::counted(const Served& s, uint32_t worker) const {
+  if (!live(worker)) return false;
+  return std::find(joined_.begin(), joined_.end(), worker) == joined_.end() ||
+         s.clock.count(worker) > 0;
+}
+
+Status ParameterServer::add_member(uint32_t id, const std::string&) {
+  if (!chains_fixed_)
+    return Status::invalid(fmt::format(
+        "ps: {} servers and {} replicas wrap around the {} nodes: node {} would move the "
+        "shards' chains",
+        options_.servers, options_.replicas, nodes_.size(), id));
+  if (std::find(nodes_.begin(), nodes_.end(), id) != nodes_.end()) return Status::ok();
+  if (id < nodes_.back())
+    return Status::invalid(fmt::format("ps: a new member's id ({}) must be above every node's ({})",
+                                       id, nodes_.back()));
+  nodes_.push_back(id);
+  joined_.push_back(id);
+  spdlog::info("ps: node {} joined as a worker; the shards count it from its first push", id);
+  return Status::ok();
 }
 
 ParameterServer::Served* ParameterServer::served(uint32_t shard) {
@@ -188,6 +213,10 @@ void ParameterServer::absorb(peers::Incoming& in) {
           m.numel > sh.numel - m.offset)
         return drop(fmt::format("ps-params slice [{}, +{}) of shard {} out of order", m.offset,
                                 m.numel, m.shard));
+      // A clock no run reaches (2^48: 9,000 years at a million clocks a second) would
+      // wrap the trainers' step as this worker goes on from it.
+      if (m.clock > (uint64_t{1} << 48))
+        return drop(fmt::format("ps-params of shard {} at clock {}", m.shard, m.clock));
       const auto bytes =
           std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
       auto dst = std::span(pulled_).subspan(sh.offset + m.offset, m.numel);
@@ -200,6 +229,7 @@ void ParameterServer::absorb(peers::Incoming& in) {
         return drop(fmt::format("ps-params in codec {}", proto::codec_name(m.codec)));
       }
       pulling_->got[m.shard] += m.numel;
+      pulling_->at[m.shard] = std::max(pulling_->at[m.shard], m.clock);
       return;
     }
     case proto::Kind::kPsReplica:
@@ -283,7 +313,7 @@ bool ParameterServer::may_answer(const Served& s, uint64_t clock) const {
       return true;
     case Mode::kSsp:
       for (uint32_t w : nodes()) {
-        if (!live(w)) continue;
+        if (!counted(s, w)) continue;
         const auto it = s.clock.find(w);
         const uint64_t c = it == s.clock.end() ? s.version : it->second;
         if (c + options_.staleness < clock) return false;
@@ -317,12 +347,16 @@ void ParameterServer::serve(Served& s) {
     }
     std::vector<const Push*> in;
     bool all = true;
+    size_t workers = 0;  // those the clock counts: a joined one after its first push
     for (uint32_t w : nodes()) {
       const auto it = s.pushes.find(w);
       const bool has = it != s.pushes.end() && it->second.complete && it->second.clock == next;
+      const bool pending =
+          std::find(joined_.begin(), joined_.end(), w) != joined_.end() && !s.clock.count(w);
+      workers += pending ? 0 : 1;
       if (has && !it->second.rejected)
         in.push_back(&it->second);
-      else if (!has && live(w))
+      else if (!has && counted(s, w))
         all = false;
     }
     if (all && !in.empty()) {
@@ -333,11 +367,11 @@ void ParameterServer::serve(Served& s) {
       s.optimizer->step(s.params, mean, 1.0f / static_cast<float>(in.size()));
       s.version = next;
       replicate(s, false, 0, static_cast<uint32_t>(in.size()), next, mean);
-      if (in.size() < nodes().size())
+      if (in.size() < workers)
         spdlog::warn(
             "ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
             "over {} ms)",
-            s.index, next, in.size(), nodes().size(), options_.dead_after.fixed.count());
+            s.index, next, in.size(), workers, options_.dead_after.fixed.count());
     }
   }
   for (auto it = s.pulls.begin(); it != s.pulls.end();) {
@@ -354,13 +388,17 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
   // The lead this answer allows: the worker's clock over the slowest live worker's.
   uint64_t slowest = clock;
   for (uint32_t w : nodes())
-    if (live(w)) {
+    if (counted(s, w)) {
       const auto it = s.clock.find(w);
       slowest = std::min(slowest, it == s.clock.end() ? s.version : it->second);
     }
   if (clock - slowest > max_lead_.load(std::memory_order_relaxed))
     max_lead_.store(clock - slowest, std::memory_order_relaxed);
 
+  // Where the shard is: bsp's last applied clock, else the latest any worker pushed.
+  uint64_t at = s.version;
+  if (options_.mode != Mode::kBsp)
+    for (const auto& [w, c] : s.clock) at = std::max(at, c);
   const compression::Codec* codec =
       dense(options_.compression.codec) ? options_.compression.codec : nullptr;
   if (worker == self()) {
@@ -375,6 +413,7 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
         (void)codec->decode(payload, {0, nullptr}, x);
     }
     pulling_->got[s.index] = s.shard.numel;
+    pulling_->at[s.index] = at;
     return;
   }
   for (uint64_t off = 0; off < s.shard.numel; off += options_.chunk_elems) {
@@ -391,7 +430,7 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
       payload->assign(raw.begin(), raw.end());
     }
     const proto::PsParams m{s.index, off, x.size(), codec ? codec->id() : proto::CodecId::kNone,
-                            layout_};
+                            layout_, at};
     if (Status st = control_.send_shared(worker, clock, m, payload); !st) {
       spdlog::warn("ps: shard {} to worker {}: {}", s.index, worker, st.message());
       return;
@@ -457,6 +496,7 @@ Status ParameterServer::push(std::span<const float> model, uint64_t clock) {
 Status ParameterServer::pull(std::span<float> model, uint64_t clock, const RoundOptions& options) {
   pulled_.resize(model.size());
   pulling_ = Pulling{clock, std::vector<uint64_t>(options_.servers, 0),
+                     std::vector<uint64_t>(options_.servers, 0),
                      std::vector<std::optional<std::string>>(options_.servers)};
   for (uint32_t s = 0; s < options_.servers; ++s) {
     if (server_of(s) == self())
@@ -514,6 +554,7 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
     for (Served& s : served_) serve(s);
   }
   std::copy(pulled_.begin(), pulled_.end(), model.begin());
+  at_first_pull_ = pulling_->at;
   pulling_.reset();
   return Status::ok();
 }
@@ -547,6 +588,16 @@ Status ParameterServer::synchronize(std::span<float> model, uint64_t round,
     GOSSIP_RETURN_IF_ERROR(pull(model, round, options));
     baseline_.assign(model.begin(), model.end());
     started_ = true;
+    // The lowest of the shards' clocks: a worker ahead of a shard would push clocks it
+    // is not at (a bsp shard waits for the one it is at), while a shard ahead drops
+    // nothing, it waits one clock for this worker. A server's word moves only the
+    // rounds of its own workers, and not below their own.
+    const uint64_t at = *std::min_element(at_first_pull_.begin(), at_first_pull_.end());
+    if (at > round) {
+      jump_to_ = at + 1;
+      spdlog::info("ps: the servers are at clock {}: this worker goes on from clock {}", at,
+                   jump_to_);
+    }
     return Status::ok();
   }
   GOSSIP_RETURN_IF_ERROR(push(model, round));

@@ -29,6 +29,14 @@
 // (ps-replica), so that the next holder holds the same bits and the same optimizer
 // state. A worker that finds its holder silent or gone re-sends its last push to the
 // next holder and pulls from it: training goes on.
+//
+// Workers join a running cluster (issue 24; daemon/admission.h): a node that joined by
+// seeds gets the next id, above every configured one, so it is a worker only (the
+// chains are the configured nodes', which is why a cluster whose chains wrap around
+// the node list takes no new member). A shard waits for a new worker from its first
+// push on, not before, and the new worker's first pull (which every worker's first
+// round is) tells it the clock the servers are at (ps-params' `clock`): it goes on
+// from there (round_to_run), and its trainers from that clock's step.
 
 #include <atomic>
 #include <chrono>
@@ -45,6 +53,7 @@
 #include "peers/dead_after.h"
 #include "peers/router.h"
 #include "sgd/all_reduce.h"
+#include "sgd/membership.h"
 #include "sgd/ps/server_optimizer.h"
 #include "sgd/strategy.h"
 
@@ -74,19 +83,36 @@ struct Shard {
 };
 Shard shard_of(uint64_t numel, uint32_t shards, uint32_t s);
 
-class ParameterServer final : public Strategy {
+class ParameterServer final : public Strategy, public Membership {
  public:
   // Subscribes to ps-push, ps-pull, ps-params, bye on `router`, which must outlive it.
   ParameterServer(peers::Router& router, ParameterServerOptions options);
   ~ParameterServer() override;
 
   Status synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) override;
+  // After this worker's first pull: the clock after the servers' (a worker that
+  // joined, or restarted without its round, goes on from theirs).
+  uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
   void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
   void set_layout_fingerprint(uint64_t fingerprint) override { layout_ = fingerprint; }
   StrategyState save_state() const override;
   Status load_state(const StrategyState& state) override;
   void took_model(std::span<const float> model, std::span<const float> shared) override;
   std::vector<Gauge> gauges() const override;
+
+  // Membership: no state transfer (a worker's first pull is its state); a new member
+  // is a worker.
+  bool admits_joiners() const override { return false; }
+  StateTransfer* state() override { return nullptr; }
+  Result<std::optional<uint64_t>> rejoin(uint64_t, std::chrono::steady_clock::time_point,
+                                         const std::atomic<bool>*) override {
+    return std::optional<uint64_t>();
+  }
+  std::vector<uint32_t> members() const override { return nodes_; }
+  // Only where no chain wraps around the node list: a new id (above every one) at its
+  // end then moves no shard's holders.
+  bool takes_new_members() const override { return chains_fixed_; }
+  Status add_member(uint32_t id, const std::string& endpoint) override;
 
   // The largest lead of a worker whose pull was answered over the slowest live
   // worker's clock, over this node's shards' lifetime (ssp keeps it <= S); any thread.
@@ -132,7 +158,7 @@ class ParameterServer final : public Strategy {
   };
 
   uint32_t self() const;
-  // Every node, self included, ascending (the peer list is fixed).
+  // Every node, self included, ascending: the configured ones, then those that joined.
   const std::vector<uint32_t>& nodes() const { return nodes_; }
   // Link j of shard s's chain (0: its server).
   uint32_t holder(uint32_t shard, uint32_t link) const {
@@ -141,6 +167,9 @@ class ParameterServer final : public Strategy {
   // The holder this worker talks to for a shard.
   uint32_t server_of(uint32_t shard) const { return holder(shard, active_[shard]); }
   bool live(uint32_t worker) const;
+  // Whether shard `s` counts `worker` in its clocks: a live worker, but a member that
+  // joined only from its first push to the shard on.
+  bool counted(const Served& s, uint32_t worker) const;
   void heartbeats();
 
   // Server side.
@@ -176,6 +205,10 @@ class ParameterServer final : public Strategy {
   peers::PeerChannel& control_;
   ParameterServerOptions options_;
   std::vector<uint32_t> nodes_;
+  std::vector<uint32_t> joined_;  // members that joined by seeds, as add_member told
+  bool chains_fixed_ = true;
+  uint64_t jump_to_ = 0;  // round_to_run's floor: the servers' clock + 1 at the first pull
+  std::vector<uint64_t> at_first_pull_;  // the last pull's clocks, per shard
   uint64_t layout_ = 0;
   uint64_t numel_ = 0;
   std::vector<Served> served_;
@@ -196,6 +229,7 @@ class ParameterServer final : public Strategy {
   struct Pulling {
     uint64_t clock = 0;
     std::vector<uint64_t> got;
+    std::vector<uint64_t> at;                      // per shard: the clock its server says it is at
     std::vector<std::optional<std::string>> gone;  // per shard: its holder said bye
   };
   std::optional<Pulling> pulling_;

@@ -507,8 +507,9 @@ TEST(RingProcesses, ANodeThatLeavesIsGoneFromTheNextRound) {
 }
 
 // A cluster that cannot take a new member refuses a joiner, saying why; the joiner
-// exits at once with that reason: a fixed ring (without --elastic), and a gossip torus
-// of 4 nodes, which has no graph on 5.
+// exits at once with that reason: a fixed ring (without --elastic), a gossip torus
+// of 4 nodes, which has no graph on 5, and parameter servers whose chains wrap around
+// the node list (shard 1's replica is node 0), which a new id would move.
 TEST(RingProcesses, AClusterThatTakesNoNewMembersRefusesAJoinerSayingWhy) {
   struct Case {
     std::vector<std::string> flags;
@@ -519,7 +520,10 @@ TEST(RingProcesses, AClusterThatTakesNoNewMembersRefusesAJoinerSayingWhy) {
        {Case{{"--strategy", "local-sgd", "--period", "1"}, 2, "refused: node 0 runs local-sgd"},
         Case{{"--strategy", "gossip", "--topology", "torus", "--period", "1"},
              4,
-             "refused: the overlay 'torus' cannot take a member 4"}}) {
+             "refused: the overlay 'torus' cannot take a member 4"},
+        Case{{"--strategy", "ps", "--servers", "2", "--ps-replicas", "1", "--period", "1"},
+             2,
+             "refused: node 0 runs ps: only the gossip family"}}) {
     Cluster cluster(c.nodes, c.flags);
     cluster.start_all();
     std::vector<std::string> argv = {binary("gossipd"),

@@ -46,6 +46,7 @@ struct Node {
   std::unique_ptr<Strategy> strategy;
   std::vector<float> x;
   std::vector<std::vector<float>> after;  // the model after each round
+  std::vector<uint64_t> rounds;           // the rounds it ran
   std::string failure;
   std::vector<double> done_at;  // seconds since start, per round
 };
@@ -57,7 +58,13 @@ struct Options {
   uint64_t chunk_elems = 100;
   std::string codec = "none";
   std::chrono::milliseconds dead_after{2000};
+  // The last `late` nodes join by seeds (daemon/admission.h): no member lists them, and
+  // each member takes them in before its round `join_at`, then they start.
+  uint32_t late = 0;
+  uint64_t join_at = 0;
 };
+
+ParameterServer& ps(Node& n) { return dynamic_cast<ParameterServer&>(*n.strategy); }
 
 class World {
  public:
@@ -69,7 +76,7 @@ class World {
     for (uint32_t i = 0; i < o.nodes; ++i) {
       std::vector<uint32_t> peers;
       for (uint32_t j = 0; j < o.nodes; ++j)
-        if (j != i) peers.push_back(j);
+        if (j != i && (j < members() || i >= members())) peers.push_back(j);
       Node& n = nodes_[i];
       n.channel = hub_.join(i, peers);
       n.router = std::make_unique<peers::Router>(*n.channel);
@@ -91,20 +98,35 @@ class World {
     }
   }
 
-  // Node i runs rounds [0, rounds_of(i)), adding change(i, r) before each round after
-  // the first and calling progress() for pause(i) between rounds; then it keeps
-  // serving until every node is done (or stops at once when `vanish` says so).
+  // Node i runs rounds [0, rounds_of(i)) (or from where round_to_run moves it), adding
+  // change(i, r) before each round after the first and calling progress() for pause(i)
+  // between rounds; then it keeps serving until every node is done (or stops at once
+  // when `vanish` says so). A late node starts once every member took it in.
   void run(const std::function<uint64_t(uint32_t)>& rounds_of,
            const std::function<std::chrono::milliseconds(uint32_t)>& pause = nullptr,
            const std::function<bool(uint32_t)>& vanish = nullptr,
            std::chrono::milliseconds round_timeout = 10s) {
-    std::atomic<uint32_t> finished{0};
+    std::atomic<uint32_t> finished{0}, took_in{0};
     const auto start = Clock::now();
     std::vector<std::jthread> threads;
     for (uint32_t i = 0; i < options_.nodes; ++i)
       threads.emplace_back([&, i] {
         Node& n = nodes_[i];
-        for (uint64_t r = 0; r < rounds_of(i) && n.failure.empty(); ++r) {
+        if (i >= members()) {
+          const auto until = Clock::now() + round_timeout;
+          while (took_in.load() < members() && Clock::now() < until) std::this_thread::yield();
+          if (took_in.load() < members()) n.failure = "the members did not take it in";
+        }
+        for (uint64_t r = 0; r < rounds_of(i) && n.failure.empty();
+             r = n.strategy->round_to_run(r + 1)) {
+          if (i < members() && r == options_.join_at && options_.late > 0) {
+            for (uint32_t j = members(); j < options_.nodes; ++j) {
+              Status st = n.channel->add_peer({j, ""});
+              if (st) st = ps(n).add_member(j, "");
+              if (!st) n.failure = "taking node " + std::to_string(j) + " in: " + st.message();
+            }
+            ++took_in;
+          }
           if (r > 0)
             for (size_t e = 0; e < n.x.size(); ++e) n.x[e] += change(i, r, e);
           RoundOptions o;
@@ -114,6 +136,7 @@ class World {
             break;
           }
           n.after.push_back(n.x);
+          n.rounds.push_back(r);
           n.done_at.push_back(std::chrono::duration<double>(Clock::now() - start).count());
           const auto until = Clock::now() + (pause ? pause(i) : 0ms);
           do n.strategy->progress(r + 1, n.x.size(), 2ms);
@@ -132,13 +155,13 @@ class World {
   peers::MemoryHub& hub() { return hub_; }
 
  private:
+  uint32_t members() const { return options_.nodes - options_.late; }
+
   Options options_;
   peers::MemoryHub hub_;
   compression::CodecSpec codec_;
   std::vector<Node> nodes_;
 };
-
-ParameterServer& ps(Node& n) { return dynamic_cast<ParameterServer&>(*n.strategy); }
 
 TEST(ParameterServerUnits, ShardsModesAndOptimizers) {
   uint64_t covered = 0;
@@ -382,6 +405,48 @@ TEST(ParameterServer, ADeadServerAndReplicaFailTheWorkers) {
         << w.node(i).failure;
     EXPECT_NE(w.node(i).failure.find("Every replica of its shard is gone too"), std::string::npos)
         << w.node(i).failure;
+  }
+}
+
+// A worker joins a running cluster (issue 24): the members take it in between rounds,
+// its first pull tells it the servers' clock and it goes on from there, the shards
+// count it from its first push, and from then on every bsp clock averages its change
+// too; under ssp it bounds nobody before it pushed, and nobody's lead passes S.
+TEST(ParameterServer, AWorkerThatJoinsGoesOnFromTheServersClock) {
+  for (Mode mode : {Mode::kBsp, Mode::kSsp}) {
+    SCOPED_TRACE(mode == Mode::kBsp ? "bsp" : "ssp:1");
+    Options o;
+    o.nodes = 5;
+    o.late = 1;
+    o.join_at = 6;
+    o.ps.servers = 2;
+    o.ps.mode = mode;
+    o.ps.staleness = 1;
+    World w(o);
+    constexpr uint64_t kRounds = 20;
+    w.run([](uint32_t) { return kRounds; }, [](uint32_t) { return 10ms; });
+    for (uint32_t i = 0; i < o.nodes; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+    const Node& joiner = w.node(4);
+    ASSERT_GE(joiner.rounds.size(), 2u);
+    EXPECT_EQ(joiner.rounds[0], 0u);  // its first pull
+    EXPECT_GE(joiner.rounds[1], o.join_at) << "it did not go on from the servers' clock";
+    EXPECT_EQ(joiner.rounds.back(), kRounds - 1);
+    EXPECT_LT(joiner.rounds.size(), kRounds - o.join_at + 2) << "it ran clocks it skipped";
+    for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(w.node(i).rounds.size(), kRounds) << "node " << i;
+    if (mode == Mode::kSsp) {
+      EXPECT_LE(ps(w.node(0)).max_lead(), 1u);
+      EXPECT_LE(ps(w.node(1)).max_lead(), 1u);
+      continue;
+    }
+    EXPECT_EQ(joiner.after.back(), w.node(0).after.back()) << "the five end on two models";
+    const auto& last = w.node(0).after[kRounds - 1];
+    const auto& before = w.node(0).after[kRounds - 2];
+    for (size_t e = 0; e < o.numel; ++e) {
+      float mean = 0;
+      for (uint32_t i = 0; i < o.nodes; ++i) mean += change(i, kRounds - 1, e);
+      ASSERT_NEAR(last[e], before[e] + mean / 5.0f, 1e-5)
+          << "the last clock left a worker out: e " << e;
+    }
   }
 }
 
