@@ -463,6 +463,7 @@ class ComposedCodec final : public Codec {
   }
 
   void encode_values(std::span<const float> vals, std::vector<std::byte>& out) const {
+    if (vals.empty()) return;  // as decode_values: nothing, not a memcpy from null
     const size_t at = out.size();
     if (o_.value_bits == 32) {
       out.resize(at + 4 * vals.size());
@@ -483,6 +484,7 @@ class ComposedCodec final : public Codec {
 
   Status decode_values(Reader& r, const std::string& who, std::vector<float>& vals) const {
     const uint64_t k = vals.size();
+    if (k == 0) return Status::ok();  // no values (and memcpy of 0 bytes into null is UB)
     if (o_.value_bits == 32) {
       auto p = r.bytes(4 * k, "values");
       if (!p) return p.status();

@@ -67,6 +67,9 @@ Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
 
 Admission::Admission(peers::Router& router, Options options)
     : router_(router), options_(std::move(options)) {
+  raise_epoch(options_.epoch);
+  router_.set_on_epoch_ahead(
+      [this](uint32_t peer, uint64_t epoch) { on_epoch_ahead(peer, epoch); });
   highest_ = router_.self();
   for (const auto& p : router_.peers()) highest_ = std::max(highest_, p.id);
   subscription_ =
@@ -87,9 +90,37 @@ void Admission::send_add(uint32_t to, const Joined& member) {
                                         std::move(text));
 }
 
+Admission::~Admission() { router_.set_on_epoch_ahead(nullptr); }
+
+void Admission::raise_epoch(uint64_t epoch) {
+  // One join raises it by one, and no node takes more than kMaxJoined: a higher epoch
+  // is a lie, which would set every honest member asking.
+  epoch_ = std::max(epoch_, std::min<uint64_t>(epoch, peers::TrafficCounters::kMaxJoined));
+  router_.transport().set_epoch(epoch_);
+}
+
 void Admission::on_hello(uint32_t peer) {
   for (const auto& member : joined_)
     if (member.peer.id != peer) send_add(peer, member);
+}
+
+void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
+  if (epoch > peers::TrafficCounters::kMaxJoined) return;  // a lie (raise_epoch)
+  const auto now = std::chrono::steady_clock::now();
+  Ask& ask = asks_[peer];
+  if (now < ask.next) return;
+  // An answer that brought nothing (a member whose epoch is not of joins this node
+  // can take: a lying one, or a join on the other side of a partition) is asked
+  // less and less often.
+  ask.backoff = ask.epoch == epoch_ && ask.next != std::chrono::steady_clock::time_point{}
+                    ? std::min(ask.backoff * 2, std::chrono::milliseconds(60000))
+                    : std::chrono::milliseconds(1000);
+  ask.next = now + ask.backoff;
+  ask.epoch = epoch_;
+  spdlog::info("node {} knows of joins this node missed (members' epoch {}, ours {}): asking it",
+               peer, epoch, epoch_);
+  (void)router_.transport().send(peer, 0,
+                                 proto::Member{proto::Member::kSync, router_.self(), epoch_});
 }
 
 uint32_t Admission::coordinator() const {
@@ -116,6 +147,10 @@ void Admission::on_member(peers::Incoming& in) {
   }
   if (m.what == proto::Member::kReady && m.id == in.peer) {
     on_ready(in.peer);
+    return;
+  }
+  if (m.what == proto::Member::kSync) {  // every add, the asker's own too: it carries the epoch
+    for (const auto& member : joined_) send_add(in.peer, member);
     return;
   }
   if (m.what != proto::Member::kAdd) {
@@ -171,7 +206,7 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
       reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
       return;
     }
-    ++epoch_;
+    raise_epoch(epoch_ + 1);
     for (const auto& p : router_.peers())
       if (p.id != id) send_add(p.id, member);
     spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
@@ -187,6 +222,7 @@ void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
   const uint32_t id = member.peer.id;
   const std::string& endpoint = member.peer.endpoint;
   if (id == router_.self()) {  // this joiner's first round, once a member scheduled it
+    raise_epoch(epoch);
     if (member.first_round > 0 && own_round_ == 0) {
       own_round_ = member.first_round;
       if (options_.schedule) options_.schedule(id, own_round_);
@@ -194,6 +230,7 @@ void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
     return;
   }
   if (Joined* known = joined(id)) {  // its schedule, when this add brings the first
+    raise_epoch(epoch);
     if (member.first_round > 0 && known->first_round == 0) set_round(*known, member.first_round);
     return;
   }
@@ -224,7 +261,7 @@ void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
                  endpoint, st.message());
     return;
   }
-  epoch_ = std::max(epoch_, epoch);
+  raise_epoch(epoch);
   spdlog::info("node {} ({}) joined (told by node {}): members' epoch {}, {} members", id, endpoint,
                from, epoch_, router_.peers().size() + 1);
   if (member.first_round > 0) set_round(joined_.back(), member.first_round);

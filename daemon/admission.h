@@ -22,7 +22,11 @@
 //
 // A member that was down when an add went out, or restarted since with its configured
 // list, hears of the joined members when it says hello: every member that knows them
-// sends it their adds again (an add of a known member changes nothing).
+// sends it their adds again (an add of a known member changes nothing). Every message
+// carries its sender's epoch (the envelope's), so a member that missed an add while it
+// lived (a partition, a lost message) learns of it from the next message of a member
+// that knows it: it asks that member (a member `sync`, once a second at most, backing
+// off to a minute while the answer brings nothing new) and gets its adds.
 //
 // Not yet (docs/architecture.md, "Churn"): joining under CURVE, a member list that
 // outlives the restart of every member that knew it, and ids assigned on both sides
@@ -32,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "base/status.h"
@@ -43,6 +48,7 @@ class Admission {
  public:
   struct Options {
     std::string self_endpoint;
+    uint64_t epoch = 0;  // a joiner's: the answer's
     std::chrono::milliseconds dead_after{5000};
     // Empty when the strategy takes new members; else why not (the joiner is told).
     std::string refuse;
@@ -58,6 +64,9 @@ class Admission {
     std::function<void(uint32_t id, uint64_t round)> schedule;
   };
   Admission(peers::Router& router, Options options);
+  ~Admission();
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
 
   uint64_t epoch() const { return epoch_; }
 
@@ -81,6 +90,10 @@ class Admission {
   void set_round(Joined& member, uint64_t round);
   // A peer (re)started: the members that joined since the peer lists were written.
   void on_hello(uint32_t peer);
+  // A member's message carried a later epoch than this node's: asks it for its adds.
+  void on_epoch_ahead(uint32_t peer, uint64_t epoch);
+  // This node's epoch, and the one its messages carry from now on, is at least `epoch`.
+  void raise_epoch(uint64_t epoch);
   void send_add(uint32_t to, const Joined& member);
   Status add(const Joined& member);
   void reply(const std::string& route, proto::Member m, const std::string& payload,
@@ -97,6 +110,12 @@ class Admission {
   uint64_t last_first_round_ = 0;
   std::vector<Joined> joined_;  // members that joined by seeds, as this node knows
   uint64_t own_round_ = 0;      // a joiner: the round it takes part from; 0 until told
+  struct Ask {                  // on_epoch_ahead's, per peer
+    std::chrono::steady_clock::time_point next{};
+    std::chrono::milliseconds backoff{1000};
+    uint64_t epoch = 0;  // this node's when it last asked
+  };
+  std::map<uint32_t, Ask> asks_;
   peers::Router::Subscription subscription_;
 };
 

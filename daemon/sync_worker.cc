@@ -68,6 +68,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->peers_copy_ = w->transport_->peers();
   Admission::Options ao;
   ao.self_endpoint = config.listen;
+  ao.epoch = config.joined_epoch;
   ao.dead_after =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
   if (!w->membership_ || !w->membership_->takes_new_members())

@@ -70,8 +70,11 @@ void check_promises(const proto::Message& m) {
     expect(r->members <= proto::kMaxRingProbeMembers && e.length == r->members * sizeof(uint32_t),
            "a ring-probe carries its members' ids");
   else if (const auto* b = std::get_if<proto::Member>(&m.body))
-    expect(b->what <= proto::Member::kReady && e.length > 0 && e.length <= proto::kMaxMemberBytes,
-           "a member message carries 1 byte to kMaxMemberBytes");
+    expect(
+        b->what <= proto::Member::kSync &&
+            (b->what == proto::Member::kSync ? e.length == 0
+                                             : e.length > 0 && e.length <= proto::kMaxMemberBytes),
+        "a member message carries 1 byte to kMaxMemberBytes, a sync none");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else if (const auto* o = std::get_if<proto::StateOffer>(&m.body); o && o->has_state)

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -91,6 +92,11 @@ class PeerChannel {
   // counted against the peer and logged.
   virtual void note_dropped(uint32_t peer, const std::string& why) = 0;
 
+  // The member-list epoch every envelope from now on carries (daemon/admission.h).
+  // Any thread.
+  virtual void set_epoch(uint64_t epoch) { epoch_.store(epoch, std::memory_order_relaxed); }
+  virtual uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+
   // Membership (daemon/admission.h): a node that joined becomes a peer; a joiner's
   // request is answered over the connection it came on. Channels without joiners
   // refuse both.
@@ -117,6 +123,9 @@ class PeerChannel {
   // The next valid message, or nullopt at the timeout. Invalid messages are dropped,
   // counted against their sender and logged; they never reach the caller.
   virtual std::optional<Incoming> recv(std::chrono::milliseconds timeout) = 0;
+
+ private:
+  std::atomic<uint64_t> epoch_{0};
 };
 
 }  // namespace gossip::peers

@@ -37,6 +37,8 @@ class ChannelDecorator : public PeerChannel {
   std::vector<std::string> refused_keys() const override { return inner_->refused_keys(); }
   void wake() override { inner_->wake(); }
   Status add_peer(const Peer& peer) override { return inner_->add_peer(peer); }
+  void set_epoch(uint64_t epoch) override { inner_->set_epoch(epoch); }
+  uint64_t epoch() const override { return inner_->epoch(); }
   Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,
                          std::string_view payload) override {
     return inner_->reply_to_joiner(route, round, body, payload);
@@ -44,12 +46,11 @@ class ChannelDecorator : public PeerChannel {
 
  protected:
   PeerChannel& inner() { return *inner_; }
-
- private:
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override {
     return inner_->recv(timeout);
   }
 
+ private:
   std::unique_ptr<PeerChannel> inner_;
 };
 

@@ -58,7 +58,7 @@ Status MemoryChannel::send_frame(uint32_t peer, uint64_t round, const proto::Bod
   if (!knows(peer)) return Status::not_found(fmt::format("no peer {}", peer));
   MemoryHub::Frame f;
   f.from = self_;
-  f.head = proto::encode_head(self_, round, body, payload.size());
+  f.head = proto::encode_head(self_, round, body, payload.size(), epoch());
   f.has_payload = !payload.empty();
   if (f.has_payload) f.payload = zmq::message_t(payload.data(), payload.size());
   // Counted as ZmqTransport counts it: the frames and their ZMTP framing.

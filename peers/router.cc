@@ -37,6 +37,9 @@ void Router::unsubscribe(uint64_t id) {
 uint64_t Router::unhandled(proto::Kind kind) const { return transport_.traffic().unhandled(kind); }
 
 void Router::dispatch(Incoming& in) {
+  // A member ahead of this node's member list (it heard of joins this one missed).
+  if (on_epoch_ahead_ && in.joiner_route.empty() && in.envelope.epoch > transport_.epoch())
+    on_epoch_ahead_(in.peer, in.envelope.epoch);
   const auto k = static_cast<size_t>(in.kind());
   if (handlers_[k].empty()) {
     transport_.traffic_counters().count_unhandled(in.kind());

@@ -83,6 +83,11 @@ class Router {
   // Called at the end of every poll, whoever polls: what must move on while any
   // component waits (gossipctl's questions, daemon/inspector.h). It must not poll.
   void set_after_poll(std::function<void()> f) { after_poll_ = std::move(f); }
+  // Called for a message whose envelope's epoch is above the transport's (a peer knows
+  // of joins this node missed: daemon/admission.h). It must not poll.
+  void set_on_epoch_ahead(std::function<void(uint32_t peer, uint64_t epoch)> f) {
+    on_epoch_ahead_ = std::move(f);
+  }
 
  private:
   struct Entry {
@@ -98,6 +103,7 @@ class Router {
   uint64_t next_id_ = 1;
   bool polling_ = false;
   std::function<void()> after_poll_;
+  std::function<void(uint32_t, uint64_t)> on_epoch_ahead_;
   std::deque<Incoming> held_;  // read by poll_only, not of its kind
   uint64_t held_bytes_ = 0;
 };

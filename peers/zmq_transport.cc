@@ -193,7 +193,7 @@ Status ZmqTransport::add_peer(const Peer& peer) {
 
 Status ZmqTransport::reply_to_joiner(const std::string& route, uint64_t round,
                                      const proto::Body& body, std::string_view payload) {
-  const std::string head = proto::encode_head(self_, round, body, payload.size());
+  const std::string head = proto::encode_head(self_, round, body, payload.size(), epoch());
   try {
     // ROUTER sends to the connection the request came on; a joiner gone meanwhile is
     // dropped silently (not mandatory routing), as a message to a peer that is down.
@@ -230,7 +230,7 @@ uint64_t ZmqTransport::pending_sends(uint32_t peer) const {
 Status ZmqTransport::send_frames(Outbound& out, uint64_t round, const proto::Body& body,
                                  zmq::message_t* payload) {
   const uint64_t payload_bytes = payload ? payload->size() : 0;
-  std::string head = proto::encode_head(self_, round, body, payload_bytes);
+  std::string head = proto::encode_head(self_, round, body, payload_bytes, epoch());
   uint64_t wire = proto::zmtp_frame_overhead(head.size()) + head.size();
   if (payload) wire += proto::zmtp_frame_overhead(payload_bytes) + payload_bytes;
   try {

@@ -85,7 +85,7 @@ const char* codec_name(CodecId c) {
 namespace {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
-constexpr uint32_t kEnvelopeFields = 6;
+constexpr uint32_t kEnvelopeFields = 7;
 
 // A msgpack float64, whatever its value. pack_double sends integral doubles as
 // integers: -0.0 would arrive as +0, and 2^64 is converted to uint64_t out of range,
@@ -259,8 +259,9 @@ Status check(const Envelope& e, const Body& body) {
                                                 kNcclIdBytes, e.length));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, Member>) {
-          if (m.what > Member::kReady)
+          if (m.what > Member::kSync)
             return Status::protocol(fmt::format("member of unknown what={}", m.what));
+          if (m.what == Member::kSync) return check_payload_less(e);
           if (e.length == 0 || e.length > kMaxMemberBytes)
             return Status::protocol(
                 fmt::format("member what={} with a payload of {} bytes (1 to {})", m.what, e.length,
@@ -303,7 +304,8 @@ Status check(const Envelope& e, const Body& body) {
 
 }  // namespace
 
-std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_t length) {
+std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_t length,
+                        uint64_t epoch) {
   msgpack::sbuffer buf;
   Packer pk(buf);
   pk.pack_array(kEnvelopeFields);
@@ -313,6 +315,7 @@ std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_
   pk.pack_uint32(from);
   pk.pack_uint64(round);
   pk.pack_uint64(length);
+  pk.pack_uint64(epoch);
   std::visit(
       [&](auto m) {
         pk.pack_array(field_count<decltype(m)>());
@@ -355,8 +358,8 @@ Result<Message> decode_head(const void* data, size_t size) {
   // anything else is read, so that a message of another version is named, not misread.
   const auto& ev = eo.via.array;
   uint64_t field[kEnvelopeFields] = {};
-  constexpr const char* kNames[kEnvelopeFields] = {"magic", "version", "kind",
-                                                   "from",  "round",   "length"};
+  constexpr const char* kNames[kEnvelopeFields] = {"magic", "version", "kind", "from",
+                                                   "round", "length",  "epoch"};
   for (uint32_t i = 0; i < std::min(ev.size, kEnvelopeFields); ++i) {
     if (ev.ptr[i].type != msgpack::type::POSITIVE_INTEGER)
       return Status::protocol(
@@ -381,6 +384,7 @@ Result<Message> decode_head(const void* data, size_t size) {
   e.from = static_cast<uint32_t>(field[3]);
   e.round = field[4];
   e.length = field[5];
+  e.epoch = field[6];
   if (e.length > kMaxPayloadBytes)
     return Status::protocol(
         fmt::format("payload of {} bytes exceeds limit {}", e.length, kMaxPayloadBytes));

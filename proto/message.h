@@ -29,7 +29,8 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // Version 1 (a flat msgpack map header, before typed messages) is refused by name;
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
 // state-request's chunk range, version 5 ring-probe's member list and the member kind,
-// version 7 ring-probe's `merge`, version 8 ps-params' `clock`.
+// version 7 ring-probe's `merge`, version 8 ps-params' `clock`, the envelope's `epoch`
+// and the member kind `sync`.
 inline constexpr uint32_t kWireVersion = 8;
 
 enum class Kind : uint8_t {
@@ -80,13 +81,16 @@ inline constexpr uint64_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 // What every message carries. `round` is the round the message belongs to (a
 // model or state chunk) or the sender's next round (everything else; 0 before its
 // first). `length` is the payload frame's size; the transport sets it, and
-// `version` and `from`.
+// `version` and `from`. `epoch` is the sender's member-list epoch (daemon/admission.h:
+// the joins it knows of): a node that hears a peer ahead of its own asks it for the
+// adds it missed (a partition, a lost message), rather than waiting for a restart.
 struct Envelope {
   uint32_t version = kWireVersion;
   Kind kind = Kind::kHello;
   uint32_t from = 0;
   uint64_t round = 0;
   uint64_t length = 0;
+  uint64_t epoch = 0;
 };
 
 // The first message on a connection, and "I am alive, wait for me again".
@@ -413,6 +417,8 @@ struct Member {
     kRefused = 3,
     kAdd = 4,
     kReady = 5,
+    // A member behind a peer's epoch asks it for its adds (no payload).
+    kSync = 6,
   };
   uint8_t what = kJoinRequest;
   uint32_t id = 0;
@@ -443,7 +449,8 @@ inline constexpr uint64_t kMaxPayloadBytes = uint64_t{256} << 20;
 inline constexpr size_t kMaxHeaderBytes = 512;
 
 // Frame 0 of a message from `from` for `round` whose payload is `length` bytes.
-std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_t length);
+std::string encode_head(uint32_t from, uint64_t round, const Body& body, uint64_t length,
+                        uint64_t epoch = 0);
 
 // Strict decoding of frame 0: the magic, this daemon's version (a newer or older
 // one is refused by number, never read), a known kind, exactly the kind's fields

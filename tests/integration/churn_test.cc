@@ -166,6 +166,30 @@ TEST(Churn, ANodeWhoseNeighborsAreDownTakesTheStateOfAnotherPeer) {
       << cluster.log(2);
 }
 
+// A node that no member lists, started with `flags` and --join through member `seed`,
+// until its IPC socket (gossipd-4.sock: the fifth of four) exists.
+ChildProcess start_joiner(Cluster& cluster, int seed, const std::vector<std::string>& flags) {
+  const auto dir = cluster.run_dir();
+  std::vector<std::string> argv = {binary("gossipd"),
+                                   "--join",
+                                   cluster.peer_endpoint(seed),
+                                   "--listen",
+                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                   "--run-dir",
+                                   dir.string()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(dir / "gossipd-4.sock")) {
+    if (!joiner.running() || Clock::now() >= deadline) {
+      ADD_FAILURE() << "the joiner did not start\n" << joiner.log();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return joiner;
+}
+
 // A fifth node that no member lists joins a running 4-node D-PSGD ring through node 2,
 // a seed that is not the coordinator: it is sent on to node 0 and gets id 4. It starts
 // from a live model and round, says it is ready, and node 0 schedules the round from
@@ -181,22 +205,8 @@ TEST(Churn, ANodeThatNoMemberListsJoinsTheGossipRingThroughASeed) {
   std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
   sync_rounds(all, 3);
 
-  const auto dir = cluster.run_dir();
-  std::vector<std::string> argv = {binary("gossipd"),
-                                   "--join",
-                                   cluster.peer_endpoint(2),
-                                   "--listen",
-                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
-                                   "--run-dir",
-                                   dir.string()};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (!std::filesystem::exists(dir / "gossipd-4.sock")) {
-    ASSERT_TRUE(joiner.running()) << joiner.log();
-    ASSERT_LT(Clock::now(), deadline) << joiner.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ChildProcess joiner = start_joiner(cluster, 2, flags);
+  ASSERT_FALSE(HasFailure());
   auto fifth = attach(cluster, 4, kNumel);
   ASSERT_NE(fifth, nullptr) << joiner.log();
   EXPECT_TRUE(fifth->model.initialized) << "it starts from a live model\n" << joiner.log();
@@ -230,6 +240,56 @@ TEST(Churn, ANodeThatNoMemberListsJoinsTheGossipRingThroughASeed) {
   for (int i : {0, 3})
     EXPECT_TRUE(log_has(cluster, i, "node 4 takes part from round " + std::to_string(first_round)))
         << cluster.log(i);
+}
+
+// A member that misses the add of a joined node while it lives (a partition, a lost
+// message; node 3 runs gossipd-byzantine deaf-to-adds, which drops every add until it
+// asks for them) learns of it from the next message of a member that knows it: every
+// envelope carries its sender's member-list epoch, and node 3, behind, asks (member
+// sync). It then takes part in the ring of five from the scheduled round as the
+// others do, so rounds do not wait on a neighbor that runs another graph and the
+// five keep their mean. Before, node 3 kept the ring of four: nodes 0 and 3 each
+// waited a patience (30 s) for the other every round.
+TEST(Churn, AMemberThatMissedAnAddLearnsOfTheJoinFromThePeersEpoch) {
+  const auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(4, flags);
+  cluster.set_node_binary(3, binary("gossipd-byzantine"));
+  ::setenv("GOSSIP_ATTACK", "deaf-to-adds", 1);
+  cluster.start_all();
+  ::unsetenv("GOSSIP_ATTACK");
+  auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 4u);
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 3);
+
+  ChildProcess joiner = start_joiner(cluster, 1, flags);
+  ASSERT_FALSE(HasFailure());
+  auto fifth = attach(cluster, 4, kNumel);
+  ASSERT_NE(fifth, nullptr) << joiner.log();
+  const std::string log = joiner.log();
+  const std::string scheduled = "this node takes part in the members' rounds from round ";
+  const size_t at = log.find(scheduled);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int first_round = std::stoi(log.substr(at + scheduled.size()));
+  EXPECT_TRUE(log_has(cluster, 3, "byzantine: deaf to peer 0's add of node 4"))
+      << "the add was not lost: the test shows nothing\n"
+      << cluster.log(3);
+
+  const double expected = (6.0 + fifth->model.tensors[0][0] + 5.0) / 5.0;
+  for (float& v : fifth->model.tensors[0]) v += 5.0f;
+  sync_rounds(all, first_round - 3);
+  all.push_back(fifth.get());
+  const double rounds = sync_rounds(all, 30);
+  EXPECT_LT(rounds, 10.0) << "rounds waited for a neighbor on another graph\n" << cluster.log(3);
+  EXPECT_TRUE(log_has(cluster, 3, "knows of joins this node missed")) << cluster.log(3);
+  EXPECT_TRUE(log_has(cluster, 3, "node 4 takes part from round " + std::to_string(first_round)))
+      << cluster.log(3);
+  double low = 1e9, high = -1e9;
+  for (Node* n : all)
+    for (float v : n->model.tensors[0])
+      low = std::min<double>(low, v), high = std::max<double>(high, v);
+  EXPECT_NEAR(low, expected, 1e-3) << cluster.log(3);
+  EXPECT_NEAR(high, expected, 1e-3) << "the five agree on the mean";
 }
 
 // CHOCO keeps public copies of each neighbor that must agree on both sides of every

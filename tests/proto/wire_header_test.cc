@@ -56,7 +56,8 @@ std::string head_of(const Items& envelope, const Items& body) {
 
 Items envelope(Kind kind, uint64_t length, uint64_t from = 7, uint64_t round = 9) {
   return {u(kWireMagic), u(kWireVersion), u(static_cast<uint64_t>(kind)),
-          u(from),       u(round),        u(length)};
+          u(from),       u(round),        u(length),
+          u(0)};
 }
 
 ModelChunk chunk() {
@@ -78,7 +79,7 @@ Items chunk_body() {
 std::string envelope_only(Kind kind) {
   msgpack::sbuffer buf;
   Packer pk(buf);
-  pk.pack_array(6);
+  pk.pack_array(static_cast<uint32_t>(envelope(kind, 0).size()));
   for (const auto& f : envelope(kind, 0)) f(pk);
   return std::string(buf.data(), buf.size());
 }
@@ -395,16 +396,16 @@ TEST(WireHeader, HugeClaimedSizesFailFast) {
 TEST(WireHeader, EnvelopeOfTheWrongSize) {
   Items e = envelope(Kind::kHello, 0);
   e.pop_back();
-  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "envelope has 5 fields, expected 6");
+  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "envelope has 6 fields, expected 7");
   e = envelope(Kind::kHello, 0);
   e.push_back(u(0));
-  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "envelope has 7 fields, expected 6");
+  EXPECT_REFUSED(decode(head_of(e, {u(0)})), "envelope has 8 fields, expected 7");
   EXPECT_REFUSED(decode(head_of({u(kWireMagic)}, {u(0)})), "does not start with an envelope");
 }
 
 TEST(WireHeader, EnvelopeFieldsAreUnsignedIntegers) {
-  const char* names[] = {"magic", "version", "kind", "from", "round", "length"};
-  for (size_t k = 0; k < 6; ++k) {
+  const char* names[] = {"magic", "version", "kind", "from", "round", "length", "epoch"};
+  for (size_t k = 0; k < 7; ++k) {
     SCOPED_TRACE(names[k]);
     for (const Item& bad : {i64(-1), str("1"), f64(1.5), boolean(true)}) {
       Items e = envelope(Kind::kHello, 0);
@@ -571,7 +572,21 @@ TEST(WireHeader, MemberMessagesCarryAnEndpointOrAListOfBoundedSize) {
   EXPECT_REFUSED(decode(encode_head(1, 0, Member{Member::kAdd, 4, 1}, kMaxMemberBytes + 1)),
                  "member what=4 with a payload of 65537 bytes");
   EXPECT_TRUE(decode(encode_head(4, 0, Member{Member::kReady, 4, 1}, 20)).is_ok());
-  EXPECT_REFUSED(decode(encode_head(1, 0, Member{6, 4, 1}, 20)), "member of unknown what=6");
+  EXPECT_TRUE(decode(encode_head(2, 0, Member{Member::kSync, 2, 1}, 0)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(2, 0, Member{Member::kSync, 2, 1}, 20)),
+                 "carries no payload but says length=20");
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{7, 4, 1}, 20)), "member of unknown what=7");
+}
+
+// Every message carries its sender's member-list epoch.
+TEST(WireHeader, TheEnvelopeCarriesTheSendersEpoch) {
+  auto m = decode(encode_head(3, 9, Heartbeat{}, 0, 41));
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(m->envelope.epoch, 41u);
+  EXPECT_EQ(m->envelope.round, 9u);
+  auto zero = decode(encode_head(3, 9, Heartbeat{}, 0));
+  ASSERT_TRUE(zero.is_ok());
+  EXPECT_EQ(zero->envelope.epoch, 0u);
 }
 
 TEST(WireHeader, NcclIdCarriesExactlyTheIdsBytes) {

@@ -20,6 +20,9 @@
 //   die-mid-state the process dies (as by SIGKILL) when it sends a joiner the
 //                 GOSSIP_DIE_AFTER-th chunk of its state (default 10): a donor lost
 //                 half way
+// and, not a lie but a lost message:
+//   deaf-to-adds  every member add that arrives before this node asked for adds
+//                 (member sync) is dropped, as if a partition had eaten it
 // Run it with `gossipctl cluster --gossipd-on NODE=PATH`; it takes gossipd's flags.
 
 #include <fmt/format.h>
@@ -51,6 +54,8 @@ class ByzantineChannel final : public peers::ChannelDecorator {
         far_state_ = true;
       else if (a == "scaled-state")
         scaled_state_ = true;
+      else if (a == "deaf-to-adds")
+        deaf_to_adds_ = true;
       else if (a == "die-mid-state")
         die_after_ =
             std::getenv("GOSSIP_DIE_AFTER") ? std::atoi(std::getenv("GOSSIP_DIE_AFTER")) : 10;
@@ -61,6 +66,8 @@ class ByzantineChannel final : public peers::ChannelDecorator {
   }
 
   Status send(uint32_t peer, uint64_t round, const proto::Body& body) override {
+    if (const auto* m = std::get_if<proto::Member>(&body); m && m->what == proto::Member::kSync)
+      asked_for_adds_ = true;
     if (far_state_ && std::holds_alternative<proto::StateOffer>(body)) {
       auto offer = std::get<proto::StateOffer>(body);
       if (offer.has_state) {
@@ -108,6 +115,17 @@ class ByzantineChannel final : public peers::ChannelDecorator {
   }
 
  private:
+  std::optional<peers::Incoming> recv(std::chrono::milliseconds timeout) override {
+    auto in = ChannelDecorator::recv(timeout);
+    if (deaf_to_adds_ && !asked_for_adds_ && in && in->kind() == proto::Kind::kMember &&
+        in->joiner_route.empty() && in->as<proto::Member>().what == proto::Member::kAdd) {
+      spdlog::warn("byzantine: deaf to peer {}'s add of node {}", in->peer,
+                   in->as<proto::Member>().id);
+      return std::nullopt;  // the router takes it for a wait with nothing
+    }
+    return in;
+  }
+
   Status state(uint32_t peer, uint64_t round, const proto::Body& body,
                std::vector<std::byte> payload) {
     if (far_state_) round += 1000000;  // the chunks follow the offer's round
@@ -180,6 +198,7 @@ class ByzantineChannel final : public peers::ChannelDecorator {
 
   std::vector<std::string> attacks_;
   bool far_state_ = false, scaled_state_ = false;
+  bool deaf_to_adds_ = false, asked_for_adds_ = false;
   int die_after_ = 0, state_chunks_ = 0;
   std::set<uint32_t> joiners_;  // peers offered a state: its chunks to them count
   std::string last_;
@@ -196,7 +215,7 @@ int main(int argc, char** argv) {
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
         a != "far-round" && a != "malformed" && a != "garble" && a != "honest" &&
-        a != "far-state" && a != "scaled-state" && a != "die-mid-state") {
+        a != "far-state" && a != "scaled-state" && a != "die-mid-state" && a != "deaf-to-adds") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }
