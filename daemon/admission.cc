@@ -92,6 +92,37 @@ void Admission::send_add(uint32_t to, const Joined& member) {
 
 Admission::~Admission() { router_.set_on_epoch_ahead(nullptr); }
 
+std::vector<Checkpoint::Member> Admission::members() const {
+  std::vector<Checkpoint::Member> out;
+  for (const auto& j : joined_) out.push_back({j.peer.id, j.peer.endpoint, j.first_round});
+  return out;
+}
+
+void Admission::remember(const std::vector<Checkpoint::Member>& members, uint64_t epoch) {
+  const size_t before = joined_.size();
+  for (const auto& m : members) {
+    const std::string what = fmt::format("the checkpoint's member {} ({})", m.id, m.endpoint);
+    if (m.id == router_.self() || joined(m.id)) continue;
+    const auto& peers = router_.peers();
+    if (std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == m.id; }))
+      continue;  // configured since
+    std::optional<std::string> problem = joiner_endpoint_problem(m.endpoint);
+    if (!problem && m.id == proto::kNoNode) problem = "not an id";
+    if (!problem && !options_.refuse.empty()) problem = "this node's strategy takes no new members";
+    if (!problem && options_.check)
+      if (auto st = options_.check(m.id); !st) problem = st.message();
+    if (!problem)
+      if (auto st = add({{m.id, m.endpoint}, 0}); !st) problem = st.message();
+    if (problem) {
+      spdlog::warn("{} is not taken back: {}", what, *problem);
+      continue;
+    }
+    spdlog::info("{} joined by seeds before this node restarted: a member again", what);
+    if (m.first_round > 0) set_round(joined_.back(), m.first_round);
+  }
+  if (joined_.size() > before) raise_epoch(epoch);
+}
+
 void Admission::raise_epoch(uint64_t epoch) {
   // One join raises it by one, and no node takes more than kMaxJoined: a higher epoch
   // is a lie, which would set every honest member asking.

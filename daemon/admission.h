@@ -28,9 +28,12 @@
 // that knows it: it asks that member (a member `sync`, once a second at most, backing
 // off to a minute while the answer brings nothing new) and gets its adds.
 //
-// Not yet (docs/architecture.md, "Churn"): joining under CURVE, a member list that
-// outlives the restart of every member that knew it, and ids assigned on both sides
-// of a partition.
+// A node's checkpoint keeps the joined members it knew (daemon/checkpoint.h): after a
+// restart from it, it knows them again (remember()), even when every member that
+// could have told it restarted too.
+//
+// Not yet (docs/architecture.md, "Churn"): joining under CURVE, and ids assigned on
+// both sides of a partition.
 
 #include <atomic>
 #include <chrono>
@@ -40,6 +43,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "daemon/checkpoint.h"
 #include "peers/router.h"
 
 namespace gossip::daemon {
@@ -69,6 +73,12 @@ class Admission {
   Admission& operator=(const Admission&) = delete;
 
   uint64_t epoch() const { return epoch_; }
+  // The members that joined by seeds as this node knows them, with their rounds: what
+  // its checkpoint keeps.
+  std::vector<Checkpoint::Member> members() const;
+  // After a restart from a checkpoint: its members are known again (those this node
+  // does not know yet, checked as a member's add is), and its epoch.
+  void remember(const std::vector<Checkpoint::Member>& members, uint64_t epoch);
 
   // The joiner, once it holds a state (overlay strategies): says so to the coordinator
   // every second until a member sends it the round it takes part from, which it

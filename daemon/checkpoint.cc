@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <msgpack.hpp>
+#include <tuple>
 
 namespace gossip::daemon {
 namespace {
@@ -53,7 +55,7 @@ Status write_all(int fd, const std::string& bytes, const std::string& path) {
 Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   msgpack::sbuffer header;
   msgpack::packer<msgpack::sbuffer> pk(header);
-  pk.pack_map(8);
+  pk.pack_map(c.members.empty() ? 8 : 10);
   pk.pack("node"), pk.pack(c.node);
   pk.pack("strategy"), pk.pack(c.strategy);
   pk.pack("layout"), pk.pack(c.layout);
@@ -70,6 +72,15 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   pk.pack("scalars");
   pk.pack_map(static_cast<uint32_t>(c.state.scalars.size()));
   for (const auto& [name, v] : c.state.scalars) pk.pack(name), pk.pack_double(v);
+  if (!c.members.empty()) {
+    pk.pack("members");
+    pk.pack_array(static_cast<uint32_t>(c.members.size()));
+    for (const auto& m : c.members) {
+      pk.pack_array(3);
+      pk.pack(m.id), pk.pack(m.endpoint), pk.pack(m.first_round);
+    }
+    pk.pack("member_epoch"), pk.pack(c.member_epoch);
+  }
 
   std::string bytes(kMagic, sizeof kMagic);
   const uint64_t hlen = header.size();
@@ -147,6 +158,16 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
     numel = field("numel").as<uint64_t>();
     tensors = field("tensors").as<std::vector<std::pair<std::string, uint64_t>>>();
     c.state.scalars = field("scalars").as<std::map<std::string, double>>();
+    if (m.count("members")) {
+      const auto members =
+          field("members").as<std::vector<std::tuple<uint32_t, std::string, uint64_t>>>();
+      if (members.size() > kMaxCheckpointMembers)
+        throw std::runtime_error(
+            fmt::format("{} members (at most {})", members.size(), kMaxCheckpointMembers));
+      for (const auto& [id, endpoint, first_round] : members)
+        c.members.push_back({id, endpoint, first_round});
+      c.member_epoch = field("member_epoch").as<uint64_t>();
+    }
   } catch (const std::exception& e) {
     return bad(fmt::format("malformed header: {}", e.what()));
   }

@@ -4,7 +4,8 @@
 //
 // File: "GSPCKPT1", a little-endian u64 header length, a msgpack header {node,
 // strategy, layout, round, step, numel, tensors: [[name, numel]..], scalars: {name:
-// f64}}, the model and then each state tensor as raw fp32, and a CRC-32 (zlib) of
+// f64}, and, where nodes joined by seeds, members: [[id, endpoint, first round]..]
+// and member_epoch}, the model and then each state tensor as raw fp32, and a CRC-32 (zlib) of
 // everything before it. Written to a temporary file, synced and renamed over the old
 // one, so a crash at any moment leaves the old checkpoint or the new one.
 
@@ -25,7 +26,17 @@ struct Checkpoint {
   uint64_t step = 0;    // the trainers' step at that round
   std::vector<float> model;
   sgd::StrategyState state;
+  // The nodes that joined by seeds as this node knew them (daemon/admission.h): it
+  // knows them again after a restart, even one of every member that knew them.
+  struct Member {
+    uint32_t id = 0;
+    std::string endpoint;
+    uint64_t first_round = 0;  // the gossip family's schedule; 0: none
+  };
+  std::vector<Member> members;
+  uint64_t member_epoch = 0;
 };
+inline constexpr size_t kMaxCheckpointMembers = 4096;
 
 Status write_checkpoint(const std::string& path, const Checkpoint& c);
 // Errors name the file and what is wrong with it (truncated, bad CRC, sizes).

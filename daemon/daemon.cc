@@ -100,7 +100,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
     }
   }
 
-  auto worker = SyncWorker::start(config, hooks);
+  auto worker = SyncWorker::start(config, hooks, d->resume_ ? &*d->resume_ : nullptr);
   if (!worker) return worker.status();
   d->worker_ = std::move(worker).value();
   if (!config.checkpoint.empty())

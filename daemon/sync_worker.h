@@ -42,8 +42,11 @@ class SyncWorker {
  public:
   // Binds the peer endpoint and connects to the peers (in the caller's thread, so a
   // bind error is reported before the daemon starts), then starts the thread.
+  // `resume`: the checkpoint the daemon resumes from, whose joined members this node
+  // knows again (daemon/admission.h).
   static Result<std::unique_ptr<SyncWorker>> start(const DaemonConfig& config,
-                                                   const DaemonHooks& hooks = {});
+                                                   const DaemonHooks& hooks = {},
+                                                   const Checkpoint* resume = nullptr);
   ~SyncWorker();  // cancels a running round, says bye to the peers, joins
 
   // Readable (poll) once a submitted job (round or join) has finished; take_result()

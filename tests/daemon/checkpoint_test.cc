@@ -74,6 +74,28 @@ TEST_F(CheckpointFile, RoundTripsEveryField) {
             1);
 }
 
+// The members that joined by seeds, and the epoch; a checkpoint without them (one
+// written before any join, or by an older gossipd) reads as none.
+TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
+  Checkpoint c = sample();
+  ASSERT_TRUE(write_checkpoint(path_, c));
+  auto none = read_checkpoint(path_);
+  ASSERT_TRUE(none) << none.status().message();
+  EXPECT_TRUE(none->members.empty());
+  c.members = {{4, "tcp://10.0.0.9:7004", 17}, {5, "tcp://[::1]:7005", 0}};
+  c.member_epoch = 2;
+  ASSERT_TRUE(write_checkpoint(path_, c));
+  auto r = read_checkpoint(path_);
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_EQ(r->members.size(), 2u);
+  EXPECT_EQ(r->members[0].id, 4u);
+  EXPECT_EQ(r->members[0].endpoint, "tcp://10.0.0.9:7004");
+  EXPECT_EQ(r->members[0].first_round, 17u);
+  EXPECT_EQ(r->members[1].endpoint, "tcp://[::1]:7005");
+  EXPECT_EQ(r->member_epoch, 2u);
+  EXPECT_EQ(r->model, c.model);
+}
+
 TEST_F(CheckpointFile, ReplacesTheOldOneWhole) {
   Checkpoint c = sample();
   ASSERT_TRUE(write_checkpoint(path_, c));

@@ -379,6 +379,57 @@ TEST(Churn, CheckpointResumesModelRoundAndStepAfterSigterm) {
   EXPECT_EQ(status->round, 9u) << "rounds continue from the checkpoint's";
 }
 
+// A node's checkpoint keeps the members that joined by seeds: when every member that
+// knew the fifth node restarts at once (SIGTERM, then resumed from its checkpoint),
+// none can hear of it from another, and each knows it from its checkpoint. The five
+// then run the ring of five again. Before, the restarted members ran the ring of four
+// and dropped the fifth's messages as a stranger's; its rounds waited on neighbors
+// that never sent.
+TEST(Churn, ACheckpointRemembersTheNodesThatJoinedBySeeds) {
+  const ScratchDir scratch("gossip-ckpt-members-");
+  const auto flags = ring_flags({"--strategy", "gossip", "--checkpoint-every", "1"});
+  Cluster cluster(4, flags);
+  for (int i = 0; i < 4; ++i)
+    cluster.set_node_flags(
+        i, {"--checkpoint", (scratch.path / ("node-" + std::to_string(i) + ".ckpt")).string()});
+  cluster.start_all();
+  auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 4u);
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 3);
+  ChildProcess joiner = start_joiner(cluster, 1, flags);
+  ASSERT_FALSE(HasFailure());
+  auto fifth = attach(cluster, 4, kNumel);
+  ASSERT_NE(fifth, nullptr) << joiner.log();
+  const std::string log = joiner.log();
+  const std::string scheduled = "this node takes part in the members' rounds from round ";
+  const size_t at = log.find(scheduled);
+  ASSERT_NE(at, std::string::npos) << log;
+  sync_rounds(all, std::stoi(log.substr(at + scheduled.size())) - 3);
+  all.push_back(fifth.get());
+  sync_rounds(all, 3);
+  ASSERT_FALSE(HasFailure());
+
+  for (int i = 0; i < 4; ++i) cluster.daemon(i).signal(SIGTERM);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(cluster.daemon(i).wait(std::chrono::seconds(10)), 0) << cluster.log(i);
+  for (auto& n : nodes) n.reset();
+  cluster.start_all();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(log_has(cluster, i, "the checkpoint's member 4 (tcp://127.0.0.1:"))
+        << cluster.log(i);
+  nodes = attach_all(cluster, 4, [](int, size_t) { return 0.0f; });
+  ASSERT_EQ(nodes.size(), 4u);
+  all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get(), fifth.get()};
+  const double longest = sync_rounds(all, 10);
+  EXPECT_LT(longest, 10.0) << "rounds waited for neighbors on another graph\n" << joiner.log();
+  double low = 1e9, high = -1e9;
+  for (Node* n : all)
+    for (float v : n->model.tensors[0])
+      low = std::min<double>(low, v), high = std::max<double>(high, v);
+  EXPECT_LT(high - low, 0.5) << "the five mix as one ring";
+}
+
 TEST(Churn, DamagedOrForeignCheckpointStopsTheDaemonWithTheReason) {
   const ScratchDir scratch("gossip-ckpt-bad-");
   const auto& dir = scratch.path;
