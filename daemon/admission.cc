@@ -20,8 +20,11 @@ std::string text_of(const peers::Incoming& in) {
   return std::string(static_cast<const char*>(in.payload.data()), in.payload.size());
 }
 
-// An endpoint other nodes can reach: not a wildcard.
+// An endpoint other nodes can reach: not a wildcard, and of a host name's length (an
+// add, repeated to every member that asks, carries no more).
 std::optional<std::string> joiner_endpoint_problem(const std::string& endpoint) {
+  if (endpoint.size() > 300)
+    return fmt::format("an endpoint of {} characters (at most 300)", endpoint.size());
   if (auto problem = endpoint_problem(endpoint)) return problem;
   const std::string host = peers::endpoint_host(endpoint);
   if (host == "*" || host == "0.0.0.0" || host == "::")
@@ -67,7 +70,7 @@ Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
 
 Admission::Admission(peers::Router& router, Options options)
     : router_(router), options_(std::move(options)) {
-  raise_epoch(options_.epoch);
+  update_epoch();
   router_.set_on_epoch_ahead(
       [this](uint32_t peer, uint64_t epoch) { on_epoch_ahead(peer, epoch); });
   highest_ = router_.self();
@@ -98,8 +101,8 @@ std::vector<Checkpoint::Member> Admission::members() const {
   return out;
 }
 
-void Admission::remember(const std::vector<Checkpoint::Member>& members, uint64_t epoch) {
-  const size_t before = joined_.size();
+void Admission::remember(std::vector<Checkpoint::Member> members) {
+  std::sort(members.begin(), members.end(), [](auto& a, auto& b) { return a.id < b.id; });
   for (const auto& m : members) {
     const std::string what = fmt::format("the checkpoint's member {} ({})", m.id, m.endpoint);
     if (m.id == router_.self() || joined(m.id)) continue;
@@ -120,23 +123,40 @@ void Admission::remember(const std::vector<Checkpoint::Member>& members, uint64_
     spdlog::info("{} joined by seeds before this node restarted: a member again", what);
     if (m.first_round > 0) set_round(joined_.back(), m.first_round);
   }
-  if (joined_.size() > before) raise_epoch(epoch);
 }
 
-void Admission::raise_epoch(uint64_t epoch) {
-  // One join raises it by one, and no node takes more than kMaxJoined: a higher epoch
-  // is a lie, which would set every honest member asking.
-  epoch_ = std::max(epoch_, std::min<uint64_t>(epoch, peers::TrafficCounters::kMaxJoined));
+void Admission::update_epoch() {
+  // Counted here, never taken from a peer: a number a peer claims could hide what
+  // this node misses (an add of node 6 heard, of node 5 lost) or switch the asking off.
+  epoch_ = router_.peers().size() + 1;
   router_.transport().set_epoch(epoch_);
 }
 
+std::vector<const Admission::Joined*> Admission::by_id() const {
+  std::vector<const Joined*> out;
+  for (const auto& j : joined_) out.push_back(&j);
+  std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->peer.id < b->peer.id; });
+  return out;
+}
+
 void Admission::on_hello(uint32_t peer) {
-  for (const auto& member : joined_)
-    if (member.peer.id != peer) send_add(peer, member);
+  for (const Joined* member : by_id())
+    if (member->peer.id != peer) send_add(peer, *member);
+}
+
+void Admission::on_sync(uint32_t peer, uint64_t its_epoch) {
+  // Only to a member that lists fewer, and once a second: a sync is small, the adds
+  // it brings back are not.
+  const auto now = std::chrono::steady_clock::now();
+  auto& last = answered_[peer];
+  if (its_epoch >= epoch_ || now - last < std::chrono::seconds(1)) return;
+  last = now;
+  for (const Joined* member : by_id()) send_add(peer, *member);
 }
 
 void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
-  if (epoch > peers::TrafficCounters::kMaxJoined) return;  // a lie (raise_epoch)
+  // A node lists its configured peers and at most kMaxJoined more.
+  if (epoch > epoch_ + peers::TrafficCounters::kMaxJoined) return;
   const auto now = std::chrono::steady_clock::now();
   Ask& ask = asks_[peer];
   if (now < ask.next) return;
@@ -148,8 +168,9 @@ void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
                     : std::chrono::milliseconds(1000);
   ask.next = now + ask.backoff;
   ask.epoch = epoch_;
-  spdlog::info("node {} knows of joins this node missed (members' epoch {}, ours {}): asking it",
-               peer, epoch, epoch_);
+  spdlog::info(
+      "node {} knows of joins this node missed (it lists {} members, this node {}): asking it",
+      peer, epoch, epoch_);
   (void)router_.transport().send(peer, 0,
                                  proto::Member{proto::Member::kSync, router_.self(), epoch_});
 }
@@ -180,8 +201,8 @@ void Admission::on_member(peers::Incoming& in) {
     on_ready(in.peer);
     return;
   }
-  if (m.what == proto::Member::kSync) {  // every add, the asker's own too: it carries the epoch
-    for (const auto& member : joined_) send_add(in.peer, member);
+  if (m.what == proto::Member::kSync) {
+    on_sync(in.peer, m.epoch);
     return;
   }
   if (m.what != proto::Member::kAdd) {
@@ -189,7 +210,7 @@ void Admission::on_member(peers::Incoming& in) {
                                      fmt::format("a member message what={} from a member", m.what));
     return;
   }
-  on_add(in.peer, {{m.id, text}, in.round()}, m.epoch);
+  on_add(in.peer, {{m.id, text}, in.round()});
 }
 
 void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
@@ -237,7 +258,6 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
       reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
       return;
     }
-    raise_epoch(epoch_ + 1);
     for (const auto& p : router_.peers())
       if (p.id != id) send_add(p.id, member);
     spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
@@ -249,11 +269,10 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
   reply(route, {proto::Member::kAnswer, id, epoch_}, format_members(members), first_round);
 }
 
-void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
+void Admission::on_add(uint32_t from, const Joined& member) {
   const uint32_t id = member.peer.id;
   const std::string& endpoint = member.peer.endpoint;
   if (id == router_.self()) {  // this joiner's first round, once a member scheduled it
-    raise_epoch(epoch);
     if (member.first_round > 0 && own_round_ == 0) {
       own_round_ = member.first_round;
       if (options_.schedule) options_.schedule(id, own_round_);
@@ -261,7 +280,6 @@ void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
     return;
   }
   if (Joined* known = joined(id)) {  // its schedule, when this add brings the first
-    raise_epoch(epoch);
     if (member.first_round > 0 && known->first_round == 0) set_round(*known, member.first_round);
     return;
   }
@@ -292,7 +310,6 @@ void Admission::on_add(uint32_t from, const Joined& member, uint64_t epoch) {
                  endpoint, st.message());
     return;
   }
-  raise_epoch(epoch);
   spdlog::info("node {} ({}) joined (told by node {}): members' epoch {}, {} members", id, endpoint,
                from, epoch_, router_.peers().size() + 1);
   if (member.first_round > 0) set_round(joined_.back(), member.first_round);
@@ -355,8 +372,10 @@ Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point 
 Status Admission::add(const Joined& member) {
   GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer(member.peer));
   highest_ = std::max(highest_, member.peer.id);
-  joined_.push_back(member);
+  update_epoch();
+  // Known here only once the strategy took it (an add of it again is tried again).
   if (options_.take) GOSSIP_RETURN_IF_ERROR(options_.take(member.peer.id, member.peer.endpoint));
+  joined_.push_back(member);
   return Status::ok();
 }
 

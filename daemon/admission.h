@@ -52,7 +52,6 @@ class Admission {
  public:
   struct Options {
     std::string self_endpoint;
-    uint64_t epoch = 0;  // a joiner's: the answer's
     std::chrono::milliseconds dead_after{5000};
     // Empty when the strategy takes new members; else why not (the joiner is told).
     std::string refuse;
@@ -72,13 +71,15 @@ class Admission {
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
 
+  // The member list's epoch, which every message carries (the envelope's): how many
+  // members this node lists, itself included. Counted, never taken from a peer.
   uint64_t epoch() const { return epoch_; }
   // The members that joined by seeds as this node knows them, with their rounds: what
   // its checkpoint keeps.
   std::vector<Checkpoint::Member> members() const;
   // After a restart from a checkpoint: its members are known again (those this node
-  // does not know yet, checked as a member's add is), and its epoch.
-  void remember(const std::vector<Checkpoint::Member>& members, uint64_t epoch);
+  // does not know yet, checked as a member's add is).
+  void remember(std::vector<Checkpoint::Member> members);
 
   // The joiner, once it holds a state (overlay strategies): says so to the coordinator
   // every second until a member sends it the round it takes part from, which it
@@ -94,7 +95,7 @@ class Admission {
     peers::Peer peer;
     uint64_t first_round = 0;  // 0: not scheduled yet
   };
-  void on_add(uint32_t from, const Joined& member, uint64_t epoch);
+  void on_add(uint32_t from, const Joined& member);
   // The joiner `from` holds a state: schedules it, or sends the schedule it has.
   void on_ready(uint32_t from);
   void set_round(Joined& member, uint64_t round);
@@ -102,8 +103,11 @@ class Admission {
   void on_hello(uint32_t peer);
   // A member's message carried a later epoch than this node's: asks it for its adds.
   void on_epoch_ahead(uint32_t peer, uint64_t epoch);
-  // This node's epoch, and the one its messages carry from now on, is at least `epoch`.
-  void raise_epoch(uint64_t epoch);
+  // A member that lists `its_epoch` members asks for this node's adds.
+  void on_sync(uint32_t peer, uint64_t its_epoch);
+  // After the member list changed: the epoch this node's messages carry from now on.
+  void update_epoch();
+  std::vector<const Joined*> by_id() const;  // joined_, in id order
   void send_add(uint32_t to, const Joined& member);
   Status add(const Joined& member);
   void reply(const std::string& route, proto::Member m, const std::string& payload,
@@ -126,6 +130,7 @@ class Admission {
     uint64_t epoch = 0;  // this node's when it last asked
   };
   std::map<uint32_t, Ask> asks_;
+  std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
   peers::Router::Subscription subscription_;
 };
 

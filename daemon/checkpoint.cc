@@ -55,7 +55,7 @@ Status write_all(int fd, const std::string& bytes, const std::string& path) {
 Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   msgpack::sbuffer header;
   msgpack::packer<msgpack::sbuffer> pk(header);
-  pk.pack_map(c.members.empty() ? 8 : 10);
+  pk.pack_map(c.members.empty() ? 8 : 9);
   pk.pack("node"), pk.pack(c.node);
   pk.pack("strategy"), pk.pack(c.strategy);
   pk.pack("layout"), pk.pack(c.layout);
@@ -79,7 +79,6 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
       pk.pack_array(3);
       pk.pack(m.id), pk.pack(m.endpoint), pk.pack(m.first_round);
     }
-    pk.pack("member_epoch"), pk.pack(c.member_epoch);
   }
 
   std::string bytes(kMagic, sizeof kMagic);
@@ -166,7 +165,6 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
             fmt::format("{} members (at most {})", members.size(), kMaxCheckpointMembers));
       for (const auto& [id, endpoint, first_round] : members)
         c.members.push_back({id, endpoint, first_round});
-      c.member_epoch = field("member_epoch").as<uint64_t>();
     }
   } catch (const std::exception& e) {
     return bad(fmt::format("malformed header: {}", e.what()));

@@ -4,8 +4,8 @@
 //
 // File: "GSPCKPT1", a little-endian u64 header length, a msgpack header {node,
 // strategy, layout, round, step, numel, tensors: [[name, numel]..], scalars: {name:
-// f64}, and, where nodes joined by seeds, members: [[id, endpoint, first round]..]
-// and member_epoch}, the model and then each state tensor as raw fp32, and a CRC-32 (zlib) of
+// f64}, and, where nodes joined by seeds, members: [[id, endpoint, first round]..]},
+// the model and then each state tensor as raw fp32, and a CRC-32 (zlib) of
 // everything before it. Written to a temporary file, synced and renamed over the old
 // one, so a crash at any moment leaves the old checkpoint or the new one.
 
@@ -34,7 +34,6 @@ struct Checkpoint {
     uint64_t first_round = 0;  // the gossip family's schedule; 0: none
   };
   std::vector<Member> members;
-  uint64_t member_epoch = 0;
 };
 inline constexpr size_t kMaxCheckpointMembers = 4096;
 

@@ -125,7 +125,6 @@ struct DaemonConfig {
   // Not an option: after a join, the round from which this node takes part (the
   // overlay's graph includes it from there, sgd/overlay.h).
   uint64_t joined_round = 0;
-  uint64_t joined_epoch = 0;      // and the members' epoch then (daemon/admission.h)
   std::string listen;             // tcp endpoint this daemon binds for its peers
   std::string run_dir;            // holds gossipd-<node>.sock
   std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed

@@ -1010,6 +1010,9 @@ void Daemon::handle_round_done() {
     // Back in an elastic ring at the members' step: the trainers follow (SyncOk.step).
     spdlog::info("the node's step moves from {} to {}, the members' step", step_, *result->step);
     step_ = *result->step;
+    // SMA: the central model is the members' now, not a step of this node's own
+    // trajectory; its momentum would kick it by the jump.
+    if (central_) central_->took(round_model_);
   }
   // Before the trainers hear of the round: a scrape after their sync counts it
   // (Operations.MetricsAreScrapedAndMoveWithTraffic read 2 of 3 rounds once).

@@ -30,7 +30,6 @@ int main(int argc, char** argv) {
     }
     config->node_id = joined->id;
     config->joined_round = joined->first_round;
-    config->joined_epoch = joined->epoch;
     for (const auto& m : joined->members)
       if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint});
     if (auto st = gossip::daemon::validate_config(*config); !st) {

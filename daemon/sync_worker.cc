@@ -69,7 +69,6 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->peers_copy_ = w->transport_->peers();
   Admission::Options ao;
   ao.self_endpoint = config.listen;
-  ao.epoch = config.joined_epoch;
   ao.dead_after =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
   if (!w->membership_ || !w->membership_->takes_new_members())
@@ -118,7 +117,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->joined_by_seeds_ = !config.join.empty();
   w->period_ = std::max<uint64_t>(config.strategy.period, 1);
   w->admission_ = std::make_unique<Admission>(*w->router_, std::move(ao));
-  if (resume) w->admission_->remember(resume->members, resume->member_epoch);
+  if (resume) w->admission_->remember(resume->members);
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->round_deadline_ = std::make_unique<RoundDeadline>(
@@ -706,7 +705,6 @@ void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_
   last_->model.assign(model.begin(), model.end());
   last_->state = strategy_->save_state();
   last_->members = admission_->members();
-  last_->member_epoch = admission_->epoch();
   last_written_ = false;
   if (checkpoint_every_ != 0 && (ran + 1) % checkpoint_every_ == 0) write_checkpoint_now();
 }
@@ -917,7 +915,9 @@ void SyncWorker::run() {
       // so that they finish a step budget with the members rather than alone. (The
       // gossip family's catching up is a neighbor's lag, seen at the next round.)
       result.round = ran;
-      result.step = job.step + (ran - job.round) * period_;
+      const uint64_t jump = ran - job.round;  // saturating: a round is a peer's word
+      result.step =
+          jump > (UINT64_MAX - job.step) / period_ ? UINT64_MAX : job.step + jump * period_;
       next_round_ = ran + 1;
       spdlog::info("round {}: the result is round {}'s; the trainers go on from step {}", job.round,
                    ran, *result.step);

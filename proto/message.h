@@ -283,7 +283,8 @@ struct PsPull {
 
 // The server's answer to a pull at clock `round` (the envelope's): a slice of the
 // shard's parameters, in `codec`, and the clock the shard is at (bsp: the last it
-// applied; async, ssp: the latest pushed), from which a worker that joined goes on.
+// applied; async, ssp: the slowest counted worker's last push), from which a worker
+// behind it (one that joined) goes on.
 struct PsParams {
   static constexpr Kind kKind = Kind::kPsParams;
   uint32_t shard = 0;

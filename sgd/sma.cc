@@ -37,6 +37,12 @@ std::span<float> CentralModel::update(std::span<const std::span<float>> learners
   return z_;
 }
 
+void CentralModel::took(std::span<const float> z) {
+  if (z.size() != z_.size()) return;  // before the first sync: update() takes the mean
+  if (z.data() != z_.data()) z_.assign(z.begin(), z.end());
+  previous_ = z_;
+}
+
 void CentralModel::correct(std::span<const std::span<float>> learners) {
   const float a = first_ ? 1.0f : alpha(learners.size());
   for (const auto& w : learners)

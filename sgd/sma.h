@@ -33,6 +33,9 @@ class CentralModel {
   // After the round: each learner is pulled towards z by alpha (the first time, every
   // learner takes z: they all start from one model).
   void correct(std::span<const std::span<float>> learners);
+  // The round's result is another node's model (taken back into an elastic ring, or a
+  // later round's): z is it, and its momentum starts again from it.
+  void took(std::span<const float> z);
 
  private:
   float alpha(size_t learners) const;

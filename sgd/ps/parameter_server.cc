@@ -66,6 +66,7 @@ ParameterServer::ParameterServer(peers::Router& router, ParameterServerOptions o
   // A chain that wraps (shard s's link j on node s + j - n) would move to another node
   // when n grows: such a cluster takes no new member.
   chains_fixed_ = options_.servers + options_.replicas <= nodes_.size();
+  highest_listed_ = nodes_.back();
   options_.servers = std::min<uint32_t>(options_.servers, static_cast<uint32_t>(nodes_.size()));
   options_.replicas =
       std::min<uint32_t>(options_.replicas, static_cast<uint32_t>(nodes_.size()) - 1);
@@ -130,10 +131,12 @@ Status ParameterServer::add_member(uint32_t id, const std::string&) {
         "shards' chains",
         options_.servers, options_.replicas, nodes_.size(), id));
   if (std::find(nodes_.begin(), nodes_.end(), id) != nodes_.end()) return Status::ok();
-  if (id < nodes_.back())
-    return Status::invalid(fmt::format("ps: a new member's id ({}) must be above every node's ({})",
-                                       id, nodes_.back()));
-  nodes_.push_back(id);
+  // Above every listed node, so in id order it comes after every chain's holders
+  // (links s + j below the listed count), whatever order the joins are heard in.
+  if (id <= highest_listed_)
+    return Status::invalid(fmt::format(
+        "ps: a new member's id ({}) must be above every listed node's ({})", id, highest_listed_));
+  nodes_.insert(std::upper_bound(nodes_.begin(), nodes_.end(), id), id);
   joined_.push_back(id);
   spdlog::info("ps: node {} joined as a worker; the shards count it from its first push", id);
   return Status::ok();
@@ -213,10 +216,14 @@ void ParameterServer::absorb(peers::Incoming& in) {
           m.numel > sh.numel - m.offset)
         return drop(fmt::format("ps-params slice [{}, +{}) of shard {} out of order", m.offset,
                                 m.numel, m.shard));
-      // A clock no run reaches (2^48: 9,000 years at a million clocks a second) would
-      // wrap the trainers' step as this worker goes on from it.
+      // A clock no run reaches (2^48: 9,000 years at a million clocks a second) is not
+      // gone on from (the parameters are taken: they are the server's anyway).
       if (m.clock > (uint64_t{1} << 48))
-        return drop(fmt::format("ps-params of shard {} at clock {}", m.shard, m.clock));
+        control_.note_dropped(in.peer, fmt::format("ps-params of shard {} at clock {}: the "
+                                                   "clock is not gone on from",
+                                                   m.shard, m.clock));
+      else
+        pulling_->at[m.shard] = std::max(pulling_->at[m.shard], m.clock);
       const auto bytes =
           std::span(static_cast<const std::byte*>(in.payload.data()), in.payload.size());
       auto dst = std::span(pulled_).subspan(sh.offset + m.offset, m.numel);
@@ -229,7 +236,6 @@ void ParameterServer::absorb(peers::Incoming& in) {
         return drop(fmt::format("ps-params in codec {}", proto::codec_name(m.codec)));
       }
       pulling_->got[m.shard] += m.numel;
-      pulling_->at[m.shard] = std::max(pulling_->at[m.shard], m.clock);
       return;
     }
     case proto::Kind::kPsReplica:
@@ -316,7 +322,7 @@ bool ParameterServer::may_answer(const Served& s, uint64_t clock) const {
         if (!counted(s, w)) continue;
         const auto it = s.clock.find(w);
         const uint64_t c = it == s.clock.end() ? s.version : it->second;
-        if (c + options_.staleness < clock) return false;
+        if (clock > c && clock - c > options_.staleness) return false;
       }
       return true;
   }
@@ -395,10 +401,17 @@ void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
   if (clock - slowest > max_lead_.load(std::memory_order_relaxed))
     max_lead_.store(clock - slowest, std::memory_order_relaxed);
 
-  // Where the shard is: bsp's last applied clock, else the latest any worker pushed.
+  // Where the shard is: bsp's last applied clock, else the slowest counted worker's
+  // (a worker names its own clocks: the highest would be a liar's to choose).
   uint64_t at = s.version;
-  if (options_.mode != Mode::kBsp)
-    for (const auto& [w, c] : s.clock) at = std::max(at, c);
+  if (options_.mode != Mode::kBsp) {
+    uint64_t slowest_counted = UINT64_MAX;
+    for (uint32_t w : nodes())
+      if (counted(s, w))
+        if (const auto it = s.clock.find(w); it != s.clock.end())
+          slowest_counted = std::min(slowest_counted, it->second);
+    if (slowest_counted != UINT64_MAX) at = std::max(at, slowest_counted);
+  }
   const compression::Codec* codec =
       dense(options_.compression.codec) ? options_.compression.codec : nullptr;
   if (worker == self()) {
@@ -554,7 +567,7 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
     for (Served& s : served_) serve(s);
   }
   std::copy(pulled_.begin(), pulled_.end(), model.begin());
-  at_first_pull_ = pulling_->at;
+  at_last_pull_ = pulling_->at;
   pulling_.reset();
   return Status::ok();
 }
@@ -588,16 +601,7 @@ Status ParameterServer::synchronize(std::span<float> model, uint64_t round,
     GOSSIP_RETURN_IF_ERROR(pull(model, round, options));
     baseline_.assign(model.begin(), model.end());
     started_ = true;
-    // The lowest of the shards' clocks: a worker ahead of a shard would push clocks it
-    // is not at (a bsp shard waits for the one it is at), while a shard ahead drops
-    // nothing, it waits one clock for this worker. A server's word moves only the
-    // rounds of its own workers, and not below their own.
-    const uint64_t at = *std::min_element(at_first_pull_.begin(), at_first_pull_.end());
-    if (at > round) {
-      jump_to_ = at + 1;
-      spdlog::info("ps: the servers are at clock {}: this worker goes on from clock {}", at,
-                   jump_to_);
-    }
+    catch_up(round);
     return Status::ok();
   }
   GOSSIP_RETURN_IF_ERROR(push(model, round));
@@ -605,9 +609,21 @@ Status ParameterServer::synchronize(std::span<float> model, uint64_t round,
   if (fetch) {
     pushes_ = 0;
     GOSSIP_RETURN_IF_ERROR(pull(model, round, options));
+    catch_up(round);
   }
   baseline_.assign(model.begin(), model.end());
   return Status::ok();
+}
+
+void ParameterServer::catch_up(uint64_t clock) {
+  // The lowest of the shards' clocks: a worker ahead of a shard would push clocks it
+  // is not at (a bsp shard waits for the one it is at), while a shard ahead waits for
+  // this worker's next push, one clock at a time. A server's word moves only the
+  // rounds of its own workers, and not below their own.
+  const uint64_t at = *std::min_element(at_last_pull_.begin(), at_last_pull_.end());
+  if (at <= clock || at + 1 <= jump_to_) return;
+  jump_to_ = at + 1;
+  spdlog::info("ps: the servers are at clock {}: this worker goes on from clock {}", at, jump_to_);
 }
 
 void ParameterServer::progress(uint64_t, size_t numel, std::chrono::milliseconds wait) {

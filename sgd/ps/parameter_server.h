@@ -34,9 +34,11 @@
 // seeds gets the next id, above every configured one, so it is a worker only (the
 // chains are the configured nodes', which is why a cluster whose chains wrap around
 // the node list takes no new member). A shard waits for a new worker from its first
-// push on, not before, and the new worker's first pull (which every worker's first
-// round is) tells it the clock the servers are at (ps-params' `clock`): it goes on
-// from there (round_to_run), and its trainers from that clock's step.
+// push on, not before. Every pull tells the worker the clock the shards are at
+// (ps-params' `clock`: bsp's last applied, else the slowest counted worker's); a
+// worker behind them (one that joined: its first round is a pull; one the others went
+// on without) goes on from there (round_to_run), and its trainers from that clock's
+// step.
 
 #include <atomic>
 #include <chrono>
@@ -200,6 +202,9 @@ class ParameterServer final : public Strategy, public Membership {
   // Worker side.
   Status push(std::span<const float> model, uint64_t clock);
   Status pull(std::span<float> model, uint64_t clock, const RoundOptions& options);
+  // After a pull at `clock`: where the shards it answered are further on (this worker
+  // joined, or the others went on without it), round_to_run goes on from there.
+  void catch_up(uint64_t clock);
 
   peers::Router& router_;
   peers::PeerChannel& control_;
@@ -207,8 +212,10 @@ class ParameterServer final : public Strategy, public Membership {
   std::vector<uint32_t> nodes_;
   std::vector<uint32_t> joined_;  // members that joined by seeds, as add_member told
   bool chains_fixed_ = true;
-  uint64_t jump_to_ = 0;  // round_to_run's floor: the servers' clock + 1 at the first pull
-  std::vector<uint64_t> at_first_pull_;  // the last pull's clocks, per shard
+  uint64_t jump_to_ =
+      0;  // round_to_run's floor: the shards' clock + 1, after a pull found them ahead
+  std::vector<uint64_t> at_last_pull_;  // the last pull's clocks, per shard
+  uint32_t highest_listed_ = 0;         // the highest id of the peer list this node started with
   uint64_t layout_ = 0;
   uint64_t numel_ = 0;
   std::vector<Served> served_;

@@ -74,7 +74,7 @@ TEST_F(CheckpointFile, RoundTripsEveryField) {
             1);
 }
 
-// The members that joined by seeds, and the epoch; a checkpoint without them (one
+// The members that joined by seeds; a checkpoint without them (one
 // written before any join, or by an older gossipd) reads as none.
 TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
   Checkpoint c = sample();
@@ -83,7 +83,6 @@ TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
   ASSERT_TRUE(none) << none.status().message();
   EXPECT_TRUE(none->members.empty());
   c.members = {{4, "tcp://10.0.0.9:7004", 17}, {5, "tcp://[::1]:7005", 0}};
-  c.member_epoch = 2;
   ASSERT_TRUE(write_checkpoint(path_, c));
   auto r = read_checkpoint(path_);
   ASSERT_TRUE(r) << r.status().message();
@@ -92,7 +91,6 @@ TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
   EXPECT_EQ(r->members[0].endpoint, "tcp://10.0.0.9:7004");
   EXPECT_EQ(r->members[0].first_round, 17u);
   EXPECT_EQ(r->members[1].endpoint, "tcp://[::1]:7005");
-  EXPECT_EQ(r->member_epoch, 2u);
   EXPECT_EQ(r->model, c.model);
 }
 

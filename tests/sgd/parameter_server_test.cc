@@ -62,6 +62,9 @@ struct Options {
   // each member takes them in before its round `join_at`, then they start.
   uint32_t late = 0;
   uint64_t join_at = 0;
+  // Node `liar` runs its rounds `lie` clocks on (a worker names its own clocks).
+  uint32_t liar = UINT32_MAX;
+  uint64_t lie = 0;
 };
 
 ParameterServer& ps(Node& n) { return dynamic_cast<ParameterServer&>(*n.strategy); }
@@ -117,8 +120,9 @@ class World {
           while (took_in.load() < members() && Clock::now() < until) std::this_thread::yield();
           if (took_in.load() < members()) n.failure = "the members did not take it in";
         }
+        const uint64_t off = i == options_.liar ? options_.lie : 0;
         for (uint64_t r = 0; r < rounds_of(i) && n.failure.empty();
-             r = n.strategy->round_to_run(r + 1)) {
+             r = n.strategy->round_to_run(r + off + 1) - off) {
           if (i < members() && r == options_.join_at && options_.late > 0) {
             for (uint32_t j = members(); j < options_.nodes; ++j) {
               Status st = n.channel->add_peer({j, ""});
@@ -131,7 +135,7 @@ class World {
             for (size_t e = 0; e < n.x.size(); ++e) n.x[e] += change(i, r, e);
           RoundOptions o;
           o.deadline = Clock::now() + round_timeout;
-          if (Status st = n.strategy->synchronize(n.x, r, o); !st) {
+          if (Status st = n.strategy->synchronize(n.x, r + off, o); !st) {
             n.failure = "round " + std::to_string(r) + ": " + st.message();
             break;
           }
@@ -446,6 +450,29 @@ TEST(ParameterServer, AWorkerThatJoinsGoesOnFromTheServersClock) {
       for (uint32_t i = 0; i < o.nodes; ++i) mean += change(i, kRounds - 1, e);
       ASSERT_NEAR(last[e], before[e] + mean / 5.0f, 1e-5)
           << "the last clock left a worker out: e " << e;
+    }
+  }
+}
+
+// A worker names its own clocks. Under async a shard tells the workers the slowest
+// counted worker's clock, never the highest one claimed: a worker that runs 2^40
+// clocks on moves nobody's rounds, and every pull still completes. (Told the highest,
+// the others jumped to it, their trainers' steps with them.)
+// Under ssp and bsp such a worker is a straggler the bound waits for, as any is.
+TEST(ParameterServer, AWorkerClaimingAFarClockMovesNobody) {
+  {
+    Options o;
+    o.nodes = 3;
+    o.ps.mode = Mode::kAsync;
+    o.liar = 2;
+    o.lie = uint64_t{1} << 40;
+    World w(o);
+    constexpr uint64_t kRounds = 8;
+    w.run([](uint32_t) { return kRounds; }, [](uint32_t) { return 5ms; });
+    for (uint32_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(w.node(i).failure, "") << "node " << i;
+      ASSERT_EQ(w.node(i).rounds.size(), kRounds) << "node " << i << " skipped rounds";
+      EXPECT_EQ(w.node(i).rounds.back(), kRounds - 1);
     }
   }
 }

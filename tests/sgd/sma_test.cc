@@ -35,6 +35,23 @@ TEST(CentralModel, StartsFromTheMeanThenMovesByTheCorrectionsAndPullsTheLearners
   EXPECT_FLOAT_EQ(third[1], 5.0f + 0.375f + 0.5f);
 }
 
+// A round whose result is the members' model (this node taken back into the ring, or
+// a later round's): the next update's momentum starts from it, rather than kicking z
+// by the jump from this node's own last z.
+TEST(CentralModel, AModelTakenFromTheMembersRestartsTheMomentum) {
+  CentralModel z(0.5, 0.9);
+  std::vector<float> a{1.0f};
+  std::vector<std::span<float>> learners{a};
+  z.update(learners);
+  z.correct(learners);
+  auto second = z.update(learners);  // no change: z stays 1
+  second[0] = 100.0f;                // the round's result: the members' z
+  z.took(second);
+  z.correct(learners);
+  a = {100.0f};  // the learner at z: no correction, and no momentum from 1 to 100
+  EXPECT_FLOAT_EQ(z.update(learners)[0], 100.0f);
+}
+
 TEST(CentralModel, AlphaZeroIsOneOverTheLearnersAndOneLearnerIsLocalSgd) {
   CentralModel four(0.0, 0.0);
   std::vector<float> a{0.0f}, b{0.0f}, c{0.0f}, d{0.0f};
