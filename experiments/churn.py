@@ -244,7 +244,7 @@ def unlogged_events(opts, cluster):
             if not noticed:
                 missing.append(e)
         # A parameter servers' worker takes the servers' model and clock at its first pull.
-        took = "joined: took the model of peer" in logs[i] or "ps: the servers are at clock" in logs[i]
+        took = "joined: took the model of peer" in logs[i] or "ps: took the servers' model" in logs[i]
         if e["event"] == "join" and (f"joined as node {i} of" not in logs[i] or not took):
             missing.append(e)
     for i in range(opts.nodes):

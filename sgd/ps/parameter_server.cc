@@ -601,6 +601,7 @@ Status ParameterServer::synchronize(std::span<float> model, uint64_t round,
     GOSSIP_RETURN_IF_ERROR(pull(model, round, options));
     baseline_.assign(model.begin(), model.end());
     started_ = true;
+    spdlog::info("ps: took the servers' model at clock {}", round);
     catch_up(round);
     return Status::ok();
   }
@@ -616,6 +617,10 @@ Status ParameterServer::synchronize(std::span<float> model, uint64_t round,
 }
 
 void ParameterServer::catch_up(uint64_t clock) {
+  // Under async nobody waits for anybody: a worker goes on at its own clock and runs
+  // its own step budget (one that starts late, or joins, skipped it before:
+  // Training.TheTextbookArchitecturesTrainWithinAPointOfTheRing lost 2 points).
+  if (options_.mode == Mode::kAsync) return;
   // The lowest of the shards' clocks: a worker ahead of a shard would push clocks it
   // is not at (a bsp shard waits for the one it is at), while a shard ahead waits for
   // this worker's next push, one clock at a time. A server's word moves only the

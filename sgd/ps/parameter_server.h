@@ -35,10 +35,10 @@
 // chains are the configured nodes', which is why a cluster whose chains wrap around
 // the node list takes no new member). A shard waits for a new worker from its first
 // push on, not before. Every pull tells the worker the clock the shards are at
-// (ps-params' `clock`: bsp's last applied, else the slowest counted worker's); a
-// worker behind them (one that joined: its first round is a pull; one the others went
-// on without) goes on from there (round_to_run), and its trainers from that clock's
-// step.
+// (ps-params' `clock`: bsp's last applied, else the slowest counted worker's); under
+// bsp and ssp a worker behind them (one that joined: its first round is a pull; one
+// the others went on without) goes on from there (round_to_run), and its trainers
+// from that clock's step. Under async, where nobody waits, it goes on at its own.
 
 #include <atomic>
 #include <chrono>
