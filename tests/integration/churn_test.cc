@@ -190,6 +190,14 @@ ChildProcess start_joiner(Cluster& cluster, int seed, const std::vector<std::str
   return joiner;
 }
 
+// The round from which the members' graph includes a joiner, as its log says; -1 when
+// it says none.
+int scheduled_round(const std::string& joiner_log) {
+  const std::string scheduled = "this node takes part in the members' rounds from round ";
+  const size_t at = joiner_log.find(scheduled);
+  return at == std::string::npos ? -1 : std::stoi(joiner_log.substr(at + scheduled.size()));
+}
+
 // A fifth node that no member lists joins a running 4-node D-PSGD ring through node 2,
 // a seed that is not the coordinator: it is sent on to node 0 and gets id 4. It starts
 // from a live model and round, says it is ready, and node 0 schedules the round from
@@ -216,10 +224,8 @@ TEST(Churn, ANodeThatNoMemberListsJoinsTheGossipRingThroughASeed) {
   EXPECT_NE(log.find("joined as node 4 of 5"), std::string::npos) << log;
   for (int i : {1, 2, 3})
     EXPECT_TRUE(log_has(cluster, i, "node 4 (tcp://127.0.0.1:")) << cluster.log(i);
-  const std::string scheduled = "this node takes part in the members' rounds from round ";
-  const size_t at = log.find(scheduled);
-  ASSERT_NE(at, std::string::npos) << log;
-  const int first_round = std::stoi(log.substr(at + scheduled.size()));
+  const int first_round = scheduled_round(log);
+  ASSERT_GE(first_round, 0) << log;
   EXPECT_GT(first_round, 3) << "a round the members have not run";
 
   // What the fifth node learns (+5) counts a fifth in the five's mean: the members'
@@ -267,10 +273,8 @@ TEST(Churn, AMemberThatMissedAnAddLearnsOfTheJoinFromThePeersEpoch) {
   auto fifth = attach(cluster, 4, kNumel);
   ASSERT_NE(fifth, nullptr) << joiner.log();
   const std::string log = joiner.log();
-  const std::string scheduled = "this node takes part in the members' rounds from round ";
-  const size_t at = log.find(scheduled);
-  ASSERT_NE(at, std::string::npos) << log;
-  const int first_round = std::stoi(log.substr(at + scheduled.size()));
+  const int first_round = scheduled_round(log);
+  ASSERT_GE(first_round, 0) << log;
   // (Node 3 logs "byzantine: deaf to peer 0's add of node 4", unless a message from a
   // member that heard of the join reached it first and it asked before the add came.)
 
@@ -400,11 +404,9 @@ TEST(Churn, ACheckpointRemembersTheNodesThatJoinedBySeeds) {
   ASSERT_FALSE(HasFailure());
   auto fifth = attach(cluster, 4, kNumel);
   ASSERT_NE(fifth, nullptr) << joiner.log();
-  const std::string log = joiner.log();
-  const std::string scheduled = "this node takes part in the members' rounds from round ";
-  const size_t at = log.find(scheduled);
-  ASSERT_NE(at, std::string::npos) << log;
-  sync_rounds(all, std::stoi(log.substr(at + scheduled.size())) - 3);
+  const int first_round = scheduled_round(joiner.log());
+  ASSERT_GE(first_round, 0) << joiner.log();
+  sync_rounds(all, first_round - 3);
   all.push_back(fifth.get());
   sync_rounds(all, 3);
   ASSERT_FALSE(HasFailure());
