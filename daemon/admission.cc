@@ -109,11 +109,11 @@ void Admission::remember(std::vector<Checkpoint::Member> members) {
     const auto& peers = router_.peers();
     if (std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == m.id; }))
       continue;  // configured since
-    std::optional<std::string> problem = joiner_endpoint_problem(m.endpoint);
-    if (!problem && m.id == proto::kNoNode) problem = "not an id";
-    if (!problem && !options_.refuse.empty()) problem = "this node's strategy takes no new members";
-    if (!problem && options_.check)
-      if (auto st = options_.check(m.id); !st) problem = st.message();
+    std::optional<std::string> problem;
+    if (!options_.refuse.empty())
+      problem = "this node's strategy takes no new members";
+    else
+      problem = unfit(m.id, m.endpoint);
     if (!problem)
       if (auto st = add({{m.id, m.endpoint}, 0}); !st) problem = st.message();
     if (problem) {
@@ -123,6 +123,14 @@ void Admission::remember(std::vector<Checkpoint::Member> members) {
     spdlog::info("{} joined by seeds before this node restarted: a member again", what);
     if (m.first_round > 0) set_round(joined_.back(), m.first_round);
   }
+}
+
+std::optional<std::string> Admission::unfit(uint32_t id, const std::string& endpoint) const {
+  if (auto problem = joiner_endpoint_problem(endpoint)) return problem;
+  if (id == proto::kNoNode) return "not an id";
+  if (options_.check)
+    if (auto st = options_.check(id); !st) return st.message();
+  return std::nullopt;
 }
 
 void Admission::update_epoch() {
@@ -291,20 +299,10 @@ void Admission::on_add(uint32_t from, const Joined& member) {
   const auto& peers = router_.peers();
   if (std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
     return;  // a configured peer
-  if (auto problem = joiner_endpoint_problem(endpoint)) {
+  if (auto problem = unfit(id, endpoint)) {
     router_.transport().note_dropped(from, fmt::format("an add of node {}: {}", id, *problem));
     return;
   }
-  if (id == proto::kNoNode) {
-    router_.transport().note_dropped(from, "an add of node 4294967295");
-    return;
-  }
-  if (options_.check)
-    if (auto st = options_.check(id); !st) {
-      router_.transport().note_dropped(from,
-                                       fmt::format("an add of node {}: {}", id, st.message()));
-      return;
-    }
   if (auto st = add({member.peer, 0}); !st) {
     spdlog::warn("node {} says node {} ({}) joined, but it cannot be taken in: {}", from, id,
                  endpoint, st.message());

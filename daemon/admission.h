@@ -105,6 +105,9 @@ class Admission {
   void on_epoch_ahead(uint32_t peer, uint64_t epoch);
   // A member that lists `its_epoch` members asks for this node's adds.
   void on_sync(uint32_t peer, uint64_t its_epoch);
+  // Why member `id` at `endpoint` cannot be taken in (as a member's add or from the
+  // checkpoint), or nullopt.
+  std::optional<std::string> unfit(uint32_t id, const std::string& endpoint) const;
   // After the member list changed: the epoch this node's messages carry from now on.
   void update_epoch();
   std::vector<const Joined*> by_id() const;  // joined_, in id order

@@ -74,9 +74,8 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   if (!w->membership_ || !w->membership_->takes_new_members())
     ao.refuse = fmt::format(
         "node {} runs {}{}: only the gossip family, local SGD and SMA on an elastic ring "
-        "(--elastic) and the parameter servers (where --servers + --ps-replicas is at most the "
-        "node "
-        "count) take new members yet",
+        "(--elastic) and the parameter servers (where --servers + --ps-replicas is at most "
+        "the node count) take new members yet",
         config.node_id, config.strategy.name, w->membership_ ? "" : " on a fabric without churn");
   ao.check = [self](uint32_t id) {
     return self->overlay_ ? self->overlay_->check_grow(id + 1) : Status::ok();
@@ -910,10 +909,11 @@ void SyncWorker::run() {
     if (const uint64_t ran = std::max(round, strategy_->round_to_run(round + 1) - 1);
         result.status && !job.bucket && !exchange_ && ran > job.round) {
       // The round's result is a later round's: an elastic ring took it from members
-      // ahead, or merged with a ring ahead; a parameter server's first pull found the
-      // servers at a later clock (a worker that joined). Its trainers go on from that round's step,
-      // so that they finish a step budget with the members rather than alone. (The
-      // gossip family's catching up is a neighbor's lag, seen at the next round.)
+      // ahead, or merged with a ring ahead; a parameter server's pull found the shards
+      // at a later clock (a worker that joined, or that the others went on without).
+      // Its trainers go on from that round's step, so that they finish a step budget with the
+      // members rather than alone. (The gossip family's catching up is a neighbor's lag, seen at
+      // the next round.)
       result.round = ran;
       const uint64_t jump = ran - job.round;  // saturating: a round is a peer's word
       result.step =

@@ -118,10 +118,13 @@ void ParameterServer::heartbeats() {
     if (id != self()) (void)control_.send(id, 0, proto::Heartbeat{});
 }
 
+bool ParameterServer::pending(const Served& s, uint32_t worker) const {
+  return std::find(joined_.begin(), joined_.end(), worker) != joined_.end() &&
+         s.clock.count(worker) == 0;
+}
+
 bool ParameterServer::counted(const Served& s, uint32_t worker) const {
-  if (!live(worker)) return false;
-  return std::find(joined_.begin(), joined_.end(), worker) == joined_.end() ||
-         s.clock.count(worker) > 0;
+  return live(worker) && !pending(s, worker);
 }
 
 Status ParameterServer::add_member(uint32_t id, const std::string&) {
@@ -357,9 +360,7 @@ void ParameterServer::serve(Served& s) {
     for (uint32_t w : nodes()) {
       const auto it = s.pushes.find(w);
       const bool has = it != s.pushes.end() && it->second.complete && it->second.clock == next;
-      const bool pending =
-          std::find(joined_.begin(), joined_.end(), w) != joined_.end() && !s.clock.count(w);
-      workers += pending ? 0 : 1;
+      workers += pending(s, w) ? 0 : 1;
       if (has && !it->second.rejected)
         in.push_back(&it->second);
       else if (!has && counted(s, w))
@@ -392,26 +393,19 @@ void ParameterServer::serve(Served& s) {
 
 void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
   // The lead this answer allows: the worker's clock over the slowest live worker's.
-  uint64_t slowest = clock;
+  // And where the shard is: bsp's last applied clock, else the slowest counted
+  // worker's push (a worker names its own clocks: the highest would be a liar's).
+  uint64_t slowest = clock, slowest_push = UINT64_MAX;
   for (uint32_t w : nodes())
     if (counted(s, w)) {
       const auto it = s.clock.find(w);
       slowest = std::min(slowest, it == s.clock.end() ? s.version : it->second);
+      if (it != s.clock.end()) slowest_push = std::min(slowest_push, it->second);
     }
   if (clock - slowest > max_lead_.load(std::memory_order_relaxed))
     max_lead_.store(clock - slowest, std::memory_order_relaxed);
-
-  // Where the shard is: bsp's last applied clock, else the slowest counted worker's
-  // (a worker names its own clocks: the highest would be a liar's to choose).
   uint64_t at = s.version;
-  if (options_.mode != Mode::kBsp) {
-    uint64_t slowest_counted = UINT64_MAX;
-    for (uint32_t w : nodes())
-      if (counted(s, w))
-        if (const auto it = s.clock.find(w); it != s.clock.end())
-          slowest_counted = std::min(slowest_counted, it->second);
-    if (slowest_counted != UINT64_MAX) at = std::max(at, slowest_counted);
-  }
+  if (options_.mode != Mode::kBsp && slowest_push != UINT64_MAX) at = std::max(at, slowest_push);
   const compression::Codec* codec =
       dense(options_.compression.codec) ? options_.compression.codec : nullptr;
   if (worker == self()) {

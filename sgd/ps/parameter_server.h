@@ -169,6 +169,8 @@ class ParameterServer final : public Strategy, public Membership {
   // The holder this worker talks to for a shard.
   uint32_t server_of(uint32_t shard) const { return holder(shard, active_[shard]); }
   bool live(uint32_t worker) const;
+  // A member that joined and has not pushed to shard `s` yet.
+  bool pending(const Served& s, uint32_t worker) const;
   // Whether shard `s` counts `worker` in its clocks: a live worker, but a member that
   // joined only from its first push to the shard on.
   bool counted(const Served& s, uint32_t worker) const;
