@@ -75,13 +75,17 @@ Admission::Admission(peers::Router& router, Options options)
       [this](uint32_t peer, uint64_t epoch) { on_epoch_ahead(peer, epoch); });
   highest_ = router_.self();
   for (const auto& p : router_.peers()) highest_ = std::max(highest_, p.id);
-  subscription_ =
-      router_.subscribe({proto::Kind::kMember, proto::Kind::kHello}, [this](peers::Incoming& in) {
-        if (in.kind() == proto::Kind::kHello)
-          on_hello(in.peer);
-        else
-          on_member(in);
-      });
+  subscription_ = router_.subscribe({proto::Kind::kMember, proto::Kind::kHello, proto::Kind::kBye},
+                                    [this](peers::Incoming& in) {
+                                      if (in.kind() == proto::Kind::kHello) {
+                                        left_.erase(in.peer);
+                                        on_hello(in.peer);
+                                      } else if (in.kind() == proto::Kind::kBye) {
+                                        left_.insert(in.peer);
+                                      } else {
+                                        on_member(in);
+                                      }
+                                    });
 }
 
 void Admission::send_add(uint32_t to, const Joined& member) {
@@ -183,13 +187,62 @@ void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
                                  proto::Member{proto::Member::kSync, router_.self(), epoch_});
 }
 
-uint32_t Admission::coordinator() const {
+uint32_t Admission::coordinator(uint64_t bound) const {
   const auto& traffic = router_.transport().traffic();
-  const auto bound = static_cast<uint64_t>(options_.dead_after.count());
   uint32_t lowest = router_.self();
   for (const auto& p : router_.peers())
     if (!p.banned && p.id < lowest && traffic.silent_ms(p.id) <= bound) lowest = p.id;
   return lowest;
+}
+
+uint64_t Admission::heard_within() const {
+  // Anything heard since the last ping round began: the members that answered it.
+  const auto since = std::chrono::steady_clock::now() - pinged_;
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(since).count());
+}
+
+std::optional<std::string> Admission::no_majority(uint64_t bound_ms) const {
+  if (!options_.needs_majority) return std::nullopt;
+  const auto& traffic = router_.transport().traffic();
+  size_t members = 1, heard = 1;  // this node
+  for (const auto& p : router_.peers()) {
+    const bool live = !p.banned && traffic.silent_ms(p.id) <= bound_ms;
+    if (!live && left_.count(p.id)) continue;  // it left: no side of a partition holds it
+    ++members;
+    heard += live;
+  }
+  if (2 * heard > members) return std::nullopt;
+  return fmt::format(
+      "the coordinator, node {}, hears {} of the {} members (itself included): an id is given "
+      "only while it hears more than half, so that the two sides of a partition cannot give "
+      "one twice (--join-quorum any gives it anyway)",
+      router_.self(), heard, members);
+}
+
+void Admission::ping_members() {
+  pinged_ = std::chrono::steady_clock::now();
+  pinged_ids_.clear();
+  for (const auto& p : router_.peers())
+    if (!p.banned) {
+      (void)router_.transport().send(p.id, 0, proto::Inspect{proto::Inspect::kPing, 0, 0, 0});
+      pinged_ids_.push_back(p.id);
+    }
+}
+
+bool Admission::pings_answered() const {
+  const auto& traffic = router_.transport().traffic();
+  const uint64_t bound = heard_within();
+  return std::all_of(pinged_ids_.begin(), pinged_ids_.end(),
+                     [&](uint32_t id) { return traffic.silent_ms(id) <= bound; });
+}
+
+void Admission::tick() {
+  if (parked_.empty()) return;
+  if (std::chrono::steady_clock::now() < pinged_ + kPongWait && !pings_answered()) return;
+  auto parked = std::move(parked_);
+  parked_.clear();
+  for (const auto& [route, endpoint] : parked) decide(route, endpoint);
 }
 
 void Admission::reply(const std::string& route, proto::Member m, const std::string& payload,
@@ -223,32 +276,55 @@ void Admission::on_member(peers::Incoming& in) {
 
 void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
   const std::string& route = in.joiner_route;
-  if (auto problem = joiner_endpoint_problem(endpoint)) {
+  std::optional<std::string> problem = joiner_endpoint_problem(endpoint);
+  if (!problem && !options_.refuse.empty()) problem = options_.refuse;
+  if (!problem && endpoint == options_.self_endpoint)
+    problem = fmt::format("{} is this seed's own endpoint", endpoint);
+  if (problem) {
     reply(route, {proto::Member::kRefused, 0, epoch_}, *problem);
     return;
   }
-  if (!options_.refuse.empty()) {
-    reply(route, {proto::Member::kRefused, 0, epoch_}, options_.refuse);
+  const auto& peers = router_.peers();
+  if (std::none_of(peers.begin(), peers.end(),
+                   [&](const peers::Peer& p) { return p.endpoint == endpoint; })) {
+    // A new node. Who coordinates, and whether it hears a majority, is of every member,
+    // but a node hears only its neighbors on an elastic ring: it pings them all first
+    // (any daemon answers a ping, daemon/inspector.h) and decides once they answered.
+    if (parked_.size() >= kMaxParked) {
+      reply(route, {proto::Member::kWait, 0, epoch_}, "this seed is busy with other joiners");
+      return;
+    }
+    if (parked_.empty() && std::chrono::steady_clock::now() >= pinged_ + options_.dead_after / 2)
+      ping_members();
+    parked_.push_back({route, endpoint});
     return;
   }
+  decide(route, endpoint);
+}
+
+void Admission::decide(const std::string& route, const std::string& endpoint) {
   const auto& peers = router_.peers();
   const auto same = std::find_if(peers.begin(), peers.end(),
                                  [&](const peers::Peer& p) { return p.endpoint == endpoint; });
   uint32_t id = 0;
   uint64_t first_round = 0;
-  if (endpoint == options_.self_endpoint) {
-    reply(route, {proto::Member::kRefused, 0, epoch_},
-          fmt::format("{} is this seed's own endpoint", endpoint));
-    return;
-  }
   if (same != peers.end()) {
     id = same->id;  // its answer was lost, or it asks again: the same id and round
     if (const Joined* j = joined(id)) first_round = j->first_round;
   } else {
-    if (const uint32_t c = coordinator(); c != router_.self()) {
+    const uint64_t heard = heard_within();
+    if (const uint32_t c = coordinator(heard); c != router_.self()) {
       const auto it =
           std::find_if(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == c; });
       reply(route, {proto::Member::kRedirect, c, epoch_}, it->endpoint);
+      return;
+    }
+    if (auto why = no_majority(heard)) {
+      if (const auto now = std::chrono::steady_clock::now(); now >= waits_logged_) {
+        spdlog::warn("a node at {} asks to join; it waits: {}", endpoint, *why);
+        waits_logged_ = now + std::chrono::seconds(10);
+      }
+      reply(route, {proto::Member::kWait, 0, epoch_}, *why);
       return;
     }
     if (highest_ >= proto::kNoNode - 1) {
@@ -354,7 +430,8 @@ Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point 
       return Status::timeout(
           "no member scheduled the round this node takes part from: is the coordinator up?");
     if (cancel && cancel->load()) return Status::closed("join cancelled");
-    if (const uint32_t c = coordinator(); now >= next_ask && c != router_.self()) {
+    if (const uint32_t c = coordinator(static_cast<uint64_t>(options_.dead_after.count()));
+        now >= next_ask && c != router_.self()) {
       auto text = std::make_shared<std::vector<std::byte>>(options_.self_endpoint.size());
       std::memcpy(text->data(), options_.self_endpoint.data(), options_.self_endpoint.size());
       (void)router_.transport().send_shared(

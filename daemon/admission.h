@@ -1,12 +1,14 @@
 #pragma once
 // Nodes that were never in the peer list join a running cluster (issue 24, part 1):
-// the members' side. A joiner asks any seed (daemon/join_client.h); the coordinator,
-// the lowest id among this node and the peers heard within the dead-after bound,
-// assigns it the next id above every id it knows, makes it a peer of its own channel
-// and strategy, tells every member (an add), and answers the joiner with its id and
-// the member list. A seed that is not the coordinator redirects the joiner to it; one
-// whose strategy takes no new members refuses, saying why. An answer that got lost
-// is asked again: a joiner whose endpoint is a member's already gets that id back.
+// the members' side. A joiner asks any seed (daemon/join_client.h). The seed pings
+// every member first (any daemon answers a ping, daemon/inspector.h: on an elastic
+// ring a node hears only its neighbors otherwise) and waits at most 300 ms for the
+// answers. The coordinator, the lowest id among the seed and the members heard since
+// that ping round began, assigns it the next id above every id it knows, makes it a peer of its own
+// channel and strategy, tells every member (an add), and answers the joiner with its id and the
+// member list. A seed that is not the coordinator redirects the joiner to it; one whose strategy
+// takes no new members refuses, saying why. An answer that got lost is asked again: a joiner whose
+// endpoint is a member's already gets that id back.
 //
 // The joiner then starts as a node without state: it fetches the members' state, and
 //  - on an elastic ring asks in as a restarted node does (sgd/peer_ring.h);
@@ -32,14 +34,21 @@
 // restart from it, it knows them again (remember()), even when every member that
 // could have told it restarted too.
 //
-// Not yet (docs/architecture.md, "Churn"): joining under CURVE, and ids assigned on
-// both sides of a partition.
+// The coordinator gives ids only while it hears a majority of the members it lists
+// (itself included; a member that said bye and was not heard since is not counted),
+// unless --join-quorum any: the two sides of a partition cannot both hear a majority,
+// so they cannot both give the next id, each to another joiner. A joiner it cannot
+// take now gets a wait, which says why, and asks again.
+//
+// Not yet (docs/architecture.md, "Churn"): joining under CURVE.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "base/status.h"
@@ -53,6 +62,7 @@ class Admission {
   struct Options {
     std::string self_endpoint;
     std::chrono::milliseconds dead_after{5000};
+    bool needs_majority = true;  // --join-quorum majority
     // Empty when the strategy takes new members; else why not (the joiner is told).
     std::string refuse;
     // Whether the strategy can take member `id` now (before anything changes), and
@@ -80,6 +90,9 @@ class Admission {
   // After a restart from a checkpoint: its members are known again (those this node
   // does not know yet, checked as a member's add is).
   void remember(std::vector<Checkpoint::Member> members);
+
+  // Moves join-requests on once the members answered (the router's after-poll hook).
+  void tick();
 
   // The joiner, once it holds a state (overlay strategies): says so to the coordinator
   // every second until a member sends it the round it takes part from, which it
@@ -115,7 +128,18 @@ class Admission {
   Status add(const Joined& member);
   void reply(const std::string& route, proto::Member m, const std::string& payload,
              uint64_t round = 0);
-  uint32_t coordinator() const;
+  // The lowest id among this node and the peers heard within `bound_ms`.
+  uint32_t coordinator(uint64_t bound_ms) const;
+  // Why this node cannot give an id now (it heard no majority of its members within
+  // `bound_ms`), or nullopt.
+  std::optional<std::string> no_majority(uint64_t bound_ms) const;
+  // A join-request of a new node waits (parked) for the members' answers to a ping
+  // round, at most kPongWait: then decide() redirects it, makes it wait, or gives it
+  // an id.
+  void decide(const std::string& route, const std::string& endpoint);
+  void ping_members();
+  bool pings_answered() const;
+  uint64_t heard_within() const;  // ms since the last ping round began
   Joined* joined(uint32_t id);
 
   peers::Router& router_;
@@ -134,6 +158,16 @@ class Admission {
   };
   std::map<uint32_t, Ask> asks_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
+  std::set<uint32_t> left_;  // members that said bye, until their next hello
+  struct Parked {
+    std::string route, endpoint;
+  };
+  std::vector<Parked> parked_;
+  static constexpr size_t kMaxParked = 16;
+  static constexpr std::chrono::milliseconds kPongWait{300};
+  std::chrono::steady_clock::time_point pinged_{};
+  std::vector<uint32_t> pinged_ids_;
+  std::chrono::steady_clock::time_point waits_logged_{};
   peers::Router::Subscription subscription_;
 };
 

@@ -57,6 +57,7 @@ constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
 constexpr std::string_view kAllReduceAlgorithms[] = {"auto", "ring", "tree", "butterfly", "master"};
 constexpr std::string_view kSparseAllReduce[] = {"auto", "reduce-scatter", "all-gather"};
 constexpr std::string_view kOnOff[] = {"off", "on"};
+constexpr std::string_view kJoinQuorums[] = {"majority", "any"};
 constexpr std::string_view kTune[] = {"off", "auto"};
 constexpr std::string_view kServerOptimizers[] = {"sgd", "momentum", "adam"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -274,9 +275,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 61>& fields() {
+const std::array<Field, 62>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 61> kFields = {{
+  static const std::array<Field, 62> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -292,12 +293,21 @@ const std::array<Field, 61>& fields() {
       {"node.join", "--join", "SEEDS",
        "join a running cluster through one of these members (tcp://HOST:PORT, "
        "comma-separated) instead of a peer list: the cluster assigns node.id and gives the "
-       "members; local SGD on an elastic ring only, and not under CURVE yet",
+       "members; every strategy but synchronous SGD and the fixed fabrics, and not under "
+       "CURVE yet",
        TextSpec{{},
                 "a string of comma-separated tcp://HOST:PORT",
                 join_check,
                 [](const C& c) -> const std::string& { return c.join; },
                 [](C& c, std::string v) { c.join = std::move(v); }}},
+      {"node.join_quorum", "--join-quorum", "RULE",
+       "when the coordinator gives a joining node an id: majority (only while it hears "
+       "more than half of the members, those that left with a bye not counted, so that "
+       "the two sides of a partition cannot give one id twice; a joiner waits meanwhile) "
+       "or any (always: for a cluster that lost half its members for good)",
+       TextSpec{kJoinQuorums, "", nullptr,
+                [](const C& c) -> const std::string& { return c.join_quorum; },
+                [](C& c, std::string v) { c.join_quorum = std::move(v); }}},
       {"node.name", "--name", "NAME",
        "with node.peers_from: this node's name in the list (a host, host:port or pod name); "
        "empty: the host name",

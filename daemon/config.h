@@ -122,6 +122,10 @@ struct DaemonConfig {
   // --join (daemon/join_client.h): seeds of a running cluster, comma-separated; the
   // node's id and peers then come from the cluster's answer.
   std::string join;
+  // "majority": the coordinator gives a joiner an id only while it hears a majority of
+  // the members (so the two sides of a partition cannot give one id twice); "any":
+  // always (a cluster that lost half its members for good can still grow).
+  std::string join_quorum = "majority";
   // Not an option: after a join, the round from which this node takes part (the
   // overlay's graph includes it from there, sgd/overlay.h).
   uint64_t joined_round = 0;

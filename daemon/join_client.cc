@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <random>
+#include <thread>
 #include <zmq.hpp>
 
 #include "daemon/admission.h"
@@ -64,7 +65,7 @@ Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::s
   if (seeds.empty()) return Status::invalid("--join: no seed");
   zmq::context_t context(1);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::string silent;
+  std::string silent, waiting;
   for (size_t next = 0; std::chrono::steady_clock::now() < deadline; ++next) {
     std::string seed = seeds[next % seeds.size()];
     for (int hop = 0; hop <= kMaxRedirects; ++hop) {
@@ -76,6 +77,12 @@ Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::s
       const auto& [m, round, text] = *answer;
       if (m.what == proto::Member::kRefused)
         return Status::invalid(fmt::format("join: {} refused: {}", seed, text));
+      if (m.what == proto::Member::kWait) {  // no majority there now: again in a second
+        if (text != waiting) spdlog::warn("join: {} says wait: {}", seed, text);
+        waiting = text;
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        break;
+      }
       if (m.what == proto::Member::kRedirect) {
         spdlog::info("join: {} sends this node to the coordinator, node {} at {}", seed, m.id,
                      text);
@@ -94,6 +101,9 @@ Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::s
       return Joined{m.id, m.epoch, round, std::move(members).value()};
     }
   }
+  if (!waiting.empty())
+    return Status::timeout(fmt::format("join: no id within {} s; the last answer: wait: {}",
+                                       timeout.count() / 1000, waiting));
   return Status::timeout(fmt::format(
       "join: no seed answered within {} s (the last silent one: {}); are the seeds up and "
       "their ports open?",

@@ -2,8 +2,9 @@
 // A node that was never in the peer list joins a running cluster (--join SEEDS): the
 // joiner's side of daemon/admission.h. Before its channel exists it asks the seeds in
 // turn, over a socket of its own, for an id: it follows a redirect to the coordinator,
-// stops at a refusal (which says why), and tries the next seed when one does not
-// answer within a few seconds, until `timeout`.
+// stops at a refusal (which says why), and tries the next seed a second after a wait
+// (the coordinator hears no majority) or when one does not answer within a few
+// seconds, until `timeout`.
 
 #include <chrono>
 #include <string>

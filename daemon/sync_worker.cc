@@ -62,7 +62,10 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->inspector_ = std::make_unique<Inspector>(*w->router_, *w->transport_, std::move(io),
                                               [self] { return self->member_status(); });
   // Whoever polls (a round that waits, the idle loop), gossipctl's questions move on.
-  w->router_->set_after_poll([self] { self->serve_inspector(); });
+  w->router_->set_after_poll([self] {
+    self->serve_inspector();
+    if (self->admission_) self->admission_->tick();
+  });
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
   GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
@@ -71,6 +74,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   ao.self_endpoint = config.listen;
   ao.dead_after =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
+  ao.needs_majority = config.join_quorum == "majority";
   if (!w->membership_ || !w->membership_->takes_new_members())
     ao.refuse = fmt::format(
         "node {} runs {}{}: only the gossip family, local SGD and SMA on an elastic ring "

@@ -13,7 +13,7 @@ With --no-restart a killed node stays down (an elastic ring, --strategy local-sg
 averaged.
 
 With --joins J, J nodes that no member lists join the churn run, --first-join seconds
-in and --kill-every apart: `gossipd --join` through node 1 (the coordinator, node 0,
+in and --kill-every apart: `gossipd --join` through node 1 (--join-through; the coordinator, node 0,
 assigns ids N, N + 1, ...), and a trainer that starts from the members' model and step
 and trains to --steps like the others. They are averaged with the others.
 
@@ -101,7 +101,7 @@ class Cluster:
     def daemon_argv(self, i):
         """Node i's gossipd: a member with the peer list, or (i >= --nodes) a joiner."""
         o = self.o
-        who = ["--id", str(i)] if i < o.nodes else ["--join", self.endpoint(1 % o.nodes)]
+        who = ["--id", str(i)] if i < o.nodes else ["--join", self.endpoint(o.join_through % o.nodes)]
         argv = [str(o.bin / "gossipd"), *who, "--listen", self.endpoint(i),
                 "--run-dir", str(self.out), "--strategy", o.strategy, "--seed", str(o.seed),
                 "--heartbeat", str(o.heartbeat), "--dead-after", str(o.dead_after),
@@ -206,7 +206,7 @@ class Cluster:
                 if joined < joins and now >= next_join:
                     i = self.o.nodes + joined
                     self.events.append({"t": round(now - t0, 2), "event": "join", "node": i})
-                    log(f"node {i} joins through node {1 % self.o.nodes}")
+                    log(f"node {i} joins through node {self.o.join_through % self.o.nodes}")
                     self.start_node(i)
                     joined += 1
                     next_join = now + kill_every
@@ -328,6 +328,8 @@ def main(argv=None):
                    help="killed nodes stay down (for an elastic ring, which takes no node back)")
     p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
     p.add_argument("--joins", type=int, default=0, help="nodes that join the churn run by seeds")
+    p.add_argument("--join-through", type=int, default=1,
+                   help="the member a joiner asks first (its seed)")
     p.add_argument("--first-join", type=float, default=None,
                    help="seconds into the run of the first join (default: 30 %% of the undisturbed run's "
                         "wall time, at least 1 s; a fixed 3 s came after the end of a 3.5 s local-SGD run)")

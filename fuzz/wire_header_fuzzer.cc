@@ -71,7 +71,7 @@ void check_promises(const proto::Message& m) {
            "a ring-probe carries its members' ids");
   else if (const auto* b = std::get_if<proto::Member>(&m.body))
     expect(
-        b->what <= proto::Member::kSync &&
+        b->what <= proto::Member::kLastWhat &&
             (b->what == proto::Member::kSync ? e.length == 0
                                              : e.length > 0 && e.length <= proto::kMaxMemberBytes),
         "a member message carries 1 byte to kMaxMemberBytes, a sync none");

@@ -259,7 +259,7 @@ Status check(const Envelope& e, const Body& body) {
                                                 kNcclIdBytes, e.length));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, Member>) {
-          if (m.what > Member::kSync)
+          if (m.what > Member::kLastWhat)
             return Status::protocol(fmt::format("member of unknown what={}", m.what));
           if (m.what == Member::kSync) return check_payload_less(e);
           if (e.length == 0 || e.length > kMaxMemberBytes)

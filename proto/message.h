@@ -408,7 +408,9 @@ inline constexpr uint64_t kMaxInspectReportBytes = uint64_t{60} << 10;
 // why). The coordinator tells every member of the new one: an add (`id`, `epoch`;
 // payload: its endpoint; envelope round: the round it takes part from, 0 while not
 // scheduled). An overlay's joiner that holds a state says so: a ready (`id` its own;
-// payload: its endpoint), which a member answers with an add that schedules it.
+// payload: its endpoint), which a member answers with an add that schedules it. A
+// coordinator that hears no majority of its members answers a join-request with a
+// wait (payload: why), and the joiner asks again.
 struct Member {
   static constexpr Kind kKind = Kind::kMember;
   enum What : uint8_t {
@@ -420,7 +422,9 @@ struct Member {
     kReady = 5,
     // A member behind a peer's epoch asks it for its adds (no payload).
     kSync = 6,
+    kWait = 7,
   };
+  static constexpr uint8_t kLastWhat = kWait;
   uint8_t what = kJoinRequest;
   uint32_t id = 0;
   uint64_t epoch = 0;

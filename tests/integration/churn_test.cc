@@ -166,9 +166,9 @@ TEST(Churn, ANodeWhoseNeighborsAreDownTakesTheStateOfAnotherPeer) {
       << cluster.log(2);
 }
 
-// A node that no member lists, started with `flags` and --join through member `seed`,
-// until its IPC socket (gossipd-4.sock: the fifth of four) exists.
-ChildProcess start_joiner(Cluster& cluster, int seed, const std::vector<std::string>& flags) {
+// A node that no member lists, started with `flags` and --join through member `seed`.
+ChildProcess launch_joiner(Cluster& cluster, int seed, const std::vector<std::string>& flags,
+                           const std::string& name = "joiner") {
   const auto dir = cluster.run_dir();
   std::vector<std::string> argv = {binary("gossipd"),
                                    "--join",
@@ -178,15 +178,26 @@ ChildProcess start_joiner(Cluster& cluster, int seed, const std::vector<std::str
                                    "--run-dir",
                                    dir.string()};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
+  return ChildProcess(argv, dir / ("gossipd-" + name + ".log"));
+}
+
+// Whether the joiner, once given `id`, made its IPC socket within 30 s.
+bool joiner_started(Cluster& cluster, ChildProcess& joiner, int id) {
   const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (!std::filesystem::exists(dir / "gossipd-4.sock")) {
-    if (!joiner.running() || Clock::now() >= deadline) {
-      ADD_FAILURE() << "the joiner did not start\n" << joiner.log();
-      break;
-    }
+  while (
+      !std::filesystem::exists(cluster.run_dir() / ("gossipd-" + std::to_string(id) + ".sock"))) {
+    if (!joiner.running() || Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return true;
+}
+
+// A node that no member lists, started as launch_joiner does, until its IPC socket
+// (gossipd-4.sock: the fifth of four) exists.
+ChildProcess start_joiner(Cluster& cluster, int seed, const std::vector<std::string>& flags) {
+  ChildProcess joiner = launch_joiner(cluster, seed, flags);
+  if (!joiner_started(cluster, joiner, 4))
+    ADD_FAILURE() << "the joiner did not start\n" << joiner.log();
   return joiner;
 }
 
@@ -293,6 +304,49 @@ TEST(Churn, AMemberThatMissedAnAddLearnsOfTheJoinFromThePeersEpoch) {
       low = std::min<double>(low, v), high = std::max<double>(high, v);
   EXPECT_NEAR(low, expected, 1e-3) << cluster.log(3);
   EXPECT_NEAR(high, expected, 1e-3) << "the five agree on the mean";
+}
+
+// Ids are given only while the coordinator hears a majority of the members, so that
+// the two sides of a partition (which it cannot tell from deaths) cannot both give the
+// next id, each to another node. Node 2 leaves with a bye (SIGTERM) and node 3 is
+// killed: node 0 hears 2 of the 3 members it still counts, and a joiner gets id 4.
+// Then node 1 is killed too: node 0 hears itself and node 4, 2 of 4, and a second
+// joiner waits, told why, until node 1 is back; then it gets id 5. No trainer is
+// attached: the members' daemons answer joiners from their start.
+TEST(Churn, AJoinerWaitsWhileTheCoordinatorHearsNoMajority) {
+  const auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(4, flags);
+  cluster.start_all();
+  cluster.daemon(2).signal(SIGTERM);
+  ASSERT_EQ(cluster.daemon(2).wait(std::chrono::seconds(10)), 0) << cluster.log(2);
+  cluster.daemon(3).signal(SIGKILL);
+  ASSERT_NE(cluster.daemon(3).wait(std::chrono::seconds(5)), -1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past --dead-after
+
+  ChildProcess first = launch_joiner(cluster, 1, flags);
+  ASSERT_TRUE(joiner_started(cluster, first, 4)) << first.log() << cluster.log(0);
+  EXPECT_NE(first.log().find("joined as node 4 of 5"), std::string::npos) << first.log();
+
+  cluster.daemon(1).signal(SIGKILL);
+  ASSERT_NE(cluster.daemon(1).wait(std::chrono::seconds(5)), -1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ChildProcess second = launch_joiner(cluster, 0, flags, "second-joiner");
+  const std::string waits = "says wait: the coordinator, node 0, hears 2 of the 4 members";
+  const auto deadline = Clock::now() + std::chrono::seconds(15);
+  while (second.log().find(waits) == std::string::npos && second.running() &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NE(second.log().find(waits), std::string::npos) << second.log() << cluster.log(0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_FALSE(std::filesystem::exists(cluster.run_dir() / "gossipd-5.sock"))
+      << "an id given without a majority\n"
+      << second.log();
+
+  cluster.start(1);
+  ASSERT_TRUE(joiner_started(cluster, second, 5)) << second.log() << cluster.log(0);
+  EXPECT_NE(second.log().find("joined as node 5 of 6"), std::string::npos) << second.log();
+  EXPECT_TRUE(log_has(cluster, 0, "asks to join; it waits: the coordinator, node 0, hears 2 of"))
+      << cluster.log(0);
 }
 
 // CHOCO keeps public copies of each neighbor that must agree on both sides of every

@@ -575,7 +575,8 @@ TEST(WireHeader, MemberMessagesCarryAnEndpointOrAListOfBoundedSize) {
   EXPECT_TRUE(decode(encode_head(2, 0, Member{Member::kSync, 2, 1}, 0)).is_ok());
   EXPECT_REFUSED(decode(encode_head(2, 0, Member{Member::kSync, 2, 1}, 20)),
                  "carries no payload but says length=20");
-  EXPECT_REFUSED(decode(encode_head(1, 0, Member{7, 4, 1}, 20)), "member of unknown what=7");
+  EXPECT_TRUE(decode(encode_head(0, 0, Member{Member::kWait, 0, 4}, 30)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{8, 4, 1}, 20)), "member of unknown what=8");
 }
 
 // Every message carries its sender's member-list epoch.
