@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <set>
 
 #include "daemon/config.h"
+#include "peers/curve_auth.h"
 
 namespace gossip::daemon {
 namespace {
@@ -36,8 +38,50 @@ std::optional<std::string> joiner_endpoint_problem(const std::string& endpoint) 
 
 std::string format_members(const std::vector<peers::Peer>& members) {
   std::string out;
-  for (const auto& p : members) out += fmt::format("{} {}\n", p.id, p.endpoint);
+  for (const auto& p : members) out += fmt::format("{} {}\n", p.id, with_key(p));
   return out;
+}
+
+std::string with_key(const peers::Peer& p) {
+  return p.public_key.empty() ? p.endpoint : p.endpoint + " " + p.public_key;
+}
+
+Result<std::vector<std::string>> read_admit_keys(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::invalid(fmt::format("--admit-keys {}: cannot read it", path));
+  std::vector<std::string> keys;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    // '#' is a Z85 character, but no key starts with it (its first 5 characters would
+    // be above 2^32): a line that starts with '#' is a comment, and one may follow a
+    // key after a space.
+    constexpr const char* kSpace = " \t\r";
+    const size_t first = line.find_first_not_of(kSpace);
+    if (first == std::string::npos || line[first] == '#') continue;
+    const size_t end = std::min(line.find_first_of(kSpace, first), line.size());
+    const std::string key = line.substr(first, end - first);
+    const size_t rest = line.find_first_not_of(kSpace, end);
+    if (rest != std::string::npos && line[rest] != '#')
+      return Status::invalid(fmt::format("--admit-keys {}: line {}: more than a key", path, n));
+    if (Status st = peers::check_curve_key(key, "the key"); !st)
+      return Status::invalid(fmt::format("--admit-keys {}: line {}: {}", path, n, st.message()));
+    if (keys.size() == kMaxMembers)
+      return Status::invalid(fmt::format("--admit-keys {}: more than {} keys", path, kMaxMembers));
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+Result<peers::Peer> parse_endpoint_and_key(std::string_view text) {
+  const size_t space = text.find(' ');
+  peers::Peer p;
+  p.endpoint = std::string(text.substr(0, space));
+  if (auto problem = endpoint_problem(p.endpoint)) return Status::protocol(*problem);
+  if (space != std::string_view::npos) {
+    p.public_key = std::string(text.substr(space + 1));
+    GOSSIP_RETURN_IF_ERROR(peers::check_curve_key(p.public_key, "its public key"));
+  }
+  return p;
 }
 
 Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
@@ -55,14 +99,16 @@ Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
     if (space == std::string_view::npos || ec != std::errc() ||
         ptr != digits.data() + digits.size() || id == proto::kNoNode)
       return Status::protocol(fmt::format("member list: bad line '{}'", line.substr(0, 80)));
-    const std::string endpoint(line.substr(space + 1));
-    if (auto problem = endpoint_problem(endpoint))
-      return Status::protocol(fmt::format("member list: node {}: {}", id, *problem));
+    auto member = parse_endpoint_and_key(line.substr(space + 1));
+    if (!member)
+      return Status::protocol(
+          fmt::format("member list: node {}: {}", id, member.status().message()));
     if (!ids.insert(id).second)
       return Status::protocol(fmt::format("member list: node {} twice", id));
     if (out.size() == kMaxMembers)
       return Status::protocol(fmt::format("member list: more than {} members", kMaxMembers));
-    out.push_back({id, endpoint});
+    member->id = id;
+    out.push_back(std::move(member).value());
   }
   if (out.empty()) return Status::protocol("member list: empty");
   return out;
@@ -89,9 +135,9 @@ Admission::Admission(peers::Router& router, Options options)
 }
 
 void Admission::send_add(uint32_t to, const Joined& member) {
-  const std::string& endpoint = member.peer.endpoint;
-  auto text = std::make_shared<std::vector<std::byte>>(endpoint.size());
-  std::memcpy(text->data(), endpoint.data(), endpoint.size());
+  const std::string payload = with_key(member.peer);
+  auto text = std::make_shared<std::vector<std::byte>>(payload.size());
+  std::memcpy(text->data(), payload.data(), payload.size());
   (void)router_.transport().send_shared(to, member.first_round,
                                         proto::Member{proto::Member::kAdd, member.peer.id, epoch_},
                                         std::move(text));
@@ -101,7 +147,8 @@ Admission::~Admission() { router_.set_on_epoch_ahead(nullptr); }
 
 std::vector<Checkpoint::Member> Admission::members() const {
   std::vector<Checkpoint::Member> out;
-  for (const auto& j : joined_) out.push_back({j.peer.id, j.peer.endpoint, j.first_round});
+  for (const auto& j : joined_)
+    out.push_back({j.peer.id, j.peer.endpoint, j.first_round, j.peer.public_key});
   return out;
 }
 
@@ -117,9 +164,9 @@ void Admission::remember(std::vector<Checkpoint::Member> members) {
     if (!options_.refuse.empty())
       problem = "this node's strategy takes no new members";
     else
-      problem = unfit(m.id, m.endpoint);
+      problem = unfit({m.id, m.endpoint, m.public_key});
     if (!problem)
-      if (auto st = add({{m.id, m.endpoint}, 0}); !st) problem = st.message();
+      if (auto st = add({{m.id, m.endpoint, m.public_key}, 0}); !st) problem = st.message();
     if (problem) {
       spdlog::warn("{} is not taken back: {}", what, *problem);
       continue;
@@ -129,9 +176,14 @@ void Admission::remember(std::vector<Checkpoint::Member> members) {
   }
 }
 
-std::optional<std::string> Admission::unfit(uint32_t id, const std::string& endpoint) const {
-  if (auto problem = joiner_endpoint_problem(endpoint)) return problem;
+std::optional<std::string> Admission::unfit(const peers::Peer& member) const {
+  const uint32_t id = member.id;
+  if (auto problem = joiner_endpoint_problem(member.endpoint)) return problem;
   if (id == proto::kNoNode) return "not an id";
+  if (options_.curve && member.public_key.empty())
+    return "no public key, and this cluster runs CURVE";
+  if (!options_.curve && !member.public_key.empty())
+    return "a public key, but this node runs without CURVE";
   if (options_.check)
     if (auto st = options_.check(id); !st) return st.message();
   return std::nullopt;
@@ -242,7 +294,7 @@ void Admission::tick() {
   if (std::chrono::steady_clock::now() < pinged_ + kPongWait && !pings_answered()) return;
   auto parked = std::move(parked_);
   parked_.clear();
-  for (const auto& [route, endpoint] : parked) decide(route, endpoint);
+  for (const auto& [route, endpoint, key] : parked) decide(route, endpoint, key);
 }
 
 void Admission::reply(const std::string& route, proto::Member m, const std::string& payload,
@@ -271,7 +323,14 @@ void Admission::on_member(peers::Incoming& in) {
                                      fmt::format("a member message what={} from a member", m.what));
     return;
   }
-  on_add(in.peer, {{m.id, text}, in.round()});
+  auto member = parse_endpoint_and_key(text);
+  if (!member) {
+    router_.transport().note_dropped(
+        in.peer, fmt::format("an add of node {}: {}", m.id, member.status().message()));
+    return;
+  }
+  member->id = m.id;
+  on_add(in.peer, {std::move(member).value(), in.round()});
 }
 
 void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
@@ -296,19 +355,25 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
     }
     if (parked_.empty() && std::chrono::steady_clock::now() >= pinged_ + options_.dead_after / 2)
       ping_members();
-    parked_.push_back({route, endpoint});
+    parked_.push_back({route, endpoint, in.joiner_key});
     return;
   }
-  decide(route, endpoint);
+  decide(route, endpoint, in.joiner_key);
 }
 
-void Admission::decide(const std::string& route, const std::string& endpoint) {
+void Admission::decide(const std::string& route, const std::string& endpoint,
+                       const std::string& key) {
   const auto& peers = router_.peers();
   const auto same = std::find_if(peers.begin(), peers.end(),
                                  [&](const peers::Peer& p) { return p.endpoint == endpoint; });
   uint32_t id = 0;
   uint64_t first_round = 0;
   if (same != peers.end()) {
+    if (same->public_key != key) {  // under CURVE: another node's endpoint
+      reply(route, {proto::Member::kRefused, 0, epoch_},
+            fmt::format("{} is node {}'s, which holds another key", endpoint, same->id));
+      return;
+    }
     id = same->id;  // its answer was lost, or it asks again: the same id and round
     if (const Joined* j = joined(id)) first_round = j->first_round;
   } else {
@@ -316,7 +381,7 @@ void Admission::decide(const std::string& route, const std::string& endpoint) {
     if (const uint32_t c = coordinator(heard); c != router_.self()) {
       const auto it =
           std::find_if(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == c; });
-      reply(route, {proto::Member::kRedirect, c, epoch_}, it->endpoint);
+      reply(route, {proto::Member::kRedirect, c, epoch_}, with_key(*it));
       return;
     }
     if (auto why = no_majority(heard)) {
@@ -337,7 +402,7 @@ void Admission::decide(const std::string& route, const std::string& endpoint) {
         reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
         return;
       }
-    const Joined member{{id, endpoint}, 0};
+    const Joined member{{id, endpoint, key}, 0};
     if (auto st = add(member); !st) {
       reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
       return;
@@ -347,7 +412,7 @@ void Admission::decide(const std::string& route, const std::string& endpoint) {
     spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
                  router_.peers().size() + 1);
   }
-  std::vector<peers::Peer> members{{router_.self(), options_.self_endpoint}};
+  std::vector<peers::Peer> members{{router_.self(), options_.self_endpoint, options_.self_key}};
   for (const auto& p : router_.peers()) members.push_back(p);
   std::sort(members.begin(), members.end(), [](auto& a, auto& b) { return a.id < b.id; });
   reply(route, {proto::Member::kAnswer, id, epoch_}, format_members(members), first_round);
@@ -375,7 +440,7 @@ void Admission::on_add(uint32_t from, const Joined& member) {
   const auto& peers = router_.peers();
   if (std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
     return;  // a configured peer
-  if (auto problem = unfit(id, endpoint)) {
+  if (auto problem = unfit(member.peer)) {
     router_.transport().note_dropped(from, fmt::format("an add of node {}: {}", id, *problem));
     return;
   }

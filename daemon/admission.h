@@ -40,7 +40,10 @@
 // so they cannot both give the next id, each to another joiner. A joiner it cannot
 // take now gets a wait, which says why, and asks again.
 //
-// Not yet (docs/architecture.md, "Churn"): joining under CURVE.
+// Under CURVE a joiner authenticates with a key on the members' admission list
+// (--admit-keys, peers/curve_auth.h), which the coordinator gives the id to: adds,
+// answers and redirects carry the members' public keys, and a member takes in only
+// a key on its own list, so a member's add cannot bring in a stranger.
 
 #include <atomic>
 #include <chrono>
@@ -63,6 +66,8 @@ class Admission {
     std::string self_endpoint;
     std::chrono::milliseconds dead_after{5000};
     bool needs_majority = true;  // --join-quorum majority
+    bool curve = false;          // members come with their public keys
+    std::string self_key;        // under CURVE: this node's public key (Z85)
     // Empty when the strategy takes new members; else why not (the joiner is told).
     std::string refuse;
     // Whether the strategy can take member `id` now (before anything changes), and
@@ -120,7 +125,7 @@ class Admission {
   void on_sync(uint32_t peer, uint64_t its_epoch);
   // Why member `id` at `endpoint` cannot be taken in (as a member's add or from the
   // checkpoint), or nullopt.
-  std::optional<std::string> unfit(uint32_t id, const std::string& endpoint) const;
+  std::optional<std::string> unfit(const peers::Peer& member) const;
   // After the member list changed: the epoch this node's messages carry from now on.
   void update_epoch();
   std::vector<const Joined*> by_id() const;  // joined_, in id order
@@ -136,7 +141,7 @@ class Admission {
   // A join-request of a new node waits (parked) for the members' answers to a ping
   // round, at most kPongWait: then decide() redirects it, makes it wait, or gives it
   // an id.
-  void decide(const std::string& route, const std::string& endpoint);
+  void decide(const std::string& route, const std::string& endpoint, const std::string& key);
   void ping_members();
   bool pings_answered() const;
   uint64_t heard_within() const;  // ms since the last ping round began
@@ -160,7 +165,7 @@ class Admission {
   std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
   std::set<uint32_t> left_;  // members that said bye, until their next hello
   struct Parked {
-    std::string route, endpoint;
+    std::string route, endpoint, key;  // key: under CURVE, the joiner's
   };
   std::vector<Parked> parked_;
   static constexpr size_t kMaxParked = 16;
@@ -171,9 +176,18 @@ class Admission {
   peers::Router::Subscription subscription_;
 };
 
-// "<id> <endpoint>" a line: the member list of an answer. Parsed strictly: ids unique,
-// endpoints valid (daemon/config.h), at most 4096 lines.
+// "<id> <endpoint>" a line, under CURVE "<id> <endpoint> <public key>": the member list
+// of an answer. Parsed strictly: ids unique, endpoints valid (daemon/config.h), keys
+// Z85, at most 4096 lines.
 std::string format_members(const std::vector<peers::Peer>& members);
 Result<std::vector<peers::Peer>> parse_members(std::string_view text);
+// --admit-keys: the public keys (Z85) a file lists, one a line, each maybe followed by
+// a space and a `#` comment; blank lines and lines that start with `#` are skipped,
+// anything else is an error that names the line.
+Result<std::vector<std::string>> read_admit_keys(const std::string& path);
+// A member's endpoint, and its public key after a space where it has one: an add's,
+// a redirect's payload.
+std::string with_key(const peers::Peer& p);
+Result<peers::Peer> parse_endpoint_and_key(std::string_view text);
 
 }  // namespace gossip::daemon

@@ -76,8 +76,9 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
     pk.pack("members");
     pk.pack_array(static_cast<uint32_t>(c.members.size()));
     for (const auto& m : c.members) {
-      pk.pack_array(3);
+      pk.pack_array(m.public_key.empty() ? 3 : 4);
       pk.pack(m.id), pk.pack(m.endpoint), pk.pack(m.first_round);
+      if (!m.public_key.empty()) pk.pack(m.public_key);
     }
   }
 
@@ -158,13 +159,17 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
     tensors = field("tensors").as<std::vector<std::pair<std::string, uint64_t>>>();
     c.state.scalars = field("scalars").as<std::map<std::string, double>>();
     if (m.count("members")) {
-      const auto members =
-          field("members").as<std::vector<std::tuple<uint32_t, std::string, uint64_t>>>();
+      // [id, endpoint, first round] and, under CURVE, the public key.
+      const auto members = field("members").as<std::vector<std::vector<msgpack::object>>>();
       if (members.size() > kMaxCheckpointMembers)
         throw std::runtime_error(
             fmt::format("{} members (at most {})", members.size(), kMaxCheckpointMembers));
-      for (const auto& [id, endpoint, first_round] : members)
-        c.members.push_back({id, endpoint, first_round});
+      for (const auto& m : members) {
+        if (m.size() != 3 && m.size() != 4)
+          throw std::runtime_error(fmt::format("a member of {} fields (3 or 4)", m.size()));
+        c.members.push_back({m[0].as<uint32_t>(), m[1].as<std::string>(), m[2].as<uint64_t>(),
+                             m.size() == 4 ? m[3].as<std::string>() : std::string()});
+      }
     }
   } catch (const std::exception& e) {
     return bad(fmt::format("malformed header: {}", e.what()));

@@ -31,7 +31,8 @@ struct Checkpoint {
   struct Member {
     uint32_t id = 0;
     std::string endpoint;
-    uint64_t first_round = 0;  // the gossip family's schedule; 0: none
+    uint64_t first_round = 0;     // the gossip family's schedule; 0: none
+    std::string public_key = {};  // under CURVE (Z85)
   };
   std::vector<Member> members;
 };

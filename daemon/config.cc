@@ -177,10 +177,27 @@ std::vector<std::string> split_seeds(std::string_view text) {
   return out;
 }
 
+// "KEY@tcp://HOST:PORT" (KEY a 40-character Z85 public key, under CURVE) or the
+// endpoint alone.
+peers::Peer split_seed(std::string_view seed) {
+  peers::Peer p;
+  if (seed.size() > peers::kCurveKeyText + 1 && seed[peers::kCurveKeyText] == '@') {
+    p.public_key = std::string(seed.substr(0, peers::kCurveKeyText));
+    seed.remove_prefix(peers::kCurveKeyText + 1);
+  }
+  p.endpoint = std::string(seed);
+  return p;
+}
+
 Problem join_check(std::string_view seeds) {
   if (seeds.empty()) return std::nullopt;  // no join: the peer list
-  for (const auto& seed : split_seeds(seeds))
-    if (auto problem = endpoint_problem(seed)) return problem;
+  for (const auto& text : split_seeds(seeds)) {
+    const peers::Peer seed = split_seed(text);
+    if (auto problem = endpoint_problem(seed.endpoint)) return problem;
+    if (!seed.public_key.empty())
+      if (Status st = peers::check_curve_key(seed.public_key, "the seed's key"); !st)
+        return st.message();
+  }
   return std::nullopt;
 }
 
@@ -275,9 +292,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 62>& fields() {
+const std::array<Field, 63>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 62> kFields = {{
+  static const std::array<Field, 63> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -292,14 +309,23 @@ const std::array<Field, 62>& fields() {
                 [](C& c, std::string v) { c.peers_from = std::move(v); }}},
       {"node.join", "--join", "SEEDS",
        "join a running cluster through one of these members (tcp://HOST:PORT, "
-       "comma-separated) instead of a peer list: the cluster assigns node.id and gives the "
-       "members; every strategy but synchronous SGD and the fixed fabrics, and not under "
-       "CURVE yet",
+       "comma-separated; under CURVE KEY@tcp://HOST:PORT, KEY the member's public key) "
+       "instead of a peer list: the cluster assigns node.id and gives the members; every "
+       "strategy but synchronous SGD and the fixed fabrics",
        TextSpec{{},
-                "a string of comma-separated tcp://HOST:PORT",
+                "a string of comma-separated [KEY@]tcp://HOST:PORT",
                 join_check,
                 [](const C& c) -> const std::string& { return c.join; },
                 [](C& c, std::string v) { c.join = std::move(v); }}},
+      {"node.admit_keys", "--admit-keys", "FILE",
+       "under CURVE: the public keys (Z85, one a line; # starts a comment line or, after a "
+       "space, a comment) of nodes that may join "
+       "by seeds; a member takes in only a joiner whose key is here",
+       TextSpec{{},
+                "a string (a path)",
+                nullptr,
+                [](const C& c) -> const std::string& { return c.admit_keys; },
+                [](C& c, std::string v) { c.admit_keys = std::move(v); }}},
       {"node.join_quorum", "--join-quorum", "RULE",
        "when the coordinator gives a joining node an id: majority (only while it hears "
        "more than half of the members, those that left with a bye not counted, so that "
@@ -944,6 +970,9 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("banning peer {} needs CURVE (node.secret_key and its public "
                                    "key): without keys anyone can speak as any node",
                                    c.peers[i].id));
+  if (!c.admit_keys.empty() && c.secret_key.empty())
+    return key_error(o, "node.admit_keys",
+                     "admitting joiners by key needs CURVE (node.secret_key) on this node");
   if (!c.secret_key.empty() && !peers::curve_available())
     return key_error(o, "node.secret_key", "this libzmq was built without CURVE (libsodium)");
   // One ZeroMQ connection (and file descriptors) per peer: a bound, not a wish.
@@ -1301,11 +1330,17 @@ Status check_required(const Document& d, bool from_flags_too) {
     return Status::invalid(fmt::format(
         "{}: node.join and a peer list: a node that joins by seeds takes the members' list",
         d.origins.source));
-  if (joins && !d.config.secret_key.empty())
-    return Status::invalid(fmt::format(
-        "{}: node.join under CURVE (node.secret_key) is not supported yet: list the node in "
-        "every member's peers instead",
-        d.origins.source));
+  for (const auto& seed : join_seeds(d.config)) {
+    if (!d.config.secret_key.empty() && seed.public_key.empty())
+      return Status::invalid(
+          fmt::format("{}: node.join under CURVE: seed {} needs its public key: write KEY@{}",
+                      d.origins.source, seed.endpoint, seed.endpoint));
+    if (d.config.secret_key.empty() && !seed.public_key.empty())
+      return Status::invalid(fmt::format(
+          "{}: node.join: seed {} has a public key, which needs node.secret_key (this node's "
+          "own) too",
+          d.origins.source, seed.endpoint));
+  }
   const Required required[] = {{d.has_id || joins, "node.id", "--id"},
                                {d.has_listen, "node.listen", "--listen"},
                                {d.has_run_dir, "node.run_dir", "--run-dir"}};
@@ -1766,7 +1801,11 @@ Status apply_environment_keys(const Environment& env, Document& d) {
 
 }  // namespace
 
-std::vector<std::string> join_seeds(const DaemonConfig& config) { return split_seeds(config.join); }
+std::vector<peers::Peer> join_seeds(const DaemonConfig& config) {
+  std::vector<peers::Peer> out;
+  for (const auto& text : split_seeds(config.join)) out.push_back(split_seed(text));
+  return out;
+}
 
 std::string env_name(std::string_view flag) {
   std::string out = "GOSSIPD_";

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "peers/dead_after.h"
+#include "peers/peer.h"
 #include "sgd/collectives/choice.h"
 
 namespace gossip::daemon {
@@ -126,6 +127,8 @@ struct DaemonConfig {
   // the members (so the two sides of a partition cannot give one id twice); "any":
   // always (a cluster that lost half its members for good can still grow).
   std::string join_quorum = "majority";
+  // Under CURVE: a file of the public keys of nodes that may join by seeds.
+  std::string admit_keys;
   // Not an option: after a join, the round from which this node takes part (the
   // overlay's graph includes it from there, sgd/overlay.h).
   uint64_t joined_round = 0;
@@ -186,7 +189,8 @@ Status validate_config(const DaemonConfig& config);
 // Why `endpoint` is not tcp://HOST:PORT with a port in 1..65535, or nothing.
 std::optional<std::string> endpoint_problem(std::string_view endpoint);
 // The seeds of --join, each a valid endpoint.
-std::vector<std::string> join_seeds(const DaemonConfig& config);
+// [KEY@]tcp://HOST:PORT each: the endpoint and, under CURVE, the seed's public key.
+std::vector<peers::Peer> join_seeds(const DaemonConfig& config);
 
 // --allreduce-table's file, read and parsed; an error names the file and the line.
 Result<sgd::AlgorithmTable> read_allreduce_table(const std::string& path);

@@ -24,15 +24,20 @@ struct Answer {
 
 // One request to `seed`: the answer's member message and payload, or nullopt when it
 // stayed silent for kAnswerWait (or sent something that is no answer).
-std::optional<Answer> ask(zmq::context_t& context, const std::string& seed,
-                          const std::string& endpoint) {
+std::optional<Answer> ask(zmq::context_t& context, const peers::Peer& seed,
+                          const std::string& endpoint, const JoinKeys& keys) {
   std::random_device rd;
   const std::string route = fmt::format("join-{:08x}{:08x}", rd(), rd());
   zmq::socket_t s(context, zmq::socket_type::dealer);
   s.set(zmq::sockopt::routing_id, route);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(proto::kMaxMemberBytes + 4096));
-  s.connect(seed);
+  if (!seed.public_key.empty()) {  // CURVE: the seed's key, and this node's own
+    s.set(zmq::sockopt::curve_serverkey, seed.public_key);
+    s.set(zmq::sockopt::curve_publickey, keys.public_key);
+    s.set(zmq::sockopt::curve_secretkey, keys.secret_key);
+  }
+  s.connect(seed.endpoint);
   const std::string head = proto::encode_head(
       proto::kNoNode, 0, proto::Member{proto::Member::kJoinRequest, 0, 0}, endpoint.size());
   s.send(zmq::buffer(head), zmq::send_flags::sndmore);
@@ -60,44 +65,54 @@ std::optional<Answer> ask(zmq::context_t& context, const std::string& seed,
 
 }  // namespace
 
-Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::string& endpoint,
-                             std::chrono::milliseconds timeout) {
+Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::string& endpoint,
+                             std::chrono::milliseconds timeout, const JoinKeys& keys) {
   if (seeds.empty()) return Status::invalid("--join: no seed");
   zmq::context_t context(1);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string silent, waiting;
   for (size_t next = 0; std::chrono::steady_clock::now() < deadline; ++next) {
-    std::string seed = seeds[next % seeds.size()];
+    peers::Peer seed = seeds[next % seeds.size()];
     for (int hop = 0; hop <= kMaxRedirects; ++hop) {
-      auto answer = ask(context, seed, endpoint);
+      auto answer = ask(context, seed, endpoint, keys);
       if (!answer) {
-        silent = seed;
+        silent = seed.endpoint;
         break;
       }
       const auto& [m, round, text] = *answer;
       if (m.what == proto::Member::kRefused)
-        return Status::invalid(fmt::format("join: {} refused: {}", seed, text));
+        return Status::invalid(fmt::format("join: {} refused: {}", seed.endpoint, text));
       if (m.what == proto::Member::kWait) {  // no majority there now: again in a second
-        if (text != waiting) spdlog::warn("join: {} says wait: {}", seed, text);
+        if (text != waiting) spdlog::warn("join: {} says wait: {}", seed.endpoint, text);
         waiting = text;
         std::this_thread::sleep_for(std::chrono::seconds(1));
         break;
       }
       if (m.what == proto::Member::kRedirect) {
-        spdlog::info("join: {} sends this node to the coordinator, node {} at {}", seed, m.id,
-                     text);
-        seed = text;
+        auto coordinator = parse_endpoint_and_key(text);
+        if (!coordinator || coordinator->public_key.empty() != seed.public_key.empty())
+          break;  // no endpoint, or no key under CURVE: no answer
+        spdlog::info("join: {} sends this node to the coordinator, node {} at {}", seed.endpoint,
+                     m.id, coordinator->endpoint);
+        seed = std::move(coordinator).value();
         continue;
       }
       if (m.what != proto::Member::kAnswer) break;
       auto members = parse_members(text);
-      if (!members) return members.status().with_context(fmt::format("join: {}'s answer", seed));
+      if (!members)
+        return members.status().with_context(fmt::format("join: {}'s answer", seed.endpoint));
       const auto self = std::find_if(members->begin(), members->end(),
                                      [&](const peers::Peer& p) { return p.id == m.id; });
-      if (self == members->end() || self->endpoint != endpoint)
-        return Status::protocol(
-            fmt::format("join: {} answered id {}, but its member list does not give it {}", seed,
-                        m.id, endpoint));
+      if (self == members->end() || self->endpoint != endpoint ||
+          self->public_key != keys.public_key)
+        return Status::protocol(fmt::format(
+            "join: {} answered id {}, but its member list does not give it {}{}", seed.endpoint,
+            m.id, endpoint, keys.public_key.empty() ? "" : " with this node's key"));
+      for (const auto& p : *members)
+        if (p.public_key.empty() != keys.public_key.empty())
+          return Status::protocol(fmt::format(
+              "join: {}'s member list gives node {} {}", seed.endpoint, p.id,
+              keys.public_key.empty() ? "a key, and this node runs without CURVE" : "no key"));
       return Joined{m.id, m.epoch, round, std::move(members).value()};
     }
   }

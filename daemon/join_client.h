@@ -4,7 +4,8 @@
 // turn, over a socket of its own, for an id: it follows a redirect to the coordinator,
 // stops at a refusal (which says why), and tries the next seed a second after a wait
 // (the coordinator hears no majority) or when one does not answer within a few
-// seconds, until `timeout`.
+// seconds, until `timeout`. Under CURVE it speaks to each seed with the seed's public
+// key (KEY@tcp://HOST:PORT) and its own keys, and the answer gives every member's key.
 
 #include <chrono>
 #include <string>
@@ -22,7 +23,12 @@ struct Joined {
   std::vector<peers::Peer> members;  // every member, this node included
 };
 
-Result<Joined> join_by_seeds(const std::vector<std::string>& seeds, const std::string& endpoint,
-                             std::chrono::milliseconds timeout);
+// Under CURVE (seeds with public keys): this node's own keys (Z85).
+struct JoinKeys {
+  std::string public_key, secret_key;
+};
+
+Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::string& endpoint,
+                             std::chrono::milliseconds timeout, const JoinKeys& keys = {});
 
 }  // namespace gossip::daemon

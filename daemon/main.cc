@@ -7,6 +7,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/join_client.h"
+#include "peers/curve_auth.h"
 
 int main(int argc, char** argv) {
   using gossip::Status;
@@ -22,8 +23,17 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   if (!config->join.empty()) {
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [joining] [%l] %v");
+    gossip::daemon::JoinKeys keys;
+    if (!config->secret_key.empty()) {
+      auto pub = gossip::peers::curve_public_of(config->secret_key);
+      if (!pub) {
+        spdlog::error("{}", pub.status().message());
+        return 2;
+      }
+      keys = {*pub, config->secret_key};
+    }
     auto joined = gossip::daemon::join_by_seeds(gossip::daemon::join_seeds(*config), config->listen,
-                                                std::chrono::seconds(60));
+                                                std::chrono::seconds(60), keys);
     if (!joined) {
       spdlog::error("{}", joined.status().message());
       return 1;
@@ -31,7 +41,7 @@ int main(int argc, char** argv) {
     config->node_id = joined->id;
     config->joined_round = joined->first_round;
     for (const auto& m : joined->members)
-      if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint});
+      if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint, m.public_key});
     if (auto st = gossip::daemon::validate_config(*config); !st) {
       spdlog::error("joined as node {}, but: {}", joined->id, st.message());
       return 2;

@@ -43,6 +43,11 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
     remote.push_back({p.id, p.endpoint, p.public_key, p.banned});
   peers::TransportOptions to;
   to.secret_key = config.secret_key;
+  if (!config.admit_keys.empty()) {
+    auto keys = read_admit_keys(config.admit_keys);
+    if (!keys) return keys.status();
+    to.admit_keys = std::move(keys).value();
+  }
   auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote, to);
   if (!transport) return transport.status();
   w->transport_ = std::move(transport).value();
@@ -75,6 +80,12 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   ao.dead_after =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
   ao.needs_majority = config.join_quorum == "majority";
+  ao.curve = !config.secret_key.empty();
+  if (ao.curve) {
+    auto pub = peers::curve_public_of(config.secret_key);
+    if (!pub) return pub.status();
+    ao.self_key = *pub;
+  }
   if (!w->membership_ || !w->membership_->takes_new_members())
     ao.refuse = fmt::format(
         "node {} runs {}{}: only the gossip family, local SGD and SMA on an elastic ring "
@@ -204,14 +215,26 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
   // member's; synchronous SGD's trainers keep theirs.
   po.admit_joiners = strategy.takes_nodes_back;
   // With CURVE keys, the ring's links are sealed with keys only each pair can derive.
-  if (!config.secret_key.empty())
+  if (!config.secret_key.empty()) {
+    po.link_keys_of = [self = config.node_id, secret = config.secret_key,
+                       transport = transport_.get()](
+                          uint32_t id) -> Result<std::pair<peers::LinkKey, peers::LinkKey>> {
+      const auto& peers = transport->peers();
+      const auto p = std::find_if(peers.begin(), peers.end(),
+                                  [&](const peers::Peer& q) { return q.id == id; });
+      if (p == peers.end()) return Status::not_found(fmt::format("no peer {}", id));
+      auto to = peers::curve_link_key(self, id, secret, p->public_key);
+      if (!to) return to.status();
+      auto from = peers::curve_link_key(id, self, secret, p->public_key);
+      if (!from) return from.status();
+      return std::make_pair(*to, *from);
+    };
     for (const auto& p : config.remote_peers()) {
-      auto to = peers::curve_link_key(config.node_id, p.id, config.secret_key, p.public_key);
-      if (!to) return to.status().with_context(fmt::format("peer {}", p.id));
-      auto from = peers::curve_link_key(p.id, config.node_id, config.secret_key, p.public_key);
-      if (!from) return from.status().with_context(fmt::format("peer {}", p.id));
-      po.link_keys[p.id] = std::make_pair(*to, *from);
+      auto keys = po.link_keys_of(p.id);
+      if (!keys) return keys.status().with_context(fmt::format("peer {}", p.id));
+      po.link_keys[p.id] = *keys;
     }
+  }
   if (auto mode = sgd::parse_sparse_reduce(sc.sparse_allreduce); mode)
     po.sparse_reduce = *mode;
   else

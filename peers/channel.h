@@ -36,8 +36,10 @@ struct Incoming {
   proto::Body body;
   zmq::message_t payload;  // empty when envelope.length == 0; a refcounted buffer
   // A join-request from a node not yet a member (peer is then kUnknownPeer): where
-  // reply_to_joiner() answers it.
+  // reply_to_joiner() answers it, and under CURVE the public key (Z85) it
+  // authenticated with (an admitted one, or a member's that asks again).
   std::string joiner_route;
+  std::string joiner_key = {};
 
   proto::Kind kind() const { return envelope.kind; }
   uint64_t round() const { return envelope.round; }

@@ -96,12 +96,18 @@ Result<std::array<uint8_t, 32>> curve_link_key(uint32_t from, uint32_t to,
 }
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::start(
-    zmq::context_t& context, const std::map<std::string, uint32_t>& allowed) {
+    zmq::context_t& context, const std::map<std::string, uint32_t>& allowed,
+    const std::vector<std::string>& admit) {
   std::unique_ptr<ZapHandler> h(new ZapHandler());
   for (const auto& [z85, id] : allowed) {
     auto bin = decode_key(z85);
     if (!bin) return Status::invalid(fmt::format("peer {}'s public key is not a Z85 key", id));
     h->allowed_[*bin] = id;
+  }
+  for (const auto& z85 : admit) {
+    auto bin = decode_key(z85);
+    if (!bin) return Status::invalid(fmt::format("admitted key '{}' is not a Z85 key", z85));
+    h->admit_.insert(*bin);
   }
   try {
     h->socket_ = zmq::socket_t(context, zmq::socket_type::rep);
@@ -116,6 +122,21 @@ Result<std::unique_ptr<ZapHandler>> ZapHandler::start(
     raw->serve();
   });
   return h;
+}
+
+Status ZapHandler::allow(const std::string& z85, uint32_t id) {
+  auto bin = decode_key(z85);
+  if (!bin) return Status::invalid(fmt::format("node {}'s public key is not a Z85 key", id));
+  std::lock_guard lock(allowed_mu_);
+  if (auto it = allowed_.find(*bin); it != allowed_.end() && it->second != id)
+    return Status::invalid(fmt::format("node {}'s public key is node {}'s", id, it->second));
+  allowed_[*bin] = id;
+  return Status::ok();
+}
+
+bool ZapHandler::admits(const std::string& z85) const {
+  auto bin = decode_key(z85);
+  return bin && admit_.count(*bin) > 0;
 }
 
 ZapHandler::~ZapHandler() {
@@ -157,10 +178,19 @@ void ZapHandler::serve() {
       if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE" &&
           req[6].size() == 32) {
         const std::string key = req[6].to_string();
-        if (auto it = allowed_.find(key); it != allowed_.end()) {
+        std::optional<uint32_t> member;
+        {
+          std::lock_guard lock(allowed_mu_);
+          if (auto it = allowed_.find(key); it != allowed_.end()) member = it->second;
+        }
+        if (member) {
           status = "200";
           text = "OK";
-          user = std::to_string(it->second);
+          user = std::to_string(*member);
+        } else if (admit_.count(key)) {
+          status = "200";
+          text = "OK";
+          user = std::string(kJoinerPrefix) + key_text(key);
         } else {
           text = "unknown public key";
           remember_refusal(fmt::format("public key {} from {}", key_text(key), req[3].to_string()));

@@ -4,7 +4,10 @@
 // that know each peer's public key; a ZAP handler (RFC 27) on the same context
 // admits a client only if its public key belongs to a peer in the list, and names
 // it by that peer's id (the User-Id every message then carries), so that a peer
-// cannot speak with another's routing id either.
+// cannot speak with another's routing id either. A key of the admission list
+// (--admit-keys: nodes that may join by seeds) that is no peer's is admitted as
+// "join:<key>": such a client may only ask to join (daemon/admission.h), and once it
+// is a member its connections made before are still its own.
 
 #include <array>
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -48,11 +52,18 @@ Result<std::array<uint8_t, 32>> curve_link_key(uint32_t from, uint32_t to,
 
 class ZapHandler {
  public:
-  // allowed: public key (Z85) -> peer id. Serves until destroyed; must be destroyed
-  // before `context` is closed.
+  // allowed: public key (Z85) -> peer id; admit: the keys of nodes that may join
+  // (Z85). Serves until destroyed; must be destroyed before `context` is closed.
   static Result<std::unique_ptr<ZapHandler>> start(zmq::context_t& context,
-                                                   const std::map<std::string, uint32_t>& allowed);
+                                                   const std::map<std::string, uint32_t>& allowed,
+                                                   const std::vector<std::string>& admit = {});
   ~ZapHandler();
+
+  // A node that joined: its key (Z85) is admitted as peer `id` from now on (any thread).
+  Status allow(const std::string& z85, uint32_t id);
+  // Whether a key (Z85) is on the admission list.
+  bool admits(const std::string& z85) const;
+  static constexpr std::string_view kJoinerPrefix = "join:";  // the User-Id of a joiner's key
 
   // The handshakes refused so far, "public key K (Z85) from ADDRESS, N times", the
   // first kMaxRemembered distinct ones (gossipctl doctor; any thread).
@@ -63,7 +74,9 @@ class ZapHandler {
   ZapHandler() = default;
   void serve();
   void remember_refusal(const std::string& what);
-  std::map<std::string, uint32_t> allowed_;  // binary key (32 bytes) -> id
+  mutable std::mutex allowed_mu_;            // allow() adds while serve() reads
+  std::map<std::string, uint32_t> allowed_;  // binary key (32 bytes) -> id; guarded
+  std::set<std::string> admit_;              // binary keys; set before serving
   mutable std::mutex refused_mu_;
   std::map<std::string, uint64_t> refused_;  // guarded by refused_mu_
   zmq::socket_t socket_;

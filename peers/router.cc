@@ -61,7 +61,7 @@ void Router::dispatch(Incoming& in) {
   targets.reserve(handlers_[k].size());
   for (const Entry& e : handlers_[k]) targets.push_back(e.handler);
   for (size_t i = 0; i + 1 < targets.size(); ++i) {
-    Incoming copy{in.peer, in.envelope, in.body, {}, in.joiner_route};
+    Incoming copy{in.peer, in.envelope, in.body, {}, in.joiner_route, in.joiner_key};
     copy.payload.copy(in.payload);  // shares the buffer: ZeroMQ counts references
     (*targets[i])(copy);
   }

@@ -91,7 +91,7 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
       allowed[p.public_key] = p.id;
     }
     // Before the ROUTER binds: a handshake without a handler would be admitted.
-    auto zap = ZapHandler::start(t->context_, allowed);
+    auto zap = ZapHandler::start(t->context_, allowed, options.admit_keys);
     if (!zap) return zap.status();
     t->zap_ = std::move(zap).value();
   }
@@ -179,11 +179,22 @@ Status ZmqTransport::add_peer(const Peer& peer) {
   if (peer.id == self_ ||
       std::any_of(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.id == peer.id; }))
     return Status::invalid(fmt::format("node {} is already a member", peer.id));
-  if (!options_.secret_key.empty())
-    return Status::invalid("members that join by seeds are not admitted under CURVE yet");
+  if (zap_) {
+    GOSSIP_RETURN_IF_ERROR(
+        check_curve_key(peer.public_key, fmt::format("node {}'s public key", peer.id)));
+    // A key no one listed for joining: a member's add cannot bring in a stranger.
+    if (!zap_->admits(peer.public_key))
+      return Status::invalid(
+          fmt::format("node {}'s public key {} is not on this node's --admit-keys list", peer.id,
+                      peer.public_key));
+    for (const auto& p : peers_)
+      if (p.public_key == peer.public_key)
+        return Status::invalid(fmt::format("node {}'s public key is node {}'s", peer.id, p.id));
+  }
   if (!traffic_.add_peer(peer.id))
     return Status::invalid(
         fmt::format("this node took {} joined members already", TrafficCounters::kMaxJoined));
+  if (zap_) GOSSIP_RETURN_IF_ERROR(zap_->allow(peer.public_key, peer.id));
   GOSSIP_RETURN_IF_ERROR(connect_outbound(peer));
   peers_.insert(std::upper_bound(peers_.begin(), peers_.end(), peer,
                                  [](const Peer& a, const Peer& b) { return a.id < b.id; }),
@@ -423,16 +434,40 @@ void ZmqTransport::wake() {
   if (wake_fd_ >= 0) (void)!::write(wake_fd_, &one, sizeof one);
 }
 
+std::string ZmqTransport::user_id(zmq::message_t& frame) {
+  try {
+    if (const char* user = frame.gets("User-Id")) return user;
+  } catch (const zmq::error_t&) {
+  }
+  return {};
+}
+
+std::string ZmqTransport::public_key_of(uint32_t peer) const {
+  for (const auto& p : peers_)
+    if (p.id == peer) return p.public_key;
+  return "-";  // no key: matches no User-Id
+}
+
 std::optional<Incoming> ZmqTransport::join_request(std::vector<zmq::message_t>& frames,
                                                    size_t total_frames, uint64_t wire) {
-  // Only without CURVE: with it the authenticator admits listed keys alone, and a
-  // joiner's is none of them. At most kJoinsPerSecond, so that strangers cannot keep
-  // the round's thread busy with them.
+  // Under CURVE only from a key the authenticator admitted for joining, or a member's
+  // (one that joined and asks again); its key goes with the request. At most
+  // kJoinsPerSecond, so that strangers cannot keep the round's thread busy with them.
   constexpr std::string_view kPrefix = "join-";
   constexpr int kJoinsPerSecond = 20;
   std::string_view rid(frames[0].data<char>(), frames[0].size());
-  if (zap_ || !rid.starts_with(kPrefix) || rid.size() > 64 || total_frames != 3)
-    return std::nullopt;
+  if (!rid.starts_with(kPrefix) || rid.size() > 64 || total_frames != 3) return std::nullopt;
+  std::string key;
+  if (zap_) {
+    const std::string user = user_id(frames[1]);
+    if (user.starts_with(ZapHandler::kJoinerPrefix)) {
+      key = user.substr(ZapHandler::kJoinerPrefix.size());
+    } else {
+      for (const auto& p : peers_)
+        if (std::to_string(p.id) == user) key = p.public_key;
+    }
+    if (key.empty()) return std::nullopt;
+  }
   auto head = proto::decode_head(frames[1].data(), frames[1].size());
   if (!head || head->envelope.kind != proto::Kind::kMember ||
       head->envelope.from != proto::kNoNode ||
@@ -446,6 +481,7 @@ std::optional<Incoming> ZmqTransport::join_request(std::vector<zmq::message_t>& 
   Incoming in{TrafficCounters::kUnknownPeer, head->envelope, std::move(head->body), {}, {}};
   in.payload = std::move(frames[2]);
   in.joiner_route = std::string(rid);
+  in.joiner_key = std::move(key);
   return in;
 }
 
@@ -517,13 +553,12 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
     if (zap_ && frames.size() > 1) {
       // The authenticator named the key's owner; the routing id must be the same node.
       // (Metadata rides on the frames the peer sent, not on the routing id ROUTER adds.)
-      const char* user = nullptr;
-      try {
-        user = frames[1].gets("User-Id");
-      } catch (const zmq::error_t&) {
-      }
-      if (!user || std::to_string(*sender) != user) {
-        drop(fmt::format("it authenticated as node {}", user ? user : "?"));
+      // A node that joined may still speak on a connection it made before, when its
+      // key was admitted only for joining ("join:<key>").
+      const std::string user = user_id(frames[1]);
+      if (user != std::to_string(*sender) &&
+          user != std::string(ZapHandler::kJoinerPrefix) + public_key_of(*sender)) {
+        drop(fmt::format("it authenticated as {}", user.empty() ? "?" : user));
         continue;
       }
     }

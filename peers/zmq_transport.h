@@ -35,6 +35,8 @@ struct TransportOptions {
   // This daemon's CURVE secret key (Z85). Set: every peer needs its public key, the
   // channel is encrypted and only those keys are admitted (peers/curve_auth.h).
   std::string secret_key;
+  // With CURVE: the public keys (Z85) of nodes that may join by seeds (--admit-keys).
+  std::vector<std::string> admit_keys;
 };
 
 class ZmqTransport final : public PeerChannel {
@@ -80,6 +82,9 @@ class ZmqTransport final : public PeerChannel {
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
   Status connect_outbound(const Peer& peer);
   // A join-request from a routing id "join-<nonce>" (daemon/admission.h), or nullopt.
+  // The User-Id the authenticator gave the connection a frame came on; "" if none.
+  static std::string user_id(zmq::message_t& frame);
+  std::string public_key_of(uint32_t peer) const;
   std::optional<Incoming> join_request(std::vector<zmq::message_t>& frames, size_t total_frames,
                                        uint64_t wire);
   Outbound* outbound(uint32_t peer);

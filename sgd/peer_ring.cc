@@ -89,7 +89,14 @@ std::unique_ptr<peers::RingChannel> PeerRing::sealed(std::unique_ptr<peers::Ring
   if (options_.link_keys.empty()) return channel;
   const auto to = options_.link_keys.find(channel->right());
   const auto from = options_.link_keys.find(channel->left());
-  if (to == options_.link_keys.end() || from == options_.link_keys.end()) return channel;
+  if (to == options_.link_keys.end() || from == options_.link_keys.end()) {
+    // Cannot happen (every member's keys are known before it is one); the link then
+    // fails its first message on the sealed side rather than going out in the clear
+    // unnoticed.
+    spdlog::error("ring link {} -> {} -> {}: no link keys for a neighbor", channel->left(),
+                  control_.self(), channel->right());
+    return channel;
+  }
   const peers::SealKeys keys{.to_right = to->second.first,
                              .from_left = from->second.second,
                              .right_session = right_session,
@@ -625,6 +632,11 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::tim
 
 Status PeerRing::add_member(uint32_t id, const std::string& endpoint) {
   if (!takes_new_members()) return Membership::add_member(id, endpoint);
+  if (options_.link_keys_of) {  // sealed links: to it and from it too
+    auto keys = options_.link_keys_of(id);
+    if (!keys) return keys.status().with_context(fmt::format("node {}'s ring link keys", id));
+    options_.link_keys[id] = *keys;
+  }
   membership_.add_configured(id);
   hosts_[id] = peers::endpoint_host(endpoint);
   return Status::ok();

@@ -75,6 +75,9 @@ struct PeerRingOptions {
   // curve_link_key). Set (under CURVE): every link is sealed
   // (peers/sealed_ring_channel.h); empty: links are plain.
   std::map<uint32_t, std::pair<peers::LinkKey, peers::LinkKey>> link_keys;
+  // Under CURVE: the keys of a member that joined by seeds (add_member), from its
+  // public key; null without CURVE.
+  std::function<Result<std::pair<peers::LinkKey, peers::LinkKey>>(uint32_t peer)> link_keys_of;
 };
 
 class PeerRing final : public AllReduce, public Membership {

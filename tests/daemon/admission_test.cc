@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 namespace gossip::daemon {
 namespace {
 
@@ -33,6 +36,45 @@ TEST(MemberList, RoundTripsAndRefusesWhatIsNotAList) {
   std::string many;
   for (int i = 0; i < 4097; ++i) many += std::to_string(i) + " tcp://a:1\n";
   EXPECT_NE(parse_members(many).status().message().find("more than 4096"), std::string::npos);
+}
+
+// Under CURVE every line carries the member's public key after its endpoint.
+TEST(MemberList, CarriesTheMembersKeysUnderCurve) {
+  const std::string key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";  // CURVE's test vector
+  const std::vector<peers::Peer> members{{0, "tcp://10.0.0.1:7000", key}};
+  auto back = parse_members(format_members(members));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ((*back)[0].public_key, key);
+  EXPECT_EQ((*back)[0].endpoint, "tcp://10.0.0.1:7000");
+  auto bad = parse_members("0 tcp://10.0.0.1:7000 not-a-key\n");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("40 Z85 characters"), std::string::npos)
+      << bad.status().message();
+}
+
+// '#' is a Z85 character, though no key starts with it: a line that starts with it, or
+// what follows a key after a space, is a comment.
+TEST(AdmitKeys, ReadsOneKeyALineAndNamesTheLineOfAnError) {
+  const std::string path = ::testing::TempDir() + "admit-keys-test";
+  const std::string with_hash = "rq:rM>}U?@Lns47E1%kR.o@n%Fc#msL/@{H8]yf#";
+  ASSERT_EQ(with_hash.size(), 40u);
+  const std::string other = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+  std::ofstream(path) << "# nodes that may join\n\n  " << with_hash << "\n"
+                      << other << "   # node-7\n#" << other << "\n";
+  auto keys = read_admit_keys(path);
+  ASSERT_TRUE(keys.is_ok()) << keys.status().message();
+  EXPECT_EQ(*keys, (std::vector<std::string>{with_hash, other}));
+
+  std::ofstream(path) << other << "\n" << other << " trailing\n";
+  EXPECT_NE(read_admit_keys(path).status().message().find("line 2: more than a key"),
+            std::string::npos);
+  std::ofstream(path) << "short\n";
+  EXPECT_NE(read_admit_keys(path).status().message().find("line 1: the key: a CURVE key is 40"),
+            std::string::npos)
+      << read_admit_keys(path).status().message();
+  EXPECT_NE(read_admit_keys(path + "-missing").status().message().find("cannot read"),
+            std::string::npos);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -82,7 +82,8 @@ TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
   auto none = read_checkpoint(path_);
   ASSERT_TRUE(none) << none.status().message();
   EXPECT_TRUE(none->members.empty());
-  c.members = {{4, "tcp://10.0.0.9:7004", 17}, {5, "tcp://[::1]:7005", 0}};
+  const std::string key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";  // CURVE's test vector
+  c.members = {{4, "tcp://10.0.0.9:7004", 17}, {5, "tcp://[::1]:7005", 0, key}};
   ASSERT_TRUE(write_checkpoint(path_, c));
   auto r = read_checkpoint(path_);
   ASSERT_TRUE(r) << r.status().message();
@@ -90,7 +91,9 @@ TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
   EXPECT_EQ(r->members[0].id, 4u);
   EXPECT_EQ(r->members[0].endpoint, "tcp://10.0.0.9:7004");
   EXPECT_EQ(r->members[0].first_round, 17u);
+  EXPECT_EQ(r->members[0].public_key, "");
   EXPECT_EQ(r->members[1].endpoint, "tcp://[::1]:7005");
+  EXPECT_EQ(r->members[1].public_key, key) << "under CURVE its key";
   EXPECT_EQ(r->model, c.model);
 }
 

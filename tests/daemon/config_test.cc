@@ -609,6 +609,34 @@ TEST(ValidateConfig, BanningAPeerNeedsKeys) {
   EXPECT_TRUE(fails_with(flags, {"--ban-peer 5", "no peer 5"}));
 }
 
+// Joining under CURVE: every seed is named with its public key, a seed's key needs
+// this node's own, and admitting joiners by key needs CURVE.
+TEST(ConfigArgs, AJoinUnderCurveNamesEachSeedsKey) {
+  const std::string key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+  const std::string secret = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6";
+  const std::vector<std::string> base = {"--listen", "tcp://127.0.0.1:7009", "--run-dir", "/tmp"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return from_args(more);
+  };
+  auto ok =
+      with({"--join", key + "@tcp://10.0.0.1:7000,tcp://10.0.0.2:7000", "--secret-key", secret});
+  EXPECT_TRUE(fails_with(
+      ok, {"seed tcp://10.0.0.2:7000 needs its public key", "write KEY@tcp://10.0.0.2:7000"}));
+  auto good = with({"--join", key + "@tcp://10.0.0.1:7000", "--secret-key", secret});
+  ASSERT_TRUE(good.is_ok()) << good.status().message();
+  const auto seeds = join_seeds(*good);
+  ASSERT_EQ(seeds.size(), 1u);
+  EXPECT_EQ(seeds[0].endpoint, "tcp://10.0.0.1:7000");
+  EXPECT_EQ(seeds[0].public_key, key);
+  EXPECT_TRUE(fails_with(with({"--join", key + "@tcp://10.0.0.1:7000"}),
+                         {"seed tcp://10.0.0.1:7000 has a public key", "node.secret_key"}));
+  EXPECT_TRUE(fails_with(with({"--join", "short@tcp://10.0.0.1:7000"}), {"--join"}));
+  EXPECT_TRUE(fails_with(from_args({"--id", "0", "--listen", "tcp://127.0.0.1:7000", "--run-dir",
+                                    "/tmp", "--admit-keys", "/tmp/keys"}),
+                         {"--admit-keys", "needs CURVE"}));
+}
+
 TEST(ValidateConfig, GossipAcceptsEveryTopologyThatFits) {
   for (const char* strategy : {"gossip", "push-sum"})
     for (const char* topology : {"", "ring", "torus", "exponential", "one-peer-exponential",

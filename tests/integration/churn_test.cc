@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <zmq.h>
 
 #include <algorithm>
 #include <chrono>
@@ -167,16 +168,18 @@ TEST(Churn, ANodeWhoseNeighborsAreDownTakesTheStateOfAnotherPeer) {
 }
 
 // A node that no member lists, started with `flags` and --join through member `seed`.
+// Under CURVE the seed is named with its public key, `seed_key`.
 ChildProcess launch_joiner(Cluster& cluster, int seed, const std::vector<std::string>& flags,
-                           const std::string& name = "joiner") {
+                           const std::string& name = "joiner", const std::string& seed_key = "") {
   const auto dir = cluster.run_dir();
-  std::vector<std::string> argv = {binary("gossipd"),
-                                   "--join",
-                                   cluster.peer_endpoint(seed),
-                                   "--listen",
-                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
-                                   "--run-dir",
-                                   dir.string()};
+  std::vector<std::string> argv = {
+      binary("gossipd"),
+      "--join",
+      (seed_key.empty() ? "" : seed_key + "@") + cluster.peer_endpoint(seed),
+      "--listen",
+      "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+      "--run-dir",
+      dir.string()};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return ChildProcess(argv, dir / ("gossipd-" + name + ".log"));
 }
@@ -347,6 +350,79 @@ TEST(Churn, AJoinerWaitsWhileTheCoordinatorHearsNoMajority) {
   EXPECT_NE(second.log().find("joined as node 5 of 6"), std::string::npos) << second.log();
   EXPECT_TRUE(log_has(cluster, 0, "asks to join; it waits: the coordinator, node 0, hears 2 of"))
       << cluster.log(0);
+}
+
+struct KeyPair {
+  std::string pub, sec;
+};
+KeyPair keypair() {
+  char p[41] = {}, s[41] = {};
+  EXPECT_EQ(zmq_curve_keypair(p, s), 0);
+  return {p, s};
+}
+
+// Under CURVE a node joins with a key on the members' --admit-keys list: it names its
+// seed with the seed's public key (KEY@tcp://...), the coordinator's answer gives every
+// member's key, and the members admit the joiner's key as node 4's (its connections
+// made before the add, as a joiner's key, are its own too). The five then mix as one
+// ring over encrypted links and keep their mean. A node whose key is on no list gets
+// no further than the handshake.
+TEST(Churn, UnderCurveANodeWithAnAdmittedKeyJoinsAndAStrangerDoesNot) {
+  const KeyPair k[4] = {keypair(), keypair(), keypair(), keypair()};
+  const KeyPair admitted = keypair(), stranger = keypair();
+  auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(4, {});
+  const auto admit = cluster.run_dir() / "admit.keys";
+  std::ofstream(admit) << "# nodes that may join\n" << admitted.pub << "\n\n";
+  flags.insert(flags.end(), {"--admit-keys", admit.string()});
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> own = flags;
+    own.insert(own.end(), {"--secret-key", k[i].sec});
+    for (int j = 0; j < 4; ++j)
+      if (j != i) own.insert(own.end(), {"--peer-key", std::to_string(j) + "=" + k[j].pub});
+    cluster.set_node_flags(i, own);
+  }
+  cluster.start_all();
+  auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 4u);
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()};
+  sync_rounds(all, 3);
+
+  auto with_key = [&](const KeyPair& own) {
+    std::vector<std::string> f = flags;
+    f.insert(f.end(), {"--secret-key", own.sec});
+    return f;
+  };
+  {
+    ChildProcess intruder = launch_joiner(cluster, 1, with_key(stranger), "stranger", k[1].pub);
+    const std::string refused = "public key " + stranger.pub + " is not a peer's";
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!log_has(cluster, 1, refused) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(log_has(cluster, 1, refused)) << cluster.log(1);
+    EXPECT_EQ(intruder.log().find("joined as"), std::string::npos) << intruder.log();
+  }
+
+  ChildProcess joiner = launch_joiner(cluster, 1, with_key(admitted), "joiner", k[1].pub);
+  ASSERT_TRUE(joiner_started(cluster, joiner, 4)) << joiner.log() << cluster.log(0);
+  auto fifth = attach(cluster, 4, kNumel);
+  ASSERT_NE(fifth, nullptr) << joiner.log();
+  const std::string log = joiner.log();
+  EXPECT_NE(log.find("sends this node to the coordinator, node 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("joined as node 4 of 5"), std::string::npos) << log;
+  const int first_round = scheduled_round(log);
+  ASSERT_GT(first_round, 3) << log;
+  const double expected = (6.0 + fifth->model.tensors[0][0] + 5.0) / 5.0;
+  for (float& v : fifth->model.tensors[0]) v += 5.0f;
+  sync_rounds(all, first_round - 3);
+  all.push_back(fifth.get());
+  EXPECT_LT(sync_rounds(all, 30), 10.0) << "no round waits long for the joiner";
+  double low = 1e9, high = -1e9;
+  for (Node* n : all)
+    for (float v : n->model.tensors[0])
+      low = std::min<double>(low, v), high = std::max<double>(high, v);
+  EXPECT_NEAR(low, expected, 1e-3) << joiner.log() << cluster.log(3);
+  EXPECT_NEAR(high, expected, 1e-3) << "the five agree on the mean";
 }
 
 // CHOCO keeps public copies of each neighbor that must agree on both sides of every

@@ -11,12 +11,16 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <span>
 #include <thread>
@@ -298,13 +302,16 @@ class ElasticLocalSgd {
   static constexpr size_t kNumel = 1u << 16;
 
   // `binaries`: a node played by another binary than gossipd (gossipd-byzantine).
+  // `node_flags`: flags of one node only (its CURVE keys).
   explicit ElasticLocalSgd(const std::vector<std::string>& more, float tolerance = 0.0f,
-                           const std::map<int, std::string>& binaries = {})
+                           const std::map<int, std::string>& binaries = {},
+                           const std::map<int, std::vector<std::string>>& node_flags = {})
       : cluster_(kNodes, flags(more)),
         tolerance_(tolerance),
         clients_(kNodes + 1),
         models_(kNodes + 1) {
     for (const auto& [node, path] : binaries) cluster_.set_node_binary(node, path);
+    for (const auto& [node, f] : node_flags) cluster_.set_node_flags(node, f);
     cluster_.start_all();
   }
   Cluster& cluster() { return cluster_; }
@@ -477,6 +484,67 @@ TEST(RingProcesses, ANodeThatNoMemberListsJoinsThroughASeedWithTheNextId) {
   ASSERT_FALSE(HasFailure()) << ring.cluster().log(2);
   EXPECT_NE(ring.cluster().log(2).find("node 3 (tcp://127.0.0.1:"), std::string::npos)
       << ring.cluster().log(2);
+}
+
+// Under CURVE the joiner's key must be on the members' --admit-keys list; it names its
+// seed with the seed's key, and the ring's links to and from it are sealed with keys
+// each pair derives from the CURVE keys, as the configured members' are: the four
+// average (every round checks the mean) over sealed links only.
+TEST(RingProcesses, UnderCurveANodeWithAnAdmittedKeyJoinsTheSealedRing) {
+  auto keypair = [] {
+    char p[41] = {}, s[41] = {};
+    EXPECT_EQ(zmq_curve_keypair(p, s), 0);
+    return std::pair<std::string, std::string>(p, s);
+  };
+  std::pair<std::string, std::string> k[ElasticLocalSgd::kNodes + 1];
+  for (auto& kp : k) kp = keypair();
+  const auto admit = std::filesystem::temp_directory_path() /
+                     ("gossip-admit-" + std::to_string(::getpid()) + ".keys");
+  std::ofstream(admit) << k[3].first << "\n";
+  struct Remove {
+    std::filesystem::path path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove{admit};
+  std::map<int, std::vector<std::string>> own;
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) {
+    own[i] = {"--secret-key", k[i].second};
+    for (int j = 0; j < ElasticLocalSgd::kNodes; ++j)
+      if (j != i) own[i].insert(own[i].end(), {"--peer-key", std::to_string(j) + "=" + k[j].first});
+  }
+  ElasticLocalSgd ring({"--admit-keys", admit.string()}, 0.0f, {}, own);
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
+  ASSERT_FALSE(HasFailure());
+  ring.round({0, 1, 2}, 0);
+  ASSERT_FALSE(HasFailure());
+
+  const auto dir = ring.cluster().run_dir();
+  std::vector<std::string> argv = {binary("gossipd"),
+                                   "--join",
+                                   k[1].first + "@" + ring.cluster().peer_endpoint(1),
+                                   "--secret-key",
+                                   k[3].second,
+                                   "--listen",
+                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                   "--run-dir",
+                                   dir.string()};
+  for (const auto& f : ElasticLocalSgd::flags({"--admit-keys", admit.string()})) argv.push_back(f);
+  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(dir / "gossipd-3.sock")) {
+    ASSERT_TRUE(joiner.running()) << joiner.log();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << joiner.log();
+    std::this_thread::sleep_for(20ms);
+  }
+  ring.attach(3);
+  ASSERT_FALSE(HasFailure()) << joiner.log();
+  EXPECT_TRUE(ring.model(3).initialized) << "it starts from the members' model\n" << joiner.log();
+  for (int shift : {30, 40, 50}) ring.round({0, 1, 2, 3}, shift);  // the first takes it in
+  ASSERT_FALSE(HasFailure()) << joiner.log() << ring.cluster().log(0);
+  EXPECT_NE(joiner.log().find("joined as node 3 of 4"), std::string::npos) << joiner.log();
+  EXPECT_NE(joiner.log().find("ring links are sealed"), std::string::npos) << joiner.log();
+  for (int i = 0; i < ElasticLocalSgd::kNodes; ++i)
+    EXPECT_EQ(ring.cluster().log(i).find("no link keys"), std::string::npos)
+        << ring.cluster().log(i);
 }
 
 // gossipctl leave: node 2's daemon tells its trainer why, says bye and exits; the
