@@ -38,7 +38,8 @@ std::optional<std::string> joiner_endpoint_problem(const std::string& endpoint) 
 
 std::string format_members(const std::vector<peers::Peer>& members) {
   std::string out;
-  for (const auto& p : members) out += fmt::format("{} {}\n", p.id, with_key(p));
+  for (const auto& p : members)
+    out += fmt::format("{} {}{}\n", p.id, with_key(p), p.banned ? " banned" : "");
   return out;
 }
 
@@ -99,7 +100,11 @@ Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
     if (space == std::string_view::npos || ec != std::errc() ||
         ptr != digits.data() + digits.size() || id == proto::kNoNode)
       return Status::protocol(fmt::format("member list: bad line '{}'", line.substr(0, 80)));
-    auto member = parse_endpoint_and_key(line.substr(space + 1));
+    std::string_view rest = line.substr(space + 1);
+    constexpr std::string_view kBanned = " banned";
+    const bool banned = rest.ends_with(kBanned);
+    if (banned) rest.remove_suffix(kBanned.size());
+    auto member = parse_endpoint_and_key(rest);
     if (!member)
       return Status::protocol(
           fmt::format("member list: node {}: {}", id, member.status().message()));
@@ -108,6 +113,7 @@ Result<std::vector<peers::Peer>> parse_members(std::string_view text) {
     if (out.size() == kMaxMembers)
       return Status::protocol(fmt::format("member list: more than {} members", kMaxMembers));
     member->id = id;
+    member->banned = banned;
     out.push_back(std::move(member).value());
   }
   if (out.empty()) return Status::protocol("member list: empty");
@@ -120,18 +126,17 @@ Admission::Admission(peers::Router& router, Options options)
   router_.set_on_epoch_ahead(
       [this](uint32_t peer, uint64_t epoch) { on_epoch_ahead(peer, epoch); });
   highest_ = router_.self();
-  for (const auto& p : router_.peers()) highest_ = std::max(highest_, p.id);
-  subscription_ = router_.subscribe({proto::Kind::kMember, proto::Kind::kHello, proto::Kind::kBye},
-                                    [this](peers::Incoming& in) {
-                                      if (in.kind() == proto::Kind::kHello) {
-                                        left_.erase(in.peer);
-                                        on_hello(in.peer);
-                                      } else if (in.kind() == proto::Kind::kBye) {
-                                        left_.insert(in.peer);
-                                      } else {
-                                        on_member(in);
-                                      }
-                                    });
+  for (const auto& p : router_.peers()) {
+    highest_ = std::max(highest_, p.id);
+    configured_.insert(p.id);
+  }
+  subscription_ =
+      router_.subscribe({proto::Kind::kMember, proto::Kind::kHello}, [this](peers::Incoming& in) {
+        if (in.kind() == proto::Kind::kHello)
+          on_hello(in.peer);
+        else
+          on_member(in);
+      });
 }
 
 void Admission::send_add(uint32_t to, const Joined& member) {
@@ -232,6 +237,10 @@ void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
                     : std::chrono::milliseconds(1000);
   ask.next = now + ask.backoff;
   ask.epoch = epoch_;
+  // Until its adds are here this node gives no id: it might give one of them again
+  // (two nodes that each took themselves for the coordinator, an add lost before a
+  // cut). Not while the asking backs off: a liar cannot hold joins up for long.
+  if (ask.backoff == std::chrono::milliseconds(1000)) catching_up_until_ = now + ask.backoff;
   spdlog::info(
       "node {} knows of joins this node missed (it lists {} members, this node {}): asking it",
       peer, epoch, epoch_);
@@ -258,11 +267,11 @@ std::optional<std::string> Admission::no_majority(uint64_t bound_ms) const {
   if (!options_.needs_majority) return std::nullopt;
   const auto& traffic = router_.transport().traffic();
   size_t members = 1, heard = 1;  // this node
+  // Every listed member counts, one that left with a bye or is banned too: which
+  // members are gone is not something the two sides of a partition agree on.
   for (const auto& p : router_.peers()) {
-    const bool live = !p.banned && traffic.silent_ms(p.id) <= bound_ms;
-    if (!live && left_.count(p.id)) continue;  // it left: no side of a partition holds it
     ++members;
-    heard += live;
+    heard += !p.banned && traffic.silent_ms(p.id) <= bound_ms;
   }
   if (2 * heard > members) return std::nullopt;
   return fmt::format(
@@ -289,9 +298,14 @@ bool Admission::pings_answered() const {
                      [&](uint32_t id) { return traffic.silent_ms(id) <= bound; });
 }
 
+std::chrono::milliseconds Admission::pong_wait() const {
+  return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(options_.dead_after / 2),
+                    std::chrono::milliseconds(300), std::chrono::milliseconds(1000));
+}
+
 void Admission::tick() {
   if (parked_.empty()) return;
-  if (std::chrono::steady_clock::now() < pinged_ + kPongWait && !pings_answered()) return;
+  if (std::chrono::steady_clock::now() < pinged_ + pong_wait() && !pings_answered()) return;
   auto parked = std::move(parked_);
   parked_.clear();
   for (const auto& [route, endpoint, key] : parked) decide(route, endpoint, key);
@@ -353,8 +367,7 @@ void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
       reply(route, {proto::Member::kWait, 0, epoch_}, "this seed is busy with other joiners");
       return;
     }
-    if (parked_.empty() && std::chrono::steady_clock::now() >= pinged_ + options_.dead_after / 2)
-      ping_members();
+    if (parked_.empty()) ping_members();  // a fresh round: a stale one may predate a cut
     parked_.push_back({route, endpoint, in.joiner_key});
     return;
   }
@@ -369,6 +382,11 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
   uint32_t id = 0;
   uint64_t first_round = 0;
   if (same != peers.end()) {
+    if (!joined(same->id) && !configured_.count(same->id)) {  // its strategy refused it
+      reply(route, {proto::Member::kRefused, 0, epoch_},
+            fmt::format("node {} at {} could not be taken in here", same->id, endpoint));
+      return;
+    }
     if (same->public_key != key) {  // under CURVE: another node's endpoint
       reply(route, {proto::Member::kRefused, 0, epoch_},
             fmt::format("{} is node {}'s, which holds another key", endpoint, same->id));
@@ -382,6 +400,13 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
       const auto it =
           std::find_if(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == c; });
       reply(route, {proto::Member::kRedirect, c, epoch_}, with_key(*it));
+      return;
+    }
+    if (std::chrono::steady_clock::now() < catching_up_until_) {
+      reply(route, {proto::Member::kWait, 0, epoch_},
+            fmt::format("the coordinator, node {}, is catching up with members that list more "
+                        "members than it does",
+                        router_.self()));
       return;
     }
     if (auto why = no_majority(heard)) {
@@ -422,6 +447,10 @@ void Admission::on_add(uint32_t from, const Joined& member) {
   const uint32_t id = member.peer.id;
   const std::string& endpoint = member.peer.endpoint;
   if (id == router_.self()) {  // this joiner's first round, once a member scheduled it
+    if (endpoint != options_.self_endpoint) {
+      given_twice(from, member.peer, {router_.self(), options_.self_endpoint, options_.self_key});
+      return;
+    }
     if (member.first_round > 0 && own_round_ == 0) {
       own_round_ = member.first_round;
       if (options_.schedule) options_.schedule(id, own_round_);
@@ -429,6 +458,10 @@ void Admission::on_add(uint32_t from, const Joined& member) {
     return;
   }
   if (Joined* known = joined(id)) {  // its schedule, when this add brings the first
+    if (known->peer.endpoint != endpoint || known->peer.public_key != member.peer.public_key) {
+      given_twice(from, member.peer, known->peer);
+      return;
+    }
     if (member.first_round > 0 && known->first_round == 0) set_round(*known, member.first_round);
     return;
   }
@@ -452,6 +485,16 @@ void Admission::on_add(uint32_t from, const Joined& member) {
   spdlog::info("node {} ({}) joined (told by node {}): members' epoch {}, {} members", id, endpoint,
                from, epoch_, router_.peers().size() + 1);
   if (member.first_round > 0) set_round(joined_.back(), member.first_round);
+}
+
+void Admission::given_twice(uint32_t from, const peers::Peer& told, const peers::Peer& known) {
+  if (!given_twice_.insert(told.id).second) return;  // once per id: adds come again
+  spdlog::error(
+      "node {} says node {} is {}, but this node knows node {} as {}: one id was given to two "
+      "nodes (two coordinators decided at once, or an add was lost before a cut); stop the "
+      "one that joined last and let it join again from another endpoint (a known one keeps "
+      "its id)",
+      from, told.id, told.endpoint, known.id, known.endpoint);
 }
 
 Admission::Joined* Admission::joined(uint32_t id) {

@@ -2,13 +2,13 @@
 // Nodes that were never in the peer list join a running cluster (issue 24, part 1):
 // the members' side. A joiner asks any seed (daemon/join_client.h). The seed pings
 // every member first (any daemon answers a ping, daemon/inspector.h: on an elastic
-// ring a node hears only its neighbors otherwise) and waits at most 300 ms for the
-// answers. The coordinator, the lowest id among the seed and the members heard since
-// that ping round began, assigns it the next id above every id it knows, makes it a peer of its own
-// channel and strategy, tells every member (an add), and answers the joiner with its id and the
-// member list. A seed that is not the coordinator redirects the joiner to it; one whose strategy
-// takes no new members refuses, saying why. An answer that got lost is asked again: a joiner whose
-// endpoint is a member's already gets that id back.
+// ring a node hears only its neighbors otherwise) and waits for the answers, half
+// --dead-after but 0.3 to 1 s at most. The coordinator, the lowest id among the seed and the
+// members heard since that ping round began, assigns it the next id above every id it knows, makes
+// it a peer of its own channel and strategy, tells every member (an add), and answers the joiner
+// with its id and the member list. A seed that is not the coordinator redirects the joiner to it;
+// one whose strategy takes no new members refuses, saying why. An answer that got lost is asked
+// again: a joiner whose endpoint is a member's already gets that id back.
 //
 // The joiner then starts as a node without state: it fetches the members' state, and
 //  - on an elastic ring asks in as a restarted node does (sgd/peer_ring.h);
@@ -35,10 +35,17 @@
 // could have told it restarted too.
 //
 // The coordinator gives ids only while it hears a majority of the members it lists
-// (itself included; a member that said bye and was not heard since is not counted),
-// unless --join-quorum any: the two sides of a partition cannot both hear a majority,
-// so they cannot both give the next id, each to another joiner. A joiner it cannot
-// take now gets a wait, which says why, and asks again.
+// (itself included; every listed one counts, one that left with a bye too: the sides
+// of a partition would not agree on who left), unless --join-quorum any: the two
+// sides of a clean partition cannot both hear a majority, so they cannot both give
+// the next id, each to another joiner. Nor does it give one while a member it heard
+// lists more members than it does (every pong carries the epoch) and the adds it
+// asked for are not here yet: two nodes that each take themselves for the coordinator
+// (a link between them down) learn of each other's joins before they give the next.
+// What remains is a race of two such coordinators within the same ping round; an add
+// of a known id with another endpoint is then said, loudly, on every member that
+// hears both (given_twice), and changes nothing. A joiner the coordinator cannot take
+// now gets a wait, which says why, and asks again.
 //
 // Under CURVE a joiner authenticates with a key on the members' admission list
 // (--admit-keys, peers/curve_auth.h), which the coordinator gives the id to: adds,
@@ -114,6 +121,8 @@ class Admission {
     uint64_t first_round = 0;  // 0: not scheduled yet
   };
   void on_add(uint32_t from, const Joined& member);
+  // An add of a known id with another endpoint or key: said once per id, loudly.
+  void given_twice(uint32_t from, const peers::Peer& told, const peers::Peer& known);
   // The joiner `from` holds a state: schedules it, or sends the schedule it has.
   void on_ready(uint32_t from);
   void set_round(Joined& member, uint64_t round);
@@ -139,7 +148,7 @@ class Admission {
   // `bound_ms`), or nullopt.
   std::optional<std::string> no_majority(uint64_t bound_ms) const;
   // A join-request of a new node waits (parked) for the members' answers to a ping
-  // round, at most kPongWait: then decide() redirects it, makes it wait, or gives it
+  // round, at most pong_wait(): then decide() redirects it, makes it wait, or gives it
   // an id.
   void decide(const std::string& route, const std::string& endpoint, const std::string& key);
   void ping_members();
@@ -163,22 +172,25 @@ class Admission {
   };
   std::map<uint32_t, Ask> asks_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
-  std::set<uint32_t> left_;  // members that said bye, until their next hello
+  // A member listed more members than this node, and its adds are not here yet.
+  std::chrono::steady_clock::time_point catching_up_until_{};
+  std::set<uint32_t> given_twice_;  // ids said to be given twice, once logged
+  std::set<uint32_t> configured_;   // the peer list's ids
   struct Parked {
     std::string route, endpoint, key;  // key: under CURVE, the joiner's
   };
   std::vector<Parked> parked_;
   static constexpr size_t kMaxParked = 16;
-  static constexpr std::chrono::milliseconds kPongWait{300};
+  std::chrono::milliseconds pong_wait() const;  // half --dead-after, 0.3 to 1 s
   std::chrono::steady_clock::time_point pinged_{};
   std::vector<uint32_t> pinged_ids_;
   std::chrono::steady_clock::time_point waits_logged_{};
   peers::Router::Subscription subscription_;
 };
 
-// "<id> <endpoint>" a line, under CURVE "<id> <endpoint> <public key>": the member list
-// of an answer. Parsed strictly: ids unique, endpoints valid (daemon/config.h), keys
-// Z85, at most 4096 lines.
+// "<id> <endpoint>" a line, under CURVE "<id> <endpoint> <public key>", and " banned"
+// after a peer the seed bans (under CURVE): the member list of an answer. Parsed strictly: ids
+// unique, endpoints valid (daemon/config.h), keys Z85, at most 4096 lines.
 std::string format_members(const std::vector<peers::Peer>& members);
 Result<std::vector<peers::Peer>> parse_members(std::string_view text);
 // --admit-keys: the public keys (Z85) a file lists, one a line, each maybe followed by

@@ -328,9 +328,9 @@ const std::array<Field, 63>& fields() {
                 [](C& c, std::string v) { c.admit_keys = std::move(v); }}},
       {"node.join_quorum", "--join-quorum", "RULE",
        "when the coordinator gives a joining node an id: majority (only while it hears "
-       "more than half of the members, those that left with a bye not counted, so that "
-       "the two sides of a partition cannot give one id twice; a joiner waits meanwhile) "
-       "or any (always: for a cluster that lost half its members for good)",
+       "more than half of the members it lists, so that the two sides of a partition "
+       "cannot give one id twice; a joiner waits meanwhile) or any (always: for a cluster "
+       "that lost half its members for good)",
        TextSpec{kJoinQuorums, "", nullptr,
                 [](const C& c) -> const std::string& { return c.join_quorum; },
                 [](C& c, std::string v) { c.join_quorum = std::move(v); }}},
@@ -1335,6 +1335,11 @@ Status check_required(const Document& d, bool from_flags_too) {
       return Status::invalid(
           fmt::format("{}: node.join under CURVE: seed {} needs its public key: write KEY@{}",
                       d.origins.source, seed.endpoint, seed.endpoint));
+    if (!d.config.secret_key.empty() && d.config.admit_keys.empty())
+      return Status::invalid(fmt::format(
+          "{}: node.join under CURVE needs node.admit_keys (the members' list): a node that "
+          "joined takes in the nodes that join after it only by their keys there",
+          d.origins.source));
     if (d.config.secret_key.empty() && !seed.public_key.empty())
       return Status::invalid(fmt::format(
           "{}: node.join: seed {} has a public key, which needs node.secret_key (this node's "

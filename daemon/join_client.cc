@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
@@ -73,7 +74,7 @@ Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::s
   std::string silent, waiting;
   for (size_t next = 0; std::chrono::steady_clock::now() < deadline; ++next) {
     peers::Peer seed = seeds[next % seeds.size()];
-    for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+    for (int hop = 0; hop <= kMaxRedirects && std::chrono::steady_clock::now() < deadline; ++hop) {
       auto answer = ask(context, seed, endpoint, keys);
       if (!answer) {
         silent = seed.endpoint;
@@ -108,6 +109,12 @@ Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::s
         return Status::protocol(fmt::format(
             "join: {} answered id {}, but its member list does not give it {}{}", seed.endpoint,
             m.id, endpoint, keys.public_key.empty() ? "" : " with this node's key"));
+      if (!seed.public_key.empty() &&
+          std::none_of(members->begin(), members->end(),
+                       [&](const peers::Peer& p) { return p.public_key == seed.public_key; }))
+        return Status::protocol(
+            fmt::format("join: {}'s member list does not hold the key this node spoke to it with",
+                        seed.endpoint));
       for (const auto& p : *members)
         if (p.public_key.empty() != keys.public_key.empty())
           return Status::protocol(fmt::format(

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     config->node_id = joined->id;
     config->joined_round = joined->first_round;
     for (const auto& m : joined->members)
-      if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint, m.public_key});
+      if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint, m.public_key, m.banned});
     if (auto st = gossip::daemon::validate_config(*config); !st) {
       spdlog::error("joined as node {}, but: {}", joined->id, st.message());
       return 2;

@@ -91,7 +91,13 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
       allowed[p.public_key] = p.id;
     }
     // Before the ROUTER binds: a handshake without a handler would be admitted.
-    auto zap = ZapHandler::start(t->context_, allowed, options.admit_keys);
+    // A banned peer's key cannot come back in as a joiner's.
+    std::vector<std::string> admit;
+    for (const auto& key : options.admit_keys)
+      if (std::none_of(sorted.begin(), sorted.end(),
+                       [&](const Peer& p) { return p.banned && p.public_key == key; }))
+        admit.push_back(key);
+    auto zap = ZapHandler::start(t->context_, allowed, admit);
     if (!zap) return zap.status();
     t->zap_ = std::move(zap).value();
   }

@@ -83,20 +83,17 @@ PeerRing::~PeerRing() { reset_links(); }
 
 uint64_t PeerRing::token_for(uint32_t peer) const { return mix64(secret_ ^ (peer + 1) * kWeyl); }
 
-std::unique_ptr<peers::RingChannel> PeerRing::sealed(std::unique_ptr<peers::RingChannel> channel,
-                                                     uint64_t right_session,
-                                                     uint64_t left_session) const {
+Result<std::unique_ptr<peers::RingChannel>> PeerRing::sealed(
+    std::unique_ptr<peers::RingChannel> channel, uint64_t right_session,
+    uint64_t left_session) const {
   if (options_.link_keys.empty()) return channel;
   const auto to = options_.link_keys.find(channel->right());
   const auto from = options_.link_keys.find(channel->left());
-  if (to == options_.link_keys.end() || from == options_.link_keys.end()) {
-    // Cannot happen (every member's keys are known before it is one); the link then
-    // fails its first message on the sealed side rather than going out in the clear
-    // unnoticed.
-    spdlog::error("ring link {} -> {} -> {}: no link keys for a neighbor", channel->left(),
-                  control_.self(), channel->right());
-    return channel;
-  }
+  if (to == options_.link_keys.end() || from == options_.link_keys.end())
+    // Cannot happen (every member's keys are known before it is one); were it to,
+    // the link fails rather than carrying the model in the clear.
+    return Status::invalid(fmt::format("ring link {} -> {} -> {}: no link keys for a neighbor",
+                                       channel->left(), control_.self(), channel->right()));
   const peers::SealKeys keys{.to_right = to->second.first,
                              .from_left = from->second.second,
                              .right_session = right_session,
@@ -424,8 +421,10 @@ Status PeerRing::connect(const CollectiveOptions& options) {
       return mismatch(a->layout);
     return channel.status();
   }
-  channel_ = sealed(std::move(channel).value(),
-                    ends.right_session != 0 ? ends.right_session : ends.session, ends.session);
+  auto link = sealed(std::move(channel).value(),
+                     ends.right_session != 0 ? ends.right_session : ends.session, ends.session);
+  if (!link) return link.status();
+  channel_ = std::move(link).value();
   return Status::ok();
 }
 
@@ -494,8 +493,14 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
     return channels.status();
   }
   mesh_ = std::move(channels).value();
-  for (size_t i = 0; i < ends.size(); ++i)
-    mesh_[i] = sealed(std::move(mesh_[i]), ends[i].peer_session, ends[i].session);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    auto link = sealed(std::move(mesh_[i]), ends[i].peer_session, ends[i].session);
+    if (!link) {
+      mesh_.clear();
+      return link.status();
+    }
+    mesh_[i] = std::move(link).value();
+  }
   links_.assign(order().ids.size(), nullptr);
   for (size_t i = 0; i < ends.size(); ++i) {
     const auto it = std::lower_bound(order().ids.begin(), order().ids.end(), ends[i].peer);

@@ -134,9 +134,11 @@ class PeerRing final : public AllReduce, public Membership {
   void announce();  // tells who connects to us our ring port
   void announce_to(uint32_t peer);
   uint64_t token_for(uint32_t peer) const;  // the secret a link's far end presents
-  // `channel` sealed when link_keys are set: to `right`, from `left`.
-  std::unique_ptr<peers::RingChannel> sealed(std::unique_ptr<peers::RingChannel> channel,
-                                             uint64_t right_session, uint64_t left_session) const;
+  // `channel` sealed when link_keys are set: to `right`, from `left`; an error when a
+  // neighbor's keys are missing.
+  Result<std::unique_ptr<peers::RingChannel>> sealed(std::unique_ptr<peers::RingChannel> channel,
+                                                     uint64_t right_session,
+                                                     uint64_t left_session) const;
   // The node ids this node links with under the mesh algorithms it may run.
   std::vector<uint32_t> mesh_peers() const;
   // The algorithm of a round of `bytes` (uncompressed) whose top-k contributions go

@@ -38,14 +38,19 @@ TEST(MemberList, RoundTripsAndRefusesWhatIsNotAList) {
   EXPECT_NE(parse_members(many).status().message().find("more than 4096"), std::string::npos);
 }
 
-// Under CURVE every line carries the member's public key after its endpoint.
+// Under CURVE every line carries the member's public key after its endpoint, and a
+// peer the seed bans is marked.
 TEST(MemberList, CarriesTheMembersKeysUnderCurve) {
   const std::string key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";  // CURVE's test vector
-  const std::vector<peers::Peer> members{{0, "tcp://10.0.0.1:7000", key}};
+  const std::vector<peers::Peer> members{{0, "tcp://10.0.0.1:7000", key},
+                                         {1, "tcp://10.0.0.2:7000", key, /*banned=*/true}};
   auto back = parse_members(format_members(members));
   ASSERT_TRUE(back.is_ok()) << back.status().message();
   EXPECT_EQ((*back)[0].public_key, key);
   EXPECT_EQ((*back)[0].endpoint, "tcp://10.0.0.1:7000");
+  EXPECT_FALSE((*back)[0].banned);
+  EXPECT_TRUE((*back)[1].banned) << "a banned peer stays banned on the joiner";
+  EXPECT_EQ((*back)[1].endpoint, "tcp://10.0.0.2:7000");
   auto bad = parse_members("0 tcp://10.0.0.1:7000 not-a-key\n");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("40 Z85 characters"), std::string::npos)

@@ -619,11 +619,14 @@ TEST(ConfigArgs, AJoinUnderCurveNamesEachSeedsKey) {
     more.insert(more.begin(), base.begin(), base.end());
     return from_args(more);
   };
-  auto ok =
-      with({"--join", key + "@tcp://10.0.0.1:7000,tcp://10.0.0.2:7000", "--secret-key", secret});
-  EXPECT_TRUE(fails_with(
-      ok, {"seed tcp://10.0.0.2:7000 needs its public key", "write KEY@tcp://10.0.0.2:7000"}));
-  auto good = with({"--join", key + "@tcp://10.0.0.1:7000", "--secret-key", secret});
+  auto one_without_key = with({"--join", key + "@tcp://10.0.0.1:7000,tcp://10.0.0.2:7000",
+                               "--secret-key", secret, "--admit-keys", "/tmp/keys"});
+  EXPECT_TRUE(fails_with(one_without_key, {"seed tcp://10.0.0.2:7000 needs its public key",
+                                           "write KEY@tcp://10.0.0.2:7000"}));
+  EXPECT_TRUE(fails_with(with({"--join", key + "@tcp://10.0.0.1:7000", "--secret-key", secret}),
+                         {"node.join under CURVE needs node.admit_keys"}));
+  auto good = with({"--join", key + "@tcp://10.0.0.1:7000", "--secret-key", secret, "--admit-keys",
+                    "/tmp/keys"});
   ASSERT_TRUE(good.is_ok()) << good.status().message();
   const auto seeds = join_seeds(*good);
   ASSERT_EQ(seeds.size(), 1u);

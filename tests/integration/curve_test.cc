@@ -25,14 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct KeyPair {
-  std::string pub, sec;
-};
-KeyPair keypair() {
-  char p[41] = {}, s[41] = {};
-  EXPECT_EQ(zmq_curve_keypair(p, s), 0);
-  return {p, s};
-}
+KeyPair keypair() { return curve_keypair(); }
 
 // Relays TCP connections from its port to 127.0.0.1:target and records the bytes that
 // go towards the target.

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <csignal>
 #include <cstring>
@@ -159,6 +160,12 @@ std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid) {
     if (name.starts_with("gossipd-") && name.find(pid) != std::string::npos) found.push_back(name);
   }
   return found;
+}
+
+KeyPair curve_keypair() {
+  char p[41] = {}, s[41] = {};
+  if (zmq_curve_keypair(p, s) != 0) throw std::runtime_error("zmq_curve_keypair failed");
+  return {p, s};
 }
 
 }  // namespace gossip::testing

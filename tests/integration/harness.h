@@ -80,6 +80,12 @@ std::vector<std::string> gossipd_shm_objects(pid_t daemon_pid);
 
 std::string binary(const std::string& name);  // test_bin_dir()/name
 
+// A fresh CURVE key pair (Z85), for clusters under --secret-key.
+struct KeyPair {
+  std::string pub, sec;
+};
+KeyPair curve_keypair();
+
 // A file's whole text; empty when it cannot be read.
 std::string read_text(const std::filesystem::path& path);
 

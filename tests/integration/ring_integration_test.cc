@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include <algorithm>
 #include <chrono>
@@ -429,6 +428,31 @@ INSTANTIATE_TEST_SUITE_P(LocalSgd, ElasticRestart,
                                                    -1.0f}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A fourth node that no member lists, started with --join `seed` and the ring's flags
+// plus `more`, until its IPC socket (gossipd-3.sock) exists.
+ChildProcess start_ring_joiner(ElasticLocalSgd& ring, const std::string& seed,
+                               const std::vector<std::string>& more) {
+  const auto dir = ring.cluster().run_dir();
+  std::vector<std::string> argv = {binary("gossipd"),
+                                   "--join",
+                                   seed,
+                                   "--listen",
+                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
+                                   "--run-dir",
+                                   dir.string()};
+  for (const auto& f : ElasticLocalSgd::flags(more)) argv.push_back(f);
+  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(dir / "gossipd-3.sock")) {
+    if (!joiner.running() || std::chrono::steady_clock::now() >= deadline) {
+      ADD_FAILURE() << "the joiner did not start\n" << joiner.log();
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return joiner;
+}
+
 // A fourth node that no member lists joins the running ring through node 1, a seed
 // that is not the coordinator: it is sent on to node 0, gets id 3, and every member
 // takes it as a peer. It then starts as a restarted node does: it fetches the
@@ -440,22 +464,8 @@ TEST(RingProcesses, ANodeThatNoMemberListsJoinsThroughASeedWithTheNextId) {
   for (int shift : {0, 10}) ring.round({0, 1, 2}, shift);
   ASSERT_FALSE(HasFailure());
 
-  const auto dir = ring.cluster().run_dir();
-  std::vector<std::string> argv = {binary("gossipd"),
-                                   "--join",
-                                   ring.cluster().peer_endpoint(1),
-                                   "--listen",
-                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
-                                   "--run-dir",
-                                   dir.string()};
-  for (const auto& f : ElasticLocalSgd::flags({})) argv.push_back(f);
-  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!std::filesystem::exists(dir / "gossipd-3.sock")) {
-    ASSERT_TRUE(joiner.running()) << joiner.log();
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << joiner.log();
-    std::this_thread::sleep_for(20ms);
-  }
+  ChildProcess joiner = start_ring_joiner(ring, ring.cluster().peer_endpoint(1), {});
+  ASSERT_FALSE(HasFailure());
   ring.attach(3);
   ASSERT_FALSE(HasFailure()) << joiner.log();
   EXPECT_TRUE(ring.model(3).initialized) << "it starts from the members' model\n" << joiner.log();
@@ -491,25 +501,20 @@ TEST(RingProcesses, ANodeThatNoMemberListsJoinsThroughASeedWithTheNextId) {
 // each pair derives from the CURVE keys, as the configured members' are: the four
 // average (every round checks the mean) over sealed links only.
 TEST(RingProcesses, UnderCurveANodeWithAnAdmittedKeyJoinsTheSealedRing) {
-  auto keypair = [] {
-    char p[41] = {}, s[41] = {};
-    EXPECT_EQ(zmq_curve_keypair(p, s), 0);
-    return std::pair<std::string, std::string>(p, s);
-  };
-  std::pair<std::string, std::string> k[ElasticLocalSgd::kNodes + 1];
-  for (auto& kp : k) kp = keypair();
+  KeyPair k[ElasticLocalSgd::kNodes + 1];
+  for (auto& kp : k) kp = curve_keypair();
   const auto admit = std::filesystem::temp_directory_path() /
                      ("gossip-admit-" + std::to_string(::getpid()) + ".keys");
-  std::ofstream(admit) << k[3].first << "\n";
+  std::ofstream(admit) << k[3].pub << "\n";
   struct Remove {
     std::filesystem::path path;
     ~Remove() { std::filesystem::remove(path); }
   } remove{admit};
   std::map<int, std::vector<std::string>> own;
   for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) {
-    own[i] = {"--secret-key", k[i].second};
+    own[i] = {"--secret-key", k[i].sec};
     for (int j = 0; j < ElasticLocalSgd::kNodes; ++j)
-      if (j != i) own[i].insert(own[i].end(), {"--peer-key", std::to_string(j) + "=" + k[j].first});
+      if (j != i) own[i].insert(own[i].end(), {"--peer-key", std::to_string(j) + "=" + k[j].pub});
   }
   ElasticLocalSgd ring({"--admit-keys", admit.string()}, 0.0f, {}, own);
   for (int i = 0; i < ElasticLocalSgd::kNodes; ++i) ring.attach(i);
@@ -517,24 +522,10 @@ TEST(RingProcesses, UnderCurveANodeWithAnAdmittedKeyJoinsTheSealedRing) {
   ring.round({0, 1, 2}, 0);
   ASSERT_FALSE(HasFailure());
 
-  const auto dir = ring.cluster().run_dir();
-  std::vector<std::string> argv = {binary("gossipd"),
-                                   "--join",
-                                   k[1].first + "@" + ring.cluster().peer_endpoint(1),
-                                   "--secret-key",
-                                   k[3].second,
-                                   "--listen",
-                                   "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
-                                   "--run-dir",
-                                   dir.string()};
-  for (const auto& f : ElasticLocalSgd::flags({"--admit-keys", admit.string()})) argv.push_back(f);
-  ChildProcess joiner(argv, dir / "gossipd-joiner.log");
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!std::filesystem::exists(dir / "gossipd-3.sock")) {
-    ASSERT_TRUE(joiner.running()) << joiner.log();
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << joiner.log();
-    std::this_thread::sleep_for(20ms);
-  }
+  ChildProcess joiner =
+      start_ring_joiner(ring, k[1].pub + "@" + ring.cluster().peer_endpoint(1),
+                        {"--secret-key", k[3].sec, "--admit-keys", admit.string()});
+  ASSERT_FALSE(HasFailure());
   ring.attach(3);
   ASSERT_FALSE(HasFailure()) << joiner.log();
   EXPECT_TRUE(ring.model(3).initialized) << "it starts from the members' model\n" << joiner.log();

@@ -138,6 +138,38 @@ TEST(JoinAttack, ForgedAddsCannotGrowTheOverlayWithoutBound) {
   EXPECT_TRUE(cluster.daemon(0).running()) << log;
 }
 
+// An add of an id this node knows with another endpoint (one id given to two nodes by
+// two coordinators at once, or a liar): the known member stays as it is, and the node
+// says, once, that the id was given twice. Node 2 (not running; a process posing as it)
+// first adds node 3 at port 20000, then ids 2 and 3 at ports 20000 and 20001.
+TEST(JoinAttack, AnAddOfAKnownIdWithAnotherEndpointChangesNothingAndIsSaid) {
+  Cluster cluster(3, {"--strategy", "gossip", "--period", "1"});
+  cluster.start(0);
+  auto trainer = connect_to(cluster, 0);
+  ASSERT_TRUE(trainer);
+  ASSERT_TRUE(trainer->attach({{"x", 1000}}).is_ok());
+  for (const char* count : {"1", "2"}) {
+    const std::string first = count[0] == '1' ? "3" : "2";
+    ChildProcess adds({binary("gossip-attacker"), "forged-add", "--target",
+                       cluster.peer_endpoint(0), "--as-node", "2", "--id", first, "--count", count},
+                      cluster.run_dir() / ("attacker-" + first + ".log"));
+    ASSERT_EQ(adds.wait(30s), 0) << adds.log();
+  }
+  const std::string twice =
+      "node 2 says node 3 is tcp://127.0.0.1:20001, but this node knows node 3 as "
+      "tcp://127.0.0.1:20000: one id was given to two nodes";
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (cluster.log(0).find(twice) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  const std::string log = cluster.log(0);
+  EXPECT_NE(log.find("node 3 (tcp://127.0.0.1:20000) joined (told by node 2)"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find(twice), std::string::npos) << log;
+  EXPECT_EQ(log.find("node 3 (tcp://127.0.0.1:20001) joined"), std::string::npos) << log;
+  EXPECT_TRUE(cluster.daemon(0).running()) << log;
+}
+
 // A forged merge offer (sgd/ring_membership.h), from a process posing as node 3 of an
 // elastic ring of five configured nodes of which nodes 0-2 run: a ring [3, 4] at round
 // 10^9. Node 0 merges with it, but a side of one heard node may claim at most 64
