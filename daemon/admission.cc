@@ -126,10 +126,7 @@ Admission::Admission(peers::Router& router, Options options)
   router_.set_on_epoch_ahead(
       [this](uint32_t peer, uint64_t epoch) { on_epoch_ahead(peer, epoch); });
   highest_ = router_.self();
-  for (const auto& p : router_.peers()) {
-    highest_ = std::max(highest_, p.id);
-    configured_.insert(p.id);
-  }
+  for (const auto& p : router_.peers()) highest_ = std::max(highest_, p.id);
   subscription_ =
       router_.subscribe({proto::Kind::kMember, proto::Kind::kHello}, [this](peers::Incoming& in) {
         if (in.kind() == proto::Kind::kHello)
@@ -199,6 +196,7 @@ void Admission::update_epoch() {
   // this node misses (an add of node 6 heard, of node 5 lost) or switch the asking off.
   epoch_ = router_.peers().size() + 1;
   router_.transport().set_epoch(epoch_);
+  if (epoch_ >= catch_up_to_) catching_up_until_ = {};  // caught up
 }
 
 std::vector<const Admission::Joined*> Admission::by_id() const {
@@ -220,7 +218,8 @@ void Admission::on_sync(uint32_t peer, uint64_t its_epoch) {
   auto& last = answered_[peer];
   if (its_epoch >= epoch_ || now - last < std::chrono::seconds(1)) return;
   last = now;
-  for (const Joined* member : by_id()) send_add(peer, *member);
+  for (const Joined* member : by_id())
+    if (member->peer.id != peer) send_add(peer, *member);
 }
 
 void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
@@ -228,19 +227,25 @@ void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
   if (epoch > epoch_ + peers::TrafficCounters::kMaxJoined) return;
   const auto now = std::chrono::steady_clock::now();
   Ask& ask = asks_[peer];
+  if (epoch > ask.claimed) {
+    // The peer lists more than it did: news. Until its adds are here (or for a
+    // second) this node gives no id, which it might give again otherwise (two nodes
+    // that each took themselves for the coordinator, an add lost before a cut). A
+    // liar's claims can rise at most kMaxJoined times, a second each.
+    ask.claimed = epoch;
+    ask.next = {};
+    catch_up_to_ = std::max(catch_up_to_, epoch);
+    catching_up_until_ = now + std::chrono::seconds(1);
+  }
   if (now < ask.next) return;
   // An answer that brought nothing (a member whose epoch is not of joins this node
   // can take: a lying one, or a join on the other side of a partition) is asked
-  // less and less often.
+  // less and less often, until the peer lists more again.
   ask.backoff = ask.epoch == epoch_ && ask.next != std::chrono::steady_clock::time_point{}
                     ? std::min(ask.backoff * 2, std::chrono::milliseconds(60000))
                     : std::chrono::milliseconds(1000);
   ask.next = now + ask.backoff;
   ask.epoch = epoch_;
-  // Until its adds are here this node gives no id: it might give one of them again
-  // (two nodes that each took themselves for the coordinator, an add lost before a
-  // cut). Not while the asking backs off: a liar cannot hold joins up for long.
-  if (ask.backoff == std::chrono::milliseconds(1000)) catching_up_until_ = now + ask.backoff;
   spdlog::info(
       "node {} knows of joins this node missed (it lists {} members, this node {}): asking it",
       peer, epoch, epoch_);
@@ -382,11 +387,6 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
   uint32_t id = 0;
   uint64_t first_round = 0;
   if (same != peers.end()) {
-    if (!joined(same->id) && !configured_.count(same->id)) {  // its strategy refused it
-      reply(route, {proto::Member::kRefused, 0, epoch_},
-            fmt::format("node {} at {} could not be taken in here", same->id, endpoint));
-      return;
-    }
     if (same->public_key != key) {  // under CURVE: another node's endpoint
       reply(route, {proto::Member::kRefused, 0, epoch_},
             fmt::format("{} is node {}'s, which holds another key", endpoint, same->id));
@@ -447,7 +447,8 @@ void Admission::on_add(uint32_t from, const Joined& member) {
   const uint32_t id = member.peer.id;
   const std::string& endpoint = member.peer.endpoint;
   if (id == router_.self()) {  // this joiner's first round, once a member scheduled it
-    if (endpoint != options_.self_endpoint) {
+    // (A configured node's listen may be a wildcard: only a joiner's is its endpoint.)
+    if (options_.joiner && endpoint != options_.self_endpoint) {
       given_twice(from, member.peer, {router_.self(), options_.self_endpoint, options_.self_key});
       return;
     }
@@ -471,8 +472,13 @@ void Admission::on_add(uint32_t from, const Joined& member) {
     return;
   }
   const auto& peers = router_.peers();
-  if (std::any_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
-    return;  // a configured peer
+  if (const auto p = std::find_if(peers.begin(), peers.end(),
+                                  [&](const peers::Peer& q) { return q.id == id; });
+      p != peers.end()) {  // a configured peer (or, on a joiner, one its answer listed)
+    if (p->endpoint != endpoint || p->public_key != member.peer.public_key)
+      given_twice(from, member.peer, *p);
+    return;
+  }
   if (auto problem = unfit(member.peer)) {
     router_.transport().note_dropped(from, fmt::format("an add of node {}: {}", id, *problem));
     return;
@@ -554,10 +560,15 @@ Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point 
 
 Status Admission::add(const Joined& member) {
   GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer(member.peer));
+  // Known here only once the strategy took it; one it refused is no member at all
+  // (an add of it again is tried again).
+  if (options_.take)
+    if (Status st = options_.take(member.peer.id, member.peer.endpoint); !st) {
+      router_.transport().remove_peer(member.peer.id);
+      return st;
+    }
   highest_ = std::max(highest_, member.peer.id);
   update_epoch();
-  // Known here only once the strategy took it (an add of it again is tried again).
-  if (options_.take) GOSSIP_RETURN_IF_ERROR(options_.take(member.peer.id, member.peer.endpoint));
   joined_.push_back(member);
   return Status::ok();
 }

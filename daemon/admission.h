@@ -75,6 +75,7 @@ class Admission {
     bool needs_majority = true;  // --join-quorum majority
     bool curve = false;          // members come with their public keys
     std::string self_key;        // under CURVE: this node's public key (Z85)
+    bool joiner = false;         // this node joined by seeds (--join)
     // Empty when the strategy takes new members; else why not (the joiner is told).
     std::string refuse;
     // Whether the strategy can take member `id` now (before anything changes), and
@@ -168,14 +169,15 @@ class Admission {
   struct Ask {                  // on_epoch_ahead's, per peer
     std::chrono::steady_clock::time_point next{};
     std::chrono::milliseconds backoff{1000};
-    uint64_t epoch = 0;  // this node's when it last asked
+    uint64_t epoch = 0;    // this node's when it last asked
+    uint64_t claimed = 0;  // the highest epoch the peer's messages carried
   };
   std::map<uint32_t, Ask> asks_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
   // A member listed more members than this node, and its adds are not here yet.
   std::chrono::steady_clock::time_point catching_up_until_{};
+  uint64_t catch_up_to_ = 0;        // the highest epoch a peer claimed
   std::set<uint32_t> given_twice_;  // ids said to be given twice, once logged
-  std::set<uint32_t> configured_;   // the peer list's ids
   struct Parked {
     std::string route, endpoint, key;  // key: under CURVE, the joiner's
   };

@@ -24,9 +24,10 @@ struct Answer {
 };
 
 // One request to `seed`: the answer's member message and payload, or nullopt when it
-// stayed silent for kAnswerWait (or sent something that is no answer).
+// stayed silent until `until` (or sent something that is no answer).
 std::optional<Answer> ask(zmq::context_t& context, const peers::Peer& seed,
-                          const std::string& endpoint, const JoinKeys& keys) {
+                          const std::string& endpoint, const JoinKeys& keys,
+                          std::chrono::steady_clock::time_point until) {
   std::random_device rd;
   const std::string route = fmt::format("join-{:08x}{:08x}", rd(), rd());
   zmq::socket_t s(context, zmq::socket_type::dealer);
@@ -43,8 +44,7 @@ std::optional<Answer> ask(zmq::context_t& context, const peers::Peer& seed,
       proto::kNoNode, 0, proto::Member{proto::Member::kJoinRequest, 0, 0}, endpoint.size());
   s.send(zmq::buffer(head), zmq::send_flags::sndmore);
   s.send(zmq::buffer(endpoint));
-  const auto deadline = std::chrono::steady_clock::now() + kAnswerWait;
-  while (std::chrono::steady_clock::now() < deadline) {
+  while (std::chrono::steady_clock::now() < until) {
     zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
     std::vector<zmq::message_t> frames;
@@ -75,7 +75,8 @@ Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::s
   for (size_t next = 0; std::chrono::steady_clock::now() < deadline; ++next) {
     peers::Peer seed = seeds[next % seeds.size()];
     for (int hop = 0; hop <= kMaxRedirects && std::chrono::steady_clock::now() < deadline; ++hop) {
-      auto answer = ask(context, seed, endpoint, keys);
+      auto answer = ask(context, seed, endpoint, keys,
+                        std::min(deadline, std::chrono::steady_clock::now() + kAnswerWait));
       if (!answer) {
         silent = seed.endpoint;
         break;
@@ -86,7 +87,8 @@ Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::s
       if (m.what == proto::Member::kWait) {  // no majority there now: again in a second
         if (text != waiting) spdlog::warn("join: {} says wait: {}", seed.endpoint, text);
         waiting = text;
-        std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::this_thread::sleep_until(
+            std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
         break;
       }
       if (m.what == proto::Member::kRedirect) {

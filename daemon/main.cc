@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
     config->node_id = joined->id;
     config->joined_round = joined->first_round;
     for (const auto& m : joined->members)
-      if (m.id != joined->id) config->peers.push_back({m.id, m.endpoint, m.public_key, m.banned});
+      if (m.id != joined->id)  // a ban needs CURVE (and a seed without it is trusted anyway)
+        config->peers.push_back(
+            {m.id, m.endpoint, m.public_key, m.banned && !config->secret_key.empty()});
     if (auto st = gossip::daemon::validate_config(*config); !st) {
       spdlog::error("joined as node {}, but: {}", joined->id, st.message());
       return 2;

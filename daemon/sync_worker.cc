@@ -81,6 +81,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.dead_after_s * 1000.0));
   ao.needs_majority = config.join_quorum == "majority";
   ao.curve = !config.secret_key.empty();
+  ao.joiner = !config.join.empty();
   if (ao.curve) {
     auto pub = peers::curve_public_of(config.secret_key);
     if (!pub) return pub.status();

@@ -105,6 +105,8 @@ class PeerChannel {
   virtual Status add_peer(const Peer& peer) {
     return Status::invalid(fmt::format("this channel takes no new peer ({})", peer.id));
   }
+  // Undoes add_peer of a member the strategy then refused (nothing was sent to it yet).
+  virtual void remove_peer(uint32_t /*peer*/) {}
   virtual Status reply_to_joiner(const std::string& /*route*/, uint64_t /*round*/,
                                  const proto::Body& /*body*/, std::string_view /*payload*/) {
     return Status::invalid("this channel has no joiners");

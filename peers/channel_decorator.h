@@ -37,6 +37,7 @@ class ChannelDecorator : public PeerChannel {
   std::vector<std::string> refused_keys() const override { return inner_->refused_keys(); }
   void wake() override { inner_->wake(); }
   Status add_peer(const Peer& peer) override { return inner_->add_peer(peer); }
+  void remove_peer(uint32_t peer) override { inner_->remove_peer(peer); }
   void set_epoch(uint64_t epoch) override { inner_->set_epoch(epoch); }
   uint64_t epoch() const override { return inner_->epoch(); }
   Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,

@@ -134,6 +134,13 @@ Status ZapHandler::allow(const std::string& z85, uint32_t id) {
   return Status::ok();
 }
 
+void ZapHandler::disallow(const std::string& z85) {
+  if (auto bin = decode_key(z85)) {
+    std::lock_guard lock(allowed_mu_);
+    allowed_.erase(*bin);
+  }
+}
+
 bool ZapHandler::admits(const std::string& z85) const {
   auto bin = decode_key(z85);
   return bin && admit_.count(*bin) > 0;

@@ -61,6 +61,7 @@ class ZapHandler {
 
   // A node that joined: its key (Z85) is admitted as peer `id` from now on (any thread).
   Status allow(const std::string& z85, uint32_t id);
+  void disallow(const std::string& z85);  // undoes allow()
   // Whether a key (Z85) is on the admission list.
   bool admits(const std::string& z85) const;
   static constexpr std::string_view kJoinerPrefix = "join:";  // the User-Id of a joiner's key

@@ -208,6 +208,24 @@ Status ZmqTransport::add_peer(const Peer& peer) {
   return Status::ok();
 }
 
+void ZmqTransport::remove_peer(uint32_t peer) {
+  const auto p =
+      std::find_if(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.id == peer; });
+  if (p == peers_.end()) return;
+  if (zap_ && !p->public_key.empty()) zap_->disallow(p->public_key);
+  peers_.erase(p);
+  for (auto it = routing_ids_.begin(); it != routing_ids_.end();)
+    it = it->second == peer ? routing_ids_.erase(it) : std::next(it);
+  for (auto it = outbound_.begin(); it != outbound_.end(); ++it)
+    if ((*it)->peer.id == peer) {
+      (*it)->events.close();
+      (*it)->socket.close();
+      removed_.push_back(std::move(*it));
+      outbound_.erase(it);
+      break;
+    }
+}
+
 Status ZmqTransport::reply_to_joiner(const std::string& route, uint64_t round,
                                      const proto::Body& body, std::string_view payload) {
   const std::string head = proto::encode_head(self_, round, body, payload.size(), epoch());

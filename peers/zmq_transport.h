@@ -62,6 +62,7 @@ class ZmqTransport final : public PeerChannel {
   std::vector<std::string> refused_keys() const override;
   void wake() override;
   Status add_peer(const Peer& peer) override;
+  void remove_peer(uint32_t peer) override;
   Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,
                          std::string_view payload) override;
 
@@ -115,6 +116,9 @@ class ZmqTransport final : public PeerChannel {
   std::unique_ptr<InboundWatchdog> watchdog_;
   std::chrono::steady_clock::time_point last_check_{};
   std::vector<std::unique_ptr<Outbound>> outbound_;
+  // Of removed peers: kept, their sockets closed, while a zero-copy message's release
+  // may still count down their `pending`.
+  std::vector<std::unique_ptr<Outbound>> removed_;
   std::map<uint32_t, std::string> last_refusal_;  // peer -> why its last message was refused
   int wake_fd_ = -1;                              // an eventfd; recv returns when it is set
 };

@@ -86,7 +86,7 @@ uint64_t PeerRing::token_for(uint32_t peer) const { return mix64(secret_ ^ (peer
 Result<std::unique_ptr<peers::RingChannel>> PeerRing::sealed(
     std::unique_ptr<peers::RingChannel> channel, uint64_t right_session,
     uint64_t left_session) const {
-  if (options_.link_keys.empty()) return channel;
+  if (options_.link_keys.empty() && !options_.link_keys_of) return channel;  // no CURVE
   const auto to = options_.link_keys.find(channel->right());
   const auto from = options_.link_keys.find(channel->left());
   if (to == options_.link_keys.end() || from == options_.link_keys.end())

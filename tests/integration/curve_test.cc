@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -308,12 +309,15 @@ TEST(Curve, TheRingAdmitsOnlyTheNeighborThatGotItsToken) {
 
 // Banning (issue 20): nodes 0 and 1 ban node 2, which runs and connects as usual.
 // Its handshakes are refused, nothing is sent to it, and the all-gather's mean is
-// over nodes 0 and 1 alone, without waiting for node 2.
+// over nodes 0 and 1 alone, without waiting for node 2. Its key on their list of keys
+// that may join (--admit-keys) does not let it back in as a joiner's either.
 TEST(Curve, ABannedPeersKeyIsRefusedAndItIsLeftOutOfTheMean) {
   const KeyPair k[3] = {keypair(), keypair(), keypair()};
   Cluster c(3, {"--period", "1", "--transport", "allgather", "--round-timeout", "10"});
+  const auto admit = c.run_dir() / "admit.keys";
+  std::ofstream(admit) << k[2].pub << "\n";
   for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> flags = {"--secret-key", k[i].sec};
+    std::vector<std::string> flags = {"--secret-key", k[i].sec, "--admit-keys", admit.string()};
     for (int j = 0; j < 3; ++j)
       if (j != i) flags.insert(flags.end(), {"--peer-key", std::to_string(j) + "=" + k[j].pub});
     if (i != 2) flags.insert(flags.end(), {"--ban-peer", "2"});
