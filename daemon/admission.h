@@ -38,13 +38,14 @@
 // (itself included; every listed one counts, one that left with a bye too: the sides
 // of a partition would not agree on who left), unless --join-quorum any: the two
 // sides of a clean partition cannot both hear a majority, so they cannot both give
-// the next id, each to another joiner. Nor does it give one while a member it heard
-// lists more members than it does (every pong carries the epoch) and the adds it
-// asked for are not here yet: two nodes that each take themselves for the coordinator
-// (a link between them down) learn of each other's joins before they give the next.
-// What remains is a race of two such coordinators within the same ping round; an add
-// of a known id with another endpoint is then said, loudly, on every member that
-// hears both (given_twice), and changes nothing. A joiner the coordinator cannot take
+// the next id, each to another joiner. Nor does it give one for a second after a
+// member's messages (every pong carries the epoch) first list more members than
+// before and than this node does, unless the adds it then asks for bring it level
+// sooner: two nodes that each take themselves for the coordinator (a link between
+// them down) learn of each other's joins before they give the next. What remains is
+// a race of two such coordinators within about a second; an add of a known id with
+// another endpoint is then said, loudly, on every member that hears both
+// (given_twice), and changes nothing. A joiner the coordinator cannot take
 // now gets a wait, which says why, and asks again.
 //
 // Under CURVE a joiner authenticates with a key on the members' admission list
