@@ -196,7 +196,10 @@ void Admission::update_epoch() {
   // this node misses (an add of node 6 heard, of node 5 lost) or switch the asking off.
   epoch_ = router_.peers().size() + 1;
   router_.transport().set_epoch(epoch_);
-  if (epoch_ >= catch_up_to_) catching_up_until_ = {};  // caught up
+  if (epoch_ >= catch_up_to_) {  // caught up
+    catching_up_until_ = {};
+    catch_up_to_ = 0;
+  }
 }
 
 std::vector<const Admission::Joined*> Admission::by_id() const {
@@ -228,14 +231,19 @@ void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
   const auto now = std::chrono::steady_clock::now();
   Ask& ask = asks_[peer];
   if (epoch > ask.claimed) {
-    // The peer lists more than it did: news. Until its adds are here (or for a
-    // second) this node gives no id, which it might give again otherwise (two nodes
-    // that each took themselves for the coordinator, an add lost before a cut). A
-    // liar's claims can rise at most kMaxJoined times, a second each.
+    // The peer lists more than it did: news, asked for at once.
     ask.claimed = epoch;
     ask.next = {};
-    catch_up_to_ = std::max(catch_up_to_, epoch);
-    catching_up_until_ = now + std::chrono::seconds(1);
+    // Until its adds are here (or for 2 s: a sync is answered once a second) this
+    // node gives no id, which it might give again otherwise (two nodes that each took
+    // themselves for the coordinator, an add lost before a cut). Once per peer for
+    // each epoch of this node's own: a liar's rising claims hold joins up for 2 s
+    // per member that joined meanwhile, not for a second per claim.
+    if (ask.held_at != epoch_) {
+      ask.held_at = epoch_;
+      catch_up_to_ = std::max(catch_up_to_, epoch);
+      catching_up_until_ = now + std::chrono::seconds(2);
+    }
   }
   if (now < ask.next) return;
   // An answer that brought nothing (a member whose epoch is not of joins this node
@@ -560,6 +568,7 @@ Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point 
 
 Status Admission::add(const Joined& member) {
   GOSSIP_RETURN_IF_ERROR(router_.transport().add_peer(member.peer));
+  highest_ = std::max(highest_, member.peer.id);  // never given again, taken or not
   // Known here only once the strategy took it; one it refused is no member at all
   // (an add of it again is tried again).
   if (options_.take)
@@ -567,7 +576,6 @@ Status Admission::add(const Joined& member) {
       router_.transport().remove_peer(member.peer.id);
       return st;
     }
-  highest_ = std::max(highest_, member.peer.id);
   update_epoch();
   joined_.push_back(member);
   return Status::ok();

@@ -38,13 +38,12 @@
 // (itself included; every listed one counts, one that left with a bye too: the sides
 // of a partition would not agree on who left), unless --join-quorum any: the two
 // sides of a clean partition cannot both hear a majority, so they cannot both give
-// the next id, each to another joiner. Nor does it give one for a second after a
-// member's messages (every pong carries the epoch) first list more members than
-// before and than this node does, unless the adds it then asks for bring it level
-// sooner: two nodes that each take themselves for the coordinator (a link between
-// them down) learn of each other's joins before they give the next. What remains is
-// a race of two such coordinators within about a second; an add of a known id with
-// another endpoint is then said, loudly, on every member that hears both
+// the next id, each to another joiner. Nor does it give one for 2 s after a member's
+// messages (every pong carries the epoch) first list more members than before and
+// than this node does, unless the adds it then asks for bring it level sooner: two nodes that each
+// take themselves for the coordinator (a link between them down) learn of each other's joins before
+// they give the next. What remains is a race of two such coordinators within about 2 s; an add of a
+// known id with another endpoint is then said, loudly, on every member that hears both
 // (given_twice), and changes nothing. A joiner the coordinator cannot take
 // now gets a wait, which says why, and asks again.
 //
@@ -172,12 +171,13 @@ class Admission {
     std::chrono::milliseconds backoff{1000};
     uint64_t epoch = 0;    // this node's when it last asked
     uint64_t claimed = 0;  // the highest epoch the peer's messages carried
+    uint64_t held_at = 0;  // this node's epoch when a claim of it last held ids up
   };
   std::map<uint32_t, Ask> asks_;
   std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
   // A member listed more members than this node, and its adds are not here yet.
   std::chrono::steady_clock::time_point catching_up_until_{};
-  uint64_t catch_up_to_ = 0;        // the highest epoch a peer claimed
+  uint64_t catch_up_to_ = 0;        // the highest epoch claimed since this node was level
   std::set<uint32_t> given_twice_;  // ids said to be given twice, once logged
   struct Parked {
     std::string route, endpoint, key;  // key: under CURVE, the joiner's

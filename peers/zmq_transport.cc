@@ -142,6 +142,7 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
   const bool curve = !options_.secret_key.empty();
   auto out = std::make_unique<Outbound>();
   out->peer = p;
+  std::string theirs_rid;  // under CURVE: the routing id it presents to this node
   try {
     out->socket = zmq::socket_t(context_, zmq::socket_type::dealer);
     if (curve) {
@@ -150,7 +151,7 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
       out->socket.set(zmq::sockopt::routing_id, *rid);
       auto theirs = curve_routing_id(p.id, options_.secret_key, p.public_key);
       if (!theirs) return theirs.status().with_context(fmt::format("peer {}", p.id));
-      routing_ids_[*theirs] = p.id;
+      theirs_rid = *theirs;
       out->socket.set(zmq::sockopt::curve_serverkey, p.public_key);
       out->socket.set(zmq::sockopt::curve_publickey, public_key_);
       out->socket.set(zmq::sockopt::curve_secretkey, options_.secret_key);
@@ -163,7 +164,10 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
     out->socket.set(zmq::sockopt::sndbuf, options_.socket_buffer_bytes);
     out->socket.set(zmq::sockopt::linger, static_cast<int>(options_.linger.count()));
     // What the link does (connected, refused our key...), for gossipctl doctor.
-    const std::string ev = fmt::format("inproc://outbound-events-{}-{}", fmt::ptr(this), p.id);
+    // A serial, not the id alone: a removed peer's name is freed only later (libzmq's
+    // reaper), and the same id may be added again meanwhile.
+    const std::string ev =
+        fmt::format("inproc://outbound-events-{}-{}-{}", fmt::ptr(this), p.id, ++monitors_);
     if (zmq_socket_monitor(
             out->socket.handle(), ev.c_str(),
             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
@@ -177,6 +181,7 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
     return Status::io_error(
         fmt::format("cannot connect to peer {} at {}: {}", p.id, p.endpoint, e.what()));
   }
+  if (!theirs_rid.empty()) routing_ids_[theirs_rid] = p.id;  // only once it is whole
   outbound_.push_back(std::move(out));
   return Status::ok();
 }
@@ -201,7 +206,10 @@ Status ZmqTransport::add_peer(const Peer& peer) {
     return Status::invalid(
         fmt::format("this node took {} joined members already", TrafficCounters::kMaxJoined));
   if (zap_) GOSSIP_RETURN_IF_ERROR(zap_->allow(peer.public_key, peer.id));
-  GOSSIP_RETURN_IF_ERROR(connect_outbound(peer));
+  if (Status st = connect_outbound(peer); !st) {
+    if (zap_) zap_->disallow(peer.public_key);
+    return st;
+  }
   peers_.insert(std::upper_bound(peers_.begin(), peers_.end(), peer,
                                  [](const Peer& a, const Peer& b) { return a.id < b.id; }),
                 peer);
@@ -224,6 +232,8 @@ void ZmqTransport::remove_peer(uint32_t peer) {
       outbound_.erase(it);
       break;
     }
+  std::erase_if(removed_, [](const auto& o) { return o->pending.load() == 0; });
+  last_refusal_.erase(peer);
 }
 
 Status ZmqTransport::reply_to_joiner(const std::string& route, uint64_t round,

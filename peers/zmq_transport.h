@@ -119,6 +119,7 @@ class ZmqTransport final : public PeerChannel {
   // Of removed peers: kept, their sockets closed, while a zero-copy message's release
   // may still count down their `pending`.
   std::vector<std::unique_ptr<Outbound>> removed_;
+  uint64_t monitors_ = 0;  // outbound monitors made: each its own inproc name
   std::map<uint32_t, std::string> last_refusal_;  // peer -> why its last message was refused
   int wake_fd_ = -1;                              // an eventfd; recv returns when it is set
 };

@@ -92,15 +92,24 @@ Status NeighborExchange::add_member(uint32_t id, const std::string& endpoint) {
   const size_t pi = peer_index(id);
   const size_t n = transport_.peers().size();
   if (pi == n) return Status::invalid(fmt::format("node {} is not a peer of the channel", id));
-  absent_.resize(n, false);
-  left_.resize(n, false);
-  ever_delivered_.resize(n, false);
-  newest_.resize(n, 0);
-  greeted_.resize(n, 0);
-  beat_round_.resize(n, 0);
-  copy_requested_.resize(n, false);
-  first_round_.resize(n, UINT64_MAX);
-  streaks_.resize(n);
+  // The channel keeps its peers in id order, and members may be heard of out of it
+  // (an add lost, a later one heard): the new slot goes where the channel put the
+  // peer, so that every other peer keeps its own.
+  auto open_slot = [&](auto& v, auto fill) {
+    if (v.size() + 1 == n)
+      v.insert(v.begin() + static_cast<std::ptrdiff_t>(pi), fill);
+    else
+      v.resize(n, fill);
+  };
+  open_slot(absent_, false);
+  open_slot(left_, false);
+  open_slot(ever_delivered_, false);
+  open_slot(newest_, uint64_t{0});
+  open_slot(greeted_, uint64_t{0});
+  open_slot(beat_round_, uint64_t{0});
+  open_slot(copy_requested_, false);
+  open_slot(first_round_, UINT64_MAX);
+  open_slot(streaks_, Streak{});
   ever_delivered_[pi] = true;  // it runs rounds once it is in the graph: patience, not start-up
   return Status::ok();
 }
