@@ -537,7 +537,8 @@ TEST(Churn, ACheckpointRemembersTheNodesThatJoinedBySeeds) {
   const double longest = sync_rounds(all, 10);
   EXPECT_LT(longest, 10.0) << "rounds waited for neighbors on another graph\n" << joiner.log();
   const auto [low, high] = value_range(all);
-  EXPECT_LT(high - low, 0.5) << "the five mix as one ring";
+  EXPECT_LT(high - low, 0.5) << "the five mix as one ring\n"
+                             << joiner.log() << cluster.log(0) << cluster.log(3);
 }
 
 TEST(Churn, DamagedOrForeignCheckpointStopsTheDaemonWithTheReason) {
