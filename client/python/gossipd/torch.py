@@ -12,10 +12,12 @@ optimizer wrapper whose step() also steps the client.
 
 At attach every node starts from node 0's module (Client.start(); initial="own" keeps
 this trainer's). CPU parameters are re-pointed at the arena, so nothing is copied.
-CUDA parameters are staged: copied to the arena before a synchronization point and
-back after it, with the arena's pages page-locked for the GPU (cudaHostRegister) where
-the CUDA runtime allows; CUDA IPC handles are not supported by the daemon yet.
-tests/client/python_torch_cuda_test.py runs this path on a GPU. For the `allreduce`
+CUDA parameters are staged (gossipd/staging.py): re-pointed into one flat tensor on
+their GPU, laid out as the arena, which crosses to the arena in one copy each way at
+synchronization points, page-locked (cudaHostRegister) where the CUDA runtime allows;
+CUDA IPC handles are not supported by the daemon yet.
+tests/client/python_torch_cuda_test.py runs this path on a GPU, and
+python_torch_staging_test.py the same code on the CPU. For the `allreduce`
 strategy the arena carries gradients instead: hooks hand them to the daemon in
 buckets as backward produces them (wait-free backpropagation), the daemon averages
 each while backward goes on, and the optimizer then steps on the mean, as Horovod's
@@ -32,18 +34,22 @@ except ImportError as e:
     raise ImportError(f"gossipd.torch needs PyTorch ({e}): Debian's python3-torch, or the package's "
                       "'torch' extra (gossipd-client[torch])") from e
 
+from . import staging as _staging  # noqa: E402  (needs torch, imported above)
+
 __all__ = ["AttachedModule", "attach_module", "CommHookState", "comm_hook", "DistributedOptimizer", "scale_lr",
            "warmup_lr"]
 
 
 class AttachedModule:
-    def __init__(self, client, module, model, params, arena, staged, buffers=(), buffer_arena=()):
+    def __init__(self, client, module, model, params, arena, staging=None, buffers=(), buffer_arena=()):
         self.client = client
         self.module = module
         self.model = model      # gossipd.Model
         self.params = params    # the module's parameters, in layout order
-        self.arena = arena      # torch views of the arena, shaped like params
-        self.staged = staged    # True: params are elsewhere (CUDA) and copied through the arena
+        # Where each tensor's slot is, shaped like it: views of the arena, or with staging
+        # (CUDA) of the device's flat replica, which crosses to the arena in one copy.
+        self.arena = arena
+        self.staging = staging  # a staging.Staging, or None: the tensors live in the arena
         # Floating-point buffers (BatchNorm's running statistics, ...), after the
         # parameters in the layout: averaged with them. In gradient mode the arena's
         # other slots carry gradients, and these carry the buffers' values.
@@ -56,41 +62,59 @@ class AttachedModule:
     def gradient_mode(self):
         return self.model.gradients
 
-    def to_arena(self):
+    @property
+    def staged(self):
+        return self.staging is not None
+
+    def _gradients_to_slots(self):
         with torch.no_grad():
-            if self.gradient_mode:
-                for p, a in zip(self.params, self.arena):
-                    a.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
-            elif self.staged:
-                for p, a in zip(self.params, self.arena):
-                    a.copy_(p.detach())
-            if self.gradient_mode or self.staged:
+            for p, a in zip(self.params, self.arena):
+                a.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
+
+    def _gradients_from_slots(self):
+        """The mean into .grad (frozen parameters keep none, so that no optimizer moves them)."""
+        dst, src = [], []
+        for p, a in zip(self.params, self.arena):
+            if not p.requires_grad:
+                continue
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dst.append(p.grad)
+            src.append(a)
+        _staging.copy_tensors(dst, src)
+
+    def to_arena(self):
+        if self.gradient_mode:
+            self._gradients_to_slots()
+        if self.staging is not None:
+            self.staging.to_host()  # the buffers live in the flat replica: in it too
+        elif self.gradient_mode:
+            with torch.no_grad():
                 for b, a in zip(self.buffers, self.buffer_arena):
                     a.copy_(b)
 
     def from_arena(self):
-        with torch.no_grad():
-            if self.gradient_mode:
-                for p, a in zip(self.params, self.arena):
-                    if not p.requires_grad:
-                        continue  # frozen: no gradient, so that no optimizer moves it
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    p.grad.copy_(a)
-            elif self.staged:
-                for p, a in zip(self.params, self.arena):
-                    p.copy_(a)
-            if self.gradient_mode or self.staged:
+        if self.staging is not None:
+            self.staging.to_device()
+        elif self.gradient_mode:
+            with torch.no_grad():
                 for b, a in zip(self.buffers, self.buffer_arena):
                     b.copy_(a)
+        if self.gradient_mode:
+            self._gradients_from_slots()
+
+    def _settle(self):
+        if self.staging is not None:
+            self.staging.settle()
 
     def step(self):
         """One local step done: the client's step, with staging around synchronization points."""
         if self.buckets is not None:
             return self._step_buckets()
         sync = self.gradient_mode or self.client.next_step_syncs()
-        if sync:
+        if sync and (self.gradient_mode or self.staged):
             self.to_arena()
+        self._settle()
         r = self.client.step()
         if r.synced or self.gradient_mode:
             self.from_arena()
@@ -106,8 +130,9 @@ class AttachedModule:
                 if not b.ready[i]:
                     self.arena[i].copy_(p.grad if p.grad is not None else torch.zeros_like(p))
                     b.mark_ready(i)
-            for buf, a in zip(self.buffers, self.buffer_arena):
-                a.copy_(buf)
+            if self.staging is None:
+                for buf, a in zip(self.buffers, self.buffer_arena):
+                    a.copy_(buf)
         b.send_ready(final=True)
         r = self.client.wait_buckets()
         b.reset()
@@ -122,9 +147,12 @@ class AttachedModule:
         whole = self.model.fragments == 1 and self.model.overlap == 0
         if self.gradient_mode or (self.last is not None and self.last.synced and whole):
             return self.last
-        self.to_arena()
+        if self.staged:
+            self.to_arena()
+        self._settle()
         self.last = self.client.sync()
-        self.from_arena()
+        if self.staged:
+            self.from_arena()
         return self.last
 
 
@@ -134,7 +162,12 @@ class _Buckets:
     `cap` bytes, each a contiguous range of the replica; a hook on each parameter copies
     its gradient into the arena as backward computes it, and a complete bucket goes to
     the daemon at once, in bucket order, while backward computes the next. The buffers
-    (and anything backward did not reach) go in one more bucket at step()."""
+    (and anything backward did not reach) go in one more bucket at step().
+
+    Staged (a CUDA model): the hooks copy into the device's flat replica, a complete
+    bucket's range crosses to the arena on the copy stream, and it goes to the daemon
+    once it landed; each hook sends those that did, in order, without waiting for the
+    others, and step() waits for the rest."""
 
     # As DDP: the first bucket is small, so that averaging starts early in backward.
     FIRST_BUCKET_BYTES = 1 << 20
@@ -196,15 +229,24 @@ class _Buckets:
 
     def send_ready(self, final=False):
         """Sends every bucket, in order, whose parameters are all in; with final, the
-        buffers' bucket too."""
-        while self.sent < len(self.ranges):
-            b = self.sent
+        buffers' bucket too, and (staged) after waiting for every copy to the arena."""
+        staging = self.attached.staging
+        while self.copied < len(self.ranges):
+            b = self.copied
             if self.missing[b]:
-                return
+                break
             if not self.members[b] and not final:
-                return  # the buffers' bucket waits for step()
+                break  # the buffers' bucket waits for step()
             offset, numel = self.ranges[b]
-            self.client.send_bucket(offset, numel, last=b == len(self.ranges) - 1)
+            self.landing.append(staging.to_host_async(offset, numel) if staging is not None else None)
+            self.copied += 1
+        while self.sent < self.copied:
+            token = self.landing[self.sent]
+            if not final and not _staging.Staging.ready(token):
+                return
+            _staging.Staging.wait(token)
+            offset, numel = self.ranges[self.sent]
+            self.client.send_bucket(offset, numel, last=self.sent == len(self.ranges) - 1)
             self.sent_at.append(time.monotonic())
             self.sent += 1
 
@@ -216,6 +258,8 @@ class _Buckets:
         """A new step: every parameter that can have a gradient is awaited again."""
         self.ready = list(self.frozen)
         self.missing = [sum(not self.frozen[i] for i in members) for members in self.members]
+        self.copied = 0     # buckets whose copy to the arena started (unstaged: is done)
+        self.landing = []   # each copied bucket's Staging token
         self.sent = 0
         self.sent_at = []  # time.monotonic() of each bucket's send, this step
 
@@ -228,7 +272,8 @@ class _Buckets:
 _ARENA_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
-def attach_module(client, module, names=None, buffers="average", initial="node0", bucket_cap_mb=25):
+def attach_module(client, module, names=None, buffers="average", initial="node0", bucket_cap_mb=25,
+                  staging="auto"):
     """Attaches `module`'s parameters (in named_parameters() order, or in the order of
     `names`) and, with buffers="average" (the default), its floating-point buffers
     (BatchNorm's running mean and variance, anything registered with register_buffer),
@@ -250,11 +295,19 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
 
     With a gradient strategy (allreduce), bucket_cap_mb (25 MB, DDP's default) cuts the
     gradients into buckets that backward hands to the daemon as it produces them, so
-    that averaging overlaps backward; None hands them all in at step()."""
+    that averaging overlaps backward; None hands them all in at step().
+
+    Tensors on a GPU are staged: re-pointed into one flat replica on their device, laid
+    out as the arena, which crosses to the page-locked arena in one copy each way at
+    synchronization points (gradient buckets as backward produces them, on a copy
+    stream). staging="always" stages CPU tensors too (one copy each way instead of
+    none: for tests of that path, or tensors that must not move into shared memory)."""
     if buffers not in ("average", "none"):
         raise ValueError(f"buffers='{buffers}': 'average' or 'none'")
     if initial not in ("node0", "own"):
         raise ValueError(f"initial='{initial}': 'node0' or 'own'")
+    if staging not in ("auto", "always"):
+        raise ValueError(f"staging='{staging}': 'auto' or 'always'")
     named = dict(module.named_parameters())
     order = list(names) if names is not None else list(named)
     missing = [n for n in order if n not in named]
@@ -277,88 +330,63 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
             raise ValueError(f"buffer(s) {other} are not {dtype} as the parameters are: one dtype for the "
                              "whole model (module.to(dtype), or pass buffers='none')")
     layout = [(n, p.numel()) for n, p in zip(order, params)] + [(f"buffer:{n}", b.numel()) for n, b in shared]
-    model = client.attach(layout, dtype=_ARENA_DTYPES[dtype])
-    views = [torch.frombuffer(buf, dtype=dtype) for buf in model.buffers]
     tensors = params + [b for _, b in shared]
-    views = [v.view(t.shape) for v, t in zip(views, tensors)]
-    arena, buffer_arena = views[:len(params)], views[len(params):]
-    staged = any(t.device.type != "cpu" for t in tensors)
+    devices = {t.device for t in tensors}
+    staged = staging == "always" or any(d.type != "cpu" for d in devices)
+    if staged and len(devices) > 1:
+        where = {}
+        for n, t in zip(order + [f"buffer:{n}" for n, _ in shared], tensors):
+            where.setdefault(t.device, n)
+        raise ValueError("the module's tensors are on several devices (" +
+                         ", ".join(f"{n} on {d}" for d, n in where.items()) + "): one device per trainer")
+    model = client.attach(layout, dtype=_ARENA_DTYPES[dtype])
     if staged:
-        _pin(client, model.buffers)
+        stage = _staging.Staging(client, model, tensors, dtype, devices.pop())
+        views = stage.views
+    else:
+        stage = None
+        views = [torch.frombuffer(buf, dtype=dtype).view(t.shape) for buf, t in zip(model.buffers, tensors)]
+    arena, buffer_arena = views[:len(params)], views[len(params):]
     with torch.no_grad():
+        if stage is not None and model.initialized:
+            stage.to_device()  # the node's model, into every slot at once
         for i, (t, a) in enumerate(zip(tensors, views)):
-            if model.gradients:
-                if i >= len(params):
-                    a.copy_(t)  # buffer slots carry values, whatever the mode
+            if model.gradients and i < len(params):
                 continue  # the arena carries gradients; the parameters stay where they are
-            if model.initialized:
-                t.copy_(a)  # the node's model wins over this trainer's init
+            if model.initialized and not model.gradients:
+                if stage is None:
+                    t.copy_(a)  # the node's model wins over this trainer's init
             else:
-                a.copy_(t.detach())
-            if not staged:
-                t.data = a  # zero copy from now on
+                a.copy_(t.detach())  # buffer slots carry values, whatever the mode
+            if stage is not None or not model.gradients:
+                t.data = a  # zero copy (staged: one copy each way) from now on
+        if stage is not None and (model.gradients or not model.initialized):
+            stage.to_host()  # not over a node's model that its round may be writing
     if not model.initialized and initial == "node0":
-        _start_from_node0(client, model, tensors, views, staged)
-    attached = AttachedModule(client, module, model, params, arena, staged,
+        _start_from_node0(client, model, params, arena, stage)
+    attached = AttachedModule(client, module, model, params, arena, stage,
                               [b for _, b in shared], buffer_arena)
-    if model.gradients and bucket_cap_mb is not None and not staged:
+    if model.gradients and bucket_cap_mb is not None:
         attached.buckets = _Buckets(attached, bucket_cap_mb * 1024 * 1024)
     return attached
 
 
-def _start_from_node0(client, model, tensors, views, staged):
+def _start_from_node0(client, model, params, arena, stage):
     """The arena's slots get this module's values (in gradient mode they carry
     gradients later, so the parameters pass through them once), then node 0's."""
     with torch.no_grad():
         if model.gradients:
-            for t, a in zip(tensors, views):
-                a.copy_(t.detach())
+            for p, a in zip(params, arena):
+                a.copy_(p.detach())
+        if stage is not None:
+            stage.to_host()
         client.start()
-        if model.gradients or staged:
-            for t, a in zip(tensors, views):
-                t.copy_(a)
-
-
-def _cudart():
-    """The CUDA runtime library this process's torch uses (ctypes), or None. Its own
-    cudaGetLastError is needed: a failed cudaHostRegister leaves an error behind that
-    torch's next kernel launch check would raise as its own."""
-    import ctypes
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
-        for path in sorted(paths):
-            lib = ctypes.CDLL(path)
-            for name in ("cudaHostRegister", "cudaHostUnregister", "cudaGetLastError"):
-                getattr(lib, name).restype = ctypes.c_int
-            lib.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-            lib.cudaHostUnregister.argtypes = [ctypes.c_void_p]
-            return lib
-    except (OSError, AttributeError):
-        pass
-    return None
-
-
-def _pin(client, buffers):
-    """Page-locks the arena's pages for CUDA (cudaHostRegister), so that the staging
-    copies are DMA transfers from shared memory, without a bounce buffer. One range
-    for all tensors: tensors share pages, and a page registered twice is an error.
-    Unregistered before the arena is unmapped (Client.before_unmap): a registration
-    outliving its mapping would pin pages that a later mapping at the same address
-    does not own. Best effort: unpinned memory still works, only slower."""
-    import ctypes
-    import mmap
-    torch.cuda.init()  # the runtime torch uses is loaded (and its context made)
-    cudart = _cudart()
-    if cudart is None or not buffers:
-        return
-    page = mmap.PAGESIZE
-    lo = min(ctypes.addressof(b) for b in buffers) // page * page
-    hi = -(-max(ctypes.addressof(b) + ctypes.sizeof(b) for b in buffers) // page) * page
-    if cudart.cudaHostRegister(lo, hi - lo, 0) != 0:
-        cudart.cudaGetLastError()  # not sticky: cleared, and the copies go unpinned
-        return
-    client.before_unmap.append(lambda: (cudart.cudaHostUnregister(lo), cudart.cudaGetLastError()))
+        if stage is not None:
+            stage.to_device()
+            stage.settle()
+        if model.gradients:
+            for p, a in zip(params, arena):
+                p.copy_(a)
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
