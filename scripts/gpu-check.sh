@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shared/GPU-CHECKLIST.md as one script, for a machine with a GPU: the tests that
-# skip without one, the device codecs' and NCCL's benchmarks, an NCCL cluster, and
-# the PyTorch client with a CUDA model. Each step is bounded by a timeout and writes
+# skip without one, the device codecs' and NCCL's benchmarks, an NCCL cluster, the
+# PyTorch client with a CUDA model, and bench/torch_vs_ddp.py (plain, DDP, gossipd). Each step is bounded by a timeout and writes
 # its log to OUT; a failing step does not stop the next. Exit status: the number of
 # failed steps.
 #
@@ -78,6 +78,12 @@ step() {  # step NAME SECONDS COMMAND...; ONLY="NAME ..." runs those alone
 
 cd "$root"
 TAIL=60 step torch_cuda 400 python3 "$root/tests/client/python_torch_cuda_test.py" --build "$build"
+# Issue 42's goals: ms per step against plain and DDP in one run (ResNet-18 at batch 128,
+# ResNet-50 at 64), and whether the nodes end with one model.
+TAIL=14 step torch_vs_ddp_r18 200 python3 "$root/bench/torch_vs_ddp.py" --model resnet18 --batch 128 \
+  --steps 40 --warmup 8 --build "$build" --json "$out/torch_vs_ddp_r18.json"
+TAIL=14 step torch_vs_ddp_r50 200 python3 "$root/bench/torch_vs_ddp.py" --model resnet50 --batch 64 \
+  --steps 30 --warmup 6 --build "$build" --json "$out/torch_vs_ddp_r50.json"
 TAIL=8 step codecs_test 240 "$build/bin/compression_cuda_codecs_test" --gtest_brief=1
 TAIL=12 step nccl_test 180 "$build/bin/nccl_all_reduce_test" --gtest_brief=1
 TAIL=40 step codec_bench 240 "$build/bin/cuda_codec_bench" --sizes 25000000,250000000 --reps 7
