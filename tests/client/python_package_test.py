@@ -209,7 +209,9 @@ def main():
     if not LIBRARY.exists():
         print(f"{LIBRARY} does not exist: build the target gossip first", file=sys.stderr)
         sys.exit(1)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/: ctest_unittest
+    import ctest_unittest
+    ctest_unittest.run([sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":

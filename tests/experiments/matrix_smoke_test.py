@@ -101,4 +101,6 @@ if __name__ == "__main__":
     p.add_argument("--build", default=str(BUILD))
     args, rest = p.parse_known_args()
     BUILD = pathlib.Path(args.build)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/: ctest_unittest
+    import ctest_unittest
+    ctest_unittest.run([sys.argv[0]] + rest)

@@ -121,4 +121,6 @@ if __name__ == "__main__":
     if SKIP:
         print(f"skipped: {SKIP}", file=sys.stderr)
         sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/: ctest_unittest
+    import ctest_unittest
+    ctest_unittest.run([sys.argv[0]] + rest)

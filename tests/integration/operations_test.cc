@@ -7,6 +7,7 @@
 #include <boost/beast/http.hpp>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -62,13 +63,30 @@ std::string raw_exchange(int port, const std::string& bytes) {
   return got.substr(0, got.find("\r\n"));
 }
 
-// name{labels} -> value, checking every sample line's syntax and that its family
-// was declared with # TYPE first (a histogram's _bucket, _sum and _count samples are
-// of the family the histogram declared).
-std::map<std::string, double> parse_exposition(const std::string& text) {
+// A scrape's samples, name{labels} -> value. Reading a sample the scrape lacks fails
+// the test and reads NaN (a std::map would read 0, and a check of "0" would pass).
+class Samples {
+ public:
+  double operator[](const std::string& name) const {
+    const auto it = values_.find(name);
+    if (it != values_.end()) return it->second;
+    ADD_FAILURE() << "the scrape has no sample " << name;
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  size_t count(const std::string& name) const { return values_.count(name); }
+  void set(std::string name, double value) { values_[std::move(name)] = value; }
+
+ private:
+  std::map<std::string, double> values_;
+};
+
+// Checks every sample line's syntax and that its family was declared with # TYPE
+// first (a histogram's _bucket, _sum and _count samples are of the family the
+// histogram declared).
+Samples parse_exposition(const std::string& text) {
   static const std::regex sample(
       R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? ([0-9.e+-]+)$)");
-  std::map<std::string, double> out;
+  Samples out;
   std::set<std::string> typed;
   std::istringstream in(text);
   std::string line;
@@ -86,7 +104,7 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
       if (!typed.count(family) && family.ends_with(suffix))
         family.resize(family.size() - std::strlen(suffix));
     EXPECT_TRUE(typed.count(family)) << m[1] << " has no # TYPE before its samples";
-    out[m[1].str() + m[2].str()] = std::stod(m[4]);
+    out.set(m[1].str() + m[2].str(), std::stod(m[4]));
   }
   return out;
 }
