@@ -1,6 +1,6 @@
 #pragma once
 // Whether a block of fp32 holds NaN or ±Inf: the sender's guard (daemon/nonfinite.h)
-// and the receiver's check of every chunk (sgd/neighbor_exchange.h) both ask.
+// and the receiver's check of every chunk (sgd/overlay/neighbor_exchange.h) both ask.
 
 #include <bit>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The daemon's NCCL all-reduce (sgd/nccl/nccl_all_reduce.h) against NCCL alone,
+// The daemon's NCCL all-reduce (sgd/collectives/nccl/nccl_all_reduce.h) against NCCL alone,
 // nccl-tests style, in the same run (shared/GPU-CHECKLIST.md, item 4). Measures,
 // never asserts.
 //
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "bench/timing.h"
-#include "sgd/nccl/nccl_all_reduce.h"
+#include "sgd/collectives/nccl/nccl_all_reduce.h"
 
 namespace {
 

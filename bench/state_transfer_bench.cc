@@ -1,5 +1,5 @@
 // How long a node of N parameters (100M by default) takes to come back by state
-// transfer (sgd/state_transfer.h), over real ZeroMQ sockets on loopback: from one
+// transfer (sgd/membership/state_transfer.h), over real ZeroMQ sockets on loopback: from one
 // donor or two that hold the same state, with and without a donor lost half way.
 // Each donor is a thread with a transport of its own; a donor that dies stops
 // sending at half its share and its sockets are closed, as a killed process's are.
@@ -29,7 +29,7 @@
 #include "peers/channel_decorator.h"
 #include "peers/router.h"
 #include "peers/zmq_transport.h"
-#include "sgd/state_transfer.h"
+#include "sgd/membership/state_transfer.h"
 #include "tests/sgd/loopback_port.h"
 
 namespace {

@@ -39,7 +39,7 @@ class Codec {
   virtual bool biased() const = 0;
   // Whether the codec keeps the largest entries of what it is given (top-k), so a
   // partial sum re-encoded at every hop keeps what matters: what a sparse
-  // reduce-scatter needs (sgd/ring_all_reduce.h). Rand-k's implicit indices, sign
+  // reduce-scatter needs (sgd/collectives/ring_all_reduce.h). Rand-k's implicit indices, sign
   // and the dense codecs do not.
   virtual bool keeps_largest() const { return false; }
   // An upper bound of encode()'s output for n elements.

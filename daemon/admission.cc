@@ -29,7 +29,7 @@ std::optional<std::string> joiner_endpoint_problem(const std::string& endpoint) 
     return fmt::format("an endpoint of {} characters (at most 300)", endpoint.size());
   if (auto problem = endpoint_problem(endpoint)) return problem;
   const std::string host = peers::endpoint_host(endpoint);
-  if (host == "*" || host == "0.0.0.0" || host == "::")
+  if (host == "0.0.0.0" || host == "::")
     return fmt::format("'{}' is a wildcard: listen on an address the members can reach", endpoint);
   return std::nullopt;
 }

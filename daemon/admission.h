@@ -11,13 +11,13 @@
 // again: a joiner whose endpoint is a member's already gets that id back.
 //
 // The joiner then starts as a node without state: it fetches the members' state, and
-//  - on an elastic ring asks in as a restarted node does (sgd/peer_ring.h);
+//  - on an elastic ring asks in as a restarted node does (sgd/membership/peer_ring.h);
 //  - in the gossip family's overlay, whose graph every member must change in the same
 //    round, it says it is ready (a member message `ready`, sent by the node itself) to
 //    the coordinator, which picks the round from which it takes part: a few rounds
 //    past its own, so that the news reaches every member first. It tells every member
 //    and the joiner with an add that carries that round as its envelope's round (0:
-//    not yet scheduled), and each grows its graph from there (sgd/overlay.h). The
+//    not yet scheduled), and each grows its graph from there (sgd/overlay/overlay.h). The
 //    joiner runs its rounds alone until then; from then on it is a neighbor like any.
 // Scheduling only once the joiner holds a state keeps the graph's change symmetric:
 // no member mixes with a joiner that is still starting, nor waits for one.

@@ -38,8 +38,8 @@
 #include "peers/curve_auth.h"
 #include "peers/node_ids.h"
 #include "peers/topology.h"
+#include "sgd/collectives/ring_schedule.h"
 #include "sgd/registry.h"
-#include "sgd/ring_schedule.h"
 
 namespace gossip::daemon {
 namespace {
@@ -104,6 +104,7 @@ std::optional<std::string> endpoint_problem(std::string_view ep) {
     host = rest.substr(0, colon);
     port = rest.substr(colon + 1);
     if (host.empty()) return bad("no host");
+    if (host == "*") return bad("'*' is not a host: 0.0.0.0 listens on every IPv4 address");
     if (host.find_first_not_of(
             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
         std::string_view::npos)

@@ -72,7 +72,7 @@ struct StrategyConfig {
   std::string allreduce_table;
   // Top-k codecs over the ring transports: "reduce-scatter" (re-selected at every
   // hop), "all-gather" (every node's top-k to every node), or "auto" (the
-  // reduce-scatter from 3 nodes on; sgd/ring_all_reduce.h).
+  // reduce-scatter from 3 nodes on; sgd/collectives/ring_all_reduce.h).
   std::string sparse_allreduce = "auto";
   // The gossip family (peers/topology.h): the overlay, re-derived by every node for
   // every round; "" picks ring, or one-peer-exponential for push-sum.
@@ -93,10 +93,10 @@ struct StrategyConfig {
   double join_wait_s = 2.0;  // gossip: wait for state offers at the first attach; 0: never
   uint64_t join_donors = 4;  // donors of one state a joiner fetches from at once
   // Ring all-reduce: "on" re-forms the ring over the live nodes when a peer breaks a
-  // round (sgd/peer_ring.h), "off" fails the round.
+  // round (sgd/membership/peer_ring.h), "off" fails the round.
   std::string elastic = "off";
   bool elastic_ring() const { return elastic == "on"; }
-  // Parameter servers (strategy ps, sgd/ps/parameter_server.h).
+  // Parameter servers (strategy ps, sgd/strategies/ps/parameter_server.h).
   uint32_t servers = 1;              // K: the nodes of the K lowest ids serve a shard each
   uint32_t ps_replicas = 0;          // holders of each shard besides its server
   std::string ps_mode = "bsp";       // bsp, async or ssp:S
@@ -104,7 +104,7 @@ struct StrategyConfig {
   std::string ps_optimizer = "sgd";  // the servers' optimizer: sgd, momentum or adam
   double ps_lr = 1.0;
   double ps_momentum = 0.9;
-  // Crossbow's SMA (strategy sma, sgd/sma.h): the trainers a node waits for before
+  // Crossbow's SMA (strategy sma, sgd/strategies/sma/sma.h): the trainers a node waits for before
   // its rounds start, the correction factor (0: 1 / learners) and the central momentum
   // (0: the reference trainer's own momentum is enough; 0.9 cost 2-3 points, measured).
   uint32_t learners_per_device = 1;
@@ -130,7 +130,7 @@ struct DaemonConfig {
   // Under CURVE: a file of the public keys of nodes that may join by seeds.
   std::string admit_keys;
   // Not an option: after a join, the round from which this node takes part (the
-  // overlay's graph includes it from there, sgd/overlay.h).
+  // overlay's graph includes it from there, sgd/overlay/overlay.h).
   uint64_t joined_round = 0;
   std::string listen;             // tcp endpoint this daemon binds for its peers
   std::string run_dir;            // holds gossipd-<node>.sock

@@ -27,7 +27,7 @@
 #include "proto/ipc.h"
 #include "proto/layout.h"
 #include "sgd/registry.h"
-#include "sgd/sma.h"
+#include "sgd/strategies/sma/sma.h"
 
 namespace gossip::daemon {
 
@@ -101,7 +101,7 @@ class Daemon {
   std::optional<proto::Layout> layout_;  // fixed by the first trainer that attaches
   std::optional<Arena> arena_;
   std::vector<float> node_model_;  // the mean of several local trainers' replicas
-  // Strategy sma: the node's trainers follow this central model (sgd/sma.h).
+  // Strategy sma: the node's trainers follow this central model (sgd/strategies/sma/sma.h).
   std::unique_ptr<sgd::CentralModel> central_;
   bool waiting_for_learners_logged_ = false;
   bool waiting_for_trainers_logged_ = false;  // node.expect_trainers

@@ -15,24 +15,15 @@
 #include "base/version.h"
 #include "peers/curve_auth.h"
 #include "peers/mixing_matrix.h"
-#include "sgd/all_gather_all_reduce.h"
-#include "sgd/peer_ring.h"
+#include "sgd/collectives/all_gather_all_reduce.h"
+#include "sgd/membership/peer_ring.h"
 #include "sgd/registry.h"
 #ifdef GOSSIP_WITH_NCCL
-#include "sgd/nccl/nccl_peer_group.h"
+#include "sgd/collectives/nccl/nccl_peer_group.h"
 #endif
 #include <spdlog/spdlog.h>
 
 namespace gossip::daemon {
-namespace {
-
-// The ring listens where the control channel does ("*" is any address).
-std::string ring_listen_host(const std::string& listen) {
-  const std::string host = peers::endpoint_host(listen);
-  return host == "*" ? "0.0.0.0" : host;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config,
                                                       const DaemonHooks& hooks,
@@ -191,7 +182,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
 #endif
   }
   peers::RingTransportOptions ro;
-  ro.listen_host = ring_listen_host(config.listen);
+  ro.listen_host = peers::endpoint_host(config.listen);
   ro.traffic = &transport_->traffic_counters();
   if (name == "auto") {
     // RDMA where this build has it and a device answers, TCP otherwise.
@@ -365,14 +356,16 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
   // ahead by design; a node further behind skips ahead, and the buffer would only hold
   // model-sized chunks it throws away (up to 64 rounds of every neighbor after a
   // partition: experiments/soak.py saw 100 MB). Async gossip waits for its neighbors
-  // within its staleness. Push-sum waits only for its in-neighbors, `delay` rounds
-  // late, so an in-neighbor's lead over this node compounds along the chain of waits
-  // back to it: up to (delay + 1) rounds a hop, over up to n - 1 hops. Its chunks are
-  // kept that far ahead, since one lost loses its mass (under load a window of
-  // 4 + 2 delay lost some: PushSumConsensus.DelayedMessagesThroughDaemonsLoseNoMass).
-  const uint64_t push_sum_lead = sc.name == "push-sum" ? (sc.delay + 1) * (config.nodes() - 1) : 0;
+  // within its staleness. A strategy that takes a `delay` (push-sum) waits only for its
+  // in-neighbors, `delay` rounds late, so an in-neighbor's lead over this node compounds
+  // along the chain of waits back to it: up to (delay + 1) rounds a hop, over up to
+  // n - 1 hops. Its chunks are kept that far ahead, since one lost loses its mass (under
+  // load a window of 4 + 2 delay lost some:
+  // PushSumConsensus.DelayedMessagesThroughDaemonsLoseNoMass).
+  const uint64_t delayed_lead =
+      descriptor->takes("delay") ? (sc.delay + 1) * (config.nodes() - 1) : 0;
   limits.max_rounds_buffered = std::min<uint64_t>(
-      limits.max_rounds_ahead, 4 + std::max<uint64_t>(2 * sc.staleness, push_sum_lead));
+      limits.max_rounds_ahead, 4 + std::max<uint64_t>(2 * sc.staleness, delayed_lead));
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
   membership_ = exchange_.get();
   r.exchange = exchange_.get();
@@ -903,7 +896,7 @@ void SyncWorker::run() {
                    round);
     next_round_ = round + 1;
     // Node 0 reads no start-up requests inside a round: those not settled by now get
-    // the initial model's chunks (sgd/initial_model.h).
+    // the initial model's chunks (sgd/membership/initial_model.h).
     if (node_ == sgd::InitialModel::kSource)
       initial_->before_rounds(std::chrono::seconds(5), [&] {
         strategy_->progress(round, numel, std::chrono::milliseconds(0));

@@ -27,13 +27,13 @@
 #include "peers/router.h"
 #include "peers/topology.h"
 #include "peers/zmq_transport.h"
-#include "sgd/all_reduce.h"
-#include "sgd/initial_model.h"
-#include "sgd/neighbor_exchange.h"
-#include "sgd/overlay.h"
-#include "sgd/peer_ring.h"
+#include "sgd/collectives/all_reduce.h"
+#include "sgd/membership/initial_model.h"
+#include "sgd/membership/peer_ring.h"
+#include "sgd/membership/state_transfer.h"
+#include "sgd/overlay/neighbor_exchange.h"
+#include "sgd/overlay/overlay.h"
 #include "sgd/registry.h"
-#include "sgd/state_transfer.h"
 #include "sgd/strategy.h"
 
 namespace gossip::daemon {
@@ -69,7 +69,7 @@ class SyncWorker {
     std::optional<uint64_t> period;
   };
   std::optional<RoundResult> take_result();
-  // Start-up (sgd/initial_model.h), after set_model(), like a round: on node 0,
+  // Start-up (sgd/membership/initial_model.h), after set_model(), like a round: on node 0,
   // `model` becomes the cluster's initial model; on any other node, node 0's is
   // written into it. take_result() then says how it went (its round is 0).
   void submit_start(std::span<float> model);
@@ -79,7 +79,7 @@ class SyncWorker {
 
   // Start-up, after set_model(): with a gossip strategy (or local SGD on an elastic
   // ring), asks the peers for a state
-  // fresher than round `min_round` (sgd/state_transfer.h). Without one, the strategy
+  // fresher than round `min_round` (sgd/membership/state_transfer.h). Without one, the strategy
   // takes `resume` (a checkpoint's state), if any.
   void submit_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
   struct JoinResult {
@@ -155,7 +155,7 @@ class SyncWorker {
   // over a topology (the gossip family). Declared before the strategy, which uses them.
   std::unique_ptr<peers::RingTransport> ring_;  // the ring's fabric (tcp, rdma), if any
   std::unique_ptr<sgd::AllReduce> all_reduce_;
-  // Who takes part (sgd/membership.h): the exchange, or all_reduce_ when it is an
+  // Who takes part (sgd/membership/membership.h): the exchange, or all_reduce_ when it is an
   // elastic ring that takes nodes back; null for a fabric without churn.
   sgd::Membership* membership_ = nullptr;
   const sgd::PeerRing* peer_ring_ = nullptr;  // the all-reduce, where it is a PeerRing

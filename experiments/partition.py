@@ -21,7 +21,7 @@ heal; they merge when, at the end, the groups' distance has fallen back well bel
 value at the heal. Under D-PSGD and push-sum the merge is the mixing itself: each node
 weighs its neighbors as the topology says, so the consensus both groups move to is
 their average weighted by size. Under local SGD on an elastic ring, each group re-forms
-a ring of its own when cut; healed, the rings merge into one (sgd/ring_membership.h),
+a ring of its own when cut; healed, the rings merge into one (sgd/membership/ring_membership.h),
 whose first round averages the models themselves, node by node, so weighted by size.
 
     experiments/partition.py --build build --out /tmp/part -- --strategy gossip --topology ring

@@ -1,4 +1,4 @@
-// A starting node's side of the start-up broadcast (sgd/initial_model.h:
+// A starting node's side of the start-up broadcast (sgd/membership/initial_model.h:
 // InitialModel::fetch) fed a hostile stream: initial-model chunks and requests from
 // node 0 (the source) and two other peers, in any order, with any seqs, offsets,
 // sizes, totals, layouts and values, through the real wire encoding
@@ -32,7 +32,7 @@
 #include "fuzz/invariant.h"
 #include "peers/memory_channel.h"
 #include "peers/router.h"
-#include "sgd/initial_model.h"
+#include "sgd/membership/initial_model.h"
 
 namespace gossip::fuzz {
 namespace {

@@ -1,4 +1,4 @@
-// A joining node's side of state transfer (sgd/state_transfer.h: StateTransfer::fetch)
+// A joining node's side of state transfer (sgd/membership/state_transfer.h: StateTransfer::fetch)
 // fed a hostile stream: offers, state chunks, byes and heartbeats from three peers,
 // in any order, with any rounds, steps, chunkings, manifests, offsets, sizes,
 // weights, layouts and values. The messages cross the real wire encoding
@@ -41,7 +41,7 @@
 #include "fuzz/invariant.h"
 #include "peers/memory_channel.h"
 #include "peers/router.h"
-#include "sgd/state_transfer.h"
+#include "sgd/membership/state_transfer.h"
 
 namespace gossip::fuzz {
 namespace {

@@ -34,7 +34,7 @@ struct WaitOptions {
   const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the wait
   // Polled with `cancel`, on the waiting thread: true abandons the wait too. The
   // elastic ring answers its control channel from here while a ring operation waits
-  // (sgd/peer_ring.h).
+  // (sgd/membership/peer_ring.h).
   std::function<bool()> interrupt = nullptr;
   bool cancelled() const {
     return (cancel && cancel->load(std::memory_order_relaxed)) || (interrupt && interrupt());
@@ -81,7 +81,7 @@ struct RingEnds {
   uint16_t right_port = 0;
   uint64_t session = 0;  // what the left neighbor must present (e.g. a layout fingerprint)
   // What we present to the right neighbor; 0: `session` too. Different where each node
-  // hands its left neighbor a secret token of its own (sgd/peer_ring.h).
+  // hands its left neighbor a secret token of its own (sgd/membership/peer_ring.h).
   uint64_t right_session = 0;
 };
 

@@ -133,7 +133,8 @@ struct RingAddress {
   static constexpr Kind kKind = Kind::kRingAddress;
   uint16_t port = 0;
   uint64_t token = 0;  // the neighbor presents it when it connects (0: none)
-  uint64_t view = 0;   // the membership view the address belongs to (sgd/ring_membership.h)
+  uint64_t view =
+      0;  // the membership view the address belongs to (sgd/membership/ring_membership.h)
   uint64_t layout = 0;
   template <class F>
   void fields(F&& f) {
@@ -153,7 +154,7 @@ struct NcclId {
   }
 };
 
-// Churn (sgd/state_transfer.h). None of them makes the receiver wait for the sender.
+// Churn (sgd/membership/state_transfer.h). None of them makes the receiver wait for the sender.
 // The sender is alive.
 struct Heartbeat {
   static constexpr Kind kKind = Kind::kHeartbeat;
@@ -172,7 +173,7 @@ struct Join {
 // Payload (when has_state): its manifest, the kStateHashBytes BLAKE2b hash of each
 // of its ceil(numel / chunk_elems) raw fp32 chunks in order. Donors that hold the
 // same state offer the same manifest, so a joiner fetches chunks from all of them
-// and checks each against it (sgd/state_transfer.h).
+// and checks each against it (sgd/membership/state_transfer.h).
 struct StateOffer {
   static constexpr Kind kKind = Kind::kStateOffer;
   bool has_state = false;  // false: the sender offers nothing
@@ -221,7 +222,7 @@ struct StateChunk {
   }
 };
 
-// Elastic ring (sgd/ring_membership.h): the sender re-forms the ring it had at
+// Elastic ring (sgd/membership/ring_membership.h): the sender re-forms the ring it had at
 // `epoch` (view `view`); the envelope's round is its next round. The payload lists
 // the view's `members` (uint32 little-endian ids), so that a node hears of a member
 // that another took in and it did not. `merge` joins two rings that trained apart (a
@@ -243,7 +244,7 @@ struct RingProbe {
   }
 };
 
-// CHOCO (sgd/choco_sgd.h): the receiver's public copy at the sender is stale; send
+// CHOCO (sgd/strategies/choco/choco_sgd.h): the receiver's public copy at the sender is stale; send
 // the copy itself (a model-chunk of tensor kPublicCopyTensor) from your next round on.
 struct CopyRequest {
   static constexpr Kind kKind = Kind::kCopyRequest;
@@ -251,7 +252,7 @@ struct CopyRequest {
   void fields(F&&) {}
 };
 
-// Parameter servers (sgd/ps/). A worker's update of shard `shard` since its last
+// Parameter servers (sgd/strategies/ps/). A worker's update of shard `shard` since its last
 // push, at its clock (the envelope's round); payload: the slice [offset, offset +
 // numel) of the shard's update, in `codec`. The slices of one push arrive in order.
 struct PsPush {
@@ -324,7 +325,7 @@ struct PsReplica {
   }
 };
 
-// Start-up (sgd/initial_model.h): every node's replicas start from node 0's model.
+// Start-up (sgd/membership/initial_model.h): every node's replicas start from node 0's model.
 // `what`: a request for it (no payload; asked again until it comes), or a slice
 // [offset, offset + numel) of it, in order from seq 0, of a model of `total`
 // elements (payload: raw fp32).

@@ -17,10 +17,10 @@
 
 #include "base/status.h"
 #include "peers/dead_after.h"
-#include "sgd/all_reduce.h"
-#include "sgd/gossip_strategy.h"
-#include "sgd/local_sgd.h"
-#include "sgd/ps/parameter_server.h"
+#include "sgd/collectives/all_reduce.h"
+#include "sgd/overlay/gossip_strategy.h"
+#include "sgd/strategies/local_sgd/local_sgd.h"
+#include "sgd/strategies/ps/parameter_server.h"
 #include "sgd/strategy.h"
 
 namespace gossip::sgd {
@@ -29,7 +29,7 @@ namespace gossip::sgd {
 enum class Fabric {
   kAllReduce,  // one mean over every node: the ring, the all-gather or NCCL
   kOverlay,    // the neighbors of a topology, through the neighbor exchange
-  kServers,    // parameter servers over the control channel (sgd/ps/)
+  kServers,    // parameter servers over the control channel (sgd/strategies/ps/)
 };
 
 // The strategy options (the config's strategy.* keys that only some strategies read).
@@ -38,7 +38,8 @@ struct StrategyParams {
   uint64_t delay = 0;         // push-sum: rounds a message may be in flight
   uint64_t staleness = 1;     // async gossip: rounds a node may run ahead of a neighbor
   uint64_t trim = 0;          // gossip: values cut from each end of the trimmed mean; 0: off
-  bool clip = false;          // push-sum: CenteredClip of neighbors' models (sgd/centered_clip.h)
+  bool clip = false;          // push-sum: CenteredClip of neighbors' models
+                              // (sgd/strategies/push_sum/centered_clip.h)
   OuterOptimizer outer;       // local SGD's outer optimizer
   ParameterServerOptions ps;  // servers, mode, fetch, the servers' optimizer
 };

@@ -1,4 +1,4 @@
-// One rank of our all-reduces (sgd/ring_all_reduce.h, sgd/collectives/) over the TCP
+// One rank of our all-reduces (sgd/collectives/ring_all_reduce.h, sgd/collectives/) over the TCP
 // ring transport, one process per rank, on loopback. Measures, never asserts.
 //
 //   ring_bench --rank 0 --size 4 --dir /tmp/rdv --sizes 4K,1M,16M --reps 50,20,10 --warmup 2
@@ -31,7 +31,7 @@
 #include "peers/sealed_ring_channel.h"
 #include "sgd/collectives/algorithm.h"
 #include "sgd/collectives/choice.h"
-#include "sgd/ring_all_reduce.h"
+#include "sgd/collectives/ring_all_reduce.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #pragma once
 // The all-reduce algorithms a node can run over its ring transport, and the choice
 // between them (--allreduce-algorithm):
-//  - ring: reduce-scatter + all-gather around the ring (sgd/ring_all_reduce.h),
+//  - ring: reduce-scatter + all-gather around the ring (sgd/collectives/ring_all_reduce.h),
 //    bandwidth-optimal, 2(n - 1) latencies;
 //  - tree: a pipelined binary tree, reduce up and broadcast down (2 log2 n latencies);
 //  - butterfly: recursive halving and doubling (Rabenseifner), or whole-vector
@@ -19,7 +19,7 @@
 
 #include "base/status.h"
 #include "peers/ring_channel.h"
-#include "sgd/ring_all_reduce.h"
+#include "sgd/collectives/ring_all_reduce.h"
 
 namespace gossip::sgd {
 

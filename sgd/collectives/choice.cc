@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <sstream>
 
-#include "sgd/ring_schedule.h"
+#include "sgd/collectives/ring_schedule.h"
 
 namespace gossip::sgd {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "compression/error_feedback.h"
-#include "sgd/vector_ops.h"
+#include "sgd/collectives/vector_ops.h"
 
 namespace gossip::sgd::mesh {
 

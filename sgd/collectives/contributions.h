@@ -1,7 +1,7 @@
 #pragma once
 // Every rank's contribution, encoded once and relayed whole: how the mesh
 // all-reduces carry the codecs that do not survive re-encoding a partial sum (top-k,
-// rand-k, sign, qsgd), as the ring's all-gather does (sgd/ring_all_reduce.h). Each
+// rand-k, sign, qsgd), as the ring's all-gather does (sgd/collectives/ring_all_reduce.h). Each
 // node ends holding all n payloads, decodes them and sums them in rank order, so
 // every node has the same bits.
 
@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 #include "sgd/collectives/mesh_wire.h"
-#include "sgd/ring_all_reduce.h"
+#include "sgd/collectives/ring_all_reduce.h"
 
 namespace gossip::sgd::mesh {
 

@@ -9,8 +9,8 @@
 
 #include "base/status.h"
 #include "peers/ring_channel.h"
-#include "sgd/all_reduce.h"
 #include "sgd/collectives/algorithm.h"
+#include "sgd/collectives/all_reduce.h"
 
 namespace gossip::sgd::mesh {
 

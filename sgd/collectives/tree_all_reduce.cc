@@ -6,7 +6,7 @@
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
-#include "sgd/vector_ops.h"
+#include "sgd/collectives/vector_ops.h"
 
 namespace gossip::sgd {
 namespace {

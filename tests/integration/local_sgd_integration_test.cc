@@ -14,8 +14,8 @@
 #include "gossip/client.h"
 #include "harness.h"
 #include "proto/layout.h"
-#include "sgd/ring_all_reduce.h"
-#include "sgd/ring_schedule.h"
+#include "sgd/collectives/ring_all_reduce.h"
+#include "sgd/collectives/ring_schedule.h"
 #include "test_client.h"
 
 namespace gossip::testing {

@@ -1,4 +1,4 @@
-// Parameter servers between real daemons (sgd/ps/): a server that dies fails its
+// Parameter servers between real daemons (sgd/strategies/ps/): a server that dies fails its
 // workers' rounds with an error naming it, within --dead-after, or, with a replica,
 // hands its shard to the replica and stops nobody; a worker that dies under async
 // stops nobody.

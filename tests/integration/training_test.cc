@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 constexpr double kModelBytes = 235152 * 4;
 // The payload is the rounds' `rounds` bytes and start-up's: node 0 sends its model's
 // digest, and the model only to a node that has not confirmed the digest by node 0's
-// first round (sgd/initial_model.h): none where the trainers, seeded alike, start
+// first round (sgd/membership/initial_model.h): none where the trainers, seeded alike, start
 // within seconds of each other, at most n - 1 models.
 void expect_payload(const std::string& json, double rounds, int nodes) {
   const double models = (number_field(json, "payload_bytes_sent_total") - rounds) / kModelBytes;

@@ -24,7 +24,7 @@
 
 #include "base/refusals.h"
 #include "peers/curve_auth.h"
-#include "sgd/ring_all_reduce.h"
+#include "sgd/collectives/ring_all_reduce.h"
 
 namespace gossip::peers {
 namespace {

@@ -108,7 +108,7 @@ TEST(JoinAttack, ForgedAddsAreRefusedOrBounded) {
 
 // The same on a gossip ring, whose overlay grows for a member an add schedules: an add
 // of node 3999999999 would have made a graph of four billion nodes, and is refused
-// (sgd/overlay.h bounds a join to 256 ids past the graph); adds of the next ids, each
+// (sgd/overlay/overlay.h bounds a join to 256 ids past the graph); adds of the next ids, each
 // scheduled, are believed up to 256 joined members, and the node still runs.
 TEST(JoinAttack, ForgedAddsCannotGrowTheOverlayWithoutBound) {
   Cluster cluster(3, {"--strategy", "gossip", "--period", "1"});
@@ -170,7 +170,7 @@ TEST(JoinAttack, AnAddOfAKnownIdWithAnotherEndpointChangesNothingAndIsSaid) {
   EXPECT_TRUE(cluster.daemon(0).running()) << log;
 }
 
-// A forged merge offer (sgd/ring_membership.h), from a process posing as node 3 of an
+// A forged merge offer (sgd/membership/ring_membership.h), from a process posing as node 3 of an
 // elastic ring of five configured nodes of which nodes 0-2 run: a ring [3, 4] at round
 // 10^9. Node 0 merges with it, but a side of one heard node may claim at most 64
 // rounds past this side's, and the trainers' step moves with the round; the liar runs

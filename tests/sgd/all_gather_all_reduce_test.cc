@@ -1,8 +1,8 @@
-// The all-gather all-reduce under a trim (sgd/all_gather_all_reduce.h), on the
+// The all-gather all-reduce under a trim (sgd/collectives/all_gather_all_reduce.h), on the
 // in-process world's queues (peers/memory_channel.h): what a slow node does when the
 // others finished rounds without it.
 
-#include "sgd/all_gather_all_reduce.h"
+#include "sgd/collectives/all_gather_all_reduce.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "compression/codec_spec.h"
 #include "compression/error_feedback.h"
-#include "sgd/all_reduce.h"
+#include "sgd/collectives/all_reduce.h"
 
 namespace gossip::sgd::testing {
 

@@ -1,7 +1,7 @@
-// CenteredClip (sgd/centered_clip.h): a neighbor's model far from the node's is
+// CenteredClip (sgd/strategies/push_sum/centered_clip.h): a neighbor's model far from the node's is
 // pulled back to the radius; near ones pass untouched; the radius follows the spread.
 
-#include "sgd/centered_clip.h"
+#include "sgd/strategies/push_sum/centered_clip.h"
 
 #include <gtest/gtest.h>
 

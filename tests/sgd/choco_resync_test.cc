@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "peers/zmq_transport.h"
-#include "sgd/choco_sgd.h"
+#include "sgd/strategies/choco/choco_sgd.h"
 #include "tests/sgd/loopback_port.h"
 
 namespace gossip::sgd {

@@ -24,7 +24,7 @@
 #include "peers/memory_channel.h"
 #include "peers/mixing_matrix.h"
 #include "peers/router.h"
-#include "sgd/neighbor_exchange.h"
+#include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/registry.h"
 
 namespace gossip::sgd {
@@ -300,7 +300,7 @@ TEST(InProcessWorld, ADeadNodeIsDroppedWhenSilentAndTheSurvivorsKeepTheirMean) {
 }
 
 // A node that joined by seeds takes part from the round the coordinator chose
-// (sgd/overlay.h): until then the members mix among themselves, keeping their mean,
+// (sgd/overlay/overlay.h): until then the members mix among themselves, keeping their mean,
 // and it runs its rounds alone; from that round on the five mix as one graph and
 // reach the mean of all five, under every strategy of the family.
 class Join_InProcess : public ::testing::TestWithParam<std::tuple<std::string, double>> {};

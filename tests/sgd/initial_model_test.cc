@@ -3,7 +3,7 @@
 // non-source peer sends, a model with NaN, another layout's, and node 0's silence,
 // each with the reason.
 
-#include "sgd/initial_model.h"
+#include "sgd/membership/initial_model.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "sgd/local_sgd.h"
+#include "sgd/strategies/local_sgd/local_sgd.h"
 
 #include <gtest/gtest.h>
 
@@ -79,7 +79,7 @@ TEST(LocalSgd, AFailedRoundLeavesTheModelAndTheOuterStateAlone) {
   EXPECT_EQ(x[0], 7.0f);
 }
 
-// A ring that merged with another that trained apart (sgd/peer_ring.h): once between
+// A ring that merged with another that trained apart (sgd/membership/peer_ring.h): once between
 // rounds, or inside a round, which fails then (data unchanged) as the ring ends it.
 class MergingMean final : public AllReduce {
  public:

@@ -2,7 +2,7 @@
 // rest needs a GPU (two for the 2-rank test: NCCL refuses two ranks on one GPU)
 // and skips with nccl_available()'s reason where there is none.
 
-#include "sgd/nccl/nccl_all_reduce.h"
+#include "sgd/collectives/nccl/nccl_all_reduce.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

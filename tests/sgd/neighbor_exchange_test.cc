@@ -3,7 +3,7 @@
 // round, heartbeats keep a silent-but-alive peer from being taken for dead, and a peer
 // that sent a later round is not waited for.
 
-#include "sgd/neighbor_exchange.h"
+#include "sgd/overlay/neighbor_exchange.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// The gossip family's overlay as nodes join (sgd/overlay.h): which graph a round
+// The gossip family's overlay as nodes join (sgd/overlay/overlay.h): which graph a round
 // gets, and which joins a spec cannot take.
-#include "sgd/overlay.h"
+#include "sgd/overlay/overlay.h"
 
 #include <gtest/gtest.h>
 

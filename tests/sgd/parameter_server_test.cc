@@ -1,10 +1,10 @@
-// The parameter-server strategy (sgd/ps/) in the in-process world (peers/memory_channel.h):
-// several nodes of one process, each a worker and some of them servers, through the
-// real router, wire encoding and strategy, with queues instead of sockets. Every node
+// The parameter-server strategy (sgd/strategies/ps/) in the in-process world
+// (peers/memory_channel.h): several nodes of one process, each a worker and some of them servers,
+// through the real router, wire encoding and strategy, with queues instead of sockets. Every node
 // runs on a thread of its own; between its rounds it calls progress() as the daemon's
 // sync thread does, so its shards keep being served while its "trainer" computes.
 
-#include "sgd/ps/parameter_server.h"
+#include "sgd/strategies/ps/parameter_server.h"
 
 #include <gtest/gtest.h>
 

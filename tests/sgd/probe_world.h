@@ -1,5 +1,5 @@
 #pragma once
-// Memberships of an elastic ring (sgd/ring_membership.h) exchanging probes through one
+// Memberships of an elastic ring (sgd/membership/ring_membership.h) exchanging probes through one
 // queue, delivered in a random order, each answering as PeerRing does: a probe
 // carries its sender's list when sent (its view, or the union while merging) and
 // whether it merges. Pure logic: the agreement rules tested without sockets.
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "sgd/ring_membership.h"
+#include "sgd/membership/ring_membership.h"
 
 namespace gossip::sgd {
 

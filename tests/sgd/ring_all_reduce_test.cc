@@ -6,7 +6,7 @@
 // Results are checked against a sum computed here independently, in double; all
 // ranks must end with the same bits.
 
-#include "sgd/ring_all_reduce.h"
+#include "sgd/collectives/ring_all_reduce.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@
 #include "compression/codec_spec.h"
 #include "compression/error_feedback.h"
 #include "peers/ring_channel.h"
-#include "sgd/ring_schedule.h"
+#include "sgd/collectives/ring_schedule.h"
 #include "tests/sgd/all_reduce_checks.h"
 
 namespace gossip::sgd {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "sgd/ring_membership.h"
+#include "sgd/membership/ring_membership.h"
 #include "tests/sgd/probe_world.h"
 
 namespace gossip::sgd {

@@ -3,7 +3,7 @@
 // sent at step k + 1, and a simulated ring built on the schedule alone computes
 // the exact sum on every rank for every n and length, however it is chunked.
 
-#include "sgd/ring_schedule.h"
+#include "sgd/collectives/ring_schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
-// Crossbow's SMA, the node's side (sgd/sma.h): the arithmetic of one synchronization.
-#include "sgd/sma.h"
+// Crossbow's SMA, the node's side (sgd/strategies/sma/sma.h): the arithmetic of one
+// synchronization.
+#include "sgd/strategies/sma/sma.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // dies half way or sends a chunk that is not its manifest's leaves its chunks to
 // the others, and the state still comes out bit for bit.
 
-#include "sgd/state_transfer.h"
+#include "sgd/membership/state_transfer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,216 @@
+#include "sgd/membership/ring_membership.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace gossip::sgd {
+
+RingMembership::RingMembership(uint32_t self, const std::vector<uint32_t>& peers,
+                               bool admit_joiners)
+    : self_(self), configured_(peers), admit_joiners_(admit_joiners) {
+  std::sort(configured_.begin(), configured_.end());
+  std::vector<uint32_t> ids = peers;
+  ids.push_back(self);
+  set_view(std::move(ids), 0);
+}
+
+void RingMembership::set_view(std::vector<uint32_t> ids, uint64_t epoch) {
+  std::vector<uint32_t> others;
+  for (uint32_t id : ids)
+    if (id != self_) others.push_back(id);
+  order_ = ring_order(self_, others);
+  epoch_ = epoch;
+  // FNV-1a over the epoch and the sorted ids: equal on every node with the same view.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(epoch);
+  for (uint32_t id : order_.ids) mix(id);
+  view_id_ = h;
+}
+
+void RingMembership::add_configured(uint32_t id) {
+  if (id == self_ || configured(id)) return;
+  configured_.insert(std::upper_bound(configured_.begin(), configured_.end(), id), id);
+}
+
+bool RingMembership::member(uint32_t id) const {
+  return std::binary_search(order_.ids.begin(), order_.ids.end(), id);
+}
+
+bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
+  if (reform_) return false;
+  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}, {}};
+  return true;
+}
+
+void RingMembership::vouch_for(std::span<const uint32_t> their_view) {
+  auto& r = *reform_;
+  for (uint32_t id : their_view) {
+    if (id == self_ || member(id) || !configured(id) || !r.vouched.insert(id).second) continue;
+    if (auto p = r.pending.find(id); p != r.pending.end()) {
+      r.heard[id] = p->second.second;
+      r.highest_epoch = std::max(r.highest_epoch, p->second.first);
+      if (r.merging) r.merged_in.insert(id);
+      r.pending.erase(p);
+    }
+  }
+}
+
+RingMembership::Probe RingMembership::hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round,
+                                                 Clock::time_point now,
+                                                 std::chrono::milliseconds wait,
+                                                 std::span<const uint32_t> their_view) {
+  const bool started = start(now, wait);
+  auto& r = *reform_;
+  r.merging = true;
+  r.heard[peer] = next_round;
+  r.highest_epoch = std::max(r.highest_epoch, epoch);
+  if (!member(peer)) r.merged_in.insert(peer);
+  vouch_for(their_view);
+  return started ? Probe::kStarted : Probe::kHeard;
+}
+
+std::vector<uint32_t> RingMembership::offers() const {
+  std::vector<uint32_t> out;
+  if (!admit_joiners_ || reform_ || rejoining_ || order_.ids.size() < 2) return out;
+  for (uint32_t id : configured_)
+    if (!member(id)) out.push_back(id);
+  return out;
+}
+
+std::vector<uint32_t> RingMembership::probe_list() const {
+  std::vector<uint32_t> out = order_.ids;
+  if (merging()) {
+    out.insert(out.end(), reform_->vouched.begin(), reform_->vouched.end());
+    for (const auto& [id, next] : reform_->heard) out.push_back(id);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+  return out;
+}
+
+RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
+                                               Clock::time_point now,
+                                               std::chrono::milliseconds wait, bool joining,
+                                               std::span<const uint32_t> their_view, Merge merge) {
+  const auto lists = [&](uint32_t id) {
+    return std::find(their_view.begin(), their_view.end(), id) != their_view.end();
+  };
+  // Merges are between rings of two or more that admit joiners; a node alone was left
+  // out (it takes a member's state instead) and one asking back in hears members only.
+  const bool may_merge = admit_joiners_ && !rejoining_ && !joining && peer != self_ &&
+                         configured(peer) && !member(peer) && order_.ids.size() >= 2;
+  if (merge == Merge::kOffer) {
+    // Only from a ring apart from this one: a member that this node's view still
+    // holds, or a view that shares a node with ours, is no other ring (a node the
+    // others left out and does not know it yet).
+    const bool apart = their_view.size() >= 2 &&
+                       std::none_of(their_view.begin(), their_view.end(),
+                                    [&](uint32_t id) { return id == self_ || member(id); });
+    if (!may_merge || !apart) return Probe::kIgnored;
+    return hear_merge(peer, epoch, next_round, now, wait, their_view);
+  }
+  if (merge == Merge::kMerging && may_merge && lists(self_))
+    return hear_merge(peer, epoch, next_round, now, wait, their_view);
+  const bool vouched = reform_ && reform_->vouched.count(peer) > 0;
+  if (peer != self_ && reform_ && !member(peer) && !vouched && !joining && configured(peer)) {
+    reform_->pending[peer] = {epoch, next_round};
+    return Probe::kIgnored;
+  }
+  if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining) && !vouched) ||
+      (member(peer) && epoch < epoch_ && merge != Merge::kMerging))
+    return Probe::kIgnored;
+  if (rejoining_ && joining) return Probe::kIgnored;
+  const bool started = start(now, wait);
+  auto& r = *reform_;
+  r.heard[peer] = next_round;
+  r.highest_epoch = std::max(r.highest_epoch, epoch);
+  // A member's merging probe brings this node into the merge (as long as it is not
+  // asking back in: the members it hears take it in as a joiner).
+  if (merge == Merge::kMerging && member(peer) && !rejoining_ && admit_joiners_) {
+    r.merging = true;
+    r.merging_claims[peer] = next_round;
+  }
+  if (r.merging && !member(peer) && !joining) r.merged_in.insert(peer);
+  if (member(peer) || r.merging) vouch_for(their_view);
+  return started ? Probe::kStarted : Probe::kHeard;
+}
+
+bool RingMembership::answers(uint32_t peer, std::span<const uint32_t> their_view) const {
+  return reform_ && !rejoining_ && peer != self_ && member(peer) && !their_view.empty() &&
+         std::find(their_view.begin(), their_view.end(), self_) == their_view.end();
+}
+
+std::vector<uint32_t> RingMembership::take_to_probe() {
+  std::vector<uint32_t> out;
+  if (!reform_) return out;
+  auto add = [&](uint32_t id) {
+    if (!member(id) && reform_->probed.insert(id).second) out.push_back(id);
+  };
+  for (uint32_t id : reform_->vouched) add(id);
+  for (const auto& [id, next] : reform_->heard) add(id);
+  return out;
+}
+
+bool RingMembership::configured(uint32_t id) const {
+  return std::binary_search(configured_.begin(), configured_.end(), id);
+}
+
+void RingMembership::start_rejoin(Clock::time_point now, std::chrono::milliseconds wait) {
+  std::vector<uint32_t> all = configured_;
+  all.push_back(self_);
+  set_view(std::move(all), 0);
+  reform_.reset();
+  start(now, wait);
+  rejoining_ = true;
+}
+
+bool RingMembership::joiner(uint32_t peer, uint64_t epoch, bool joining) const {
+  return admit_joiners_ && joining && epoch == 0 && !member(peer) && configured(peer);
+}
+
+void RingMembership::said_bye(uint32_t peer) {
+  if (reform_ && member(peer) && !reform_->heard.count(peer)) reform_->gone.insert(peer);
+}
+
+bool RingMembership::ready(Clock::time_point now) const {
+  if (!reform_) return false;
+  // Joiners among the heard do not count towards "every member"; those gone do.
+  size_t members_heard = reform_->gone.size();
+  for (const auto& [id, next] : reform_->heard) members_heard += member(id) ? 1 : 0;
+  if (now >= reform_->until) return true;
+  for (uint32_t id : reform_->vouched)
+    if (!reform_->heard.count(id)) return false;
+  return members_heard + 1 == order_.ids.size();
+}
+
+RingMembership::Change RingMembership::decide() {
+  assert(reform_);
+  Change change;
+  change.next_rounds = reform_->heard;
+  std::vector<uint32_t> ids{self_};
+  for (const auto& [id, next] : reform_->heard) ids.push_back(id);  // members and joiners
+  for (uint32_t id : order_.ids)
+    if (id != self_ && !reform_->heard.count(id)) change.lost.push_back(id);
+  for (const auto& [id, next] : reform_->heard)
+    if (!member(id)) change.joined.push_back(id);
+  change.before = order_.ids;
+  for (const auto& [id, next] : reform_->merging_claims)
+    if (reform_->heard.count(id)) change.merging_claims[id] = reform_->heard.at(id);
+  change.merged = std::any_of(reform_->merged_in.begin(), reform_->merged_in.end(),
+                              [&](uint32_t id) { return reform_->heard.count(id) > 0; });
+  // Saturated: a peer's epoch is its word, and a wrap to 0 would take this view for a
+  // restarted one's.
+  const uint64_t epoch = reform_->highest_epoch + (reform_->highest_epoch < UINT64_MAX ? 1 : 0);
+  reform_.reset();
+  rejoining_ = false;
+  set_view(std::move(ids), epoch);
+  return change;
+}
+
+}  // namespace gossip::sgd

@@ -1,0 +1,2 @@
+# Synchronous SGD, --strategy allreduce: part of gossip_sgd (docs/architecture.md, "Adding a strategy").
+target_sources(gossip_sgd PRIVATE ${CMAKE_CURRENT_LIST_DIR}/synchronous_sgd.cc)

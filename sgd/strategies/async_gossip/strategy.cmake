@@ -1,0 +1,2 @@
+# Asynchronous gossip with bounded staleness, --strategy async-gossip: part of gossip_sgd (docs/architecture.md, "Adding a strategy").
+target_sources(gossip_sgd PRIVATE ${CMAKE_CURRENT_LIST_DIR}/async_gossip.cc)

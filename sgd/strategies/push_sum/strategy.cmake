@@ -1,0 +1,2 @@
+# Push-sum (SGP), --strategy push-sum, with CenteredClip: part of gossip_sgd (docs/architecture.md, "Adding a strategy").
+target_sources(gossip_sgd PRIVATE ${CMAKE_CURRENT_LIST_DIR}/push_sum.cc)
