@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -62,6 +64,17 @@ Status validate_cluster_options(const ClusterOptions& options);
 Status resolve_cluster_options(ClusterOptions& options);
 // "iid" or "dirichlet:ALPHA" with ALPHA a positive number.
 Status validate_partition(std::string_view partition);
+
+// --straggler NODE:FACTOR: node NODE's trainer takes FACTOR times as long a step.
+struct Straggler {
+  int node = 0;
+  double factor = 1;
+};
+Result<Straggler> parse_straggler(const std::string& text, int nodes);
+// The options' straggler, or none (also when --straggler does not parse).
+std::optional<Straggler> straggler_of(const ClusterOptions& o);
+// --gossipd-on NODE=PATH: node NODE's daemon is the program at PATH.
+Result<std::pair<int, std::string>> parse_gossipd_on(const std::string& text, int nodes);
 
 // n distinct loopback TCP ports that were free a moment ago (bound to 127.0.0.1:0 together).
 Result<std::vector<int>> pick_loopback_ports(int n);
