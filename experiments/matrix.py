@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs gossipd's experiment matrix on Fashion-MNIST and writes what the README shows.
+"""Runs gossipd's experiment matrix on Fashion-MNIST and writes what docs/results.md shows.
 
 Each run is one `gossipctl cluster` (N daemons and N reference trainers) with
 --evaluations, so that every evaluation records the step, wall time, bytes sent, the
@@ -323,9 +323,9 @@ def main(argv=None):
         if not opts.keep_runs:
             shutil.rmtree(work, ignore_errors=True)
     if (out / "runs.csv").exists():
-        # The README shows the default results directory's table and plots.
+        # The results page (docs/results.md) shows the default results directory's table and plots.
         default_out = (ROOT / "docs" / "results").resolve()
-        report.write_report(out, opts.target, readme=ROOT / "README.md" if out.resolve() == default_out else None)
+        report.write_report(out, opts.target, readme=ROOT / "docs" / "results.md" if out.resolve() == default_out else None)
         print(f"results in {out}: runs.csv, results.md, *.png", file=sys.stderr)
     if failed:
         print(f"matrix: {len(failed)} run(s) failed: {', '.join(failed)} (--keep-runs DIR keeps their logs)",

@@ -242,8 +242,8 @@ README_PLOTS = ["loopback-iid-accuracy-vs-bytes.png", "loopback-dirichlet0.1-con
 
 
 def write_report(out, target=0.85, readme=None):
-    """results.md and the plots in out; with `readme`, also the table and the main
-    plots between the README's markers (README_BEGIN, README_END)."""
+    """results.md and the plots in out; with `readme` (the results page, docs/results.md),
+    also the table and the main plots between its markers (README_BEGIN, README_END)."""
     out = pathlib.Path(out)
     runs = by_run(read_runs(out))
     summary = summarize(runs, target)
@@ -273,4 +273,4 @@ def write_report(out, target=0.85, readme=None):
 if __name__ == "__main__":
     root = pathlib.Path(__file__).resolve().parent.parent
     out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else root / "docs" / "results"
-    write_report(out, readme=root / "README.md" if out.resolve() == (root / "docs" / "results") else None)
+    write_report(out, readme=root / "docs" / "results.md" if out.resolve() == (root / "docs" / "results") else None)

@@ -15,6 +15,7 @@ packages=(
   python3 python3-matplotlib python3-torch python3-torchvision python3-pip iproute2
   libnss-wrapper prometheus slurmctld slurmd slurm-client munge
   clang libclang-rt-14-dev llvm clang-format clang-tidy
+  mkdocs mkdocs-material
 )
 
 missing=()
