@@ -22,9 +22,10 @@ parameter hashes are equal (bit-identical models), and whether the buffers are t
         [--steps 40] [--warmup 8] [--rows plain,ddp-gloo,...] [--device auto|cpu|cuda]
         [--staging auto|always] [--build build] [--json FILE] [--check]
 
---check exits 1 when a row that must end with one model (ddp, allreduce, local SGD
-without a codec) does not, or a row fails: the suite's smoke run uses it with
---model small. The ratios are this run's; the command and the machine go with them.
+--check exits 1 when a row fails, does not train (its parameters did not move or its
+loss did not fall), or must end with one model (ddp, allreduce, local SGD without a
+codec; gossipd's with the same BatchNorm statistics too) and does not: the suite's
+smoke runs use it with --model small. The ratios are this run's; the command and the machine go with them.
 """
 
 import argparse
@@ -106,21 +107,25 @@ def trainer(a):
     x = torch.randn(a.batch, 3, 32, 32, device=device, generator=gen)
     y = torch.randint(10, (a.batch,), device=device, generator=gen)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = []
+    module = net.module if hasattr(net, "module") else net
+    initial = digest(module.parameters())
+    times, losses = [], []
     for step in range(a.steps):
         sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(net(x), y).backward()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
         opt.step()
         sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
+        if step in (0, a.steps - 1):
+            losses.append(loss.item())
     if attached is not None:
         opt.finish()
         sync()
-    module = net.module if hasattr(net, "module") else net
-    result = {"times": times, "digest": digest(module.parameters()),
+    result = {"times": times, "digest": digest(module.parameters()), "initial": initial, "losses": losses,
               "buffers": digest(b for b in module.buffers() if b.is_floating_point()),
               "params": sum(p.numel() for p in module.parameters()),
               "staged": bool(attached is not None and attached.staged),
@@ -205,6 +210,8 @@ def run_row(opts, row, work):
     return {"row": row, "mean_ms": 1e3 * statistics.fmean(times), "median_ms": 1e3 * statistics.median(times),
             "one_model": ranks[0]["digest"] == ranks[1]["digest"],
             "same_buffers": ranks[0]["buffers"] == ranks[1]["buffers"], "params": ranks[0]["params"],
+            # It trained: every rank's parameters moved and its loss on its batch fell.
+            "trained": all(r["digest"] != r["initial"] and r["losses"][-1] < r["losses"][0] for r in ranks),
             "staged": ranks[0]["staged"], "gpu": ranks[0]["gpu"], "torch": ranks[0]["torch"]}
 
 
@@ -245,7 +252,8 @@ def main():
         return 77  # ctest's skip
     if opts.device == "auto":
         opts.device = "cuda" if torch.cuda.is_available() else "cpu"
-    opts.threads = opts.threads or max(1, (os.cpu_count() or 2) // 2)
+    # Two cores left to the daemons (gloo's communication runs inside the trainers).
+    opts.threads = opts.threads or max(1, ((os.cpu_count() or 2) - 2) // 2)
     rows = [r for r in opts.rows.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -283,7 +291,12 @@ def main():
     if opts.json:
         pathlib.Path(opts.json).write_text(json.dumps({"rows": results, "skipped": skipped,
                                                        "machine": machine(opts, ok)}, indent=1))
-    bad = [r["row"] for r in results if "error" in r or (r["row"] in ONE_MODEL and not r["one_model"])]
+    gossipd = {r for r in ROWS if ROWS[r] is not None}
+    bad = [r["row"] for r in results
+           if "error" in r or not r["trained"] or (r["row"] in ONE_MODEL and not r["one_model"])
+           or (r["row"] in ONE_MODEL & gossipd and not r["same_buffers"])]
+    if not results:
+        bad = ["(no row ran)"]
     if bad:
         print(f"torch_vs_ddp: failed or not one model: {', '.join(bad)}; logs in {work}", file=sys.stderr)
         return 1 if opts.check else 0

@@ -186,6 +186,18 @@ Failure process_failure(const Member& m, std::string message) {
   return Failure{std::move(message), m.name, m.log_path};
 }
 
+// Tries of a cluster whose picked ports were taken before its daemons bound them.
+constexpr int kPortTries = 3;
+
+// The run failed before any trainer finished because a daemon could not bind its port.
+bool port_was_taken(const Outcome& outcome) {
+  if (!outcome.failure || !outcome.results.empty() || outcome.failure->log_path.empty())
+    return false;
+  for (const std::string& line : read_last_lines(outcome.failure->log_path, kLogTailLines))
+    if (line.find("Address already in use") != std::string::npos) return true;
+  return false;
+}
+
 class ClusterRun {
  public:
   ClusterRun(const ClusterOptions& options, const RunDirectory& dir, Programs programs,
@@ -793,32 +805,40 @@ int run_cluster(const ClusterOptions& given) {
                      "run directory {} is too long for the IPC socket {} ({} > {} characters)",
                      dir->path(), longest_socket, longest_socket.size(), kMaxSocketPath)));
   }
-  // Leftovers of an earlier run in --out would look like a ready socket or a finished node.
-  for (int i = 0; i < options.nodes; ++i) {
-    std::error_code ec;
-    for (const std::string& name : {socket_name(i), csv_name(i), result_name(i)})
-      fs::remove(dir->file(name), ec);
-  }
-
-  std::vector<int> ports;
-  if (options.base_port != 0) {
-    for (int i = 0; i < options.nodes; ++i) ports.push_back(options.base_port + i);
-  } else {
-    auto picked = pick_loopback_ports(options.nodes);
-    if (!picked) return report_setup_failure(options, picked.status());
-    ports = std::move(*picked);
-  }
-
   spdlog::info("{} nodes, {} (period {}), {} steps, partition {}; run directory {}{}",
                options.nodes, options.daemon.strategy.name, options.daemon.strategy.period,
                options.steps, options.partition, dir->path(),
                dir->temporary() ? " (temporary)" : "");
 
   Outcome outcome;
-  {
-    ClusterRun run(options, *dir, Programs{*gossipd, *trainer, ip}, ports, signals);
-    outcome = run.run();
-  }  // every process is reaped here
+  for (int attempt = 1;; ++attempt) {
+    // Leftovers of an earlier run (or try) would look like a ready socket or a finished node.
+    for (int i = 0; i < options.nodes; ++i) {
+      std::error_code ec;
+      for (const std::string& name : {socket_name(i), csv_name(i), result_name(i)})
+        fs::remove(dir->file(name), ec);
+    }
+    std::vector<int> ports;
+    if (options.base_port != 0) {
+      for (int i = 0; i < options.nodes; ++i) ports.push_back(options.base_port + i);
+    } else {
+      auto picked = pick_loopback_ports(options.nodes);
+      if (!picked) return report_setup_failure(options, picked.status());
+      ports = std::move(*picked);
+    }
+    {
+      ClusterRun run(options, *dir, Programs{*gossipd, *trainer, ip}, ports, signals);
+      outcome = run.run();
+    }  // every process is reaped here
+    // A port picked free can be taken before its daemon binds it (another process, or
+    // an earlier daemon's ring listener on an ephemeral port): that daemon exits with
+    // "Address already in use", and the cluster starts again on new ports.
+    if (options.base_port != 0 || attempt == kPortTries || !port_was_taken(outcome)) break;
+    spdlog::warn(
+        "a port picked for the cluster was taken before its daemon bound it ({}); "
+        "starting again on new ports ({}/{})",
+        outcome.failure->message, attempt + 1, kPortTries);
+  }
 
   std::vector<std::string> log_tail;
   if (outcome.failure) {

@@ -9,89 +9,15 @@
 namespace gossip::cli {
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one.
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b < 0x80) return 1;
-  if (b >= 0xC2 && b <= 0xDF) {
-    len = 2;
-  } else if (b >= 0xE0 && b <= 0xEF) {
-    len = 3;
-    if (b == 0xE0) lo = 0xA0;  // overlong
-    if (b == 0xED) hi = 0x9F;  // surrogates
-  } else if (b >= 0xF0 && b <= 0xF4) {
-    len = 4;
-    if (b == 0xF0) lo = 0x90;  // overlong
-    if (b == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    const auto c = static_cast<unsigned char>(s[i + k]);
-    if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return 0;
-  }
-  return len;
-}
-
 // Result files are flat; anything nested deeper than this is refused.
 constexpr int kMaxDepth = 32;
 
 }  // namespace
 
 std::string json_quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '"';
-  for (size_t i = 0; i < s.size();) {
-    const char c = s[i];
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x80) {
-      switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
-        default:
-          if (u < 0x20 || u == 0x7F) {
-            out += fmt::format("\\u{:04x}", u);
-          } else {
-            out += c;
-          }
-      }
-      ++i;
-      continue;
-    }
-    const size_t len = utf8_sequence_length(s, i);
-    if (len == 0) {
-      out += "\\ufffd";
-      ++i;
-    } else {
-      out.append(s.substr(i, len));
-      i += len;
-    }
-  }
-  out += '"';
-  return out;
+  // nlohmann's escaping: control characters as \uXXXX, invalid UTF-8 replaced by U+FFFD.
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string json_number(double v) {

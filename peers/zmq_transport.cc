@@ -16,6 +16,7 @@
 #include <map>
 
 #include "base/refusals.h"
+#include "proto/printable.h"
 
 namespace gossip::peers {
 
@@ -23,11 +24,7 @@ namespace {
 
 // Printable form of an untrusted routing id, for logs.
 std::string printable(const zmq::message_t& m) {
-  std::string s;
-  const auto* b = m.data<unsigned char>();
-  for (size_t i = 0; i < std::min<size_t>(m.size(), 32); ++i)
-    s += (b[i] >= 0x20 && b[i] < 0x7f) ? static_cast<char>(b[i]) : '?';
-  return s;
+  return proto::printable_text(std::string_view(m.data<char>(), m.size()), 32);
 }
 
 void release_pending(void* /*data*/, void* hint) {

@@ -8,6 +8,7 @@
 #include <msgpack.hpp>
 
 #include "proto/message.h"
+#include "proto/printable.h"
 
 namespace gossip::proto::inspect {
 namespace {
@@ -267,15 +268,7 @@ const char* handshake_name(Handshake h) {
   return "?";
 }
 
-std::string printable_text(std::string_view s) {
-  std::string out;
-  out.reserve(std::min(s.size(), kMaxText));
-  for (char c : s) {
-    if (out.size() == kMaxText) break;
-    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  }
-  return out;
-}
+std::string printable_text(std::string_view s) { return proto::printable_text(s, kMaxText); }
 
 std::string encode(const Facts& f) { return encode_record(f); }
 

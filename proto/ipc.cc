@@ -10,6 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "proto/printable.h"
+
 namespace gossip::proto::ipc {
 
 namespace {
@@ -312,12 +314,7 @@ const char* type_word(const msgpack::object& o) {
 }
 
 // Keys and kinds come from the other side: keep error messages short and printable.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  if (s.size() > 64) out += "...";
-  return out;
-}
+std::string printable(std::string_view s) { return printable_text(s, 64, "..."); }
 
 // Reads one msgpack map with exactly the given string keys, each once. Errors name
 // the message kind and the field's path: "attach: field 'layout[3].numel' ...".

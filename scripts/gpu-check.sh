@@ -81,9 +81,9 @@ TAIL=60 step torch_cuda 400 python3 "$root/tests/client/python_torch_cuda_test.p
 # Issue 42's goals: ms per step against plain and DDP in one run (ResNet-18 at batch 128,
 # ResNet-50 at 64), and whether the nodes end with one model.
 TAIL=14 step torch_vs_ddp_r18 200 python3 "$root/bench/torch_vs_ddp.py" --model resnet18 --batch 128 \
-  --steps 40 --warmup 8 --build "$build" --json "$out/torch_vs_ddp_r18.json"
+  --steps 40 --warmup 8 --build "$build" --json "$out/torch_vs_ddp_r18.json" --check
 TAIL=14 step torch_vs_ddp_r50 200 python3 "$root/bench/torch_vs_ddp.py" --model resnet50 --batch 64 \
-  --steps 30 --warmup 6 --build "$build" --json "$out/torch_vs_ddp_r50.json"
+  --steps 30 --warmup 6 --build "$build" --json "$out/torch_vs_ddp_r50.json" --check
 TAIL=8 step codecs_test 240 "$build/bin/compression_cuda_codecs_test" --gtest_brief=1
 TAIL=12 step nccl_test 180 "$build/bin/nccl_all_reduce_test" --gtest_brief=1
 TAIL=40 step codec_bench 240 "$build/bin/cuda_codec_bench" --sizes 25000000,250000000 --reps 7

@@ -6,13 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 namespace gossip::trainer {
-namespace {
-
-std::string number(double x) { return std::isfinite(x) ? fmt::format("{:.6g}", x) : "null"; }
-
-}  // namespace
 
 Result<CsvLog> CsvLog::open(const std::string& path) {
   std::ofstream out(path, std::ios::trunc);
@@ -37,15 +33,24 @@ Status CsvLog::write(const CsvRow& row) {
 }
 
 std::string to_json(const RunResult& r) {
-  return fmt::format(
-      "{{\"node\":{},\"steps\":{},\"accuracy_local\":{},\"accuracy_average\":{},\"loss\":{},"
-      "\"test_loss\":{},\"payload_sent\":{},\"payload_recv\":{},\"wire_sent\":{},"
-      "\"wire_recv\":{},\"wall_seconds\":{},\"wait_seconds\":{:.3f},\"attached_seconds\":{:.3f},"
-      "\"eval_seconds\":{:.3f}}}",
-      r.node, r.steps, number(r.accuracy_local), number(r.accuracy_average), number(r.loss),
-      number(r.test_loss), r.traffic.payload_sent, r.traffic.payload_recv, r.traffic.wire_sent,
-      r.traffic.wire_recv, fmt::format("{:.3f}", r.wall_seconds), r.wait_seconds,
-      r.attached_seconds, r.eval_seconds);
+  // One line, fields in this order; NaN and infinities (a diverged run) are null.
+  const auto ms = [](double seconds) { return std::round(seconds * 1000.0) / 1000.0; };
+  nlohmann::ordered_json j;
+  j["node"] = r.node;
+  j["steps"] = r.steps;
+  j["accuracy_local"] = r.accuracy_local;
+  j["accuracy_average"] = r.accuracy_average;
+  j["loss"] = r.loss;
+  j["test_loss"] = r.test_loss;
+  j["payload_sent"] = r.traffic.payload_sent;
+  j["payload_recv"] = r.traffic.payload_recv;
+  j["wire_sent"] = r.traffic.wire_sent;
+  j["wire_recv"] = r.traffic.wire_recv;
+  j["wall_seconds"] = ms(r.wall_seconds);
+  j["wait_seconds"] = ms(r.wait_seconds);
+  j["attached_seconds"] = ms(r.attached_seconds);
+  j["eval_seconds"] = ms(r.eval_seconds);
+  return j.dump();
 }
 
 Status write_file_atomically(const std::string& path, const std::string& text) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -281,6 +282,30 @@ TEST_F(GossipctlCluster, CrashingDaemonIsNamed) {
   EXPECT_NE(text_of(obj, "error").find("gossipd 2 exited with status 7"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("simulated crash"), std::string::npos) << r.out;
+}
+
+// A port picked free and taken before its daemon bound it: the cluster starts again on
+// new ports (issue 43), and says so; with --base-port the ports are the user's, and it
+// fails naming the daemon.
+TEST_F(GossipctlCluster, APortTakenBeforeTheDaemonBindsItStartsTheClusterAgain) {
+  auto r = cluster({"--nodes", "3", "--steps", "20", "--out", out_, "--json"},
+                   {"FAKE_PORT_TAKEN_NODE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(parse_report(r).at("ok").boolean);
+  EXPECT_NE(r.err.find("starting again on new ports (2/3)"), std::string::npos) << r.err;
+  const std::string listened = testing::read_file(out_ + "/listened-1");
+  ASSERT_EQ(std::count(listened.begin(), listened.end(), '\n'), 2) << listened;
+  EXPECT_NE(listened.substr(0, listened.find('\n')), listened.substr(listened.find('\n') + 1))
+      << "the second try listens on another port: " << listened;
+
+  std::filesystem::remove_all(out_);
+  auto fixed =
+      cluster({"--nodes", "2", "--steps", "20", "--base-port", "40150", "--out", out_, "--json"},
+              {"FAKE_PORT_TAKEN_NODE=1"});
+  EXPECT_EQ(fixed.exit_code, 1) << fixed.err;
+  EXPECT_NE(text_of(parse_report(fixed), "error").find("gossipd 1"), std::string::npos)
+      << fixed.out;
+  EXPECT_EQ(fixed.err.find("starting again"), std::string::npos) << fixed.err;
 }
 
 TEST_F(GossipctlCluster, DaemonIgnoringSigtermIsKilledWithinTheBound) {

@@ -18,9 +18,10 @@ TEST(JsonQuote, EscapesWhatJsonRequires) {
 
 TEST(JsonQuote, KeepsUtf8AndReplacesInvalidBytes) {
   EXPECT_EQ(json_quote("caf\xc3\xa9 \xe2\x82\xac"), "\"caf\xc3\xa9 \xe2\x82\xac\"");
-  EXPECT_EQ(json_quote("bad\xff!"), "\"bad\\ufffd!\"");
-  EXPECT_EQ(json_quote("cut\xc3"), "\"cut\\ufffd\"");
-  EXPECT_EQ(json_quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");  // an encoded surrogate
+  // U+FFFD in UTF-8 for each byte that is not part of a valid sequence.
+  EXPECT_EQ(json_quote("bad\xff!"), "\"bad\xef\xbf\xbd!\"");
+  EXPECT_EQ(json_quote("cut\xc3"), "\"cut\xef\xbf\xbd\"");
+  EXPECT_EQ(json_quote("\xed\xa0\x80"), "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");  // a surrogate
 }
 
 TEST(JsonNumber, RoundTripsAndNullsNonFinite) {

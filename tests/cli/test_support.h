@@ -149,13 +149,21 @@ inline RunResult run_program(const std::vector<std::string>& argv, const std::st
 //   FAKE_DAEMON_IGNORE_TERM=1     ignore SIGTERM and SIGINT
 //   FAKE_DAEMON_NO_SOCKET=1       never create the socket
 //   FAKE_DAEMON_CRASH_NODE=I      node I exits with status 7 once its trainer has written a row
+//   FAKE_PORT_TAKEN_NODE=I        node I's first start fails as gossipd does when its port
+//                                 was taken (exit 1, "Address already in use")
 inline constexpr const char* kFakeDaemon = R"SH(#!/bin/bash
 echo "fake-gossipd $*" >&2
-id=; dir=
+id=; dir=; listen=
 while [ $# -gt 0 ]; do
-  case "$1" in --id) id=$2; shift;; --run-dir) dir=$2; shift;; esac
+  case "$1" in --id) id=$2; shift;; --run-dir) dir=$2; shift;; --listen) listen=$2; shift;; esac
   shift
 done
+echo "$listen" >> "$dir/listened-$id"
+if [ "$id" = "${FAKE_PORT_TAKEN_NODE:-none}" ] && [ ! -e "$dir/port-taken-$id" ]; then
+  touch "$dir/port-taken-$id"
+  echo "gossipd $id: error: cannot listen on $listen: Address already in use" >&2
+  exit 1
+fi
 echo $$ > "$dir/pid-gossipd-$id"
 if [ -n "$FAKE_DAEMON_IGNORE_TERM" ]; then trap '' TERM INT; else trap 'echo "gossipd $id stopping" >&2; exit 0' TERM INT; fi
 [ -n "$FAKE_DAEMON_NO_SOCKET" ] || touch "$dir/gossipd-$id.sock"

@@ -7,7 +7,8 @@ loopback train the MLP with BatchNorm of python_torch_dtype_test.py on the real
 Fashion-MNIST under local SGD, allreduce with buckets and allreduce without, once with
 the tensors in the arena and once staged: each node's parameters and running
 statistics are bit-identical between the two, the nodes end with one model, and the
-model trains. Also: a module on two devices is refused, naming both. Exit code 77
+model trains; every node starts from node 0's BatchNorm statistics. Also: a module on
+two devices is refused, naming both. Exit code 77
 where python3-torch is missing.
 
     /usr/bin/python3 tests/client/python_torch_staging_test.py --build build
@@ -40,8 +41,12 @@ def train(endpoint, node, data, staging, bucket_cap_mb, out, errors):
         import gossipd.torch
         train_x, train_y, test_x, test_y = data
         net = dtype_test.mlp(10 + node, torch.float32)
+        if node == 0:  # statistics of node 0's own, which every node must start from
+            net[2].running_mean.fill_(0.25)
+            net[2].running_var.fill_(2.0)
         client = gossipd.Client(endpoint, trainer=f"staging-{node}", timeout=60)
         attached = gossipd.torch.attach_module(client, net, staging=staging, bucket_cap_mb=bucket_cap_mb)
+        started = (net[2].running_mean.clone(), net[2].running_var.clone())
         arena = [ctypes.addressof(b) for b in attached.model.buffers]
         if staging == "always":  # re-pointed into the flat replica, at the arena's offsets
             flat = attached.staging.flat
@@ -69,7 +74,7 @@ def train(endpoint, node, data, staging, bucket_cap_mb, out, errors):
         net.eval()
         with torch.no_grad():
             acc = (net(test_x).argmax(1) == test_y).float().mean().item()
-        out[node] = {"state": [t.detach().clone() for t in tensors], "accuracy": acc,
+        out[node] = {"state": [t.detach().clone() for t in tensors], "accuracy": acc, "started": started,
                      "pointed": pointed, "expect": expect, "staged": attached.staged,
                      "buckets": None if attached.buckets is None else len(attached.buckets.ranges)}
         client.detach()
@@ -102,6 +107,9 @@ class StagedReplicas(unittest.TestCase):
             self.assertFalse(any(t.is_alive() for t in ts), "a trainer hung:\n" + c.logs())
             self.assertEqual(errors, [], c.logs())
         for node in (0, 1):
+            mean, var = out[node]["started"]
+            self.assertTrue(bool((mean == 0.25).all() and (var == 2.0).all()),
+                            f"{flags} {staging}: node {node} starts from node 0's BatchNorm statistics")
             self.assertEqual(out[node]["staged"], staging == "always")
             self.assertEqual(out[node]["pointed"], out[node]["expect"], f"{staging}: where the tensors live")
         for a, b in zip(out[0]["state"], out[1]["state"]):

@@ -36,6 +36,26 @@ class Staging:
         self.pinned = self.cuda and _pin(client, region, total * _ELEMENT_BYTES[model.dtype])
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.inbound = None  # the event after the last copy from the arena, while it may read it
+        if self.cuda:
+            # Hooks run last first: no copy may read or write the arena once it is
+            # unregistered and unmapped (a detach right after finish(), a failed step).
+            client.before_unmap.append(self.quiesce)
+
+    def quiesce(self):
+        """Returns once no copy of ours touches the arena."""
+        self.settle()
+        if self.copy_stream is not None:
+            self.copy_stream.synchronize()
+
+    def written(self):
+        """What a copy into the flat replica on the current stream is known by: the copy
+        of its bucket to the arena waits for it (the hooks of one bucket may run on
+        different streams). None on the CPU."""
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
 
     def to_host(self, offset=0, numel=None):
         """The arena's range [offset, offset + numel) gets the device's; returns once it has."""
@@ -46,16 +66,17 @@ class Staging:
         if self.cuda:
             torch.cuda.current_stream(self.device).synchronize()
 
-    def to_host_async(self, offset, numel):
-        """Starts the copy of a range to the arena after what the current stream has queued
-        (the gradients just written); returns what ready() and wait() take."""
+    def to_host_async(self, offset, numel, written=()):
+        """Starts the copy of a range to the arena after the copies into it that `written`
+        holds (written() of each) and what the current stream has queued; returns what
+        ready() and wait() take."""
         if not self.cuda:
             self.to_host(offset, numel)
             return None
         self.settle()
-        produced = torch.cuda.Event()
-        produced.record(torch.cuda.current_stream(self.device))
-        self.copy_stream.wait_event(produced)
+        for event in list(written) + [self.written()]:
+            if event is not None:
+                self.copy_stream.wait_event(event)
         with torch.no_grad(), torch.cuda.stream(self.copy_stream):
             self.host[offset:offset + numel].copy_(self.flat[offset:offset + numel], non_blocking=self.pinned)
         landed = torch.cuda.Event()

@@ -153,6 +153,7 @@ class AttachedModule:
         self.last = self.client.sync()
         if self.staged:
             self.from_arena()
+            self._settle()  # the run is over: the copy back has landed before anything unmaps
         return self.last
 
 
@@ -222,6 +223,8 @@ class _Buckets:
                                    "accumulate with bucket_cap_mb=None")
             with torch.no_grad():
                 arena.copy_(grad)
+            if self.attached.staging is not None:
+                self.written[self.bucket_of[i]].append(self.attached.staging.written())
             self.mark_ready(i)
             self.send_ready()
             return grad
@@ -238,7 +241,8 @@ class _Buckets:
             if not self.members[b] and not final:
                 break  # the buffers' bucket waits for step()
             offset, numel = self.ranges[b]
-            self.landing.append(staging.to_host_async(offset, numel) if staging is not None else None)
+            self.landing.append(staging.to_host_async(offset, numel, self.written[b])
+                                if staging is not None else None)
             self.copied += 1
         while self.sent < self.copied:
             token = self.landing[self.sent]
@@ -260,6 +264,7 @@ class _Buckets:
         self.missing = [sum(not self.frozen[i] for i in members) for members in self.members]
         self.copied = 0     # buckets whose copy to the arena started (unstaged: is done)
         self.landing = []   # each copied bucket's Staging token
+        self.written = [[] for _ in self.ranges]  # staged: each bucket's Staging.written() events
         self.sent = 0
         self.sent_at = []  # time.monotonic() of each bucket's send, this step
 
@@ -363,17 +368,26 @@ def attach_module(client, module, names=None, buffers="average", initial="node0"
         if stage is not None and (model.gradients or not model.initialized):
             stage.to_host()  # not over a node's model that its round may be writing
     if not model.initialized and initial == "node0":
-        _start_from_node0(client, model, params, arena, stage)
+        _start_from_node0(client, model, params, arena, stage, [b for _, b in shared], buffer_arena)
     attached = AttachedModule(client, module, model, params, arena, stage,
                               [b for _, b in shared], buffer_arena)
+    if stage is not None and stage.cuda and not stage.pinned and bucket_cap_mb is not None:
+        # Without page-locked memory a bucket's copy would block backward's thread in its
+        # hook until the GPU caught up: the gradients go at step(), in one copy.
+        import warnings
+        warnings.warn("gossipd: the arena could not be page-locked for CUDA (cudaHostRegister "
+                      "refused), so gradient buckets are off and copies are synchronous")
+        bucket_cap_mb = None
     if model.gradients and bucket_cap_mb is not None:
         attached.buckets = _Buckets(attached, bucket_cap_mb * 1024 * 1024)
     return attached
 
 
-def _start_from_node0(client, model, params, arena, stage):
+def _start_from_node0(client, model, params, arena, stage, buffers, buffer_arena):
     """The arena's slots get this module's values (in gradient mode they carry
-    gradients later, so the parameters pass through them once), then node 0's."""
+    gradients later, so the parameters pass through them once), then node 0's: the
+    parameters and buffers that live in the arena (or the staged replica) have them
+    already; the others are copied back."""
     with torch.no_grad():
         if model.gradients:
             for p, a in zip(params, arena):
@@ -387,6 +401,9 @@ def _start_from_node0(client, model, params, arena, stage):
         if model.gradients:
             for p, a in zip(params, arena):
                 p.copy_(a)
+            if stage is None:  # gradient mode leaves the buffers outside the arena
+                for b, a in zip(buffers, buffer_arena):
+                    b.copy_(a)
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
