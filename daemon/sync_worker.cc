@@ -145,7 +145,11 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   if (w->done_fd_ < 0 || w->inspect_fd_ < 0)
     return Status::io_error(fmt::format("eventfd: {}", std::strerror(errno)));
 
-  for (const auto& p : remote)
+  // Every peer this node knows, those its checkpoint remembers too: a member that heard
+  // this node's bye takes it as gone until a hello (or a chunk) says it is back, and
+  // would otherwise skip it while this node mixed alone (Churn.ACheckpointRemembers...).
+  const std::vector<peers::Peer> known = w->transport_->peers();
+  for (const auto& p : known)
     (void)w->transport_->send(p.id, 0, proto::Hello{});  // queued until p is up
 
   w->thread_ = std::thread([raw = w.get()] { raw->run(); });

@@ -46,14 +46,33 @@ ROOT = HERE.parent
 
 
 def free_ports(n):
+    """n free loopback ports below the kernel's ephemeral range, as gossipctl picks
+    them: bind(0) (a daemon's ring listener) and outgoing connections never take a port
+    there, so one stays free for its daemon across a kill and restart too."""
+    import random
+    try:
+        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
     socks, ports = [], []
-    for _ in range(n):
+    for _ in range(1000):
+        if len(ports) == n:
+            break
+        port = random.randrange(10000, low)
+        if port in ports:
+            continue
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
         socks.append(s)
-        ports.append(s.getsockname()[1])
+        ports.append(port)
     for s in socks:
         s.close()
+    if len(ports) < n:
+        raise RuntimeError(f"found {len(ports)} free loopback ports below {low}, not {n}")
     return ports
 
 
@@ -138,7 +157,8 @@ class Cluster:
         end = time.monotonic() + (75 if i >= self.o.nodes else 15)  # a join may try for 60 s
         while not self.socket_path(i).exists():
             if self.daemons[i].poll() is not None:
-                raise RuntimeError(f"gossipd {i} exited with {self.daemons[i].returncode}")
+                log = (self.out / f"gossipd-{i}.log").read_text(errors="replace").splitlines()[-5:]
+                raise RuntimeError(f"gossipd {i} exited with {self.daemons[i].returncode}: " + " | ".join(log))
             if time.monotonic() > end:
                 raise RuntimeError(f"gossipd {i} did not create its socket within 15 s")
             time.sleep(0.02)

@@ -238,9 +238,13 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
       return failure;
     }
     bool complete = true;
-    size_t in = 0;  // peers whose whole model is here
+    size_t in = 0;   // peers whose whole model is here
+    size_t out = 0;  // peers left out of this round already
     for (size_t i = 0; i < ps.size(); ++i) {
-      if (s.out[i]) continue;
+      if (s.out[i]) {
+        ++out;
+        continue;
+      }
       if (trim_ > 0 && s.received[i] < numel && i < early_.size() && early_[i] != 0 &&
           early_[i] >= round) {
         spdlog::warn(
@@ -248,6 +252,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
             "came before this node was ready for it",
             round, ps[i].id, early_[i]);
         s.out[i] = true;
+        ++out;
         continue;
       }
       if (s.received[i] < numel)
@@ -259,7 +264,10 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
             fmt::format("round {}: peer {} shut down before sending its model", round, ps[i].id));
     }
     if (complete) break;
-    if (trim_ > 0 && in + trim_ >= ps.size()) {
+    // The trim's quorum: at most `trim` peers still missing besides those already left
+    // out (counting the left-out as missing let one silent peer hold a slow node's round
+    // to its deadline). Liars whose values came are still trimmed.
+    if (trim_ > 0 && in + out + trim_ >= ps.size()) {
       const auto now = Clock::now();
       if (!grace_end)
         grace_end = now + std::clamp<Clock::duration>(now - started, std::chrono::milliseconds(20),

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cli/cluster.h"
 #include "tests/bin_dir.h"
 
 namespace gossip::testing {
@@ -44,26 +45,18 @@ std::string read_text(const std::filesystem::path& path) {
 std::string ChildProcess::log() const { return read_text(log_); }
 
 std::vector<int> free_ports(int n) {
-  // Never the same port twice in one process: a test that picks ports (for metrics, a
-  // relay) and then starts a Cluster, which picks its own, would otherwise get a port
-  // back that it already holds for something else, now and then.
+  // Ports below the kernel's ephemeral range (gossipctl's pick_loopback_ports), which
+  // bind(0) (the daemons' ring listeners) and outgoing connections never take. Never
+  // the same port twice in one process: a test that picks ports (for metrics, a relay)
+  // and then starts a Cluster, which picks its own, must not get one it already holds.
   static std::mutex mu;
   static std::set<int> given;
   std::lock_guard lock(mu);
-  std::vector<int> fds, ports;
-  for (int attempt = 0; static_cast<int>(ports.size()) < n && attempt < 1000; ++attempt) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    fds.push_back(fd);  // held until the end, so the kernel does not offer it again now
-    if (given.insert(ntohs(a.sin_port)).second) ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) ::close(fd);
+  auto picked = ::gossip::cli::pick_loopback_ports(n + 8);
+  std::vector<int> ports;
+  if (picked)
+    for (int p : *picked)
+      if (static_cast<int>(ports.size()) < n && given.insert(p).second) ports.push_back(p);
   return ports;
 }
 

@@ -30,8 +30,9 @@ struct Outcome {
   std::string attacker_log;
 };
 
-// The undisturbed run of `args`, once per test binary: the runs are deterministic
-// (fixed seed, synchronous SGD), so every attack compares against the same one.
+// The undisturbed run of `args`, once per test binary: every attack compares against
+// the same one. Only the synchronous runs without a trim are deterministic (fixed seed);
+// under --trim who is left out of a round after the grace depends on timing.
 const Outcome& undisturbed(const std::vector<std::string>& args) {
   static std::map<std::vector<std::string>, Outcome> runs;
   auto it = runs.find(args);
@@ -211,9 +212,11 @@ TEST(Attacks, AByzantinePeerCannotPoisonTrimmedLocalSgd) {
   const Outcome& calm = undisturbed(args);
   const Outcome hit = with_byzantine_node(args);
   EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
-  EXPECT_LT(hit.seconds, calm.seconds * 1.5 + 10);
   for (const char* refused : {"hold NaN or Inf: left out of the round", "chunk for round"})
     EXPECT_NE(hit.daemon_log.find(refused), std::string::npos) << refused << "\n" << hit.daemon_log;
+  // No round waited for the liar to its deadline (what a wall-time bound against the
+  // calm run, timed apart on a shared machine, checked by chance).
+  EXPECT_EQ(hit.daemon_log.find("no complete model"), std::string::npos) << hit.daemon_log;
 }
 
 // Finding 9: a node with a valid key of its own (node 2's, as if compromised) that

@@ -86,6 +86,37 @@ TEST(AllGatherAllReduce, ASlowNodeLeftBehindByTheTrimDoesNotWaitForRoundsItCanno
   EXPECT_FLOAT_EQ(slow.x[5], 15.0f);  // nobody's model but its own
 }
 
+// A slow node that left out the peers already ahead of it (their chunks came early) and
+// has a silent peer besides: the peers it left out count towards the trim's quorum, so
+// the silent one is left out after the grace, instead of the round waiting for it to
+// the deadline (Attacks.AByzantinePeerCannotPoisonTrimmedLocalSgd under load: the
+// liar's far-round chunks are dropped, and an honest node two rounds ahead was out).
+TEST(AllGatherAllReduce, PeersAlreadyLeftOutCountTowardsTheTrimsQuorum) {
+  peers::MemoryHub hub;
+  std::vector<Node> nodes = make_nodes(hub, 5, 1);  // 0, 1, 2 honest; 3 slow; 4 silent later
+  {
+    std::vector<std::jthread> ahead;
+    for (uint32_t i : {0u, 1u, 2u, 4u})
+      ahead.emplace_back([&nodes, i] {
+        for (uint64_t r = 0; r < 2; ++r) ASSERT_TRUE(run_round(nodes[i], r, 10s).is_ok()) << r;
+      });
+  }
+  std::vector<Status> last(3);
+  std::vector<std::jthread> third;
+  for (uint32_t i = 0; i < 3; ++i)  // round 2 without node 4: they wait for node 3
+    third.emplace_back([&nodes, &last, i] { last[i] = run_round(nodes[i], 2, 10s); });
+  std::this_thread::sleep_for(200ms);  // their round-2 chunks reach node 3 in its round 0
+  Node& slow = nodes[3];
+  ASSERT_TRUE(run_round(slow, 0, 10s).is_ok());
+  ASSERT_TRUE(run_round(slow, 1, 10s).is_ok());
+  const auto start = Clock::now();
+  const Status st = run_round(slow, 2, 5s);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_LT(Clock::now() - start, 2s) << "round 2 waited for the silent peer";
+  third.clear();
+  for (const Status& s3 : last) EXPECT_TRUE(s3.is_ok()) << s3.message();
+}
+
 // Without a trim nobody finishes a round without every node: a peer never gets two
 // rounds ahead, and a slow node's rounds are whole.
 TEST(AllGatherAllReduce, UntrimmedEveryNodeWaitsForTheSlowOne) {
