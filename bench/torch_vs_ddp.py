@@ -34,7 +34,6 @@ import json
 import os
 import pathlib
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "client" / "python"))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+from churn import free_ports, stop_processes  # noqa: E402  ports below the ephemeral range
 
 CHAIN = "topk:0.01+quant:2+idx:auto+ef"
 ROWS = {
@@ -137,28 +139,6 @@ def trainer(a):
     pathlib.Path(a.out).write_text(json.dumps(result))
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def stop(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def run_row(opts, row, work):
     """Both ranks of one row (and their daemons); returns the row's summary."""
     build = pathlib.Path(opts.build).resolve()
@@ -201,7 +181,7 @@ def run_row(opts, row, work):
     except subprocess.TimeoutExpired:
         return {"row": row, "error": f"over {opts.timeout} s; logs in {work}"}
     finally:
-        stop(trainers + daemons)
+        stop_processes((trainers, daemons))
         for log in logs:
             log.close()
         for i in range(2):
