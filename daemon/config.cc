@@ -67,6 +67,32 @@ std::string DaemonConfig::topology_spec() const {
   return std::string(d ? d->default_topology : "ring");
 }
 
+Result<sgd::StrategyParams> strategy_params(const StrategyConfig& sc) {
+  sgd::StrategyParams p;
+  p.gamma = sc.gamma;
+  p.delay = sc.delay;
+  p.staleness = sc.staleness;
+  p.trim = sc.trim;
+  p.clip = sc.clip == "on";
+  auto outer_kind = sgd::parse_outer_kind(sc.outer.kind);
+  if (!outer_kind) return outer_kind.status();
+  p.outer = {*outer_kind, sc.outer.lr, sc.outer.momentum};
+  auto mode = sgd::parse_ps_mode(sc.ps_mode, &p.ps.staleness);
+  if (!mode) return mode.status();
+  auto server_optimizer = sgd::parse_server_optimizer(sc.ps_optimizer);
+  if (!server_optimizer) return server_optimizer.status();
+  p.ps.servers = sc.servers;
+  p.ps.replicas = sc.ps_replicas;
+  p.ps.mode = *mode;
+  p.ps.fetch = sc.ps_fetch;
+  p.ps.optimizer.kind = *server_optimizer;
+  p.ps.optimizer.lr = sc.ps_lr;
+  p.ps.optimizer.momentum = sc.ps_momentum;
+  p.sma_alpha = sc.sma_alpha;
+  p.learners_per_device = sc.learners_per_device;
+  return p;
+}
+
 std::string DaemonConfig::ipc_endpoint() const {
   return "ipc://" +
          (std::filesystem::path(run_dir) / fmt::format("gossipd-{}.sock", node_id)).string();
@@ -239,6 +265,10 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const E
                "print every setting (key, flag, variable, valid values, default, strategies) and "
                "exit");
   app.add_flag("--json", as_json, "with --print-options: as JSON, for programs");
+  bool check_only = false;
+  app.add_flag("--check", check_only,
+               "check the configuration (file, variables and flags) and exit: 0 and what this "
+               "node would be, or 2 and the problem; nothing is bound, joined or written");
   // Every value is taken as text and checked here, so that an error names the flag.
   std::array<std::string, std::tuple_size_v<std::decay_t<decltype(fields())>>> texts;
   std::array<CLI::Option*, texts.size()> options{};
@@ -327,6 +357,17 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const E
 
   GOSSIP_RETURN_IF_ERROR(check_required(d, true));
   GOSSIP_RETURN_IF_ERROR(check_config(d.config, d.origins));
+  if (check_only) {
+    const DaemonConfig& c = d.config;
+    return Status::closed(
+        c.join.empty()
+            ? fmt::format("gossipd: the configuration is valid: node {} of {}, listening on {}, "
+                          "strategy {}\n",
+                          c.node_id, c.nodes(), c.listen, c.strategy.name)
+            : fmt::format("gossipd: the configuration is valid: joining through {}, listening "
+                          "on {}, strategy {}\n",
+                          c.join, c.listen, c.strategy.name));
+  }
   return std::move(d.config);
 }
 

@@ -13,6 +13,10 @@
 #include "peers/peer.h"
 #include "sgd/collectives/choice.h"
 
+namespace gossip::sgd {
+struct StrategyParams;
+}
+
 namespace gossip::daemon {
 
 struct PeerConfig {
@@ -191,6 +195,10 @@ std::optional<std::string> endpoint_problem(std::string_view endpoint);
 // The seeds of --join, each a valid endpoint.
 // [KEY@]tcp://HOST:PORT each: the endpoint and, under CURVE, the seed's public key.
 std::vector<peers::Peer> join_seeds(const DaemonConfig& config);
+
+// What the strategy reads of `sc` (sgd/registry.h); an error names a value that does
+// not parse (validate_config refuses those first).
+Result<sgd::StrategyParams> strategy_params(const StrategyConfig& sc);
 
 // --allreduce-table's file, read and parsed; an error names the file and the line.
 Result<sgd::AlgorithmTable> read_allreduce_table(const std::string& path);

@@ -173,23 +173,14 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                          fmt::format("is for synchronous model averaging (strategy {}), not "
                                      "strategy {}",
                                      strategies_taking("sma"), sc.name));
-    if (strategy->takes("sma") && sc.sma_alpha * sc.learners_per_device > 1.0 + 1e-9)
-      return key_error(o, "strategy.sma_alpha",
-                       fmt::format("{} x {} learners is over 1: the central model would overshoot "
-                                   "the learners' mean (0 picks 1 / learners)",
-                                   sc.sma_alpha, sc.learners_per_device));
-    // A node that joins by seeds learns the members' list later (the strategy checks).
-    if (strategy->takes("servers") && sc.servers > c.nodes() && c.join.empty())
-      return key_error(
-          o, "strategy.servers",
-          fmt::format("{} servers, but the cluster has {} nodes", sc.servers, c.nodes()));
-    if (strategy->takes("servers") && sc.ps_replicas >= c.nodes() && c.join.empty())
-      return key_error(o, "strategy.ps_replicas",
-                       fmt::format("{} replicas of each shard need {} nodes, the cluster has {}",
-                                   sc.ps_replicas, sc.ps_replicas + 1, c.nodes()));
-    if (strategy->takes("servers") && sc.ps_fetch > 1 && sc.ps_mode == "bsp")
-      return key_error(o, "strategy.ps_fetch",
-                       "bsp pulls after every push (ps_fetch is for async and ssp)");
+    // The strategy's own checks, beside its code; a node that joins by seeds learns
+    // the members' list later (the strategy checks again then).
+    if (strategy->check) {
+      auto params = strategy_params(sc);
+      if (!params) return params.status();
+      if (auto problem = strategy->check(*params, c.join.empty() ? c.nodes() : 0))
+        return key_error(o, problem->key, problem->message);
+    }
   }
   const bool mesh_algorithm =
       c.strategy.allreduce_algorithm != "auto" && c.strategy.allreduce_algorithm != "ring";

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   using gossip::Status;
   auto config = gossip::daemon::config_from_args(argc, argv);
   if (!config) {
-    if (config.status().code() == Status::Code::kClosed) {  // --help, --print-options
+    if (config.status().code() == Status::Code::kClosed) {  // --help, --print-options, --check
       std::fputs(config.status().message().c_str(), stdout);
       return 0;
     }

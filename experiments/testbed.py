@@ -35,7 +35,8 @@ def check_rights():
                            "scripts/install-deps.sh")
     if os.geteuid() != 0:
         raise TestbedError("the testbed makes network namespaces, veth pairs and tc qdiscs, "
-                           "which needs root (CAP_NET_ADMIN); run as root, or use --testbed loopback")
+                           "which needs root (CAP_NET_ADMIN): run as root, or as root of a user "
+                           "namespace (tests/as-namespace-root.sh), or use --testbed loopback")
     # Everything the testbed needs, tried inside a namespace of its own (deleting it
     # deletes whatever was made in it): a kernel or container may lack any one of them.
     probe = f"gdprobe{os.getpid()}"

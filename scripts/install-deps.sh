@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config ninja-build ccache
+  build-essential cmake pkg-config ninja-build ccache lld
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsodium-dev libssl-dev
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,6 +43,16 @@ struct StrategyParams {
                               // (sgd/strategies/push_sum/centered_clip.h)
   OuterOptimizer outer;       // local SGD's outer optimizer
   ParameterServerOptions ps;  // servers, mode, fetch, the servers' optimizer
+  // SMA: the learners' pull towards the central model, and how many learners a node
+  // has (the daemon holds the central model: daemon/rounds.cc).
+  double sma_alpha = 0.0;
+  uint64_t learners_per_device = 1;
+};
+
+// An option of a strategy's that does not fit: its config key and why.
+struct OptionProblem {
+  std::string key;  // "strategy.servers"
+  std::string message;
 };
 
 // What the sync worker has made for the strategy, by its fabric.
@@ -84,6 +95,10 @@ struct StrategyDescriptor {
   // overlapped syncs; "tune": the period and ratio --tune auto picks): another
   // strategy given one of them is refused.
   std::vector<std::string_view> options;
+  // Checks the strategy's own options against each other and the cluster's size (`nodes`;
+  // 0 for a node joining by seeds, which learns it later), beside its code
+  // (strategies/<name>/options.cc); unset where there is nothing to check.
+  std::function<std::optional<OptionProblem>(const StrategyParams& params, uint64_t nodes)> check;
   // Makes the strategy over `r`; `detail` gets what the log line says of its settings.
   std::function<Result<std::unique_ptr<Strategy>>(const StrategyResources& r, std::string* detail)>
       make;

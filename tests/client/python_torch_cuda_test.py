@@ -63,6 +63,9 @@ class CudaModels(unittest.TestCase):
         print(f"\n{flags} {dtype}: cuda {gpu['accuracy']:.4f} in {1e3 * gpu['seconds_per_step']:.2f} ms/step, "
               f"cpu {cpu['accuracy']:.4f} in {1e3 * cpu['seconds_per_step']:.2f} ms/step "
               f"({torch.cuda.get_device_name(0)})", file=sys.stderr)
+        # An absolute floor as well as the CPU run's, which could fail along with it: the
+        # floor python_torch_dtype_test.py sets for the same trainer and data.
+        self.assertGreater(gpu["accuracy"], 0.75)
         self.assertGreater(gpu["accuracy"], cpu["accuracy"] - 0.01)
 
     def test_local_sgd(self):

@@ -752,6 +752,12 @@ TEST(ValidateConfig, AllReduceAlgorithmsParameterServersAndSmaOptions) {
   EXPECT_TRUE(fails_with(args({"--learners-per-device", "2"}),
                          {"flag '--learners-per-device'", "(strategy sma)"}));
   EXPECT_TRUE(fails_with(args({"--strategy", "sma", "--sma-alpha", "2"}), {"flag '--sma-alpha'"}));
+  // SMA's own check (sgd/strategies/sma/options.cc): alpha against the learners.
+  EXPECT_TRUE(
+      args({"--strategy", "sma", "--learners-per-device", "4", "--sma-alpha", "0.25"}).is_ok());
+  EXPECT_TRUE(
+      fails_with(args({"--strategy", "sma", "--learners-per-device", "4", "--sma-alpha", "0.5"}),
+                 {"flag '--sma-alpha'", "0.5 x 4 learners is over 1"}));
 }
 
 TEST(ValidateConfig, RefusesEachBadField) {
@@ -1080,6 +1086,30 @@ TEST(ConfigArgs, BadFileBehindTheFlagsNamesTheFile) {
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().message(),
             "cannot read config file '" + missing + "': No such file or directory");
+}
+
+// gossipd --check: the whole configuration checked, what the node would be said, and
+// nothing started; a bad one fails as it would at start.
+TEST(ConfigArgs, CheckSaysWhatTheNodeWouldBeOrWhatIsWrong) {
+  std::vector<std::string> flags = {"--id",      "2",
+                                    "--listen",  "tcp://127.0.0.1:7002",
+                                    "--run-dir", "/tmp/g",
+                                    "--peer",    "0=tcp://127.0.0.1:7000",
+                                    "--peer",    "1=tcp://127.0.0.1:7001",
+                                    "--check"};
+  auto c = from_args(flags);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kClosed);
+  EXPECT_EQ(c.status().message(),
+            "gossipd: the configuration is valid: node 2 of 3, listening on "
+            "tcp://127.0.0.1:7002, strategy local-sgd\n");
+  flags.insert(flags.end(), {"--strategy", "ps", "--servers", "4"});
+  auto bad = from_args(flags);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().code(), Status::Code::kClosed);
+  EXPECT_NE(bad.status().message().find("4 servers, but the cluster has 3 nodes"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST(ConfigArgs, HelpReturnsClosedWithTheText) {

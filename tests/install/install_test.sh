@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cmake --install of BUILD into a throw-away root (DESTDIR, prefix /usr), then a
 # trainer's own project built against it twice, with find_package(gossipd) (C++) and
-# with pkg-config (C), both run against the installed gossipd.
+# with pkg-config (C), both run against two installed gossipd nodes and checked to get
+# the mean of what they wrote.
 #   tests/install/install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1"
@@ -9,7 +10,8 @@ src="$2"
 tmp="$(mktemp -d /tmp/gossipd-install.XXXXXX)"
 daemon=""
 cleanup() {
-  [[ -n "$daemon" ]] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
+  # shellcheck disable=SC2086  # the daemons' pids
+  [[ -n "$daemon" ]] && kill $daemon 2>/dev/null && wait $daemon 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -33,17 +35,32 @@ export PKG_CONFIG_PATH="$lib/pkgconfig"
 flags="$(pkg-config --cflags --libs gossipd)"
 echo "pkg-config --cflags --libs gossipd: $flags (version $(pkg-config --modversion gossipd))"
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Werror "$src/tests/install/consumer/consumer.c" $flags -o "$tmp/c_consumer"
+cc -std=c11 -Wall -Werror "$src/tests/install/consumer/consumer.c" $flags -lm -o "$tmp/c_consumer"
 
-# The installed daemon, one node; the consumers wait for its socket.
+# The installed daemon, two nodes averaging every step: the C++ consumer on node 0 writes
+# 1, the C one on node 1 writes 3, and each must get back their mean, 2, after its step.
 "$prefix/bin/gossipd" --version
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-mkdir "$tmp/run"
-timeout 60 "$prefix/bin/gossipd" --id 0 --listen "tcp://127.0.0.1:$port" --run-dir "$tmp/run" \
-  --period 1 > "$tmp/gossipd.log" 2>&1 &
-daemon=$!
-endpoint="ipc://$tmp/run/gossipd-0.sock"
-LD_LIBRARY_PATH="$lib" timeout 30 "$tmp/cxx/cxx_consumer" "$endpoint" || { cat "$tmp/gossipd.log"; exit 1; }
-LD_LIBRARY_PATH="$lib" GOSSIP_STARTUP_TIMEOUT=10 timeout 30 "$tmp/c_consumer" "$endpoint" \
-  || { cat "$tmp/gossipd.log"; exit 1; }
-echo "install test: both consumers built and ran against the installed gossipd"
+read -r port0 port1 < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+daemons=()
+for id in 0 1; do
+  mkdir "$tmp/run$id"
+  timeout 60 "$prefix/bin/gossipd" --id "$id" --listen "tcp://127.0.0.1:$([[ $id == 0 ]] && echo "$port0" || echo "$port1")" \
+    --peer "0=tcp://127.0.0.1:$port0" --peer "1=tcp://127.0.0.1:$port1" --run-dir "$tmp/run$id" \
+    --period 1 > "$tmp/gossipd$id.log" 2>&1 &
+  daemons+=($!)
+done
+daemon="${daemons[*]}"
+LD_LIBRARY_PATH="$lib" timeout 30 "$tmp/cxx/cxx_consumer" "ipc://$tmp/run0/gossipd-0.sock" 1 2 &
+cxx=$!
+rc=0
+LD_LIBRARY_PATH="$lib" GOSSIP_STARTUP_TIMEOUT=10 timeout 30 "$tmp/c_consumer" \
+  "ipc://$tmp/run1/gossipd-1.sock" 3 2 || rc=1
+wait "$cxx" || rc=1
+if [[ $rc != 0 ]]; then
+  tail -n 20 "$tmp/gossipd0.log" "$tmp/gossipd1.log"
+  exit 1
+fi
+echo "install test: both consumers built, ran against the installed gossipd and got the mean"

@@ -27,7 +27,8 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-constexpr const char* kNssWrapper = "/usr/lib/x86_64-linux-gnu/libnss_wrapper.so";
+// Found by CMake in this machine's library folders (tests/integration/CMakeLists.txt).
+constexpr const char* kNssWrapper = GOSSIP_NSS_WRAPPER;
 
 // The value of "key": in a one-line JSON object (the trainer's --result).
 double json_number(const std::string& json, const std::string& key) {
@@ -58,7 +59,7 @@ std::vector<std::string> with_env(const std::map<std::string, std::string>& vars
 class Deploy : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kNssWrapper))
+    if (std::string(kNssWrapper).empty() || !fs::exists(kNssWrapper))
       GTEST_SKIP() << "libnss-wrapper is not installed (scripts/install-deps.sh installs it): "
                       "the test's host names cannot be resolved without touching /etc/hosts";
     hosts_ = tmp_.path() / "hosts";

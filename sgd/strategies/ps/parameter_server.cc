@@ -684,6 +684,9 @@ Status ParameterServer::load_state(const StrategyState& state) {
 
 namespace gossip::sgd {
 
+std::optional<OptionProblem> check_parameter_server_options(const StrategyParams& params,
+                                                            uint64_t nodes);  // options.cc
+
 StrategyDescriptor parameter_server_strategy() {
   StrategyDescriptor d;
   d.name = "ps";
@@ -693,6 +696,7 @@ StrategyDescriptor parameter_server_strategy() {
       "the shards (bsp, async or ssp:S)";
   d.fabric = Fabric::kServers;
   d.options = {"servers", "ps_mode", "ps_fetch", "ps_optimizer"};
+  d.check = check_parameter_server_options;
   d.make = [](const StrategyResources& r,
               std::string* detail) -> Result<std::unique_ptr<Strategy>> {
     ParameterServerOptions o = r.params.ps;

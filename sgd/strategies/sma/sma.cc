@@ -49,6 +49,9 @@ void CentralModel::correct(std::span<const std::span<float>> learners) {
     for (size_t i = 0; i < w.size(); ++i) w[i] -= a * (w[i] - z_[i]);
 }
 
+std::optional<OptionProblem> check_sma_options(const StrategyParams& params,
+                                               uint64_t nodes);  // options.cc
+
 StrategyDescriptor sma_strategy() {
   StrategyDescriptor d;
   d.name = "sma";
@@ -62,6 +65,7 @@ StrategyDescriptor sma_strategy() {
   // its learners start.
   d.takes_nodes_back = true;
   d.options = {"sma"};
+  d.check = check_sma_options;
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
     return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, OuterOptimizer{},
                                                                 r.codec, r.error_feedback, r.pool));
