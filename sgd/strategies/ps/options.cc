@@ -10,8 +10,8 @@ std::optional<OptionProblem> check_parameter_server_options(const StrategyParams
                                                             uint64_t nodes) {
   const ParameterServerOptions& ps = params.ps;
   if (nodes > 0 && ps.servers > nodes)
-    return OptionProblem{"strategy.servers",
-                         fmt::format("{} servers, but the cluster has {} nodes", ps.servers, nodes)};
+    return OptionProblem{"strategy.servers", fmt::format("{} servers, but the cluster has {} nodes",
+                                                         ps.servers, nodes)};
   if (nodes > 0 && ps.replicas >= nodes)
     return OptionProblem{"strategy.ps_replicas",
                          fmt::format("{} replicas of each shard need {} nodes, the cluster has {}",
