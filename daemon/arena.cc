@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -42,8 +43,22 @@ std::vector<std::string> Arena::remove_stale(uint32_t node) {
     // "<pid>" (older daemons) or "<pid>-<nonce>".
     const bool whole = end == digits.data() + digits.size() || *end == '-';
     if (err != std::errc() || !whole || pid <= 0) continue;
-    // Our own pid is a predecessor's: this daemon has made no arena yet, and in a
-    // container every daemon is pid 1, so one killed there left an arena with our pid.
+    // A live daemon holds a lock on its arena (create() below): its pid says nothing
+    // where it runs in another PID namespace (a container sharing /dev/shm, unshare),
+    // in which a live daemon's pid may not exist here or be this process's own. Only an
+    // arena nobody holds is stale. Opened without following a link, and only this uid's:
+    // anyone can make a file of this name in /dev/shm.
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {};
+    const bool ours = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid();
+    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    ::close(fd);
+    if (!ours || held) continue;
+    // Unlocked: its daemon is gone, or it is an older daemon's, which took no lock and
+    // is judged by its pid. Our own pid is a predecessor's: this daemon has made no
+    // arena yet, and in a container every daemon is pid 1, so one killed there left an
+    // arena with our pid.
     if (pid != ::getpid() && (::kill(pid, 0) == 0 || errno != ESRCH)) continue;
     if (::shm_unlink(("/" + file).c_str()) == 0) removed.push_back("/" + file);
   }
@@ -65,6 +80,10 @@ Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t nu
     return Status::io_error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)));
   // The umask may have narrowed the mode further, never widened it; set it exactly.
   ::fchmod(fd, 0600);
+  // Held for the arena's life, and released by the kernel when this process dies however
+  // it dies: how remove_stale tells a live daemon's arena from a dead one's. (A fresh
+  // file, O_EXCL: nobody else can hold it.)
+  ::flock(fd, LOCK_EX | LOCK_NB);
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int err = errno;
     ::close(fd);
@@ -84,12 +103,13 @@ Result<Arena> Arena::create(const std::string& name, uint32_t slots, uint64_t nu
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
-  ::close(fd);
   if (p == MAP_FAILED) {
+    ::close(fd);
     ::shm_unlink(name.c_str());
     return Status::io_error(fmt::format("cannot map arena {}: {}", name, std::strerror(err)));
   }
   Arena a;
+  a.lock_fd_ = fd;  // keeps the lock
   a.name_ = name;
   a.base_ = static_cast<std::byte*>(p);
   a.size_ = size;
@@ -111,6 +131,7 @@ Arena& Arena::operator=(Arena&& o) noexcept {
     release();
     name_ = std::exchange(o.name_, {});
     base_ = std::exchange(o.base_, nullptr);
+    lock_fd_ = std::exchange(o.lock_fd_, -1);
     size_ = std::exchange(o.size_, 0);
     slot_bytes_ = o.slot_bytes_;
     numel_ = o.numel_;
@@ -127,6 +148,8 @@ void Arena::release() {
   if (!base_) return;
   ::munmap(base_, size_);
   ::shm_unlink(name_.c_str());
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
   base_ = nullptr;
 }
 

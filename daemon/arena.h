@@ -40,8 +40,10 @@ class Arena {
   // process an object left in /dev/shm belonged to.
   static std::string name_for(uint32_t node);
   // Unlinks the arenas of `node` (this uid) whose daemon process no longer exists:
-  // what a SIGKILLed daemon leaves behind. Returns their names. Called before this
-  // process makes its arena: one named with this process's pid is a predecessor's.
+  // what a SIGKILLed daemon leaves behind. An arena whose daemon lives holds a lock (its
+  // pid may belong to another PID namespace) and is kept. Returns their names. Called
+  // before this process makes its arena: one named with this process's pid is a
+  // predecessor's.
   static std::vector<std::string> remove_stale(uint32_t node);
 
   // Creates /dev/shm<name> with mode 0600 (fails if it exists) and maps it: `slots`
@@ -77,6 +79,7 @@ class Arena {
   void release();
   std::byte* replica(uint32_t slot) const { return base_ + slot_offset(slot); }
   std::string name_;
+  int lock_fd_ = -1;  // the arena's file, locked (flock) while this daemon lives
   std::byte* base_ = nullptr;
   uint64_t size_ = 0;
   uint64_t slot_bytes_ = 0;

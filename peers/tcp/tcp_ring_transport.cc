@@ -25,8 +25,8 @@ using boost::system::error_code;
 
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
-// A peer sends its hello as soon as it connects; a connection silent this long is a
-// stranger's (or a stuck peer's, which reconnects).
+// A peer sends its hello as soon as it connects; a connection silent this long while
+// this node listens is a stranger's (or a stuck peer's, which reconnects).
 constexpr auto kHelloTimeout = std::chrono::seconds(2);
 constexpr size_t kMaxHandshakes = 64;
 
@@ -51,9 +51,11 @@ class TcpRingTransport final : public RingTransport {
   explicit TcpRingTransport(const RingTransportOptions& options)
       : options_(options), acceptor_(rendezvous_) {}
   ~TcpRingTransport() override {
-    // Strangers that connected and never spoke (a ring formed once hears nobody again).
+    // Strangers that connected and never spoke (a ring formed once hears nobody again);
+    // not a partner whose hello waits unread for a rendezvous that will not come.
+    error_code ignored;
     for (const Unheard& u : unheard_)
-      if (Clock::now() >= u.hello_by) refuse_silent();
+      if (u.socket.available(ignored) < sizeof(RingHello)) refuse_silent();
   }
 
   Status start() {
@@ -125,19 +127,21 @@ class TcpRingTransport final : public RingTransport {
   static constexpr size_t kMaxParked = 16;
   std::deque<Parked> parked_;
   // Connections accepted but not heard when a rendezvous ended (bounded), with the
-  // time by which they must say hello: the next rendezvous hears them, and the ones
-  // that never do are refused then, or when the transport closes.
+  // time they have left to say hello: the next rendezvous hears them, and the ones that
+  // never do are refused then, or when the transport closes. The time counts only while
+  // this node listens: one that a loaded machine holds up between two rendezvous must
+  // not refuse a partner whose hello has been waiting in the socket all along.
   struct Unheard {
     tcp::socket socket;
-    Clock::time_point hello_by;
+    Clock::duration left;
   };
   std::deque<Unheard> unheard_;
-  void keep_unheard(tcp::socket socket, Clock::time_point hello_by) {
+  void keep_unheard(tcp::socket socket, Clock::duration left) {
     if (unheard_.size() >= kMaxParked) {
       refuse_silent();
       unheard_.pop_front();
     }
-    unheard_.push_back({std::move(socket), hello_by});
+    unheard_.push_back({std::move(socket), left});
   }
   static void refuse_silent() {
     count_refusal(Refusal::kRingNoHello);
@@ -282,6 +286,9 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
     h->timer.async_wait([h](error_code ec) {
       error_code ignored;
       if (ec || h->finished) return;
+      // The hello came as the time ran out (or this node heard the socket late): the
+      // read completes with it.
+      if (h->socket.available(ignored) >= sizeof h->hello) return;
       h->timed_out = true;
       h->socket.close(ignored);
     });
@@ -309,7 +316,7 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
       if (stop) {
         // Accepted as this rendezvous ended: heard in the next one (a partner early
         // for it), not dropped.
-        if (!ec) keep_unheard(std::move(h->socket), Clock::now() + kHelloTimeout);
+        if (!ec) keep_unheard(std::move(h->socket), kHelloTimeout);
         return;
       }
       if (ec) {
@@ -342,7 +349,7 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
     for (Unheard& u : unheard) {
       auto h = std::make_shared<Handshake>(rendezvous_);
       h->socket = std::move(u.socket);
-      h->hello_by = u.hello_by;
+      h->hello_by = Clock::now() + u.left;
       hear(h);
     }
     if (ins_done < ins.size()) accept_in();
@@ -388,7 +395,9 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
   rendezvous_.restart();
   rendezvous_.run();
   for (const auto& h : handshakes)
-    if (h->socket.is_open()) keep_unheard(std::move(h->socket), h->hello_by);
+    if (h->socket.is_open())
+      keep_unheard(std::move(h->socket),
+                   std::max<Clock::duration>(h->hello_by - Clock::now(), Clock::duration::zero()));
   handshakes.clear();
   if (!failure.is_ok()) return failure;
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "client/shm_mapping.h"
 
@@ -136,6 +137,10 @@ TEST(Arena, MappingBeyondTheObjectOrUnalignedIsRefused) {
 namespace gossip::daemon {
 namespace {
 
+// A live daemon in another PID namespace (a container sharing /dev/shm) once had its
+// arena removed by a daemon of the same node id starting here: its pid did not exist
+// here (seen when two suites ran at once, a daemon in peer_credentials_test's PID
+// namespace removing another test's arena: "cannot open arena").
 TEST(Arena, StaleArenasOfDeadDaemonsAndOfThisPidAreRemovedAndLiveOnesKept) {
   constexpr uint32_t kNode = 987654;
   pid_t child = ::fork();
@@ -171,10 +176,33 @@ TEST(Arena, StaleArenasOfDeadDaemonsAndOfThisPidAreRemovedAndLiveOnesKept) {
       live = "/" + e.path().filename().string();
   ASSERT_FALSE(live.empty());
   // A predecessor's with this process's pid: in a container every daemon is pid 1.
-  auto predecessor = Arena::create(Arena::name_for(kNode), 1, 16);
-  ASSERT_TRUE(predecessor.is_ok());
-  const std::string mine = predecessor->name();
+  // Killed, it holds no lock.
+  const std::string mine = Arena::name_for(kNode);
+  fd = ::shm_open(mine.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  // A live daemon's in another PID namespace: its pid means nothing here (this one
+  // is dead here, another could be this process's), but it holds its arena's lock.
+  pid_t elsewhere = ::fork();
+  if (elsewhere == 0) ::_exit(0);
+  ::waitpid(elsewhere, nullptr, 0);
+  auto namespaced =
+      Arena::create("/gossipd-" + std::to_string(::getuid()) + "-" + std::to_string(kNode) + "-" +
+                        std::to_string(elsewhere) + "-00000000000000aa",
+                    1, 16);
+  ASSERT_TRUE(namespaced.is_ok()) << namespaced.status().message();
+  // A link another local user planted under a stale arena's name, to a file of ours:
+  // neither followed nor removed.
+  const std::string target = "/dev/shm/gossipd-arena-test-target-" + std::to_string(::getpid());
+  { std::ofstream(target) << "precious"; }
+  const std::string planted = "/dev/shm/gossipd-" + std::to_string(::getuid()) + "-" +
+                              std::to_string(kNode) + "-" + std::to_string(child) + "-link";
+  ASSERT_EQ(::symlink(target.c_str(), planted.c_str()), 0);
   auto removed = Arena::remove_stale(kNode);
+  EXPECT_TRUE(std::filesystem::is_symlink(planted));
+  EXPECT_TRUE(std::filesystem::exists(target));
+  ::unlink(planted.c_str());
+  ::unlink(target.c_str());
   std::sort(removed.begin(), removed.end());
   std::vector<std::string> expected{dead, mine};
   std::sort(expected.begin(), expected.end());
@@ -182,6 +210,7 @@ TEST(Arena, StaleArenasOfDeadDaemonsAndOfThisPidAreRemovedAndLiveOnesKept) {
   EXPECT_FALSE(std::filesystem::exists("/dev/shm" + dead));
   EXPECT_FALSE(std::filesystem::exists("/dev/shm" + mine));
   EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live));
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + namespaced->name()));
   ::kill(runner, SIGKILL);
   ::waitpid(runner, nullptr, 0);
   ::shm_unlink(live.c_str());

@@ -29,6 +29,7 @@
 #include "compression/codec_spec.h"
 #include "compression/error_feedback.h"
 #include "peers/ring_channel.h"
+#include "peers/ring_hello.h"
 #include "sgd/collectives/ring_schedule.h"
 #include "tests/sgd/all_reduce_checks.h"
 
@@ -400,6 +401,65 @@ TEST_P(RingTest, ASilentStrangerHoldsUpNoRendezvous) {
     ::close(stranger);
   }
   EXPECT_EQ(refusals(Refusal::kRingNoHello), before + 1);
+}
+
+// A connection this rank accepted but had not heard when a rendezvous ended keeps, for
+// the next one, the time it had left to say hello: the 2 s count while this rank
+// listens, not while it is busy between rendezvous. A partner early for the next
+// rendezvous that a loaded machine also holds up before its hello is taken. (The 2 s
+// used to count from the accept: a rank held up that long between rendezvous timed out
+// such a partner at once, refused it for "no hello in time", and then waited for it
+// until its deadline: the failed 8-rank run of issue 44.)
+TEST_P(RingTest, APartnerHeardLateIsTakenWhenItsHelloComes) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "a TCP listener's handshakes";
+  const uint64_t refused_before = refusals(Refusal::kRingNoHello);
+  peers::RingTransportOptions o;
+  auto rank = peers::make_ring_transport("tcp", o);
+  ASSERT_TRUE(rank.is_ok());
+  // The partner, by hand: a listener for the rank's connection to it, and a connection
+  // to the rank that stays silent through the rank's first rendezvous.
+  const auto loopback = [](uint16_t port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+  };
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any = loopback(0);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof any;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len), 0);
+  const uint16_t partner_port = ntohs(any.sin_port);
+  const int partner = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to_rank = loopback((*rank)->port());
+  ASSERT_EQ(::connect(partner, reinterpret_cast<sockaddr*>(&to_rank), sizeof to_rank), 0);
+  peers::RingEnds ends{.self = id(0),
+                       .left = id(1),
+                       .right = id(1),
+                       .right_host = "127.0.0.1",
+                       .right_port = partner_port,
+                       .session = 1};
+  // Session 1 hears nothing from it: the rank's rendezvous ends at its deadline, 0.5 s
+  // into the connection's 2 s, with the connection kept unheard.
+  auto first = (*rank)->connect(ends, {Clock::now() + 500ms, nullptr});
+  ASSERT_FALSE(first.is_ok());
+  // The rank is busy for 2.5 s; the partner says hello for session 2 only once the rank
+  // listens again.
+  std::this_thread::sleep_for(2500ms);
+  std::jthread late([&] {
+    std::this_thread::sleep_for(200ms);
+    const peers::RingHello hello{.from = id(1), .to = id(0), .session = 2};
+    EXPECT_EQ(::send(partner, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+  });
+  ends.session = 2;
+  auto second = (*rank)->connect(ends, {Clock::now() + 3s, nullptr});
+  EXPECT_TRUE(second.is_ok()) << second.status().message();
+  EXPECT_EQ(refusals(Refusal::kRingNoHello), refused_before);
+  late.join();
+  ::close(partner);
+  ::close(listener);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RingTest, ::testing::Values("tcp", "rdma"),
