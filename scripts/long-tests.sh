@@ -5,7 +5,8 @@
 #   - the partition that heals under three strategies (partition_heal_test.py --long;
 #     skipped without root);
 #   - every fuzz target for a minute (fuzz/run.sh --seconds 60).
-# About 6 minutes and 8 of fuzzing on two cores, on build/ (scripts/build.sh first).
+# On build/ (scripts/build.sh first). Two cores: the three ran 118, 76 and 76 s in full when
+# CI still did (2026-11-28), and the fuzzing takes 7 minutes and its clang build.
 #
 #   scripts/long-tests.sh [--build DIR]
 set -uo pipefail
