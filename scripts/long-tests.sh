@@ -5,8 +5,8 @@
 #   - the partition that heals under three strategies (partition_heal_test.py --long;
 #     skipped without root);
 #   - every fuzz target for a minute (fuzz/run.sh --seconds 60).
-# On build/ (scripts/build.sh first). Two cores: the three ran 118, 76 and 76 s in full when
-# CI still did (2026-11-28), and the fuzzing takes 7 minutes and its clang build.
+# On build/ (scripts/build.sh first). Two cores, 2026-11-28: the three took 121, 78 and 76 s
+# with --long; the fuzzing takes 7 minutes and its clang build.
 #
 #   scripts/long-tests.sh [--build DIR]
 set -uo pipefail
