@@ -361,6 +361,15 @@ TEST_P(RingTest, ARankOfAnotherSessionIsRefused) {
   }
 }
 
+// 127.0.0.1:port, for the tests that play a peer with raw sockets.
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
 // A stranger that connects to a rank's ring port and says nothing holds up no
 // rendezvous (the listener hears every connection at once, each with 2 s to say
 // hello), and is refused and counted when the transport closes.
@@ -372,10 +381,7 @@ TEST_P(RingTest, ASilentStrangerHoldsUpNoRendezvous) {
     auto victim = peers::make_ring_transport("tcp", o);
     ASSERT_TRUE(victim.is_ok());
     const int stranger = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((*victim)->port());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in a = loopback((*victim)->port());
     ASSERT_EQ(::connect(stranger, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     auto other = peers::make_ring_transport("tcp", o);
     ASSERT_TRUE(other.is_ok());
@@ -418,13 +424,6 @@ TEST_P(RingTest, APartnerHeardLateIsTakenWhenItsHelloComes) {
   ASSERT_TRUE(rank.is_ok());
   // The partner, by hand: a listener for the rank's connection to it, and a connection
   // to the rank that stays silent through the rank's first rendezvous.
-  const auto loopback = [](uint16_t port) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return a;
-  };
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in any = loopback(0);
   ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
