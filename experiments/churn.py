@@ -124,17 +124,14 @@ class Cluster:
         argv = [str(o.bin / "gossipd"), *who, "--listen", self.endpoint(i),
                 "--run-dir", str(self.out), "--strategy", o.strategy, "--seed", str(o.seed),
                 "--heartbeat", str(o.heartbeat), "--dead-after", str(o.dead_after),
-                "--patience", str(o.patience)]
-        if o.strategy in ("local-sgd", "allreduce", "sma"):
-            argv += ["--transport", o.transport, "--period", str(o.period), "--elastic", o.elastic,
-                     "--round-timeout", "10"]
-        elif o.strategy == "ps":
-            argv += ["--period", str(o.period), "--ps-mode", o.ps_mode, "--servers", str(o.servers),
-                     "--round-timeout", "10"]
-        elif o.topology:
-            argv += ["--topology", o.topology]
-        if o.codec:
-            argv += ["--codec", o.codec]
+                "--patience", str(o.patience), "--round-timeout", str(o.round_timeout)]
+        # The strategy's own options, only those given: gossipd knows each strategy's
+        # defaults and refuses an option its strategy does not take (naming both), so
+        # this script names no strategy.
+        for flag in STRATEGY_FLAGS:
+            value = getattr(o, flag[2:].replace("-", "_"))
+            if value is not None:
+                argv += [flag, str(value)]
         for j in range(o.nodes):
             if j != i and i < o.nodes:
                 argv += ["--peer", f"{j}={self.endpoint(j)}"]
@@ -327,6 +324,10 @@ def evaluate_average(opts, out, skip=(), nodes=None):
     return r, nodes
 
 
+# gossipd's strategy options that this script passes on when given.
+STRATEGY_FLAGS = ("--topology", "--codec", "--period", "--ps-mode", "--servers", "--transport", "--elastic")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=str(ROOT / "build"), help="build directory with bin/gossipd")
@@ -337,13 +338,18 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--strategy", default="gossip")
-    p.add_argument("--topology", default="ring", help="gossip strategies")
-    p.add_argument("--codec", default="", help="compression of what crosses the network (e.g. topk:0.01 with choco)")
-    p.add_argument("--period", type=int, default=4, help="local-sgd, ps: steps between averages (pushes)")
-    p.add_argument("--ps-mode", default="bsp", help="ps: bsp, async or ssp:S")
-    p.add_argument("--servers", type=int, default=1, help="ps: shards, on the lowest ids")
-    p.add_argument("--transport", default="tcp", help="local-sgd, allreduce: the ring's transport")
-    p.add_argument("--elastic", default="on", choices=["on", "off"], help="local-sgd, allreduce")
+    # Passed to gossipd only when given (its defaults otherwise); gossipd refuses one that
+    # the strategy does not take.
+    p.add_argument("--topology", help="gossip strategies' overlay (gossipd's default: the strategy's)")
+    p.add_argument("--codec", help="compression of what crosses the network (e.g. topk:0.01 with choco)")
+    p.add_argument("--period", type=int, help="local-sgd, ps: steps between averages (pushes)")
+    p.add_argument("--ps-mode", help="ps: bsp, async or ssp:S")
+    p.add_argument("--servers", type=int, help="ps: shards, on the lowest ids")
+    p.add_argument("--transport", help="local-sgd, allreduce: the ring's transport")
+    p.add_argument("--elastic", choices=["on", "off"],
+                   help="local-sgd, allreduce over tcp: re-form the ring when a node dies")
+    p.add_argument("--round-timeout", type=float, default=10.0,
+                   help="seconds before a round gives up on the missing (gossipd's default is 60)")
     p.add_argument("--no-restart", dest="restart", action="store_false",
                    help="killed nodes stay down (for an elastic ring, which takes no node back)")
     p.add_argument("--kills", type=int, default=3, help="how many times a node is killed")
@@ -372,7 +378,8 @@ def main(argv=None):
 
     report = {}
     try:
-        log(f"undisturbed run: {opts.nodes} nodes, {opts.strategy} on {opts.topology}, {opts.steps} steps")
+        log(f"undisturbed run: {opts.nodes} nodes, {opts.strategy}"
+            f"{' on ' + opts.topology if opts.topology else ''}, {opts.steps} steps")
         base = Cluster(opts, out / "undisturbed")
         wall = base.run()
         acc, nodes = evaluate_average(opts, base.out)

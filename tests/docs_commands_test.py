@@ -9,8 +9,9 @@
     the Deploy.* and Churn.* tests run those) passes `gossipd --check`: its whole
     configuration is valid.
 
-The commands that train (gossipctl cluster ... with the README's figures) are run by the
-training tests; this one starts nothing.
+The commands that train (the README's `build/bin/gossipctl cluster ...` lines and their
+figures) are read from the README and run by tests/integration/training_test.cc, which
+checks each figure; this one starts nothing.
 
     /usr/bin/python3 tests/docs_commands_test.py --build build
 """

@@ -60,4 +60,47 @@ std::pair<std::string, double> run_cluster(std::vector<std::string> args, std::s
   return {json, seconds};
 }
 
+namespace {
+
+// The source checkout: CMakeCache.txt beside build/bin names it (found at run time, so
+// that no path is compiled into the test).
+std::filesystem::path source_dir() {
+  std::ifstream cache(std::filesystem::path(binary("")).parent_path().parent_path() /
+                      "CMakeCache.txt");
+  const std::string key = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+  for (std::string line; std::getline(cache, line);)
+    if (line.rfind(key, 0) == 0) return line.substr(key.size());
+  return {};
+}
+
+}  // namespace
+
+std::vector<ShownRun> readme_runs() {
+  const auto readme = source_dir() / "README.md";
+  std::ifstream in(readme);
+  EXPECT_TRUE(in.good()) << "cannot read " << readme;
+  std::vector<ShownRun> runs;
+  const std::regex figure(R"(#[^#]*?([0-9]+\.[0-9]+) %)");
+  std::string joined;
+  for (std::string line; std::getline(in, line);) {
+    const bool continued = !line.empty() && line.back() == '\\';
+    joined += continued ? line.substr(0, line.size() - 1) : line;
+    if (continued) continue;
+    std::string text;
+    text.swap(joined);
+    if (text.rfind("build/bin/gossipctl cluster ", 0) != 0) continue;
+    ShownRun run;
+    std::smatch m;
+    if (std::regex_search(text, m, figure)) run.accuracy = std::stod(m[1]) / 100;
+    std::istringstream words(text.substr(0, text.find('#')));
+    std::string word;
+    words >> word >> word;  // build/bin/gossipctl cluster
+    while (words >> word)
+      if (word != "--json") run.args.push_back(word);
+    EXPECT_GT(run.accuracy, 0) << "README.md: no accuracy (NN.NN %) in the comment of: " << text;
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
 }  // namespace gossip::testing

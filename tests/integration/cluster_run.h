@@ -21,4 +21,18 @@ std::pair<std::string, double> run_cluster(std::vector<std::string> args,
                                            std::string* daemon_log = nullptr,
                                            const std::function<void(pid_t)>& started = nullptr);
 
+// A local-cluster command the README shows (`build/bin/gossipctl cluster ... --json  #
+// ... 85.69 %`): its arguments after `cluster` (without --json, which run_cluster adds)
+// and the accuracy its comment states.
+struct ShownRun {
+  std::vector<std::string> args;
+  double accuracy = -1;
+};
+
+// The README's `gossipctl cluster` commands in the order it shows them (read from the
+// checkout this build was configured from, found through build/CMakeCache.txt). The
+// training tests run these words, so a command or a figure that drifts from what the
+// code does fails there.
+std::vector<ShownRun> readme_runs();
+
 }  // namespace gossip::testing

@@ -1,5 +1,7 @@
 // Training on the real Fashion-MNIST through the README's own path: gossipctl
-// cluster starts 4 gossipd and 4 gossip-train processes doing local SGD.
+// cluster starts 4 gossipd and 4 gossip-train processes doing local SGD. The four
+// tests that carry a README figure run the README's own command (readme_runs()) and
+// check its figure, so the front door cannot drift from the code.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -30,12 +32,36 @@ void expect_payload(const std::string& json, double rounds, int nodes) {
   EXPECT_GT(number_field(json, "bytes_sent_total"), rounds) << json;
 }
 
+// The README's command at `index` (its first is local SGD, then synchronous SGD, the
+// 2-bit top-k chain and gossip on 8 nodes): a test failure unless it shows `expected`.
+ShownRun readme_run(size_t index, const std::vector<std::string>& expected) {
+  const auto runs = readme_runs();
+  if (index >= runs.size()) {
+    ADD_FAILURE() << "README.md shows " << runs.size() << " gossipctl cluster commands, not "
+                  << index + 1;
+    return {};
+  }
+  EXPECT_EQ(runs[index].args, expected) << "README.md's gossipctl cluster command " << index + 1
+                                        << " changed: update this test's figures with it";
+  return runs[index];
+}
+
+// The README's figure within a point and a half (a run's accuracy varies with the
+// timing of its rounds by about half a point, a point on a loaded machine).
+void expect_readme_figure(const std::string& json, const ShownRun& shown) {
+  EXPECT_NEAR(number_field(json, "accuracy_average_model"), shown.accuracy, 0.015)
+      << "README.md states " << shown.accuracy * 100 << " % for this command: " << json;
+}
+
 TEST(Training, FourNodesLocalSgdReach84PercentInUnderAMinute) {
   constexpr int kNodes = 4, kSteps = 600, kPeriod = 4;
-  auto [json, seconds] = run_cluster({"--nodes", "4", "--strategy", "local-sgd", "--period", "4",
-                                      "--steps", "600", "--seed", "1"});
+  const ShownRun shown =
+      readme_run(0, {"--nodes", "4", "--period", "4", "--steps", "600", "--seed", "1"});
+  ASSERT_FALSE(shown.args.empty());
+  auto [json, seconds] = run_cluster(shown.args);
   ASSERT_FALSE(json.empty());
   EXPECT_GE(number_field(json, "accuracy_average_model"), 0.84) << json;
+  expect_readme_figure(json, shown);
 #if defined(NDEBUG) && !defined(GOSSIP_INSTRUMENTED)
   EXPECT_LT(seconds, 60.0) << json;
 #else
@@ -102,13 +128,18 @@ TEST(Training, TheTextbookArchitecturesTrainWithinAPointOfTheRing) {
 
 // Compressed runs: the traffic is compared with what the uncompressed ring of the
 // same run sends (rounds x 2(n-1) x model), which the test above checks exactly.
+// With `shown`, the README's own command for it, whose figure is checked too.
 void compressed_run(const std::string& codec, double min_reduction, double max_reduction,
-                    const std::string& transport = "auto") {
+                    const std::string& transport = "auto", const ShownRun* shown = nullptr) {
   constexpr int kNodes = 4, kSteps = 1200, kPeriod = 4;
   auto [json, seconds] =
-      run_cluster({"--nodes", "4", "--strategy", "local-sgd", "--period", "4", "--steps", "1200",
-                   "--seed", "1", "--codec", codec, "--transport", transport});
+      run_cluster(shown ? shown->args
+                        : std::vector<std::string>{"--nodes", "4", "--strategy", "local-sgd",
+                                                   "--period", "4", "--steps", "1200", "--seed",
+                                                   "1", "--codec", codec, "--transport",
+                                                   transport});
   ASSERT_FALSE(json.empty());
+  if (shown) expect_readme_figure(json, *shown);
   EXPECT_NE(json.find("\"codec\": \"" + codec + "\""), std::string::npos) << json;
   EXPECT_GE(number_field(json, "accuracy_average_model"), 0.82) << json;
   // The uncompressed exchange: the ring's 2(n-1) models per round in all, or the
@@ -136,7 +167,11 @@ TEST(Training, TopkWithErrorFeedbackReaches82PercentWithAThirtiethOfTheRingsTraf
 // top-k's ~42), one error-feedback memory for the chain. Measured: 85x (top-k 32x) at
 // the same accuracy (87.4 %); the first, exact round is now over a quarter of it.
 TEST(Training, ATwoBitTopkChainReaches82PercentWithASeventyFifthOfTheRingsTraffic) {
-  compressed_run("topk:0.01+quant:2+idx:auto+ef", 75.0, 1e9);
+  const std::string codec = "topk:0.01+quant:2+idx:auto+ef";
+  const ShownRun shown = readme_run(
+      2, {"--nodes", "4", "--period", "4", "--steps", "1200", "--seed", "1", "--codec", codec});
+  ASSERT_FALSE(shown.args.empty());
+  compressed_run(codec, 75.0, 1e9, "auto", &shown);
 }
 
 // Streamed syncs (--fragments 4, T=8: a quarter of the model every 2 steps, each
@@ -189,9 +224,13 @@ std::string run_standalone(std::vector<std::string> args) {
 // must end with the same model.
 TEST(Training, SynchronousSgdOnFourNodesMatchesOneNodeWithTheSameGlobalBatch) {
   constexpr int kNodes = 4, kSteps = 600;
-  auto [json, seconds] = run_cluster({"--nodes", "4", "--strategy", "allreduce", "--steps", "600",
-                                      "--seed", "1", "--batch", "64"});
+  // The README's command; gossip-train's batch is 64 unless told.
+  const ShownRun shown =
+      readme_run(1, {"--nodes", "4", "--strategy", "allreduce", "--steps", "600", "--seed", "1"});
+  ASSERT_FALSE(shown.args.empty());
+  auto [json, seconds] = run_cluster(shown.args);
   ASSERT_FALSE(json.empty());
+  expect_readme_figure(json, shown);
   const std::string single = run_standalone({"--steps", "600", "--batch", "256", "--seed", "1"});
   ASSERT_FALSE(single.empty());
   const double cluster_accuracy = number_field(json, "accuracy_average_model");
@@ -208,9 +247,12 @@ TEST(Training, SynchronousSgdOnFourNodesMatchesOneNodeWithTheSameGlobalBatch) {
 // of the average (what gossipctl evaluates from the saved models) is the measure.
 TEST(Training, EightNodesGossipOnARingReach84Percent) {
   constexpr int kNodes = 8, kSteps = 600;
-  auto [json, seconds] = run_cluster({"--nodes", "8", "--strategy", "gossip", "--topology", "ring",
-                                      "--period", "1", "--steps", "600", "--seed", "1"});
+  const ShownRun shown = readme_run(3, {"--nodes", "8", "--strategy", "gossip", "--topology",
+                                        "ring", "--period", "1", "--steps", "600", "--seed", "1"});
+  ASSERT_FALSE(shown.args.empty());
+  auto [json, seconds] = run_cluster(shown.args);
   ASSERT_FALSE(json.empty());
+  expect_readme_figure(json, shown);
   EXPECT_NE(json.find("\"topology\": \"ring\""), std::string::npos) << json;
   // Ring, Metropolis-Hastings weights 1/3: 1 - (1/3 + 2/3 cos(2π/8)).
   EXPECT_NEAR(number_field(json, "spectral_gap"), 0.1953, 1e-3) << json;
