@@ -134,10 +134,9 @@ void compressed_run(const std::string& codec, double min_reduction, double max_r
   constexpr int kNodes = 4, kSteps = 1200, kPeriod = 4;
   auto [json, seconds] =
       run_cluster(shown ? shown->args
-                        : std::vector<std::string>{"--nodes", "4", "--strategy", "local-sgd",
-                                                   "--period", "4", "--steps", "1200", "--seed",
-                                                   "1", "--codec", codec, "--transport",
-                                                   transport});
+                        : std::vector<std::string>{
+                              "--nodes", "4", "--strategy", "local-sgd", "--period", "4", "--steps",
+                              "1200", "--seed", "1", "--codec", codec, "--transport", transport});
   ASSERT_FALSE(json.empty());
   if (shown) expect_readme_figure(json, *shown);
   EXPECT_NE(json.find("\"codec\": \"" + codec + "\""), std::string::npos) << json;
