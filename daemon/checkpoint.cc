@@ -1,19 +1,15 @@
 #include "daemon/checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <msgpack.hpp>
 #include <tuple>
+
+#include "daemon/private_files.h"
 
 namespace gossip::daemon {
 namespace {
@@ -36,18 +32,6 @@ uint32_t crc_of(const std::string& bytes) { return crc_of(bytes.data(), bytes.si
 
 void append_floats(std::string& out, const std::vector<float>& v) {
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-}
-
-Status write_all(int fd, const std::string& bytes, const std::string& path) {
-  for (size_t off = 0; off < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::io_error(fmt::format("writing {}: {}", path, std::strerror(errno)));
-    }
-    off += static_cast<size_t>(n);
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -91,37 +75,13 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   const uint32_t crc = crc_of(bytes);
   bytes.append(reinterpret_cast<const char*>(&crc), sizeof crc);
 
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::io_error(fmt::format("creating {}: {}", tmp, std::strerror(errno)));
-  Status st = write_all(fd, bytes, tmp);
-  if (st && ::fsync(fd) != 0)
-    st = Status::io_error(fmt::format("fsync {}: {}", tmp, std::strerror(errno)));
-  ::close(fd);
-  if (st && ::rename(tmp.c_str(), path.c_str()) != 0)
-    st = Status::io_error(fmt::format("renaming {} to {}: {}", tmp, path, std::strerror(errno)));
-  if (!st) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  // The rename itself must reach the disk for the new file to survive a power cut.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::ok();
+  return write_file_atomically(path, bytes);
 }
 
 Result<Checkpoint> read_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!std::filesystem::exists(path))
-      return Status::not_found(fmt::format("no checkpoint at {}", path));
-    return Status::io_error(fmt::format("cannot read checkpoint {}", path));
-  }
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto read = read_private_file(path, "checkpoint");
+  if (!read) return read.status();
+  const std::string& bytes = *read;
   auto bad = [&](const std::string& why) {
     return Status::invalid(fmt::format("checkpoint {}: {}", path, why));
   };

@@ -572,7 +572,8 @@ const std::array<Field, 63>& fields() {
                 [](const C& c) -> const std::string& { return c.strategy.elastic; },
                 [](C& c, std::string v) { c.strategy.elastic = std::move(v); }}},
       {"node.checkpoint", "--checkpoint", "FILE",
-       "write the node's model and strategy state here (atomically) and resume from it at start",
+       "write the node's model and strategy state here (atomically) and resume from it at start; "
+       "its directory must be writable by this user only",
        TextSpec{{},
                 "a string (a file path)",
                 nullptr,

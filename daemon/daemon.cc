@@ -18,6 +18,7 @@
 #include "base/failures.h"
 #include "base/finite.h"
 #include "base/refusals.h"
+#include "daemon/private_files.h"
 
 namespace gossip::daemon {
 
@@ -78,6 +79,11 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
   if (d->signal_fd_ < 0) return Status::io_error(fmt::format("signalfd: {}", std::strerror(errno)));
 
   if (!config.checkpoint.empty()) {
+    // Whoever else can write the checkpoint's directory could plant the file gossipd
+    // resumes from, or a link where it writes.
+    std::string dir = std::filesystem::path(config.checkpoint).parent_path().string();
+    if (Status st = check_private_dir(dir.empty() ? "." : dir, "checkpoint directory"); !st)
+      return st;
     auto ck = read_checkpoint(config.checkpoint);
     if (ck) {
       if (ck->node != config.node_id)

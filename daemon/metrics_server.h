@@ -1,8 +1,11 @@
 #pragma once
 // A small HTTP/1.1 server (Boost.Beast) on its own thread that answers GET /metrics
-// with what `render` returns, for Prometheus to scrape. Bounded: 8 KiB of request
-// header, 10 s per request, at most 32 connections; a malformed request gets 400 and
-// the connection is closed; other paths 404, other methods 405.
+// with what `render` returns, for Prometheus to scrape, and GET /healthz with "ok" for
+// a liveness probe. Bounded, so that slow or idle clients cannot keep the scrapes out:
+// 8 KiB of request header, 2 s for a request's line and headers, at most 32
+// connections and 8 from one address; when full, the connection that has waited
+// longest without sending a whole request is closed for the new one. A malformed
+// request gets 400 and the connection is closed; other paths 404, other methods 405.
 
 #include <cstdint>
 #include <functional>

@@ -5,12 +5,15 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "daemon/private_files.h"
 
 namespace gossip::daemon {
 namespace {
@@ -149,6 +152,66 @@ TEST_F(CheckpointFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
   ASSERT_FALSE(st);
   EXPECT_EQ(st.code(), Status::Code::kIoError);
   EXPECT_THAT(st.message(), HasSubstr("no-such-dir"));
+}
+
+// Issue 46: a link planted at the temporary name the checkpoint used to take
+// (<path>.tmp.<pid>) or at the checkpoint's own name made gossipd write through it.
+// Now neither is followed: the victim keeps its bytes and the checkpoint is a file.
+TEST_F(CheckpointFile, APlantedLinkIsNeverWrittenThrough) {
+  const auto victim = dir_ / "victim";
+  { std::ofstream(victim) << "keep"; }
+  std::filesystem::create_symlink(victim, path_ + ".tmp." + std::to_string(::getpid()));
+  std::filesystem::create_symlink(victim, path_);
+  ASSERT_TRUE(write_checkpoint(path_, sample()));
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep");
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path_)))
+      << "the link at the checkpoint's name is replaced, not followed";
+  auto r = read_checkpoint(path_);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->round, 41u);
+  const std::string planted = "node.ckpt.tmp." + std::to_string(::getpid());
+  for (const auto& e : std::filesystem::directory_iterator(dir_))
+    if (e.path().filename() != planted) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+          << "no temporary file of gossipd's is left: " << e.path();
+    }
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / planted)) << "the planted link is left alone";
+}
+
+TEST_F(CheckpointFile, ALinkAtTheCheckpointsNameIsNotResumedFrom) {
+  ASSERT_TRUE(write_checkpoint((dir_ / "elsewhere").string(), sample()));
+  std::filesystem::create_symlink(dir_ / "elsewhere", path_);
+  auto r = read_checkpoint(path_);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalid);
+  EXPECT_THAT(r.status().message(), HasSubstr("symbolic link"));
+}
+
+TEST_F(CheckpointFile, AnotherUsersFileIsNotResumedFrom) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the file to another user (chown)";
+  ASSERT_TRUE(write_checkpoint(path_, sample()));
+  ASSERT_EQ(::chown(path_.c_str(), 65534, 65534), 0);
+  auto r = read_checkpoint(path_);
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.status().message(), HasSubstr("belongs to uid 65534"));
+}
+
+TEST_F(CheckpointFile, ADirectoryOtherUsersCanWriteIsRefusedWithTheFix) {
+  EXPECT_TRUE(check_private_dir(dir_.string(), "checkpoint directory"));
+  for (const auto mode : {std::filesystem::perms(0777), std::filesystem::perms(01777),
+                          std::filesystem::perms(0770)}) {
+    std::filesystem::permissions(dir_, mode);
+    Status st = check_private_dir(dir_.string(), "checkpoint directory");
+    ASSERT_FALSE(st) << std::oct << static_cast<int>(mode);
+    EXPECT_THAT(st.message(), HasSubstr("checkpoint directory " + dir_.string()));
+    EXPECT_THAT(st.message(), HasSubstr("writable by other users"));
+    EXPECT_THAT(st.message(), HasSubstr("chmod go-w"));
+  }
+  std::filesystem::permissions(dir_, std::filesystem::perms(0700));
+  Status missing = check_private_dir((dir_ / "absent").string(), "checkpoint directory");
+  ASSERT_FALSE(missing);
+  EXPECT_THAT(missing.message(), HasSubstr("absent"));
 }
 
 }  // namespace

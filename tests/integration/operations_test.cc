@@ -1,10 +1,16 @@
 // What operators see of real daemons: the Prometheus endpoint, scraped with a real
 // HTTP client (Boost.Beast) while two nodes average, and `gossipctl status`.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -234,6 +240,87 @@ TEST(Operations, MetricsAreScrapedAndMoveWithTraffic) {
       raw_exchange(ports[0], "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n");
   EXPECT_TRUE(big.empty() || big == "HTTP/1.1 400 Bad Request") << big;
   EXPECT_EQ(http_request(ports[0], http::verb::get, "/metrics").status, 200);
+  EXPECT_TRUE(c.daemon(0).running());
+}
+
+// Issue 46: a client that opened 32 connections to --metrics-port and sent each half a
+// request got every later scrape reset for as long as it held them (the server kept 32,
+// each for 10 s), and the Kubernetes liveness probe with them. Here 64 such connections
+// are held, and reopened as soon as the server closes one, while the test scrapes: each
+// scrape and each liveness probe is answered within a second.
+TEST(Operations, ScrapesAreAnsweredWhileSixtyFourSlowClientsHoldConnections) {
+  const auto ports = free_ports(1);
+  Cluster c(1, {});
+  c.set_node_flags(0, {"--metrics-port", std::to_string(ports[0])});
+  c.start_all();
+  ASSERT_EQ(http_request(ports[0], http::verb::get, "/metrics").status, 200);
+
+  // The slow client: 64 connections, each with a request line and one header sent and
+  // the rest never; a closed one is opened again at once.
+  constexpr int kSlow = 64;
+  std::atomic<bool> stop{false};
+  std::atomic<int> reopened{0};
+  std::thread slow([&] {
+    const auto open = [&] {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(ports[0]));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        const char part[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+        (void)::send(fd, part, sizeof part - 1, MSG_NOSIGNAL);
+      }
+      return fd;
+    };
+    std::vector<int> fds;
+    for (int i = 0; i < kSlow; ++i) fds.push_back(open());
+    while (!stop) {
+      // At most 8 new connections every 20 ms (400 a second): past the server's limit
+      // of 8 from one address each new one takes the place of an older one.
+      int opened = 0;
+      for (int& fd : fds) {
+        char byte;
+        const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (opened < 8 && (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))) {
+          ::close(fd);
+          fd = open();
+          ++reopened, ++opened;
+        }
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    for (int fd : fds) ::close(fd);
+  });
+  std::this_thread::sleep_for(200ms);  // every slow connection is in
+
+  const auto timed = [&](const std::string& target) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Reply r;
+    try {
+      r = http_request(ports[0], http::verb::get, target);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << target << " while the slow connections are held: " << e.what();
+    }
+    return std::pair{r,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  };
+  // Through three of the server's 2 s request deadlines.
+  for (int i = 0; i < 6; ++i) {
+    const auto [scrape, scrape_s] = timed("/metrics");
+    EXPECT_EQ(scrape.status, 200) << "scrape " << i;
+    EXPECT_NE(scrape.body.find("gossipd_rounds_total"), std::string::npos);
+    EXPECT_LT(scrape_s, 1.0) << "scrape " << i;
+    const auto [probe, probe_s] = timed("/healthz");
+    EXPECT_EQ(probe.status, 200) << "liveness probe " << i;
+    EXPECT_EQ(probe.body, "ok\n");
+    EXPECT_LT(probe_s, 1.0) << "liveness probe " << i;
+    std::this_thread::sleep_for(1s);
+  }
+  stop = true;
+  slow.join();
+  EXPECT_GT(reopened.load(), kSlow) << "the server closed the slow connections (its deadline "
+                                       "and the room it made for the scrapes)";
   EXPECT_TRUE(c.daemon(0).running());
 }
 
