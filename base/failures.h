@@ -16,6 +16,7 @@ enum class Failure : uint8_t {
   kPeerLeftOut,      // a member an elastic ring re-formed without
   kNonFiniteUpdate,  // an update of this node's trainers with NaN or Inf, repaired
   kNonFiniteResult,  // a round's result with NaN or Inf from a peer, replaced
+  kDiverged,         // the node's model diverged (daemon/divergence.h)
   kCount,
 };
 
@@ -33,6 +34,8 @@ inline const char* failure_name(Failure f) {
       return "nonfinite-update";
     case Failure::kNonFiniteResult:
       return "nonfinite-result";
+    case Failure::kDiverged:
+      return "diverged";
     case Failure::kCount:
       break;
   }

@@ -225,6 +225,7 @@ class ClusterRun {
       if (!failure) failure = std::move(stop);
     }
     if (!failure) failure = evaluate_average(outcome);
+    if (!failure) failure = learned_something(outcome);
     if (!failure && options_.evaluations) failure = write_evaluations(outcome);
     if (failure) stop_all();
     outcome.failure = std::move(failure);
@@ -512,6 +513,21 @@ class ClusterRun {
     outcome.consensus_distance = distance;
     outcome.accuracy_average_model = accuracy;
     return std::nullopt;
+  }
+
+  // The reference trainer's Fashion-MNIST has 10 classes: an average model at 1/10 learned
+  // nothing, however the run went. (The servers' momentum on top of the trainers' at
+  // --ps-lr 0.1 ends there, a constant prediction, without the model's norm growing
+  // enough for the daemons' divergence watch: the loss rose to 5.9 and fell to ln 10.)
+  std::optional<Failure> learned_something(const Outcome& outcome) const {
+    constexpr double kChance = 0.1;
+    if (!outcome.accuracy_average_model || *outcome.accuracy_average_model > kChance + 0.01)
+      return std::nullopt;
+    return Failure{fmt::format("the average model's test accuracy is {:.4f}, chance for the 10 "
+                               "classes: the run learned nothing (steps too large: see the "
+                               "trainers' loss in their CSV, and docs/strategies.md)",
+                               *outcome.accuracy_average_model),
+                   "", ""};
   }
 
   // Averages the models at `paths` into NAME.model and evaluates it with the trainer

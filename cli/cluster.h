@@ -50,7 +50,9 @@ struct ClusterOptions {
   // gossipd's settings, flag -> value as given, passed unchanged to every node: any
   // setting of gossipd's schema that is the same on all nodes (daemon::settings(),
   // not per_node). What is not set takes gossipd's default; gossipd's checks judge it.
-  std::map<std::string, std::string> daemon_flags;
+  // One default of the cluster's own: a run whose model diverged is a failed run (its
+  // daemons fail the trainers' syncs, naming why, and the report says "ok": false).
+  std::map<std::string, std::string> daemon_flags = {{"--on-divergence", "stop"}};
   // The settings every gossipd of the cluster runs with, as gossipd reads them
   // (strategy, period, codec, seed, log level...); resolve_cluster_options fills it.
   daemon::DaemonConfig daemon;

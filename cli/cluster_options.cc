@@ -323,7 +323,8 @@ Subcommand add_cluster_command(CLI::App& parent) {
            [o, flag = setting.flag](const std::string& value) { o->daemon_flags[flag] = value; },
            fmt::format("gossipd: {}", setting.help))
         ->type_name(setting.arg)
-        ->default_str(setting.fallback)
+        ->default_str(o->daemon_flags.count(setting.flag) ? o->daemon_flags.at(setting.flag)
+                                                          : setting.fallback)
         ->group("gossipd settings (passed to every node; see docs/options.md)");
   }
 

@@ -116,6 +116,10 @@ struct StrategyConfig {
   double sma_momentum = 0.0;
   // A contribution with NaN or Inf (daemon/nonfinite.h): "refuse" or "clip".
   std::string nonfinite = "refuse";
+  // A model whose norm grew past kDivergenceFactor times its norm after the first round
+  // (daemon/divergence.h): "warn" (an error in the log, the metric, gossipctl status),
+  // "stop" (and every later sync of the trainers fails, naming it) or "off".
+  std::string on_divergence = "warn";
 };
 
 struct DaemonConfig {

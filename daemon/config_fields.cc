@@ -210,9 +210,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 63>& fields() {
+const std::array<Field, 64>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 63> kFields = {{
+  static const std::array<Field, 64> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -418,6 +418,13 @@ const std::array<Field, 63>& fields() {
        TextSpec{kNonFinitePolicies, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.nonfinite; },
                 [](C& c, std::string v) { c.strategy.nonfinite = std::move(v); }}},
+      {"strategy.on_divergence", "--on-divergence", "warn|stop|off",
+       "a model whose norm grows past 10 times its norm after the first round has diverged: "
+       "warn (an error in the log, gossipd_failures_total{cause=\"diverged\"}, gossipctl "
+       "status), stop (and fail every later sync of the trainers with the reason) or off",
+       TextSpec{kDivergenceActions, "", nullptr,
+                [](const C& c) -> const std::string& { return c.strategy.on_divergence; },
+                [](C& c, std::string v) { c.strategy.on_divergence = std::move(v); }}},
       {"strategy.servers", "--servers", "K",
        "ps: how many parameter servers (the nodes of the K lowest ids), each holding an equal "
        "shard of the model",

@@ -35,6 +35,7 @@ inline constexpr size_t kMaxIpcPath = 107;  // sockaddr_un::sun_path (108) less 
 inline constexpr std::string_view kTransports[] = {"auto", "tcp", "rdma", "nccl", "allgather"};
 inline constexpr std::string_view kOuterOptimizers[] = {"none", "nesterov"};
 inline constexpr std::string_view kNonFinitePolicies[] = {"refuse", "clip"};
+inline constexpr std::string_view kDivergenceActions[] = {"warn", "stop", "off"};
 inline constexpr std::string_view kAllReduceAlgorithms[] = {"auto", "ring", "tree", "butterfly",
                                                             "master"};
 inline constexpr std::string_view kSparseAllReduce[] = {"auto", "reduce-scatter", "all-gather"};
@@ -164,7 +165,7 @@ Problem run_dir_problem(std::string_view dir);
 std::span<const std::string_view> strategy_choices();
 std::string strategies_taking(std::string_view option);
 std::string_view strategy_help();
-const std::array<Field, 63>& fields();
+const std::array<Field, 64>& fields();
 const Field* find_field(std::string_view key);
 bool is_table(std::string_view key);
 std::string_view parent_of(std::string_view key);

@@ -668,6 +668,27 @@ void Daemon::guard_nonfinite() {
       what, config_.strategy.nonfinite);
 }
 
+void Daemon::watch_divergence() {
+  if (config_.strategy.on_divergence == "off" || strategy_->gradients ||
+      round_model_.size() != arena_->numel())
+    return;
+  auto reason = divergence_.observe(round_model_, round_ - 1);
+  gauge_model_norm_.store(divergence_.norm(), std::memory_order_relaxed);
+  if (!reason) return;
+  // The servers' own optimizer is the likeliest cause where there is one.
+  if (strategy_->fabric == sgd::Fabric::kServers && config_.strategy.ps_optimizer != "sgd")
+    divergence_.add_cause(fmt::format(
+        "; here --ps-optimizer {} steps along updates that carry the trainers' momentum "
+        "already (--ps-optimizer sgd adds them as they are)",
+        config_.strategy.ps_optimizer));
+  count_failure(Failure::kDiverged);
+  worker_->note_error(divergence_.reason());
+  spdlog::error("{}{}", divergence_.reason(),
+                config_.strategy.on_divergence == "stop"
+                    ? " (--on-divergence stop: the trainers' syncs fail from now on)"
+                    : "");
+}
+
 void Daemon::publish_gauges() {
   constexpr auto kRelaxed = std::memory_order_relaxed;
   gauge_rounds_.store(round_, kRelaxed);
@@ -696,6 +717,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.ipc_dropped = gauge_ipc_dropped_.load(kRelaxed);
   s.nonfinite_updates = nonfinite_updates_.load(kRelaxed);
   s.nonfinite_values = nonfinite_values_.load(kRelaxed);
+  s.model_norm = gauge_model_norm_.load(kRelaxed);
   const auto& traffic = worker_->traffic();
   const auto peer = [&](uint32_t id, std::string name, std::optional<bool> connected) {
     const uint64_t silent = traffic.silent_ms(id);

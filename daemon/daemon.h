@@ -17,6 +17,7 @@
 #include "daemon/arena.h"
 #include "daemon/checkpoint.h"
 #include "daemon/config.h"
+#include "daemon/divergence.h"
 #include "daemon/hooks.h"
 #include "daemon/metrics_server.h"
 #include "daemon/metrics_text.h"
@@ -149,6 +150,12 @@ class Daemon {
   std::vector<float> last_good_;
   std::atomic<uint64_t> nonfinite_updates_{0};  // rounds whose contribution was repaired
   std::atomic<uint64_t> nonfinite_values_{0};   // non-finite elements found in them
+
+  // After every round of the whole model (not of gradients): its norm, and the error
+  // once it diverged (--on-divergence).
+  void watch_divergence();
+  DivergenceWatch divergence_;
+  std::atomic<double> gauge_model_norm_{0};
 
   // Prometheus: the server's thread reads the traffic counters (atomics) and these
   // copies of the loop's state, refreshed after every turn of run().

@@ -110,6 +110,10 @@ std::string render_metrics(const MetricsSnapshot& s) {
   header(out, "gossipd_nonfinite_values_total", "counter",
          "NaN or Inf values found in the node's updates.");
   out += fmt::format("gossipd_nonfinite_values_total {}\n", s.nonfinite_values);
+  header(out, "gossipd_model_norm", "gauge",
+         "L2 norm of the node's model after its last round (0 before the first, and for "
+         "strategies that average gradients); past 10 times its first value the model diverged.");
+  out += fmt::format("gossipd_model_norm {}\n", s.model_norm);
   using T = proto::ipc::Traffic;
   per_peer(out, s, "gossipd_bytes_sent_total",
            "Bytes sent to the peer on the wire, framing included.",

@@ -336,6 +336,9 @@ void Daemon::handle_round_done() {
     return;
   }
   if (result->status.is_ok()) guard_result();
+  if (result->status.is_ok()) watch_divergence();
+  if (result->status.is_ok() && divergence_.diverged() && config_.strategy.on_divergence == "stop")
+    result->status = Status::invalid(divergence_.reason());
   if (result->status.is_ok()) {
     // What the NaN/Inf guard falls back to; gradients have no such model.
     if (!strategy_->gradients) last_good_.assign(round_model_.begin(), round_model_.end());

@@ -27,7 +27,8 @@ double number_field(const std::string& json, const std::string& key) {
 }
 
 std::pair<std::string, double> run_cluster(std::vector<std::string> args, std::string* daemon_log,
-                                           const std::function<void(pid_t)>& started) {
+                                           const std::function<void(pid_t)>& started,
+                                           bool expect_ok) {
   char dir[] = "/tmp/gossip-training-XXXXXX";
   if (!::mkdtemp(dir)) return {"", 0};
   std::vector<std::string> argv = {binary("gossipctl"),
@@ -51,11 +52,11 @@ std::pair<std::string, double> run_cluster(std::vector<std::string> args, std::s
     *daemon_log = text.str();
   }
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(rc, 0) << log;
+  EXPECT_EQ(rc, expect_ok ? 0 : 1) << log;
   auto at = log.rfind("{\"ok\"");
   if (at == std::string::npos) return {"", seconds};
   std::string json = log.substr(at);
-  EXPECT_NE(json.find("\"ok\": true"), std::string::npos) << json;
+  EXPECT_NE(json.find(expect_ok ? "\"ok\": true" : "\"ok\": false"), std::string::npos) << json;
   std::cout << "[ figures  ] " << json << " (" << seconds << " s)\n";
   return {json, seconds};
 }

@@ -16,10 +16,12 @@ double number_field(const std::string& json, const std::string& key);
 
 // Runs `gossipctl cluster ... --json` and returns the JSON line and the wall seconds;
 // with `daemon_log`, node 0's gossipd log too; `started` is called with gossipctl's
-// pid as soon as it runs (an attacker's cue).
+// pid as soon as it runs (an attacker's cue). With `expect_ok` false, a run that fails
+// (exit 1, "ok": false) is what the test wants, and its JSON is returned all the same.
 std::pair<std::string, double> run_cluster(std::vector<std::string> args,
                                            std::string* daemon_log = nullptr,
-                                           const std::function<void(pid_t)>& started = nullptr);
+                                           const std::function<void(pid_t)>& started = nullptr,
+                                           bool expect_ok = true);
 
 // A local-cluster command the README shows (`build/bin/gossipctl cluster ... --json  #
 // ... 85.69 %`): its arguments after `cluster` (without --json, which run_cluster adds)

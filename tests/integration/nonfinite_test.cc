@@ -1,6 +1,8 @@
 // A trainer that produces NaN/Inf must not poison the other nodes: its daemon repairs
 // its contribution before the round (daemon/nonfinite.h), logs where the bad values
-// were, and every replica stays finite.
+// were, and every replica stays finite. A model that diverges without NaN (its norm
+// past 10 times its first round's) is reported, and under --on-divergence stop ends the
+// trainers' syncs (daemon/divergence.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,8 +19,8 @@ namespace {
 constexpr uint64_t kNumel = 1000;
 
 struct TwoNodes {
-  explicit TwoNodes(const std::string& policy)
-      : cluster(2, {"--period", "1", "--nonfinite", policy}) {
+  explicit TwoNodes(const std::string& policy, const std::string& on_divergence = "warn")
+      : cluster(2, {"--period", "1", "--nonfinite", policy, "--on-divergence", on_divergence}) {
     cluster.start_all();
     for (int i = 0; i < 2; ++i) {
       clients[i] = connect_to(cluster, i);
@@ -98,6 +100,51 @@ TEST(NonFinite, ClippedUpdatesKeepTheirFiniteElements) {
                 "those elements take their last synchronized values (--nonfinite clip)"),
             std::string::npos)
       << n.cluster.log(1);
+}
+
+// Both nodes set their replicas to `value` everywhere and step: one round (period 1).
+// From 1 at round 0 (norm 31.62) to 16 is 16 times the first norm, past the bound of 10.
+void round_at(TwoNodes& n, float value, bool expect_ok = true) {
+  for (int i = 0; i < 2; ++i) std::fill(n.w[i].begin(), n.w[i].end(), value);
+  std::thread other([&] { EXPECT_EQ(n.clients[1]->step().is_ok(), expect_ok); });
+  auto s = n.clients[0]->step();
+  other.join();
+  EXPECT_EQ(s.is_ok(), expect_ok) << "at " << value << ": "
+                                  << (s.is_ok() ? "ok" : s.status().message());
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Divergence, AModelWhoseNormGrowsTenfoldIsReportedOnceAndUnderWarnTrainingGoesOn) {
+  TwoNodes n("refuse", "warn");
+  for (float v : {1.0f, 2.0f, 4.0f, 8.0f}) round_at(n, v);  // rounds 0-3: at most 8x
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(n.cluster.log(i).find("diverged"), std::string::npos) << "8x is not divergence";
+  round_at(n, 16.0f);  // round 4
+  round_at(n, 32.0f);  // warn: the syncs go on
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = n.cluster.log(i);
+    EXPECT_NE(log.find("round 4: the model diverged: its norm is 506, 16.0 times its 31.62 after "
+                       "the first round"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(count(log, "diverged"), 1u) << "said once\n" << log;
+    EXPECT_EQ(log.find("syncs fail"), std::string::npos) << "warn does not stop";
+  }
+}
+
+TEST(Divergence, UnderStopTheSyncThatDivergedAndEveryLaterOneFailNamingTheCause) {
+  TwoNodes n("refuse", "stop");
+  for (float v : {1.0f, 2.0f, 4.0f, 8.0f}) round_at(n, v);
+  round_at(n, 16.0f, false);
+  round_at(n, 1.0f, false);  // and every later one, whatever the model
+  const std::string log = n.cluster.log(0);
+  EXPECT_NE(log.find("round 4: the model diverged"), std::string::npos) << log;
+  EXPECT_NE(log.find("--on-divergence stop"), std::string::npos) << log;
 }
 
 TEST(NonFinite, AnUnknownPolicyIsRefusedAtStartup) {

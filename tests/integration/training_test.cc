@@ -198,6 +198,25 @@ TEST(Training, Int8Reaches82PercentWithAQuarterOfTheTraffic) {
   compressed_run("int8", 3.5, 4.0);
 }
 
+// Issue 46: the servers' momentum on top of the trainers' own (0.9 each) trains to
+// chance (accuracy 0.10 from step 60 on, the model's norm 28 -> 339) and the run said
+// "ok": true. Now the daemons see the norm pass 10 times its first round's and fail the
+// trainers' syncs: the report says "ok": false by step 100, naming the cause. The
+// defaults (--ps-optimizer sgd, adding the workers' updates as they are) train the same
+// cluster (0.8566 measured).
+TEST(Training, ADivergingRunReportsFailureWithinAHundredStepsNamingTheCause) {
+  auto [json, seconds] = run_cluster({"--nodes", "5", "--strategy", "ps", "--servers", "2",
+                                      "--ps-optimizer", "momentum", "--ps-lr", "1", "--seed", "1"},
+                                     nullptr, nullptr, /*expect_ok=*/false);
+  ASSERT_FALSE(json.empty());
+  EXPECT_NE(json.find("the model diverged"), std::string::npos) << json;
+  EXPECT_NE(json.find("momentum applied twice"), std::string::npos) << json;
+  std::smatch step;
+  ASSERT_TRUE(std::regex_search(json, step, std::regex(R"(step ([0-9]+): synchronization failed)")))
+      << json;
+  EXPECT_LE(std::stoi(step[1]), 100) << json;
+}
+
 // Runs gossip-train without a daemon and returns its result line (JSON).
 std::string run_standalone(std::vector<std::string> args) {
   char dir[] = "/tmp/gossip-standalone-XXXXXX";

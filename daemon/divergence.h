@@ -1,0 +1,34 @@
+#pragma once
+// Notices a model that diverged: each round's synchronized model is measured (its L2
+// norm, one pass over it), and a norm past kDivergenceFactor times the norm after the
+// node's first round is divergence. A model that trains moves its norm by a small
+// factor (the reference MLP: 28 at the start, 27 after 600 steps); one whose steps are
+// too large grows it without bound (the same MLP under the servers' momentum on top of
+// the trainers': 136 at step 30, 339 at step 60, at chance accuracy).
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace gossip::daemon {
+
+inline constexpr double kDivergenceFactor = 10.0;
+
+class DivergenceWatch {
+ public:
+  // Measures the model after `round`; the reason, once, when it has diverged.
+  std::optional<std::string> observe(std::span<const float> model, uint64_t round);
+  double norm() const { return norm_; }  // of the last model observed; 0 before
+  bool diverged() const { return !reason_.empty(); }
+  const std::string& reason() const { return reason_; }
+  // What the daemon knows of the likely cause, after the reason.
+  void add_cause(const std::string& cause) { reason_ += cause; }
+
+ private:
+  double first_ = 0;  // the norm after the first round observed (0: none yet)
+  double norm_ = 0;
+  std::string reason_;
+};
+
+}  // namespace gossip::daemon
