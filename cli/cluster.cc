@@ -31,6 +31,7 @@
 #include "cli/progress.h"
 #include "cli/run_files.h"
 #include "compression/codec_spec.h"
+#include "daemon/private_files.h"
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
 #include "sgd/registry.h"
@@ -98,6 +99,9 @@ class RunDirectory {
       if (ec) return Status::io_error(fmt::format("--out: {}: {}", out, ec.message()));
       dir.path_ = abs.lexically_normal().string();
       while (dir.path_.size() > 1 && dir.path_.back() == '/') dir.path_.pop_back();
+      // The nodes' secret keys (--curve), sockets and logs go here: a directory another
+      // user owns or may write could hold a link planted where one of them is written.
+      GOSSIP_RETURN_IF_ERROR(daemon::check_private_dir(dir.path_, "--out: the run directory"));
     }
     return dir;
   }
@@ -275,7 +279,8 @@ class ClusterRun {
       auto k = curve_keypair();
       if (!k) return Failure{"--curve: " + k.status().message(), "", ""};
       const std::string path = dir_.file(fmt::format("node-{}.toml", i));
-      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      const int fd =
+          ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
       const std::string text = fmt::format("[node]\nsecret_key = \"{}\"\n", k->secret_key);
       const bool written =
           fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());

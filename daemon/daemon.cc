@@ -29,6 +29,7 @@ void block_signals() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
@@ -75,6 +76,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // re-read the admission list
   d->signal_fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (d->signal_fd_ < 0) return Status::io_error(fmt::format("signalfd: {}", std::strerror(errno)));
 
@@ -170,10 +172,7 @@ int Daemon::run() {
       shutdown("internal error");
       return 1;
     }
-    if (items[1].revents & ZMQ_POLLIN) {
-      handle_signal();
-      break;
-    }
+    if ((items[1].revents & ZMQ_POLLIN) && handle_signal()) break;
     for (size_t i = kFirstTrainer; i < items.size(); ++i)
       if (items[i].revents & ZMQ_POLLIN) handle_trainer_exit(items[i].fd);
     if (items[4].revents & ZMQ_POLLIN) handle_inspected();
@@ -207,12 +206,31 @@ void Daemon::release_free_memory() {
   ::malloc_trim(0);
 }
 
-void Daemon::handle_signal() {
+bool Daemon::handle_signal() {
   signalfd_siginfo info{};
-  (void)!::read(signal_fd_, &info, sizeof info);
+  if (::read(signal_fd_, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) return false;
+  if (info.ssi_signo == SIGHUP) {
+    reload_admission();
+    return false;
+  }
   const char* name = info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
   spdlog::info("{} received: shutting down", name);
   shutdown(fmt::format("gossipd on node {} received {}", config_.node_id, name));
+  return true;
+}
+
+void Daemon::reload_admission() {
+  if (config_.admit_keys.empty()) {
+    spdlog::info("SIGHUP received: no --admit-keys to re-read");
+    return;
+  }
+  auto n = worker_->reload_admit_keys(config_.admit_keys);
+  if (!n) {
+    spdlog::error("SIGHUP received: {}: the admission list stays as it was", n.status().message());
+    return;
+  }
+  spdlog::info("SIGHUP received: re-read {}: {} key(s) may join from now on", config_.admit_keys,
+               *n);
 }
 
 void Daemon::shutdown(const std::string& reason) {

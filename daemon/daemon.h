@@ -1,8 +1,9 @@
 #pragma once
 // gossipd: one per node. Owns the trainer-facing IPC socket, the shared-memory
 // arena, the trainer sessions and the sync worker (peers + strategy). The control
-// loop runs in the thread that calls run(); SIGINT/SIGTERM arrive through a
-// signalfd, so the caller must block them in every thread first (block_signals()).
+// loop runs in the thread that calls run(); SIGINT/SIGTERM (stop) and SIGHUP (re-read
+// the admission list) arrive through a signalfd, so the caller must block them in
+// every thread first (block_signals()).
 
 #include <atomic>
 #include <chrono>
@@ -32,7 +33,7 @@
 
 namespace gossip::daemon {
 
-// Blocks SIGINT and SIGTERM in the calling thread and the threads it starts later.
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and the threads it starts later.
 void block_signals();
 
 class Daemon {
@@ -48,7 +49,9 @@ class Daemon {
  private:
   explicit Daemon(DaemonConfig config);
   void handle_ipc();
-  void handle_signal();
+  // SIGINT and SIGTERM shut down (true); SIGHUP re-reads the admission list.
+  bool handle_signal();
+  void reload_admission();
   void guard_result();  // a round's result with NaN or Inf is replaced
   void handle_round_done();
   void handle_trainer_exit(int pidfd);

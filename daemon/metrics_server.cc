@@ -38,14 +38,15 @@ class MetricsConnection;
 // Everything below runs on the server's one thread: no locks.
 struct MetricsServer::Impl {
   std::function<std::string()> render;  // declared before io: alive while handlers die
+  // The connections that count against the limits, oldest first; one that is evicted
+  // leaves the list at once (its handlers end it later). Before io too: the connections
+  // still open when the server stops leave them as io destroys their handlers.
+  std::list<MetricsConnection*> live;
+  std::map<asio::ip::address, size_t> per_address;
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::thread thread;
   uint16_t port = 0;
-  // The connections that count against the limits, oldest first; one that is evicted
-  // leaves the list at once (its handlers end it later).
-  std::list<MetricsConnection*> live;
-  std::map<asio::ip::address, size_t> per_address;
 
   void accept();
   // Makes room for a connection from `from`: when the server or that address is at its

@@ -41,6 +41,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   }
   auto transport = peers::ZmqTransport::create(config.node_id, config.listen, remote, to);
   if (!transport) return transport.status();
+  w->zmq_ = transport->get();
   w->transport_ = std::move(transport).value();
   if (hooks.wrap_channel) w->transport_ = hooks.wrap_channel(std::move(w->transport_));
   w->router_ = std::make_unique<peers::Router>(*w->transport_);
@@ -431,6 +432,13 @@ void SyncWorker::note_error(std::string what) {
   std::lock_guard lock(mu_);
   last_error_ = std::move(what);
   last_error_at_ = std::chrono::steady_clock::now();
+}
+
+Result<size_t> SyncWorker::reload_admit_keys(const std::string& path) {
+  auto keys = read_admit_keys(path);
+  if (!keys) return keys.status();
+  GOSSIP_RETURN_IF_ERROR(zmq_->set_admit_keys(*keys));
+  return keys->size();
 }
 
 void SyncWorker::serve_inspector() {

@@ -116,6 +116,9 @@ class SyncWorker {
   // the last error outside the worker (a refused trainer, NaN in an update).
   void set_trainers(uint32_t n) { trainers_.store(n, std::memory_order_relaxed); }
   void note_error(std::string what);
+  // Re-reads the admission list (--admit-keys) into the authenticator (any thread):
+  // how many keys it holds now, or why it was kept as it was.
+  Result<size_t> reload_admit_keys(const std::string& path);
 
  private:
   SyncWorker() = default;
@@ -146,6 +149,7 @@ class SyncWorker {
   proto::inspect::MemberStatus member_status();
 
   std::unique_ptr<peers::PeerChannel> transport_;  // ZeroMQ (wrapped by hooks)
+  peers::ZmqTransport* zmq_ = nullptr;             // transport_, or what it wraps
   // The one reader of transport_; the components below subscribe to it.
   std::unique_ptr<peers::Router> router_;
   std::unique_ptr<sgd::InitialModel> initial_;

@@ -143,7 +143,20 @@ void ZapHandler::disallow(const std::string& z85) {
 
 bool ZapHandler::admits(const std::string& z85) const {
   auto bin = decode_key(z85);
+  std::lock_guard lock(allowed_mu_);
   return bin && admit_.count(*bin) > 0;
+}
+
+Status ZapHandler::set_admitted(const std::vector<std::string>& admit) {
+  std::set<std::string> keys;
+  for (const auto& z85 : admit) {
+    auto bin = decode_key(z85);
+    if (!bin) return Status::invalid(fmt::format("admitted key '{}' is not a Z85 key", z85));
+    keys.insert(*bin);
+  }
+  std::lock_guard lock(allowed_mu_);
+  admit_ = std::move(keys);
+  return Status::ok();
 }
 
 ZapHandler::~ZapHandler() {
@@ -186,15 +199,17 @@ void ZapHandler::serve() {
           req[6].size() == 32) {
         const std::string key = req[6].to_string();
         std::optional<uint32_t> member;
+        bool admitted = false;
         {
           std::lock_guard lock(allowed_mu_);
           if (auto it = allowed_.find(key); it != allowed_.end()) member = it->second;
+          admitted = admit_.count(key) > 0;
         }
         if (member) {
           status = "200";
           text = "OK";
           user = std::to_string(*member);
-        } else if (admit_.count(key)) {
+        } else if (admitted) {
           status = "200";
           text = "OK";
           user = std::string(kJoinerPrefix) + key_text(key);

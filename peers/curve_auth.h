@@ -64,6 +64,9 @@ class ZapHandler {
   void disallow(const std::string& z85);  // undoes allow()
   // Whether a key (Z85) is on the admission list.
   bool admits(const std::string& z85) const;
+  // Replaces the admission list (any thread): a joiner's handshake from now on is judged
+  // by it; the members already admitted stay. An invalid key changes nothing.
+  Status set_admitted(const std::vector<std::string>& admit);
   static constexpr std::string_view kJoinerPrefix = "join:";  // the User-Id of a joiner's key
 
   // The handshakes refused so far, "public key K (Z85) from ADDRESS, N times", the
@@ -77,7 +80,7 @@ class ZapHandler {
   void remember_refusal(const std::string& what);
   mutable std::mutex allowed_mu_;            // allow() adds while serve() reads
   std::map<std::string, uint32_t> allowed_;  // binary key (32 bytes) -> id; guarded
-  std::set<std::string> admit_;              // binary keys; set before serving
+  std::set<std::string> admit_;              // binary keys; guarded by allowed_mu_ too
   mutable std::mutex refused_mu_;
   std::map<std::string, uint64_t> refused_;  // guarded by refused_mu_
   zmq::socket_t socket_;

@@ -89,14 +89,12 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     }
     // Before the ROUTER binds: a handshake without a handler would be admitted.
     // A banned peer's key cannot come back in as a joiner's.
-    std::vector<std::string> admit;
-    for (const auto& key : options.admit_keys)
-      if (std::none_of(sorted.begin(), sorted.end(),
-                       [&](const Peer& p) { return p.banned && p.public_key == key; }))
-        admit.push_back(key);
-    auto zap = ZapHandler::start(t->context_, allowed, admit);
+    for (const Peer& p : sorted)
+      if (p.banned) t->banned_keys_.push_back(p.public_key);
+    auto zap = ZapHandler::start(t->context_, allowed, {});
     if (!zap) return zap.status();
     t->zap_ = std::move(zap).value();
+    GOSSIP_RETURN_IF_ERROR(t->set_admit_keys(options.admit_keys));
   }
   try {
     t->inbound_ = zmq::socket_t(t->context_, zmq::socket_type::router);
@@ -454,6 +452,15 @@ LinkState ZmqTransport::link_state(uint32_t peer) {
   }
   if (auto it = last_refusal_.find(peer); it != last_refusal_.end()) l.last_refusal = it->second;
   return l;
+}
+
+Status ZmqTransport::set_admit_keys(const std::vector<std::string>& keys) {
+  if (!zap_) return Status::invalid("the admission list is for CURVE (--secret-key)");
+  std::vector<std::string> admit;
+  for (const auto& key : keys)
+    if (std::find(banned_keys_.begin(), banned_keys_.end(), key) == banned_keys_.end())
+      admit.push_back(key);
+  return zap_->set_admitted(admit);
 }
 
 std::vector<std::string> ZmqTransport::refused_keys() const {

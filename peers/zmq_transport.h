@@ -65,6 +65,9 @@ class ZmqTransport final : public PeerChannel {
   void remove_peer(uint32_t peer) override;
   Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,
                          std::string_view payload) override;
+  // With CURVE: the keys of nodes that may join by seeds from now on (gossipd re-reads
+  // --admit-keys on SIGHUP); a banned peer's key stays out. Any thread.
+  Status set_admit_keys(const std::vector<std::string>& keys);
 
  private:
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
@@ -106,6 +109,7 @@ class ZmqTransport final : public PeerChannel {
   TransportOptions options_;
   std::string public_key_;  // with CURVE
   std::vector<Peer> peers_;
+  std::vector<std::string> banned_keys_;  // the banned peers' (Z85), fixed at creation
   std::chrono::steady_clock::time_point joins_since_{};
   int joins_ = 0;
   TrafficCounters traffic_;

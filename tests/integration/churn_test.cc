@@ -346,6 +346,51 @@ TEST(Churn, AJoinerWaitsWhileTheCoordinatorHearsNoMajority) {
       << cluster.log(0);
 }
 
+// Issue 46: the members re-read --admit-keys on SIGHUP. A key on no list gets no further
+// than the handshake; added to the file and the members sent SIGHUP, the same key joins,
+// without a restart.
+TEST(Churn, UnderCurveAKeyAddedToTheAdmissionListJoinsAfterSighup) {
+  const KeyPair k[4] = {curve_keypair(), curve_keypair(), curve_keypair(), curve_keypair()};
+  const KeyPair late = curve_keypair();
+  auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(4, {});
+  const auto admit = cluster.run_dir() / "admit.keys";
+  std::ofstream(admit) << "# nodes that may join: none yet\n";
+  flags.insert(flags.end(), {"--admit-keys", admit.string()});
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> own = flags;
+    own.insert(own.end(), {"--secret-key", k[i].sec});
+    for (int j = 0; j < 4; ++j)
+      if (j != i) own.insert(own.end(), {"--peer-key", std::to_string(j) + "=" + k[j].pub});
+    cluster.set_node_flags(i, own);
+  }
+  cluster.start_all();
+  auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 4u);
+  sync_rounds({nodes[0].get(), nodes[1].get(), nodes[2].get(), nodes[3].get()}, 2);
+  std::vector<std::string> with_key = flags;
+  with_key.insert(with_key.end(), {"--secret-key", late.sec});
+  const auto wait_for = [&](int node, const std::string& text) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!log_has(cluster, node, text) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return log_has(cluster, node, text);
+  };
+  {
+    ChildProcess refused = launch_joiner(cluster, 1, with_key, "refused", k[1].pub);
+    EXPECT_TRUE(wait_for(1, "public key " + late.pub + " is not a peer's")) << cluster.log(1);
+    EXPECT_EQ(refused.log().find("joined as"), std::string::npos) << refused.log();
+  }
+  std::ofstream(admit, std::ios::app) << late.pub << "\n";
+  for (int i = 0; i < 4; ++i) cluster.daemon(i).signal(SIGHUP);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(wait_for(i, "SIGHUP received: re-read " + admit.string() + ": 1 key(s) may join"))
+        << cluster.log(i);
+  ChildProcess joiner = launch_joiner(cluster, 1, with_key, "joiner", k[1].pub);
+  ASSERT_TRUE(joiner_started(cluster, joiner, 4)) << joiner.log() << cluster.log(0);
+  EXPECT_NE(joiner.log().find("joined as node 4 of 5"), std::string::npos) << joiner.log();
+}
+
 // Under CURVE a node joins with a key on the members' --admit-keys list: it names its
 // seed with the seed's public key (KEY@tcp://...), the coordinator's answer gives every
 // member's key, and the members admit the joiner's key as node 4's (its connections

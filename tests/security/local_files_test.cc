@@ -118,5 +118,35 @@ TEST(LocalFiles, APrivateCheckpointDirectoryIsTakenAndTheOtherUserKeptOut) {
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(checkpoint))) << cluster.log(0);
 }
 
+// gossipctl cluster --out DIR --curve writes each node's secret key to DIR/node-<i>.toml.
+// Another user who made DIR first (in /tmp, say) and planted a link there had the key
+// written through it, into a file of the victim's. Now the run directory must be the
+// user's own and writable by no one else.
+TEST(LocalFiles, AClusterRefusesARunDirectoryAnotherUserMadeAndWritesNoKeyThroughIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
+  if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+  TempDir shared, own;
+  ASSERT_FALSE(shared.path.empty() || own.path.empty());
+  fs::permissions(shared.path, fs::perms(01777));
+  const fs::path victim = own.path / "victim";
+  { std::ofstream(victim) << "keep"; }
+  const fs::path out = shared.path / "run";
+  ASSERT_EQ(as_another_user({"/bin/mkdir", "-m", "777", out.string()}, own.path / "mkdir.log"), 0);
+  ASSERT_EQ(as_another_user({"/bin/ln", "-s", victim.string(), (out / "node-0.toml").string()},
+                            own.path / "ln.log"),
+            0);
+  ChildProcess cluster({binary("gossipctl"), "cluster", "--nodes", "2", "--steps", "20", "--curve",
+                        "--out", out.string(), "--json", "--timeout", "60"},
+                       own.path / "cluster.log");
+  const int rc = cluster.wait(90s);
+  const std::string log = cluster.log();
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep")
+      << "a secret key was written through the planted link";
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("--out: the run directory " + out.string()), std::string::npos) << log;
+  EXPECT_NE(log.find("belongs to uid 65534"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace gossip::testing
