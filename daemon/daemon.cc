@@ -60,6 +60,9 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
   if (ec)
     return Status::io_error(
         fmt::format("cannot create run directory {}: {}", config.run_dir, ec.message()));
+  // Whoever else can write it could take the socket's name (trainers would attach to
+  // theirs) or plant a link where the daemon creates or removes it.
+  GOSSIP_RETURN_IF_ERROR(check_private_dir(config.run_dir, "run directory"));
   d->ipc_path_ =
       (std::filesystem::path(config.run_dir) / fmt::format("gossipd-{}.sock", config.node_id))
           .string();

@@ -91,10 +91,12 @@ def check_manifest(sts, svc, cm):
         ("gossipd.toml" in cm["data"], "the ConfigMap has no gossipd.toml"),
     ]
     mounts = {c["name"]: {v["name"]: v["mountPath"] for v in c["volumeMounts"]} for c in pod["containers"]}
-    run_volume = next((v for v, p in mounts["gossipd"].items() if p == denv["GOSSIPD_RUN_DIR"]), None)
+    # The run dir is in a volume both containers mount at the same place.
+    inside = lambda path, mount: path == mount or path.startswith(mount.rstrip("/") + "/")
+    run_volume = next((v for v, p in mounts["gossipd"].items() if inside(denv["GOSSIPD_RUN_DIR"], p)), None)
     checks += [
-        (run_volume is not None and mounts["trainer"].get(run_volume) == denv["GOSSIPD_RUN_DIR"],
-         "the run dir is not one volume in both containers"),
+        (run_volume is not None and mounts["trainer"].get(run_volume) == mounts["gossipd"][run_volume],
+         "the run dir is not in one volume mounted alike in both containers"),
         (mounts["gossipd"].get("shm") == mounts["trainer"].get("shm") == "/dev/shm", "/dev/shm is not shared"),
         (next(v for v in pod["volumes"] if v["name"] == "shm")["emptyDir"].get("medium") == "Memory",
          "/dev/shm is not in memory"),
@@ -171,7 +173,11 @@ def main():
                     host = os.path.join(tmp, f"pod{i}", m["name"])
                     if not os.path.isdir(host):
                         os.makedirs(host)
-                        os.chown(host, uid, gid)
+                        if m["name"] == config_volume:
+                            os.chown(host, uid, gid)
+                        else:  # an emptyDir, as the kubelet makes it: everyone's, the fsGroup's
+                            os.chown(host, 0, pod["securityContext"].get("fsGroup", gid))
+                            os.chmod(host, 0o2777)
                         if m["name"] == config_volume:
                             for key, text in cm["data"].items():
                                 with open(os.path.join(host, key), "w") as f:

@@ -118,6 +118,35 @@ TEST(LocalFiles, APrivateCheckpointDirectoryIsTakenAndTheOtherUserKeptOut) {
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(checkpoint))) << cluster.log(0);
 }
 
+// The run directory holds the socket the trainers attach to: another user who may write
+// it could put their own socket at its name (in a directory without the sticky bit,
+// even after gossipd bound its own) and have the trainers attach to them. gossipd
+// refuses such a directory, and one that another user made, at start.
+TEST(LocalFiles, ARunDirectoryAnotherUserMayWriteIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
+  if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+  TempDir shared, own;
+  ASSERT_FALSE(shared.path.empty() || own.path.empty());
+  fs::permissions(shared.path, fs::perms(0777));
+  const fs::path theirs = shared.path / "theirs";
+  ASSERT_EQ(as_another_user({"/bin/mkdir", "-m", "755", theirs.string()}, own.path / "mkdir.log"),
+            0);
+  const struct {
+    fs::path dir;
+    std::string why;
+  } cases[] = {{shared.path, "writable by other users (mode 0777)"},
+               {theirs, "belongs to uid 65534"}};
+  for (const auto& c : cases) {
+    ChildProcess d({binary("gossipd"), "--id", "0", "--listen", "tcp://127.0.0.1:1", "--run-dir",
+                    c.dir.string()},
+                   own.path / "gossipd.log");
+    EXPECT_NE(d.wait(10s), 0) << d.log();
+    EXPECT_NE(d.log().find("run directory " + c.dir.string()), std::string::npos) << d.log();
+    EXPECT_NE(d.log().find(c.why), std::string::npos) << d.log();
+    EXPECT_FALSE(fs::exists(c.dir / "gossipd-0.sock"));
+  }
+}
+
 // gossipctl cluster --out DIR --curve writes each node's secret key to DIR/node-<i>.toml.
 // Another user who made DIR first (in /tmp, say) and planted a link there had the key
 // written through it, into a file of the victim's. Now the run directory must be the
