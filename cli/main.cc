@@ -1,5 +1,5 @@
 // gossipctl: the command-line tool around gossipd. Each subcommand lives in its own file
-// and registers itself here: cluster, status, keygen, run, doctor, leave.
+// and registers itself here: cluster, status, keygen, run, doctor, leave, ban.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/version.h"
+#include "cli/ban.h"
 #include "cli/cluster.h"
 #include "cli/command.h"
 #include "cli/doctor.h"
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     std::vector<Subcommand> commands = {add_cluster_command(app), add_status_command(app),
                                         add_keygen_command(app),  add_run_command(app),
-                                        add_doctor_command(app),  add_leave_command(app)};
+                                        add_doctor_command(app),  add_leave_command(app),
+                                        add_ban_command(app)};
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

@@ -330,12 +330,28 @@ void Daemon::handle_ipc() {
       leave_route_ = route;
     } else if (auto* q = std::get_if<ipc::InspectRequest>(&*msg)) {
       on_inspect(route, *q);
+    } else if (auto* b = std::get_if<ipc::Ban>(&*msg)) {
+      on_ban(route, *b);
     } else {
       ++ipc_dropped_;
       spdlog::warn("dropped IPC message from {}: unexpected kind {}", who, ipc::message_name(*msg));
       reply(route, ipc::Error{fmt::format("unexpected message '{}'", ipc::message_name(*msg))});
     }
   }
+}
+
+void Daemon::on_ban(const std::string& route, const ipc::Ban& b) {
+  // The IPC socket is this user's only (0600): whoever asks may run the daemon anyway.
+  if (config_.secret_key.empty())
+    return reply(route, ipc::Error{"a ban needs CURVE (--secret-key): without keys anyone could "
+                                   "speak as any node, and a ban would stop no one"});
+  const auto peers = worker_->peers();
+  if (std::none_of(peers.begin(), peers.end(), [&](const auto& p) { return p.id == b.peer; }))
+    return reply(route, ipc::Error{fmt::format("node {} is not a peer of node {}", b.peer,
+                                               config_.node_id)});
+  spdlog::warn("banning peer {} (gossipctl ban)", b.peer);
+  worker_->ban(b.peer);
+  reply(route, b);
 }
 
 void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int connection_fd) {

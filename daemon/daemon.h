@@ -51,6 +51,7 @@ class Daemon {
   void handle_ipc();
   // SIGINT and SIGTERM shut down (true); SIGHUP re-reads the admission list.
   bool handle_signal();
+  void on_ban(const std::string& route, const proto::ipc::Ban& b);
   void reload_admission();
   void guard_result();  // a round's result with NaN or Inf is replaced
   void handle_round_done();

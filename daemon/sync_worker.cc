@@ -60,6 +60,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
                                               [self] { return self->member_status(); });
   // Whoever polls (a round that waits, the idle loop), gossipctl's questions move on.
   w->router_->set_after_poll([self] {
+    self->apply_bans();
     self->serve_inspector();
     if (self->admission_) self->admission_->tick();
   });
@@ -432,6 +433,28 @@ void SyncWorker::note_error(std::string what) {
   std::lock_guard lock(mu_);
   last_error_ = std::move(what);
   last_error_at_ = std::chrono::steady_clock::now();
+}
+
+void SyncWorker::ban(uint32_t peer) {
+  {
+    std::lock_guard lock(mu_);
+    bans_.push_back(peer);
+  }
+  bans_pending_.store(true, std::memory_order_release);
+  transport_->wake();
+}
+
+void SyncWorker::apply_bans() {
+  if (!bans_pending_.exchange(false, std::memory_order_acq_rel)) return;
+  std::vector<uint32_t> bans;
+  {
+    std::lock_guard lock(mu_);
+    bans.swap(bans_);
+  }
+  for (uint32_t peer : bans)
+    if (Status st = zmq_->ban(peer); !st) spdlog::error("ban of peer {}: {}", peer, st.message());
+  std::lock_guard lock(peers_mu_);
+  peers_copy_ = transport_->peers();
 }
 
 Result<size_t> SyncWorker::reload_admit_keys(const std::string& path) {

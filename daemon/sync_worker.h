@@ -116,6 +116,9 @@ class SyncWorker {
   // the last error outside the worker (a refused trainer, NaN in an update).
   void set_trainers(uint32_t n) { trainers_.store(n, std::memory_order_relaxed); }
   void note_error(std::string what);
+  // gossipctl ban (any thread): the worker bans the peer at its next poll
+  // (peers::ZmqTransport::ban), within milliseconds.
+  void ban(uint32_t peer);
   // Re-reads the admission list (--admit-keys) into the authenticator (any thread):
   // how many keys it holds now, or why it was kept as it was.
   Result<size_t> reload_admit_keys(const std::string& path);
@@ -207,7 +210,10 @@ class SyncWorker {
   std::optional<proto::ipc::InspectRequest> inspect_asked_;  // guarded by mu_
   std::optional<proto::ipc::InspectReply> inspected_;        // guarded by mu_
   bool inspecting_ = false;                                  // guarded by mu_
-  std::atomic<bool> inspect_pending_{false};                 // inspect_asked_ is set
+  void apply_bans();                                         // the worker thread's side of ban()
+  std::vector<uint32_t> bans_;                               // guarded by mu_
+  std::atomic<bool> bans_pending_{false};
+  std::atomic<bool> inspect_pending_{false};  // inspect_asked_ is set
   // member_status()'s sources: the worker's own (its thread) and the daemon's.
   std::atomic<uint32_t> trainers_{0};
   std::string last_error_;                                 // guarded by mu_

@@ -311,6 +311,7 @@ bool write_ipc_messages(const fs::path& root) {
       {"inspect", ipc::InspectRequest{ipc::InspectRequest::kLinks, 10000}},
       {"inspect_reply", ipc::InspectReply{{inspect_seeds().front().second}}},
       {"leave", ipc::Leave{}},
+      {"ban", ipc::Ban{2}},
   };
   bool ok = true;
   for (const auto& [name, m] : messages) {

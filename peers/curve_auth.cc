@@ -155,8 +155,18 @@ Status ZapHandler::set_admitted(const std::vector<std::string>& admit) {
     keys.insert(*bin);
   }
   std::lock_guard lock(allowed_mu_);
+  for (const auto& key : banned_) keys.erase(key);
   admit_ = std::move(keys);
   return Status::ok();
+}
+
+void ZapHandler::ban(const std::string& z85) {
+  auto bin = decode_key(z85);
+  if (!bin) return;
+  std::lock_guard lock(allowed_mu_);
+  banned_.insert(*bin);
+  allowed_.erase(*bin);
+  admit_.erase(*bin);
 }
 
 ZapHandler::~ZapHandler() {

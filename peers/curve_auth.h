@@ -65,8 +65,11 @@ class ZapHandler {
   // Whether a key (Z85) is on the admission list.
   bool admits(const std::string& z85) const;
   // Replaces the admission list (any thread): a joiner's handshake from now on is judged
-  // by it; the members already admitted stay. An invalid key changes nothing.
+  // by it; the members already admitted stay, a banned key stays out. An invalid key
+  // changes nothing.
   Status set_admitted(const std::vector<std::string>& admit);
+  // Refuses a key (Z85) from now on, as a member's and as a joiner's (any thread).
+  void ban(const std::string& z85);
   static constexpr std::string_view kJoinerPrefix = "join:";  // the User-Id of a joiner's key
 
   // The handshakes refused so far, "public key K (Z85) from ADDRESS, N times", the
@@ -81,6 +84,7 @@ class ZapHandler {
   mutable std::mutex allowed_mu_;            // allow() adds while serve() reads
   std::map<std::string, uint32_t> allowed_;  // binary key (32 bytes) -> id; guarded
   std::set<std::string> admit_;              // binary keys; guarded by allowed_mu_ too
+  std::set<std::string> banned_;             // binary keys; guarded by allowed_mu_ too
   mutable std::mutex refused_mu_;
   std::map<std::string, uint64_t> refused_;  // guarded by refused_mu_
   zmq::socket_t socket_;

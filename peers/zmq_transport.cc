@@ -89,11 +89,11 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     }
     // Before the ROUTER binds: a handshake without a handler would be admitted.
     // A banned peer's key cannot come back in as a joiner's.
-    for (const Peer& p : sorted)
-      if (p.banned) t->banned_keys_.push_back(p.public_key);
     auto zap = ZapHandler::start(t->context_, allowed, {});
     if (!zap) return zap.status();
     t->zap_ = std::move(zap).value();
+    for (const Peer& p : sorted)
+      if (p.banned) t->zap_->ban(p.public_key);
     GOSSIP_RETURN_IF_ERROR(t->set_admit_keys(options.admit_keys));
   }
   try {
@@ -456,11 +456,35 @@ LinkState ZmqTransport::link_state(uint32_t peer) {
 
 Status ZmqTransport::set_admit_keys(const std::vector<std::string>& keys) {
   if (!zap_) return Status::invalid("the admission list is for CURVE (--secret-key)");
-  std::vector<std::string> admit;
-  for (const auto& key : keys)
-    if (std::find(banned_keys_.begin(), banned_keys_.end(), key) == banned_keys_.end())
-      admit.push_back(key);
-  return zap_->set_admitted(admit);
+  return zap_->set_admitted(keys);
+}
+
+Status ZmqTransport::ban(uint32_t peer) {
+  if (!zap_)
+    return Status::invalid(
+        "a ban needs CURVE (--secret-key): without keys anyone could speak as "
+        "any node");
+  const auto p =
+      std::find_if(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.id == peer; });
+  if (p == peers_.end()) return Status::not_found(fmt::format("node {} is not a peer", peer));
+  if (p->banned) return Status::ok();
+  p->banned = true;
+  zap_->ban(p->public_key);
+  // Nothing more to it: its outbound socket goes (a zero-copy send in flight keeps the
+  // entry alive in removed_, as for a member that left).
+  for (auto it = outbound_.begin(); it != outbound_.end(); ++it)
+    if ((*it)->peer.id == peer) {
+      (*it)->events.close();
+      (*it)->socket.close();
+      removed_.push_back(std::move(*it));
+      outbound_.erase(it);
+      break;
+    }
+  spdlog::warn(
+      "peer {} is banned (gossipctl ban): its key is refused, nothing is sent to it and "
+      "what it sends is dropped",
+      peer);
+  return Status::ok();
 }
 
 std::vector<std::string> ZmqTransport::refused_keys() const {
@@ -586,6 +610,12 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
     if (!sender) {
       if (auto joiner = join_request(frames, total_frames, wire)) return joiner;
       drop("sender is not in the peer list");
+      continue;
+    }
+    if (std::any_of(peers_.begin(), peers_.end(),
+                    [&](const Peer& p) { return p.id == *sender && p.banned; })) {
+      // Banned while connected: the connection it has stays open until it drops it.
+      traffic_.count_dropped(*sender);
       continue;
     }
     if (zap_ && frames.size() > 1) {

@@ -68,6 +68,11 @@ class ZmqTransport final : public PeerChannel {
   // With CURVE: the keys of nodes that may join by seeds from now on (gossipd re-reads
   // --admit-keys on SIGHUP); a banned peer's key stays out. Any thread.
   Status set_admit_keys(const std::vector<std::string>& keys);
+  // With CURVE, on a running node (gossipctl ban; the receiving thread only): the peer's
+  // key is refused from now on, nothing more is sent to it and what it sends on a
+  // connection it already has is dropped; to the strategies it is a peer that never
+  // answers, as one banned at start.
+  Status ban(uint32_t peer);
 
  private:
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
@@ -109,7 +114,6 @@ class ZmqTransport final : public PeerChannel {
   TransportOptions options_;
   std::string public_key_;  // with CURVE
   std::vector<Peer> peers_;
-  std::vector<std::string> banned_keys_;  // the banned peers' (Z85), fixed at creation
   std::chrono::steady_clock::time_point joins_since_{};
   int joins_ = 0;
   TrafficCounters traffic_;

@@ -162,9 +162,15 @@ struct Shutdown {
 // and exits.
 struct Leave {};
 
+// gossipctl ban -> daemon: ban a peer on this running node (with CURVE). The daemon
+// answers with the same Ban once it is in force, or an Error naming why not.
+struct Ban {
+  uint32_t peer = 0;
+};
+
 using Message =
     std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest, StatsReply, Error,
-                 Shutdown, Start, SyncRange, InspectRequest, InspectReply, Leave>;
+                 Shutdown, Start, SyncRange, InspectRequest, InspectReply, Leave, Ban>;
 
 const char* message_name(const Message& m);
 std::string encode(const Message& m);

@@ -343,6 +343,93 @@ TEST(Curve, ABannedPeersKeyIsRefusedAndItIsLeftOutOfTheMean) {
   EXPECT_TRUE(c.daemon(2).running());
 }
 
+// `gossipctl ban ID` on a running node (issue 46): what --ban-peer does at start, from
+// the next round on. Three nodes average by the all-gather (node 2 in the mean); nodes
+// 0 and 1 ban node 2 through gossipctl; their next round is the mean of the two, without
+// waiting for node 2, though node 2 steps too and sends them 100s on the connections it
+// has (dropped), and its round fails.
+std::pair<int, std::string> gossipctl(const Cluster& c, std::vector<std::string> args) {
+  args.insert(args.begin(), binary("gossipctl"));
+  const auto log = c.run_dir() / ("gossipctl-" + std::to_string(::getpid()) + ".log");
+  ChildProcess p(args, log);
+  const int rc = p.wait(20s);
+  return {rc, p.log()};
+}
+
+TEST(Curve, AGossipctlBanOnARunningNodeLeavesThePeerOutFromThen) {
+  const KeyPair k[3] = {keypair(), keypair(), keypair()};
+  Cluster c(3, {"--period", "1", "--transport", "allgather", "--round-timeout", "5"});
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> flags = {"--secret-key", k[i].sec};
+    for (int j = 0; j < 3; ++j)
+      if (j != i) flags.insert(flags.end(), {"--peer-key", std::to_string(j) + "=" + k[j].pub});
+    c.set_node_flags(i, flags);
+  }
+  c.start_all();
+  Pair p;
+  attach_both(c, 1000, {0.0f, 2.0f}, p);
+  if (HasFatalFailure()) return;
+  auto third = Client::connect({.endpoint = c.ipc_endpoint(2),
+                                .trainer = "t",
+                                .local_rank = 0,
+                                .timeout = std::chrono::milliseconds(20000)});
+  ASSERT_TRUE(third.is_ok()) << third.status().message();
+  auto m = (*third)->attach({{"w", 1000}});
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  std::fill(m->tensors[0].begin(), m->tensors[0].end(), 7.0f);
+  {
+    std::thread t2([&] { EXPECT_TRUE((*third)->step().is_ok()); });
+    step_both(p);
+    t2.join();
+  }
+  ASSERT_EQ(p.w[0][0], 3.0f) << "(0 + 2 + 7) / 3: node 2 is in the mean";
+
+  auto [bad_rc, bad] = gossipctl(c, {"ban", "9", "--node", c.ipc_endpoint(0)});
+  EXPECT_EQ(bad_rc, 1) << bad;
+  EXPECT_NE(bad.find("node 9 is not a peer of node 0"), std::string::npos) << bad;
+  for (int i = 0; i < 2; ++i) {
+    auto [rc, out] = gossipctl(c, {"ban", "2", "--node", c.ipc_endpoint(i)});
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("node 2 is banned"), std::string::npos) << out;
+  }
+  // The worker takes the ban at its next poll, within milliseconds.
+  for (int i = 0; i < 2; ++i) {
+    for (auto end = std::chrono::steady_clock::now() + 10s;
+         std::chrono::steady_clock::now() < end &&
+         c.log(i).find("peer 2 is banned (gossipctl ban)") == std::string::npos;)
+      std::this_thread::sleep_for(20ms);
+    ASSERT_NE(c.log(i).find("peer 2 is banned (gossipctl ban)"), std::string::npos) << c.log(i);
+  }
+  std::fill(p.w[0].begin(), p.w[0].end(), 0.0f);
+  std::fill(p.w[1].begin(), p.w[1].end(), 2.0f);
+  std::fill(m->tensors[0].begin(), m->tensors[0].end(), 100.0f);
+  std::thread banned([&] { EXPECT_FALSE((*third)->step().is_ok()) << "no one answers node 2"; });
+  const auto t0 = std::chrono::steady_clock::now();
+  step_both(p);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "the round waited for the banned node";
+  EXPECT_EQ(p.w[0][0], 1.0f) << "node 2's model is out of the mean";
+  EXPECT_EQ(p.w[1][999], 1.0f);
+  banned.join();
+  // What node 2 sent them on its open connections was dropped, and counted.
+  for (int i = 0; i < 2; ++i) {
+    auto status = p.client[i]->status();
+    ASSERT_TRUE(status.is_ok()) << status.status().message();
+    const auto two = std::find_if(status->peers.begin(), status->peers.end(),
+                                  [](const auto& peer) { return peer.id == 2; });
+    ASSERT_NE(two, status->peers.end());
+    EXPECT_GT(two->traffic.dropped, 0u) << "node " << i;
+  }
+  EXPECT_TRUE(c.daemon(2).running());
+}
+
+TEST(Curve, AGossipctlBanWithoutKeysIsRefusedNamingWhy) {
+  Cluster c(2, {"--period", "1"});
+  c.start_all();
+  auto [rc, out] = gossipctl(c, {"ban", "1", "--node", c.ipc_endpoint(0)});
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("a ban needs CURVE"), std::string::npos) << out;
+}
+
 TEST(Curve, KeysAreCheckedWhenTheDaemonStarts) {
   const KeyPair k = keypair();
   const auto run = [](std::vector<std::string> extra) {

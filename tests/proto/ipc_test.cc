@@ -225,7 +225,8 @@ std::vector<Message> samples() {
           SyncRange{UINT64_MAX, 1000, 250, true},
           InspectRequest{InspectRequest::kStatus, 2500},
           InspectReply{{std::string("\x94\x00", 2), std::string(60 << 10, 'x')}},
-          Leave{}};
+          Leave{},
+          Ban{7}};
 }
 
 // ------------------------------------------------------------------ comparisons
@@ -313,6 +314,7 @@ void expect_eq(const InspectReply& a, const InspectReply& b) { EXPECT_EQ(a.parts
 void expect_eq(const Error& a, const Error& b) { EXPECT_EQ(a.message, b.message); }
 void expect_eq(const Shutdown& a, const Shutdown& b) { EXPECT_EQ(a.reason, b.reason); }
 void expect_eq(const Leave&, const Leave&) {}
+void expect_eq(const Ban& a, const Ban& b) { EXPECT_EQ(a.peer, b.peer); }
 
 void expect_eq(const Message& a, const Message& b) {
   ASSERT_EQ(a.index(), b.index()) << message_name(a) << " vs " << message_name(b);
@@ -379,10 +381,10 @@ TEST(Ipc, RoundTripLargestLayout) {
 TEST(Ipc, MessageNames) {
   std::vector<std::string> names;
   for (const Message& m : samples()) names.push_back(message_name(m));
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
-                                      "detach_ok", "stats", "stats_reply", "error", "shutdown",
-                                      "start", "sync_range", "inspect", "inspect_reply", "leave"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
+                                             "detach_ok", "stats", "stats_reply", "error",
+                                             "shutdown", "start", "sync_range", "inspect",
+                                             "inspect_reply", "leave", "ban"}));
 }
 
 // The format other implementations (the Python client) read and write.
