@@ -709,6 +709,9 @@ void Daemon::watch_divergence() {
   if (config_.strategy.on_divergence == "off" || strategy_->gradients ||
       round_model_.size() != arena_->numel())
     return;
+  // One pass over the model: next to a round of a small model nothing, of a billion
+  // parameters a fraction of a second, so a large model is measured every 16th round.
+  if (round_model_.size() > kDivergenceEveryRoundNumel && round_ % 16 != 0) return;
   auto reason = divergence_.observe(round_model_, round_ - 1);
   gauge_model_norm_.store(divergence_.norm(), std::memory_order_relaxed);
   if (!reason) return;

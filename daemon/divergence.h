@@ -6,6 +6,7 @@
 // too large grows it without bound (the same MLP under the servers' momentum on top of
 // the trainers': 136 at step 30, 339 at step 60, at chance accuracy).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -14,6 +15,9 @@
 namespace gossip::daemon {
 
 inline constexpr double kDivergenceFactor = 10.0;
+// Models up to this many parameters are measured after every round, larger ones after
+// every 16th (a pass over 4 GB of fp32 is not free).
+inline constexpr size_t kDivergenceEveryRoundNumel = size_t{64} << 20;
 
 class DivergenceWatch {
  public:
