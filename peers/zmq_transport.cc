@@ -211,14 +211,7 @@ Status ZmqTransport::add_peer(const Peer& peer) {
   return Status::ok();
 }
 
-void ZmqTransport::remove_peer(uint32_t peer) {
-  const auto p =
-      std::find_if(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.id == peer; });
-  if (p == peers_.end()) return;
-  if (zap_ && !p->public_key.empty()) zap_->disallow(p->public_key);
-  peers_.erase(p);
-  for (auto it = routing_ids_.begin(); it != routing_ids_.end();)
-    it = it->second == peer ? routing_ids_.erase(it) : std::next(it);
+void ZmqTransport::close_outbound(uint32_t peer) {
   for (auto it = outbound_.begin(); it != outbound_.end(); ++it)
     if ((*it)->peer.id == peer) {
       (*it)->events.close();
@@ -227,6 +220,17 @@ void ZmqTransport::remove_peer(uint32_t peer) {
       outbound_.erase(it);
       break;
     }
+}
+
+void ZmqTransport::remove_peer(uint32_t peer) {
+  const auto p =
+      std::find_if(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.id == peer; });
+  if (p == peers_.end()) return;
+  if (zap_ && !p->public_key.empty()) zap_->disallow(p->public_key);
+  peers_.erase(p);
+  for (auto it = routing_ids_.begin(); it != routing_ids_.end();)
+    it = it->second == peer ? routing_ids_.erase(it) : std::next(it);
+  close_outbound(peer);
   std::erase_if(removed_, [](const auto& o) { return o->pending.load() == 0; });
   last_refusal_.erase(peer);
 }
@@ -472,14 +476,7 @@ Status ZmqTransport::ban(uint32_t peer) {
   zap_->ban(p->public_key);
   // Nothing more to it: its outbound socket goes (a zero-copy send in flight keeps the
   // entry alive in removed_, as for a member that left).
-  for (auto it = outbound_.begin(); it != outbound_.end(); ++it)
-    if ((*it)->peer.id == peer) {
-      (*it)->events.close();
-      (*it)->socket.close();
-      removed_.push_back(std::move(*it));
-      outbound_.erase(it);
-      break;
-    }
+  close_outbound(peer);
   spdlog::warn(
       "peer {} is banned (gossipctl ban): its key is refused, nothing is sent to it and "
       "what it sends is dropped",

@@ -90,6 +90,9 @@ class ZmqTransport final : public PeerChannel {
   void watch_outbound();
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
   Status connect_outbound(const Peer& peer);
+  // Closes the peer's outbound socket; the entry waits in removed_ while a zero-copy
+  // send may still count down its `pending`.
+  void close_outbound(uint32_t peer);
   // A join-request from a routing id "join-<nonce>" (daemon/admission.h), or nullopt.
   // The User-Id the authenticator gave the connection a frame came on; "" if none.
   static std::string user_id(zmq::message_t& frame);
