@@ -21,6 +21,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "cli/consensus.h"
@@ -312,6 +313,9 @@ class ClusterRun {
       for (size_t k = 1; k < prefix.size(); ++k) cmd.arg(prefix[k]);
       if (!prefix.empty()) cmd.arg(gossipd);
       cmd.add("--id", i).add("--listen", endpoint(i)).add("--run-dir", dir_.path());
+      // A run id of this cluster's own: a daemon of another cluster on this machine
+      // that still tries a port this one reuses is not taken for a member.
+      if (options_.daemon_flags.count("--run-id") == 0) cmd.add("--run-id", run_id_);
       for (int j = 0; j < options_.nodes; ++j) {
         if (j != i) cmd.add("--peer", fmt::format("{}={}", j, endpoint(j)));
       }
@@ -638,6 +642,8 @@ class ClusterRun {
   const Programs programs_;
   const std::vector<int> ports_;
   const StopSignals& signals_;
+  const std::string run_id_ = fmt::format(
+      "cluster-{:016x}", std::random_device{}() * 0x100000000ULL + std::random_device{}());
   std::vector<KeyPair> keys_;  // --curve: node i's
   ProgressLine progress_;
   Clock::time_point start_;

@@ -140,7 +140,11 @@ struct DaemonConfig {
   // Not an option: after a join, the round from which this node takes part (the
   // overlay's graph includes it from there, sgd/overlay/overlay.h).
   uint64_t joined_round = 0;
-  std::string listen;             // tcp endpoint this daemon binds for its peers
+  std::string listen;  // tcp endpoint this daemon binds for its peers
+  // Names the training run (peers/zmq_transport.h): without CURVE, a node of another run
+  // that reaches this one (a stale daemon of an earlier job on a reused port) is not
+  // taken for the member with its id. Empty: none.
+  std::string run_id;
   std::string run_dir;            // holds gossipd-<node>.sock
   std::vector<PeerConfig> peers;  // the other nodes; an entry for node_id itself is allowed
                                   // and must then equal `listen`

@@ -178,6 +178,14 @@ Problem join_check(std::string_view seeds) {
   return std::nullopt;
 }
 
+Problem run_id_problem(std::string_view id) {
+  if (id.size() > 64) return "must be at most 64 characters";
+  for (char ch : id)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-')
+      return "may hold only letters, digits, '.', '_' and '-'";
+  return std::nullopt;
+}
+
 Problem run_dir_problem(std::string_view dir) {
   if (dir.empty()) return "must not be empty";
   return std::nullopt;
@@ -210,9 +218,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 64>& fields() {
+const std::array<Field, 65>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 64> kFields = {{
+  static const std::array<Field, 65> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -266,6 +274,16 @@ const std::array<Field, 64>& fields() {
                 endpoint_problem,
                 [](const C& c) -> const std::string& { return c.listen; },
                 [](C& c, std::string v) { c.listen = std::move(v); }}},
+      {"node.run_id", "--run-id", "ID",
+       "names the training run, the same on every node (gossipctl cluster picks one): "
+       "without CURVE, a node of another run that reaches this one (a stale daemon of an "
+       "earlier job on a reused port) is not taken for the member with its id; up to 64 "
+       "letters, digits, '.', '_' or '-'; empty: none",
+       TextSpec{{},
+                "a string of up to 64 letters, digits, '.', '_' or '-'",
+                run_id_problem,
+                [](const C& c) -> const std::string& { return c.run_id; },
+                [](C& c, std::string v) { c.run_id = std::move(v); }}},
       {"node.run_dir", "--run-dir", "DIR", "directory of the IPC socket gossipd-<id>.sock",
        TextSpec{{},
                 "a string (a directory)",

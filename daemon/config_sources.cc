@@ -395,6 +395,14 @@ Status apply_peers_from(Document& d, const Environment& env) {
   c.node_id = *self;
   c.node_name = nodes[*self].name;
   d.has_id = true;
+  // A Slurm step names its run: the stale daemons of a requeued job, on the same hosts
+  // and ports, are then of another one (--run-id).
+  if (c.run_id.empty() && c.peers_from.starts_with("slurm"))
+    if (const auto job = source_env.getenv("SLURM_JOB_ID"); job && !run_id_problem(*job)) {
+      const auto step = source_env.getenv("SLURM_STEP_ID");
+      c.run_id = "slurm-" + *job + (step && !run_id_problem(*step) ? "." + *step : "");
+      if (run_id_problem(c.run_id)) c.run_id.clear();
+    }
   if (!d.has_listen) {
     // Any address: the name others reach this node by may resolve, here, to an address
     // that is not theirs to reach (Debian's hosts file maps the host name to 127.0.1.1).

@@ -34,6 +34,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
     remote.push_back({p.id, p.endpoint, p.public_key, p.banned});
   peers::TransportOptions to;
   to.secret_key = config.secret_key;
+  to.run_id = config.run_id;
   if (!config.admit_keys.empty()) {
     auto keys = read_admit_keys(config.admit_keys);
     if (!keys) return keys.status();

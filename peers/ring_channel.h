@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "peers/ring_hello.h"
 #include "peers/traffic.h"
 
 namespace gossip::peers {
@@ -65,12 +66,25 @@ class RingChannel {
   // message that does not fit); never for lack of time.
   virtual Status poke() { return Status::ok(); }
 
+  // The receivers' nonces of this channel's two connections (peers/ring_hello.h): the
+  // one this node gave its left neighbor, which binds what comes from it, and the one
+  // its right neighbor gave this node, which binds what goes to it. The transport sets
+  // them; a sealed channel derives its keys from them.
+  const RingNonce& nonce_given_left() const { return given_left_; }
+  const RingNonce& nonce_from_right() const { return from_right_; }
+  void set_nonces(const RingNonce& given_left, const RingNonce& from_right) {
+    given_left_ = given_left;
+    from_right_ = from_right;
+  }
+
  protected:
   RingChannel(uint32_t left, uint32_t right) : left_(left), right_(right) {}
 
  private:
   uint32_t left_;
   uint32_t right_;
+  RingNonce given_left_{};
+  RingNonce from_right_{};
 };
 
 struct RingEnds {

@@ -53,13 +53,16 @@ struct CipherCtx {
   ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
 };
 
-// The message key of one direction of one channel.
+// The message key of one direction of one channel: the sender's salt and the
+// receiver's nonce make it the key of this connection and no other.
 std::array<uint8_t, 32> message_key(const LinkKey& link, uint64_t session,
-                                    const std::array<uint8_t, kSaltBytes>& salt) {
-  std::array<uint8_t, 27 + 8 + kSaltBytes> in{};
-  std::memcpy(in.data(), "gossipd ring message key v1", 27);
+                                    const std::array<uint8_t, kSaltBytes>& salt,
+                                    const RingNonce& nonce) {
+  std::array<uint8_t, 27 + 8 + kSaltBytes + sizeof(RingNonce)> in{};
+  std::memcpy(in.data(), "gossipd ring message key v2", 27);
   std::memcpy(in.data() + 27, &session, 8);
   std::memcpy(in.data() + 35, salt.data(), salt.size());
+  std::memcpy(in.data() + 35 + kSaltBytes, nonce.data(), nonce.size());
   std::array<uint8_t, 32> key{};
   crypto_generichash(key.data(), key.size(), in.data(), in.size(), link.data(), link.size());
   return key;
@@ -85,8 +88,10 @@ class SealedRingChannel final : public RingChannel {
  public:
   SealedRingChannel(std::unique_ptr<RingChannel> inner, const SealKeys& keys)
       : RingChannel(inner->left(), inner->right()), inner_(std::move(inner)), keys_(keys) {
+    set_nonces(inner_->nonce_given_left(), inner_->nonce_from_right());
     randombytes_buf(salt_out_.data(), salt_out_.size());
-    const auto k = message_key(keys_.to_right, keys_.right_session, salt_out_);
+    const auto k =
+        message_key(keys_.to_right, keys_.right_session, salt_out_, inner_->nonce_from_right());
     if (EVP_EncryptInit_ex(seal_.ctx, EVP_aes_256_gcm(), nullptr, k.data(), nullptr) != 1)
       failure_ = Status::io_error("ring: cannot set up AES-256-GCM");
     if (failure_.is_ok())
@@ -137,7 +142,8 @@ class SealedRingChannel final : public RingChannel {
       if (*salt != kSaltBytes)
         return fail(Status::protocol(
             fmt::format("ring: peer {} (left) did not open its sealed channel", left())));
-      const auto k = message_key(keys_.from_left, keys_.left_session, salt_in_);
+      const auto k =
+          message_key(keys_.from_left, keys_.left_session, salt_in_, inner_->nonce_given_left());
       if (EVP_DecryptInit_ex(open_.ctx, EVP_aes_256_gcm(), nullptr, k.data(), nullptr) != 1)
         return fail(Status::io_error("ring: cannot set up AES-256-GCM"));
       opened_ = true;

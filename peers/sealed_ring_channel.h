@@ -8,9 +8,11 @@
 // X25519 secret of their CURVE keys (peers/curve_auth.h, curve_link_key); nobody
 // else, another peer included, can compute it. A channel's sender picks 16 random
 // bytes and sends them first, in the clear; the message key is a hash of the link
-// key, the ring session and those bytes, so no two channels share one. Message i's
-// nonce is i, and its tag and length are authenticated with it: the receiver takes
-// messages only in the order they were sealed, and one replayed from another
+// key, the ring session, those bytes and the nonce the receiver answered the
+// connection's hello with (peers/ring_hello.h), so no two connections share one, and
+// a whole connection recorded and replayed into a later one does not open. Message
+// i's nonce is i, and its tag and length are authenticated with it: the receiver
+// takes messages only in the order they were sealed, and one replayed from another
 // channel does not open. Each message costs 16 bytes of MAC, and a pass of the
 // cipher over its bytes on either end.
 

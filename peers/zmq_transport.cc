@@ -37,7 +37,22 @@ void release_shared(void* /*data*/, void* hint) {
 
 }  // namespace
 
-std::string routing_id_for(uint32_t node) { return fmt::format("node-{}", node); }
+namespace {
+// What follows "node-<digits>" in a routing id without CURVE ("" or ".<run id>"), or
+// nothing where it is not one.
+std::optional<std::string_view> run_part(std::string_view rid, uint32_t& id) {
+  constexpr std::string_view kPrefix = "node-";
+  if (!rid.starts_with(kPrefix)) return std::nullopt;
+  const auto digits = rid.substr(kPrefix.size());
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+  if (ec != std::errc()) return std::nullopt;
+  return std::string_view(ptr, static_cast<size_t>(digits.data() + digits.size() - ptr));
+}
+}  // namespace
+
+std::string routing_id_for(uint32_t node, std::string_view run_id) {
+  return run_id.empty() ? fmt::format("node-{}", node) : fmt::format("node-{}.{}", node, run_id);
+}
 
 ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
     : self_(self),
@@ -151,7 +166,7 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
       out->socket.set(zmq::sockopt::curve_publickey, public_key_);
       out->socket.set(zmq::sockopt::curve_secretkey, options_.secret_key);
     } else {
-      out->socket.set(zmq::sockopt::routing_id, routing_id_for(self_));
+      out->socket.set(zmq::sockopt::routing_id, routing_id_for(self_, options_.run_id));
     }
     out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_min.count()));
     out->socket.set(zmq::sockopt::reconnect_ivl_max,
@@ -343,6 +358,12 @@ void ZmqTransport::report_offender(uint32_t peer) {
         peer, n, peer);
 }
 
+bool ZmqTransport::of_this_run(std::string_view run) const {
+  return options_.run_id.empty() ? run.empty()
+                                 : run.size() == options_.run_id.size() + 1 && run[0] == '.' &&
+                                       run.substr(1) == options_.run_id;
+}
+
 std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) const {
   std::string_view rid(routing_id.data<char>(), routing_id.size());
   if (!routing_ids_.empty()) {
@@ -350,12 +371,9 @@ std::optional<uint32_t> ZmqTransport::peer_of(const zmq::message_t& routing_id) 
     if (it == routing_ids_.end()) return std::nullopt;
     return it->second;
   }
-  constexpr std::string_view kPrefix = "node-";
-  if (!rid.starts_with(kPrefix)) return std::nullopt;
   uint32_t id = 0;
-  auto digits = rid.substr(kPrefix.size());
-  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
-  if (ec != std::errc() || ptr != digits.data() + digits.size()) return std::nullopt;
+  const auto run = run_part(rid, id);
+  if (!run || !of_this_run(*run)) return std::nullopt;
   for (const auto& p : peers_)
     if (p.id == id) return id;
   return std::nullopt;
@@ -606,6 +624,22 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
     };
     if (!sender) {
       if (auto joiner = join_request(frames, total_frames, wire)) return joiner;
+      uint32_t id = 0;
+      if (const auto run = run_part({frames[0].data<char>(), frames[0].size()}, id);
+          !zap_ && run && !of_this_run(*run)) {
+        // A node of another run (or of none where this one has one, or the reverse):
+        // said once per routing id, counted always. Its heartbeats would fill the log.
+        traffic_.count_dropped(who);
+        if (other_runs_.size() < 64 && other_runs_.insert(printable(frames[0])).second)
+          spdlog::warn(
+              "dropped messages from '{}': not a node of this run ({}); a stale daemon of "
+              "another job on a port this cluster reuses, or a node started with another "
+              "--run-id",
+              printable(frames[0]),
+              options_.run_id.empty() ? "this node has no --run-id"
+                                      : fmt::format("--run-id {}", options_.run_id));
+        continue;
+      }
       drop("sender is not in the peer list");
       continue;
     }

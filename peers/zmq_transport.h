@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@ struct TransportOptions {
   std::string secret_key;
   // With CURVE: the public keys (Z85) of nodes that may join by seeds (--admit-keys).
   std::vector<std::string> admit_keys;
+  // Without CURVE: the run's name (--run-id), in every routing id. A node of another
+  // run that reaches this one (a stale daemon on a reused port, still trying its old
+  // peers) presents another routing id, so it neither takes the id of the member it
+  // shares a number with (ROUTER keeps one connection per routing id) nor speaks for it.
+  std::string run_id;
 };
 
 class ZmqTransport final : public PeerChannel {
@@ -106,12 +112,16 @@ class ZmqTransport final : public PeerChannel {
   Status send_frames(Outbound& out, uint64_t round, const proto::Body& body,
                      zmq::message_t* payload);
   std::optional<uint32_t> peer_of(const zmq::message_t& routing_id) const;
+  // Whether what follows "node-<id>" in a routing id names this node's run.
+  bool of_this_run(std::string_view run) const;
   // Logs a peer whose refused messages reach 10, 100, 1000, ...
   void report_offender(uint32_t peer);
   // Connections accepted and lost (the socket monitor), then the watchdog's check.
   void watch_connections();
   // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).
   std::map<std::string, uint32_t> routing_ids_;
+  // Routing ids of nodes of other runs heard (bounded): each is logged once.
+  std::set<std::string> other_runs_;
 
   uint32_t self_;
   TransportOptions options_;
@@ -135,7 +145,8 @@ class ZmqTransport final : public PeerChannel {
   int wake_fd_ = -1;                              // an eventfd; recv returns when it is set
 };
 
-// The routing id a daemon presents to its peers' ROUTER sockets.
-std::string routing_id_for(uint32_t node);
+// The routing id a daemon of run `run_id` presents to its peers' ROUTER sockets
+// without CURVE: "node-<id>", then ".<run id>" where there is one.
+std::string routing_id_for(uint32_t node, std::string_view run_id);
 
 }  // namespace gossip::peers

@@ -139,6 +139,7 @@ struct Link {
   Mr mr;
   CmId id;
   bool has_qp = false;
+  RingNonce nonce{};  // a left link's: what this node answered its hello with
 
   ~Link() {
     if (has_qp) rdma_destroy_qp(id.get());
@@ -675,7 +676,9 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
           const Accept a{.slots = kSlots,
                          .slot_bytes = slot_bytes_,
                          .addr = reinterpret_cast<uintptr_t>(link->memory.data()),
-                         .rkey = link->mr->rkey};
+                         .rkey = link->mr->rkey,
+                         .nonce = fresh_ring_nonce()};
+          link->nonce = a.nonce;
           rdma_conn_param p = conn_param(&a, sizeof a);
           if (rdma_accept(link->id.get(), &p) == 0) {
             pending = std::move(
@@ -748,9 +751,12 @@ Result<std::unique_ptr<RingChannel>> RdmaRingTransport::connect(const RingEnds& 
   GOSSIP_RETURN_IF_ERROR(st);
   spdlog::info("ring: connected over RDMA, left peer {}, right peer {} at {}:{}", ends.left,
                ends.right, ends.right_host, ends.right_port);
-  return std::unique_ptr<RingChannel>(new RdmaRingChannel(ends.left, ends.right, std::move(left),
-                                                          std::move(right), *accepted, slot_bytes_,
-                                                          options_.traffic));
+  const RingNonce given = left->nonce;
+  std::unique_ptr<RingChannel> channel(new RdmaRingChannel(ends.left, ends.right, std::move(left),
+                                                           std::move(right), *accepted, slot_bytes_,
+                                                           options_.traffic));
+  channel->set_nonces(given, accepted->nonce);
+  return channel;
 }
 
 }  // namespace

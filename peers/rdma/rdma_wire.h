@@ -27,12 +27,13 @@ static_assert(std::endian::native == std::endian::little, "the ring's headers ar
 
 constexpr uint32_t kAcceptMagic = 0x41524447;    // "GDRA"
 constexpr uint32_t kFragmentMagic = 0x46524447;  // "GDRF"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;                 // 2: the accept carries the receiver's nonce
 
 // Private data of the connect request: the ring's hello (peers/ring_hello.h).
 using Hello = RingHello;
 
-// Private data of the accept: where the sender may write.
+// Private data of the accept: where the sender may write, and the receiver's nonce
+// (peers/ring_hello.h: what the TCP transport's answer carries).
 struct Accept {
   uint32_t magic = kAcceptMagic;
   uint32_t version = kVersion;
@@ -41,8 +42,9 @@ struct Accept {
   uint64_t addr = 0;
   uint32_t rkey = 0;
   uint32_t reserved = 0;
+  RingNonce nonce{};
 };
-static_assert(sizeof(Accept) == 32);
+static_assert(sizeof(Accept) == 48);  // of the 196 bytes an IB CM reply may carry
 
 // At the start of every slot.
 struct FragmentHeader {

@@ -25,6 +25,9 @@ using boost::system::error_code;
 
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 constexpr auto kConnectRetry = std::chrono::milliseconds(50);
+// The peer is there but turned our hello away (closed without an answer): do not flood
+// its log.
+constexpr auto kRefusedRetry = std::chrono::milliseconds(500);
 // A peer sends its hello as soon as it connects; a connection silent this long while
 // this node listens is a stranger's (or a stuck peer's, which reconnects).
 constexpr auto kHelloTimeout = std::chrono::seconds(2);
@@ -108,6 +111,8 @@ class TcpRingTransport final : public RingTransport {
   };
   struct Fds {
     std::vector<int> in, out;  // in the order of ins and outs
+    // The nonces this node answered each `in` with, and those each `out` answered with.
+    std::vector<RingNonce> given, answered;
   };
   // Connects to every `outs` and accepts every `ins`, all by the deadline; connections
   // from anyone else are refused and logged, and the wait goes on.
@@ -172,11 +177,13 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
     std::unique_ptr<tcp::socket> socket;
     std::unique_ptr<asio::steady_timer> retry;
     RingHello hello;
+    RingAnswer answer;
     bool done = false;
     std::string error = "no answer";
   };
   std::vector<Link> out_links(outs.size());
   std::vector<std::unique_ptr<tcp::socket>> in_sockets(ins.size());
+  std::vector<RingNonce> given(ins.size());
   size_t outs_done = 0, ins_done = 0;
   std::string refused;  // why the last stranger was turned away, for the timeout's message
   // Connections accepted and not yet heard: each has kHelloTimeout to say hello, and
@@ -194,8 +201,16 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
   std::deque<std::shared_ptr<Handshake>> handshakes;
   asio::steady_timer accept_retry(rendezvous_);
 
-  // Connect to each peer we send to, retrying until the deadline (it may be restarting).
-  std::function<void(size_t)> connect_out = [&](size_t i) {
+  // Connect to each peer we send to, retrying until the deadline (it may be restarting,
+  // or not be waiting for us yet): say hello, then read its answer.
+  std::function<void(size_t)> connect_out;
+  const auto retry_out = [&](size_t i, std::chrono::milliseconds after) {
+    out_links[i].retry->expires_after(after);
+    out_links[i].retry->async_wait([&, i](error_code ec) {
+      if (!ec && !stop) connect_out(i);
+    });
+  };
+  connect_out = [&](size_t i) {
     Link& l = out_links[i];
     error_code ignored;
     l.socket->close(ignored);
@@ -206,23 +221,36 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
       if (stop) return;
       if (ec) {
         l.error = ec.message();
-        l.retry->expires_after(kConnectRetry);
-        l.retry->async_wait([&, i](error_code ec) {
-          if (!ec && !stop) connect_out(i);
-        });
-        return;
+        return retry_out(i, kConnectRetry);
       }
-      asio::async_write(*l.socket, asio::buffer(&l.hello, sizeof l.hello),
-                        [&, i](error_code ec, size_t) {
-                          Link& l = out_links[i];
-                          if (stop) return;
-                          if (ec) {
-                            l.error = ec.message();
-                            return connect_out(i);
-                          }
-                          l.done = true;
-                          ++outs_done;
-                        });
+      asio::async_write(
+          *l.socket, asio::buffer(&l.hello, sizeof l.hello), [&, i](error_code ec, size_t) {
+            Link& l = out_links[i];
+            if (stop) return;
+            if (ec) {
+              l.error = ec.message();
+              return connect_out(i);
+            }
+            l.error = "no answer to the hello";
+            asio::async_read(
+                *l.socket, asio::buffer(&l.answer, sizeof l.answer), [&, i](error_code ec, size_t) {
+                  Link& l = out_links[i];
+                  if (stop) return;
+                  if (ec) {
+                    l.error = fmt::format(
+                        "it closed the connection after the hello ({}): it "
+                        "refused it (its log says why)",
+                        ec.message());
+                    return retry_out(i, kRefusedRetry);
+                  }
+                  if (std::string why = ring_answer_refusal(l.answer, outs[i].peer); !why.empty()) {
+                    l.error = std::move(why);
+                    return retry_out(i, kRefusedRetry);
+                  }
+                  l.done = true;
+                  ++outs_done;
+                });
+          });
     });
   };
 
@@ -246,10 +274,18 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
     if (why.empty() && closed_by_peer(*socket))
       why = fmt::format("node {} had closed this connection already", hello.from);
     if (slot < ins.size() && why.empty()) {
-      tune(*socket, options_.socket_buffer_bytes);
-      in_sockets[slot] = std::move(socket);
-      ++ins_done;
-      return;
+      // The answer: 24 bytes into an empty socket buffer, which do not block.
+      const RingAnswer answer{.nonce = fresh_ring_nonce()};
+      error_code ec;
+      asio::write(*socket, asio::buffer(&answer, sizeof answer), ec);
+      if (!ec) {
+        tune(*socket, options_.socket_buffer_bytes);
+        in_sockets[slot] = std::move(socket);
+        given[slot] = answer.nonce;
+        ++ins_done;
+        return;
+      }
+      why = fmt::format("node {} went before it heard the answer: {}", hello.from, ec.message());
     }
     const bool well_formed =
         hello.magic == kRingHelloMagic && hello.version == kRingVersion && hello.to == self;
@@ -415,6 +451,8 @@ Result<TcpRingTransport::Fds> TcpRingTransport::rendezvous(uint32_t self,
   Status st;
   for (size_t i = 0; i < ins.size() && st.is_ok(); ++i) st = take(*in_sockets[i], fds.in);
   for (size_t i = 0; i < outs.size() && st.is_ok(); ++i) st = take(*out_links[i].socket, fds.out);
+  fds.given = std::move(given);
+  for (const Link& l : out_links) fds.answered.push_back(l.answer.nonce);
   if (!st.is_ok()) {
     for (int fd : fds.in) ::close(fd);
     for (int fd : fds.out) ::close(fd);
@@ -432,7 +470,10 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   if (!fds.is_ok()) return fds.status();
   spdlog::info("ring: connected, left peer {}, right peer {} at {}:{}", ends.left, ends.right,
                ends.right_host, ends.right_port);
-  return make_tcp_ring_channel(ends.left, fds->in[0], ends.right, fds->out[0], options_.traffic);
+  auto channel =
+      make_tcp_ring_channel(ends.left, fds->in[0], ends.right, fds->out[0], options_.traffic);
+  channel->set_nonces(fds->given[0], fds->answered[0]);
+  return channel;
 }
 
 Result<std::vector<std::unique_ptr<RingChannel>>> TcpRingTransport::connect_mesh(
@@ -446,9 +487,11 @@ Result<std::vector<std::unique_ptr<RingChannel>>> TcpRingTransport::connect_mesh
   auto fds = rendezvous(self, outs, ins, wait);
   if (!fds.is_ok()) return fds.status();
   std::vector<std::unique_ptr<RingChannel>> channels;
-  for (size_t i = 0; i < ends.size(); ++i)
+  for (size_t i = 0; i < ends.size(); ++i) {
     channels.push_back(make_tcp_ring_channel(ends[i].peer, fds->in[i], ends[i].peer, fds->out[i],
                                              options_.traffic));
+    channels.back()->set_nonces(fds->given[i], fds->answered[i]);
+  }
   spdlog::debug("ring: linked to {} partner(s)", ends.size());
   return channels;
 }

@@ -170,6 +170,27 @@ TEST(ConfigPeersFrom, SlurmFromVariablesOnly) {
   EXPECT_EQ(c->node_name, "cn2:7500");
   EXPECT_EQ(c->listen, "tcp://0.0.0.0:7500");
   EXPECT_EQ(c->nodes(), 4u);
+  EXPECT_EQ(c->run_id, "") << "no job id, no run id";
+}
+
+// The step names the run (--run-id), so that a requeued job's stale daemons on the same
+// hosts and ports are of another one; a run id given wins, and a bad one is refused.
+TEST(ConfigPeersFrom, ASlurmStepNamesTheRun) {
+  const std::map<std::string, std::string> step = {{"SLURM_STEP_NODELIST", "cn[1-2]"},
+                                                   {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+                                                   {"SLURM_PROCID", "1"},
+                                                   {"SLURM_JOB_ID", "81234"},
+                                                   {"SLURM_STEP_ID", "0"}};
+  auto c = configure({"--peers-from", "slurm", "--run-dir", "/tmp/g"}, step);
+  ASSERT_TRUE(c.is_ok()) << message(c);
+  EXPECT_EQ(c->run_id, "slurm-81234.0");
+  auto given =
+      configure({"--peers-from", "slurm", "--run-dir", "/tmp/g", "--run-id", "mine"}, step);
+  ASSERT_TRUE(given.is_ok()) << message(given);
+  EXPECT_EQ(given->run_id, "mine");
+  auto bad = configure({"--peers-from", "slurm", "--run-dir", "/tmp/g", "--run-id", "a b"}, step);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(message(bad).find("--run-id"), std::string::npos) << message(bad);
 }
 
 TEST(ConfigPeersFrom, APeerListBesideItIsRefused) {

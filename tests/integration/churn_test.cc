@@ -188,7 +188,9 @@ ChildProcess launch_joiner(Cluster& cluster, int seed, const std::vector<std::st
       "--listen",
       "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
       "--run-dir",
-      dir.string()};
+      dir.string(),
+      "--run-id",
+      cluster.run_id()};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return ChildProcess(argv, dir / ("gossipd-" + name + ".log"));
 }

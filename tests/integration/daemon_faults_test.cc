@@ -13,6 +13,7 @@
 
 #include "gossip/client.h"
 #include "harness.h"
+#include "node_rounds.h"
 #include "proto/message.h"
 #include "test_client.h"
 
@@ -124,13 +125,13 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   };
   proto::ModelChunk chunk;
   chunk.numel = 2;
-  auto node1 = connect_as("node-1");
+  auto node1 = connect_as("node-1." + cluster.run_id());
   send(node1, {"\xc1 not msgpack"});
   // payload shorter than the envelope says
   send(node1, {proto::encode_head(1, 0, chunk, 8), std::string(4, '\0')});
   // claims to be node 0
   send(node1, {proto::encode_head(0, 0, chunk, 8), std::string(8, '\0')});
-  auto stranger = connect_as("node-9");
+  auto stranger = connect_as("node-9." + cluster.run_id());
   // not in the peer list
   send(stranger, {proto::encode_head(1, 0, chunk, 8), std::string(8, '\0')});
   // A newer daemon's message, and an old one's (version 1: a msgpack map): refused
@@ -163,7 +164,7 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
       << log;
   EXPECT_NE(log.find("a wire version 1 header"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped message from peer 1"), std::string::npos) << log;
-  EXPECT_NE(log.find("unknown sender 'node-9'"), std::string::npos) << log;
+  EXPECT_NE(log.find("unknown sender 'node-9." + cluster.run_id() + "'"), std::string::npos) << log;
   const std::string unhandled = "sent a nccl-id message, which nothing on this node handles";
   for (auto end = std::chrono::steady_clock::now() + 10s;
        log.find(unhandled) == std::string::npos && std::chrono::steady_clock::now() < end;
@@ -173,6 +174,42 @@ TEST(DaemonFaults, MalformedPeerMessagesAreDroppedCountedAndLogged) {
   ASSERT_NE(first, std::string::npos) << log;
   EXPECT_EQ(log.find(unhandled, first + 1), std::string::npos) << "logged once per kind: " << log;
   EXPECT_TRUE(cluster.daemon(0).running());
+}
+
+// A daemon of another run (a stale job's node 1, its peer list naming a port this
+// cluster's node 0 now has) reaches node 0 first, before the cluster's own node 1
+// starts. Node 0 does not take it for node 1 (ZeroMQ would have kept one connection
+// for the routing id both present, and every message of the stale one would have been
+// node 1's): it says once whose messages it drops, and the two real nodes average.
+TEST(DaemonFaults, ADaemonOfAnotherRunOnAReusedPortIsNotTakenForAMember) {
+  Cluster cluster(2, {"--period", "1"});
+  const auto stale_dir = cluster.run_dir() / "stale";
+  std::filesystem::create_directory(stale_dir);
+  std::filesystem::permissions(stale_dir, std::filesystem::perms::owner_all);
+  ChildProcess stale(
+      {binary("gossipd"), "--id", "1", "--listen",
+       "tcp://127.0.0.1:" + std::to_string(free_ports(1).at(0)), "--run-dir", stale_dir.string(),
+       "--run-id", "an-earlier-job", "--peer", "0=" + cluster.peer_endpoint(0), "--period", "1"},
+      cluster.run_dir() / "stale.log");
+  cluster.start(0);
+  ASSERT_TRUE(wait_for_log(cluster, 0, "dropped messages from 'node-1.an-earlier-job'", 10s))
+      << cluster.log(0) << "\n"
+      << stale.log();
+  EXPECT_NE(cluster.log(0).find("not a node of this run (--run-id " + cluster.run_id() + ")"),
+            std::string::npos)
+      << cluster.log(0);
+  cluster.start(1);
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(attach(cluster, i, 64));
+    ASSERT_TRUE(nodes.back());
+    std::fill(nodes[i]->model.tensors[0].begin(), nodes[i]->model.tensors[0].end(),
+              static_cast<float>(2 * i));
+  }
+  sync_rounds({nodes[0].get(), nodes[1].get()}, 3);
+  for (const auto& n : nodes)
+    for (float v : n->values()) ASSERT_FLOAT_EQ(v, 1.0f);
+  EXPECT_TRUE(stale.running()) << stale.log();
 }
 
 TEST(DaemonFaults, MalformedIpcMessageGetsAnErrorReply) {

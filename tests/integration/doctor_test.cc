@@ -271,9 +271,10 @@ TEST(DoctorAttack, AnAskFloodCostsKilobytesAndAHostileRowPrintsHarmlessly) {
   c.start(1);  // node 2's address is the attacker's
   std::this_thread::sleep_for(500ms);
   const uint64_t before = payload_sent(c, 0);
-  ChildProcess attacker({binary("gossip-attacker"), "inspect-flood", "--target", c.peer_endpoint(0),
-                         "--listen", c.peer_endpoint(2), "--as-node", "2", "--seconds", "5"},
-                        c.run_dir() / "attacker.log");
+  ChildProcess attacker(
+      {binary("gossip-attacker"), "inspect-flood", "--target", c.peer_endpoint(0), "--run-id",
+       c.run_id(), "--listen", c.peer_endpoint(2), "--as-node", "2", "--seconds", "5"},
+      c.run_dir() / "attacker.log");
   std::this_thread::sleep_for(1500ms);
   auto [rc, out] = gossipctl("doctor --timeout 3 --node " + c.ipc_endpoint(0));
   ASSERT_EQ(attacker.wait(20s), 0) << attacker.log();

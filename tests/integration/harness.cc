@@ -71,6 +71,7 @@ Cluster::Cluster(int nodes, std::vector<std::string> extra)
   char tmpl[] = "/tmp/gossip-test-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   run_dir_ = tmpl;
+  run_id_ = "test-" + run_dir_.filename().string().substr(std::string("gossip-test-").size());
 }
 
 void Cluster::stop_daemons() {
@@ -103,7 +104,9 @@ void Cluster::start(int node) {
       "--listen",
       peer_endpoint(node),
       "--run-dir",
-      run_dir_.string()};
+      run_dir_.string(),
+      "--run-id",
+      run_id_};
   for (int j = 0; j < n_; ++j)
     if (j != node) {
       argv.push_back("--peer");

@@ -46,6 +46,9 @@ class Cluster {
   ~Cluster();
 
   const std::filesystem::path& run_dir() const { return run_dir_; }
+  // Every daemon's --run-id: random, so that a daemon of a test running beside this
+  // one that still tries a port this cluster reuses is not taken for a member.
+  const std::string& run_id() const { return run_id_; }
   std::string ipc_endpoint(int node) const;
   std::string peer_endpoint(int node) const;
   // Starts daemon `node` and waits (bounded) until its IPC socket exists.
@@ -71,6 +74,7 @@ class Cluster {
   std::map<int, std::string> node_binaries_;
   std::map<int, std::string> advertised_;
   std::filesystem::path run_dir_;
+  std::string run_id_;
   std::vector<int> ports_;
   std::vector<ChildProcess> daemons_;
 };

@@ -446,7 +446,9 @@ ChildProcess start_ring_joiner(ElasticLocalSgd& ring, const std::string& seed,
                                    "--listen",
                                    "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
                                    "--run-dir",
-                                   dir.string()};
+                                   dir.string(),
+                                   "--run-id",
+                                   ring.cluster().run_id()};
   for (const auto& f : ElasticLocalSgd::flags(more)) argv.push_back(f);
   ChildProcess joiner(argv, dir / "gossipd-joiner.log");
   const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -598,7 +600,9 @@ TEST(RingProcesses, AClusterThatTakesNoNewMembersRefusesAJoinerSayingWhy) {
                                      "--listen",
                                      "tcp://127.0.0.1:" + std::to_string(free_ports(1)[0]),
                                      "--run-dir",
-                                     cluster.run_dir().string()};
+                                     cluster.run_dir().string(),
+                                     "--run-id",
+                                     cluster.run_id()};
     argv.insert(argv.end(), c.flags.begin(), c.flags.end());
     ChildProcess joiner(argv, cluster.run_dir() / "gossipd-joiner.log");
     EXPECT_EQ(joiner.wait(20s), 1) << joiner.log();

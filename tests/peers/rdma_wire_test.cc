@@ -60,7 +60,7 @@ TEST(RdmaWire, AcceptIsCheckedAgainstWhatTheSenderCanDrive) {
   a.slot_bytes = sizeof(FragmentHeader);  // no room for payload
   EXPECT_FALSE(check_accept(a, 16, 3).is_ok());
   a = good;
-  a.version = 2;
+  a.version = kVersion + 1;
   const Status st = check_accept(a, 16, 3);
   EXPECT_NE(st.message().find("peer 3 (right)"), std::string::npos) << st.message();
 }

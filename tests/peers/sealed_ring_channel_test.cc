@@ -1,6 +1,7 @@
 // The sealed ring channel over real TCP ring links on loopback, with a man in the
-// middle on one link (a proxy thread): the ring's mean is exact through it, the
-// proxy sees no plaintext, and a byte it alters, or a key of another pair, fails
+// middle on one link (a proxy thread, or gossip-attacker's ring-replay): the ring's
+// mean is exact through it, the proxy sees no plaintext, and a byte it alters, a key
+// of another pair, or a whole connection recorded and replayed into a later one fails
 // the link with the reason and a count, never a wrong mean.
 
 #include "peers/sealed_ring_channel.h"
@@ -17,12 +18,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "base/refusals.h"
+#include "harness.h"
 #include "peers/curve_auth.h"
 #include "sgd/collectives/ring_all_reduce.h"
 
@@ -130,18 +135,21 @@ LinkKey link(uint32_t from, uint32_t to, const KeyPair& own, const KeyPair& othe
 
 constexpr float kPattern = 1234.5f;
 
-// A mean over 3 ranks on TCP ring links, rank 0's link to rank 1 through `proxy`
-// (made from rank 1's port), sealed unless `plain`. `wrong_key`: rank 1 opens with
-// a key rank 2 and rank 1 share instead. Returns each rank's status; `data` holds
-// the results.
+// Where rank 0 connects to reach rank 1, given rank 1's port: a man in the middle's.
+using Middle = std::function<uint16_t(uint16_t)>;
+
+// A mean over 3 ranks on TCP ring links, rank 0's link to rank 1 through `middle`,
+// sealed unless `plain`, with the nodes' `keys`. `wrong_key`: rank 1 opens with a key
+// rank 2 and rank 1 share instead. Returns each rank's status; `data` holds the
+// results.
 std::vector<Status> ring_mean(std::vector<std::vector<float>>& data, bool plain,
-                              const std::function<std::unique_ptr<Proxy>(uint16_t)>& proxy_to,
-                              std::unique_ptr<Proxy>& proxy, bool wrong_key = false) {
+                              const Middle& middle,
+                              const std::vector<KeyPair>& keys = std::vector<KeyPair>(3),
+                              bool wrong_key = false) {
   constexpr uint32_t n = 3;
-  const std::vector<KeyPair> keys(n);
   std::vector<std::unique_ptr<RingTransport>> transports;
   for (uint32_t r = 0; r < n; ++r) transports.push_back(make_ring_transport("tcp", {}).value());
-  proxy = proxy_to(transports[1]->port());
+  const uint16_t rank1 = middle(transports[1]->port());
   std::vector<Status> results(n);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < n; ++r)
@@ -151,7 +159,7 @@ std::vector<Status> ring_mean(std::vector<std::vector<float>>& data, bool plain,
                           .left = left,
                           .right = right,
                           .right_host = "127.0.0.1",
-                          .right_port = r == 0 ? proxy->port() : transports[right]->port(),
+                          .right_port = r == 0 ? rank1 : transports[right]->port(),
                           .session = 7};
       auto ch = transports[r]->connect(ends, {Clock::now() + 5s, nullptr});
       if (!ch) {
@@ -194,12 +202,19 @@ bool shows_plaintext(const std::vector<std::byte>& wire) {
   return std::search(wire.begin(), wire.end(), needle.begin(), needle.end()) != wire.end();
 }
 
+// A proxy made at `proxy`, from rank 1's port, altering bytes by `alter`.
+Middle through(std::unique_ptr<Proxy>& proxy, std::function<void(size_t, std::byte&)> alter = {}) {
+  return [&proxy, alter](uint16_t to) {
+    proxy = std::make_unique<Proxy>(to, alter);
+    return proxy->port();
+  };
+}
+
 TEST(SealedRing, TheMeanIsExactAndTheWireShowsNoPlaintext) {
-  const auto plain_proxy = [](uint16_t to) { return std::make_unique<Proxy>(to); };
   for (bool plain : {true, false}) {
     auto data = inputs(300'000);
     std::unique_ptr<Proxy> proxy;
-    const auto st = ring_mean(data, plain, plain_proxy, proxy);
+    const auto st = ring_mean(data, plain, through(proxy));
     for (const auto& s : st) ASSERT_TRUE(s.is_ok()) << s.message();
     for (size_t i = 0; i < data[0].size(); ++i)
       ASSERT_FLOAT_EQ(data[2][i], kPattern + static_cast<float>(i % 7) / 3) << i;
@@ -216,15 +231,10 @@ TEST(SealedRing, AnAlteredByteFailsTheLinkWithTheReasonAndIsCounted) {
   auto data = inputs(100'000);
   std::unique_ptr<Proxy> proxy;
   // Past the hello (24 bytes), the salt's frame (40) and a frame header (24): inside
-  // the first sealed chunk.
-  const auto st = ring_mean(
-      data, false,
-      [](uint16_t to) {
-        return std::make_unique<Proxy>(to, [](size_t at, std::byte& b) {
-          if (at == 200) b ^= std::byte{1};
-        });
-      },
-      proxy);
+  // the first sealed chunk. (The proxy counts the bytes towards rank 1 only.)
+  const auto st = ring_mean(data, false, through(proxy, [](size_t at, std::byte& b) {
+                              if (at == 200) b ^= std::byte{1};
+                            }));
   ASSERT_FALSE(st[1].is_ok()) << "rank 1 took an altered chunk";
   EXPECT_NE(st[1].message().find("from peer 0 (left) does not open"), std::string::npos)
       << st[1].message();
@@ -234,10 +244,68 @@ TEST(SealedRing, AnAlteredByteFailsTheLinkWithTheReasonAndIsCounted) {
 TEST(SealedRing, AKeyOfAnotherPairDoesNotOpen) {
   auto data = inputs(10'000);
   std::unique_ptr<Proxy> proxy;
-  const auto st = ring_mean(
-      data, false, [](uint16_t to) { return std::make_unique<Proxy>(to); }, proxy, true);
+  const auto st = ring_mean(data, false, through(proxy), std::vector<KeyPair>(3), true);
   ASSERT_FALSE(st[1].is_ok());
   EXPECT_NE(st[1].message().find("does not open"), std::string::npos) << st[1].message();
+}
+
+// A man in the middle records a whole sealed connection, rank 0 to rank 1, then
+// replays it (gossip-attacker ring-replay, a process of its own) into the next
+// connection of the same session and round, as a retry after a break would make,
+// while rank 0 now holds other values. The session names no connection and the
+// sender picks its salt, so before the receivers answered each hello with a nonce of
+// their own the recording opened and rank 1 averaged rank 0's old values in
+// silently. Now the link fails, counted as forged, and no rank takes them.
+TEST(SealedRing, AConnectionRecordedAndReplayedIntoARetryDoesNotOpen) {
+  const std::vector<KeyPair> keys(3);
+  auto first = inputs(50'000);
+  std::unique_ptr<Proxy> recorder;
+  auto st = ring_mean(first, false, through(recorder), keys);
+  for (const auto& s : st) ASSERT_TRUE(s.is_ok()) << s.message();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("gossip-replay-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto capture = dir / "rank0-to-rank1.bin";
+  {
+    const auto wire = recorder->seen();
+    std::ofstream(capture, std::ios::binary)
+        .write(reinterpret_cast<const char*>(wire.data()),
+               static_cast<std::streamsize>(wire.size()));
+  }
+
+  auto second = inputs(50'000);
+  for (float& v : second[0]) v += 100.0f;
+  const uint64_t forged = refusals(Refusal::kForged);
+  std::optional<testing::ChildProcess> attacker;
+  const int port = testing::free_ports(1).at(0);
+  st = ring_mean(
+      second, false,
+      [&](uint16_t to) {
+        attacker.emplace(
+            std::vector<std::string>{testing::binary("gossip-attacker"), "ring-replay", "--listen",
+                                     std::to_string(port), "--target", std::to_string(to),
+                                     "--capture", capture.string(), "--seconds", "8"},
+            dir / "attacker.log");
+        return static_cast<uint16_t>(port);
+      },
+      keys);
+  ASSERT_TRUE(attacker);
+  attacker->wait(10s);
+  const std::string log = attacker->log();
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(log.find("replaying"), std::string::npos) << log;
+  ASSERT_FALSE(st[1].is_ok()) << "rank 1 took the recorded connection: its mean starts "
+                              << second[1][0] << "\n"
+                              << log;
+  EXPECT_NE(st[1].message().find("from peer 0 (left) does not open"), std::string::npos)
+      << st[1].message();
+  EXPECT_GE(refusals(Refusal::kForged), forged + 1);
+  // The receiver took the replayed hello (the session is right) and answered it: the
+  // seal, not the hello, is what turned the recording away.
+  EXPECT_NE(log.find("relayed 24 bytes from the receiver"), std::string::npos) << log;
+  // No rank finished with the recording's values in its mean.
+  for (size_t r = 0; r < 3; ++r)
+    if (st[r].is_ok()) ADD_FAILURE() << "rank " << r << " finished a mean over a broken link";
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 // Each mode mounts one attack against a real cluster on loopback until it is
 // killed (or for --seconds), and prints what it did, one line per event.
 //
+// A mode that poses as a node of a plain cluster takes the cluster's --run-id R (the
+// routing id is then "node-N.R"); multipart-flood reads each daemon's from its command
+// line.
+//
 //   gossip-attacker idle-connect --parent PID [--seconds S]
 //     Finds the gossipd children of PID (gossipctl cluster) and holds an idle TCP
 //     connection open to every port each of them listens on, opening a new one
@@ -29,6 +33,13 @@
 //     Poses as node N of a plain cluster whose nodes N and I are not running, and
 //     offers the elastic ring at --target a merge with a ring [N, I] that claims to be
 //     at round R (a ring-probe with merge = offer), K times, 200 ms apart.
+//
+//   gossip-attacker ring-replay --listen PORT --target PORT --capture FILE [--seconds S]
+//     A man in the middle on one ring link (loopback): takes the connection the
+//     sender makes to --listen, sends the receiver at --target the bytes of FILE (a
+//     whole connection recorded earlier: its hello, salt and sealed chunks) instead of
+//     the sender's, relays the receiver's answer back to the sender, and swallows what
+//     the sender sends. Prints what the receiver did.
 //
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
@@ -76,6 +87,8 @@ using Clock = std::chrono::steady_clock;
                "       gossip-attacker merge-offer --target EP --as-node N --id I --round R "
                "[--count K]\n"
                "       gossip-attacker inspect-flood --target EP --listen EP --as-node N "
+               "[--seconds S]\n"
+               "       gossip-attacker ring-replay --listen PORT --target PORT --capture FILE "
                "[--seconds S]\n");
   std::exit(2);
 }
@@ -85,6 +98,28 @@ std::string read_file(const fs::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The routing id of node N of the run `run` on a plain peer channel (gossipd's
+// --run-id: not a secret, and gossipctl cluster's shows in the process list).
+std::string routing_id(int node, const std::string& run) {
+  return "node-" + std::to_string(node) + (run.empty() ? "" : "." + run);
+}
+std::string g_run_id;  // --run-id
+
+// The --run-id on process `pid`'s command line, or "".
+std::string run_id_of(int pid) {
+  const std::string cmdline = read_file(fs::path("/proc") / std::to_string(pid) / "cmdline");
+  std::vector<std::string> args;
+  for (size_t at = 0; at < cmdline.size();) {
+    const size_t end = cmdline.find('\0', at);
+    args.push_back(cmdline.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--run-id") return args[i + 1];
+  return "";
 }
 
 // The pids of the gossipd processes whose parent is `parent`.
@@ -208,7 +243,7 @@ int multipart_flood(int parent, int as_node, double seconds) {
         timeval tv{2, 0};
         ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (!gossip::testing::zmtp_hello(fd, "node-" + std::to_string(as_node))) {
+        if (!gossip::testing::zmtp_hello(fd, routing_id(as_node, run_id_of(pid)))) {
           ::close(fd);
           sockets[port] = -1;  // not ZeroMQ (the ring's port): left alone
           continue;
@@ -336,7 +371,7 @@ int inspect_flood(const std::string& target, const std::string& listen, int as_n
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
   zmq::context_t context;
   zmq::socket_t out(context, zmq::socket_type::dealer);
-  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
+  out.set(zmq::sockopt::routing_id, routing_id(as_node, g_run_id));
   out.set(zmq::sockopt::linger, 0);
   out.connect(target);
   zmq::socket_t in(context, zmq::socket_type::router);
@@ -384,7 +419,7 @@ int inspect_flood(const std::string& target, const std::string& listen, int as_n
 // A DEALER at `target` with node N's routing id: all a plain peer channel asks of a peer.
 zmq::socket_t dealer_as(zmq::context_t& context, const std::string& target, int as_node) {
   zmq::socket_t out(context, zmq::socket_type::dealer);
-  out.set(zmq::sockopt::routing_id, "node-" + std::to_string(as_node));
+  out.set(zmq::sockopt::routing_id, routing_id(as_node, g_run_id));
   out.set(zmq::sockopt::linger, 2000);
   out.connect(target);
   return out;
@@ -433,11 +468,73 @@ int merge_offer(const std::string& target, int as_node, uint32_t other, uint64_t
   return 0;
 }
 
+// Loopback TCP, in plain sockets: what the attacker speaks is bytes, not a protocol.
+int loopback_socket(int port, bool listen) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool ok =
+      listen ? ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 4) == 0
+             : ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (!ok) {
+    std::fprintf(stderr, "loopback port %d: %s\n", port, std::strerror(errno));
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int ring_replay(int listen_port, int target_port, const std::string& capture, double seconds) {
+  const std::string recorded = read_file(capture);
+  if (recorded.empty()) {
+    std::fprintf(stderr, "ring-replay: %s is empty or missing\n", capture.c_str());
+    return 1;
+  }
+  const int listener = loopback_socket(listen_port, true);
+  if (listener < 0) return 1;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  pollfd p{listener, POLLIN, 0};
+  while (Clock::now() < end && ::poll(&p, 1, 50) == 0) {
+  }
+  const int sender = ::accept(listener, nullptr, nullptr);
+  const int receiver = sender >= 0 ? loopback_socket(target_port, false) : -1;
+  if (receiver < 0) return 1;
+  std::printf("replaying %zu recorded bytes to port %d\n", recorded.size(), target_port);
+  std::fflush(stdout);
+  if (::send(receiver, recorded.data(), recorded.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(recorded.size()))
+    std::printf("the receiver closed the connection during the replay\n");
+  std::vector<char> buf(1 << 16);
+  bool sender_open = true;
+  while (Clock::now() < end) {
+    pollfd fds[2] = {{receiver, POLLIN, 0}, {sender_open ? sender : -1, POLLIN, 0}};
+    if (::poll(fds, 2, 50) <= 0) continue;
+    if (fds[0].revents) {  // the receiver's answer goes to the sender; its close ends this
+      const ssize_t n = ::recv(receiver, buf.data(), buf.size(), 0);
+      if (n <= 0) {
+        std::printf("the receiver closed the connection\n");
+        break;
+      }
+      std::printf("relayed %zd bytes from the receiver\n", n);
+      (void)::send(sender, buf.data(), static_cast<size_t>(n), MSG_NOSIGNAL);
+    }
+    if (fds[1].revents && ::recv(sender, buf.data(), buf.size(), 0) <= 0) sender_open = false;
+  }
+  ::close(receiver);
+  ::close(sender);
+  ::close(listener);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) usage();
   const std::string mode = argv[1];
   int parent = -1, as_node = -1, key_of = -1, claim = -1, count = 1;
-  std::string target, listen;
+  std::string target, listen, capture;
   double seconds = 3600;
   uint32_t first_id = 1000;
   uint64_t round = 0;
@@ -463,6 +560,10 @@ int main(int argc, char** argv) {
       target = argv[i + 1];
     else if (flag == "--listen")
       listen = argv[i + 1];
+    else if (flag == "--capture")
+      capture = argv[i + 1];
+    else if (flag == "--run-id")
+      g_run_id = argv[i + 1];
     else
       usage();
   }
@@ -475,6 +576,8 @@ int main(int argc, char** argv) {
     return forged_add(target, as_node, count, first_id, round);
   if (mode == "merge-offer" && !target.empty() && as_node >= 0)
     return merge_offer(target, as_node, first_id, round, count);
+  if (mode == "ring-replay" && !listen.empty() && !target.empty() && !capture.empty())
+    return ring_replay(std::atoi(listen.c_str()), std::atoi(target.c_str()), capture, seconds);
   if (mode == "multipart-flood" && parent > 0 && as_node >= 0)
     return multipart_flood(parent, as_node, seconds);
   usage();

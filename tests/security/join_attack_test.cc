@@ -91,8 +91,8 @@ TEST(JoinAttack, ForgedAddsAreRefusedOrBounded) {
     ASSERT_TRUE(trainer);
     ASSERT_TRUE(trainer->attach({{"x", 1000}}).is_ok());
     ChildProcess attacker(
-        {binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0), "--as-node",
-         "2", "--count", elastic ? "300" : "5"},
+        {binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0), "--run-id",
+         cluster.run_id(), "--as-node", "2", "--count", elastic ? "300" : "5"},
         cluster.run_dir() / "attacker.log");
     ASSERT_EQ(attacker.wait(30s), 0) << attacker.log();
     const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -116,13 +116,15 @@ TEST(JoinAttack, ForgedAddsCannotGrowTheOverlayWithoutBound) {
   auto trainer = connect_to(cluster, 0);
   ASSERT_TRUE(trainer);
   ASSERT_TRUE(trainer->attach({{"x", 1000}}).is_ok());
-  ChildProcess far({binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0),
-                    "--as-node", "2", "--id", "3999999999", "--round", "5"},
-                   cluster.run_dir() / "attacker-far.log");
+  ChildProcess far(
+      {binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0), "--run-id",
+       cluster.run_id(), "--as-node", "2", "--id", "3999999999", "--round", "5"},
+      cluster.run_dir() / "attacker-far.log");
   ASSERT_EQ(far.wait(30s), 0) << far.log();
-  ChildProcess many({binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0),
-                     "--as-node", "2", "--id", "3", "--count", "300", "--round", "9"},
-                    cluster.run_dir() / "attacker-many.log");
+  ChildProcess many(
+      {binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0), "--run-id",
+       cluster.run_id(), "--as-node", "2", "--id", "3", "--count", "300", "--round", "9"},
+      cluster.run_dir() / "attacker-many.log");
   ASSERT_EQ(many.wait(30s), 0) << many.log();
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   const std::string expected = "took 256 joined members already";
@@ -150,9 +152,10 @@ TEST(JoinAttack, AnAddOfAKnownIdWithAnotherEndpointChangesNothingAndIsSaid) {
   ASSERT_TRUE(trainer->attach({{"x", 1000}}).is_ok());
   for (const char* count : {"1", "2"}) {
     const std::string first = count[0] == '1' ? "3" : "2";
-    ChildProcess adds({binary("gossip-attacker"), "forged-add", "--target",
-                       cluster.peer_endpoint(0), "--as-node", "2", "--id", first, "--count", count},
-                      cluster.run_dir() / ("attacker-" + first + ".log"));
+    ChildProcess adds(
+        {binary("gossip-attacker"), "forged-add", "--target", cluster.peer_endpoint(0), "--run-id",
+         cluster.run_id(), "--as-node", "2", "--id", first, "--count", count},
+        cluster.run_dir() / ("attacker-" + first + ".log"));
     ASSERT_EQ(adds.wait(30s), 0) << adds.log();
   }
   const std::string twice =
@@ -191,8 +194,8 @@ TEST(MergeAttack, AForgedOfferCannotSendTheRingFarAheadNorSplitIt) {
   std::vector<Node*> all{nodes[0].get(), nodes[1].get(), nodes[2].get()};
   sync_rounds(all, 3);  // the first round re-forms without nodes 3 and 4
   ChildProcess attacker(
-      {binary("gossip-attacker"), "merge-offer", "--target", cluster.peer_endpoint(0), "--as-node",
-       "3", "--id", "4", "--round", "1000000000", "--count", "5"},
+      {binary("gossip-attacker"), "merge-offer", "--target", cluster.peer_endpoint(0), "--run-id",
+       cluster.run_id(), "--as-node", "3", "--id", "4", "--round", "1000000000", "--count", "5"},
       cluster.run_dir() / "attacker.log");
   ASSERT_EQ(attacker.wait(30s), 0) << attacker.log();
   sync_rounds(all, 8);
@@ -211,7 +214,7 @@ TEST(MergeAttack, AForgedOfferCannotSendTheRingFarAheadNorSplitIt) {
   }
   const std::string log = cluster.log(0);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(errors[i], "") << "trainer " << i << "\n" << log;
+    EXPECT_EQ(errors[i], "") << "trainer " << i << "\n" << cluster.log(static_cast<int>(i));
     EXPECT_EQ(steps[i], steps[0]) << "trainer " << i;
     EXPECT_LE(steps[i], 12u + 64u + 8u) << "trainer " << i << "\n" << log;
     EXPECT_EQ(all[i]->values(), all[0]->values()) << "trainer " << i;

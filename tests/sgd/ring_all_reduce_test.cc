@@ -451,6 +451,27 @@ TEST_P(RingTest, APartnerHeardLateIsTakenWhenItsHelloComes) {
     std::this_thread::sleep_for(200ms);
     const peers::RingHello hello{.from = id(1), .to = id(0), .session = 2};
     EXPECT_EQ(::send(partner, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+    // And it answers the rank's connection of session 2 (the one of session 1, which the
+    // rank gave up, waits in the backlog before it).
+    const timeval bound{5, 0};  // for the accept and the read: a missing one fails, not hangs
+    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    for (int tries = 0; tries < 4; ++tries) {
+      const int c = ::accept(listener, nullptr, nullptr);
+      if (c < 0) break;
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+      peers::RingHello theirs{};
+      const bool heard = ::recv(c, &theirs, sizeof theirs, MSG_WAITALL) == sizeof theirs;
+      if (heard && theirs.session == 2) {
+        const peers::RingAnswer answer{};
+        EXPECT_EQ(::send(c, &answer, sizeof answer, MSG_NOSIGNAL),
+                  static_cast<ssize_t>(sizeof answer));
+        std::this_thread::sleep_for(200ms);  // while the rank takes it
+        ::close(c);
+        return;
+      }
+      ::close(c);
+    }
+    ADD_FAILURE() << "the rank did not connect to the partner for session 2";
   });
   ends.session = 2;
   auto second = (*rank)->connect(ends, {Clock::now() + 3s, nullptr});
