@@ -12,6 +12,7 @@
 
 #include "daemon/config.h"
 #include "peers/curve_auth.h"
+#include "proto/printable.h"
 
 namespace gossip::daemon {
 namespace {
@@ -134,6 +135,12 @@ Admission::Admission(peers::Router& router, Options options)
         else
           on_member(in);
       });
+}
+
+void Admission::send_member(uint32_t to, proto::Member m, const std::string& payload) {
+  auto text = std::make_shared<std::vector<std::byte>>(payload.size());
+  std::memcpy(text->data(), payload.data(), payload.size());
+  (void)router_.transport().send_shared(to, 0, m, std::move(text));
 }
 
 void Admission::send_add(uint32_t to, const Joined& member) {
@@ -317,6 +324,7 @@ std::chrono::milliseconds Admission::pong_wait() const {
 }
 
 void Admission::tick() {
+  if (proposal_) settle_proposal();
   if (parked_.empty()) return;
   if (std::chrono::steady_clock::now() < pinged_ + pong_wait() && !pings_answered()) return;
   auto parked = std::move(parked_);
@@ -345,7 +353,11 @@ void Admission::on_member(peers::Incoming& in) {
     on_sync(in.peer, m.epoch);
     return;
   }
-  if (m.what != proto::Member::kAdd) {
+  if (m.what == proto::Member::kAccept || m.what == proto::Member::kDecline) {
+    on_vote(in.peer, m, text);
+    return;
+  }
+  if (m.what != proto::Member::kAdd && m.what != proto::Member::kPropose) {
     router_.transport().note_dropped(in.peer,
                                      fmt::format("a member message what={} from a member", m.what));
     return;
@@ -357,7 +369,10 @@ void Admission::on_member(peers::Incoming& in) {
     return;
   }
   member->id = m.id;
-  on_add(in.peer, {std::move(member).value(), in.round()});
+  if (m.what == proto::Member::kPropose)
+    on_propose(in.peer, m.id, *member);
+  else
+    on_add(in.peer, {std::move(member).value(), in.round()});
 }
 
 void Admission::answer_join(peers::Incoming& in, const std::string& endpoint) {
@@ -435,15 +450,11 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
         reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
         return;
       }
-    const Joined member{{id, endpoint, key}, 0};
-    if (auto st = add(member); !st) {
-      reply(route, {proto::Member::kRefused, 0, epoch_}, st.message());
-      return;
-    }
-    for (const auto& p : router_.peers())
-      if (p.id != id) send_add(p.id, member);
-    spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, endpoint, epoch_,
-                 router_.peers().size() + 1);
+    if (options_.needs_majority)
+      propose({route, endpoint, key}, id);
+    else
+      admit({route, endpoint, key}, id);
+    return;
   }
   std::vector<peers::Peer> members{{router_.self(), options_.self_endpoint, options_.self_key}};
   for (const auto& p : router_.peers()) members.push_back(p);
@@ -451,8 +462,119 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
   reply(route, {proto::Member::kAnswer, id, epoch_}, format_members(members), first_round);
 }
 
+void Admission::admit(const Parked& joiner, uint32_t id) {
+  const Joined member{{id, joiner.endpoint, joiner.key}, 0};
+  promises_.erase(id);
+  if (auto st = add(member); !st) {
+    reply(joiner.route, {proto::Member::kRefused, 0, epoch_}, st.message());
+    return;
+  }
+  for (const auto& p : router_.peers())
+    if (p.id != id) send_add(p.id, member);
+  spdlog::info("node {} ({}) joined: members' epoch {}, {} members", id, joiner.endpoint, epoch_,
+               router_.peers().size() + 1);
+  std::vector<peers::Peer> members{{router_.self(), options_.self_endpoint, options_.self_key}};
+  for (const auto& p : router_.peers()) members.push_back(p);
+  std::sort(members.begin(), members.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  reply(joiner.route, {proto::Member::kAnswer, id, epoch_}, format_members(members), 0);
+}
+
+std::optional<std::string> Admission::taken_elsewhere(uint32_t id, const std::string& endpoint,
+                                                      const std::string& key) {
+  if (id == router_.self()) return fmt::format("id {} is this node's", id);
+  for (const auto& p : router_.peers())
+    if (p.id == id)
+      return p.endpoint == endpoint && p.public_key == key
+                 ? std::nullopt
+                 : std::optional(fmt::format("id {} is node {} here ({})", id, id, p.endpoint));
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(promises_, [&](const auto& e) { return now >= e.second.until; });
+  const auto it = promises_.find(id);
+  if (it != promises_.end() && it->second.endpoint != endpoint)
+    return fmt::format("id {} is promised to {} (proposed by node {})", id, it->second.endpoint,
+                       it->second.by);
+  if (it == promises_.end() && promises_.size() >= kMaxPromises)
+    return fmt::format("{} ids are promised already", promises_.size());
+  return std::nullopt;
+}
+
+void Admission::propose(const Parked& joiner, uint32_t id) {
+  if (proposal_) {
+    if (proposal_->joiner.endpoint == joiner.endpoint) {  // it asked again: answer the newest
+      proposal_->joiner.route = joiner.route;
+      return;
+    }
+    reply(joiner.route, {proto::Member::kWait, 0, epoch_},
+          fmt::format("the coordinator, node {}, is giving id {} to another joiner", router_.self(),
+                      proposal_->id));
+    return;
+  }
+  if (auto why = taken_elsewhere(id, joiner.endpoint, joiner.key)) {
+    reply(
+        joiner.route, {proto::Member::kWait, 0, epoch_},
+        fmt::format("the coordinator, node {}, cannot give the next id: {}", router_.self(), *why));
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  promises_[id] = {joiner.endpoint, router_.self(), now + kPromiseFor};
+  proposal_ = Proposal{joiner, id, {router_.self()}, "", now + kProposalWait};
+  const std::string payload = with_key({id, joiner.endpoint, joiner.key});
+  for (const auto& p : router_.peers())
+    if (!p.banned) send_member(p.id, {proto::Member::kPropose, id, epoch_}, payload);
+  settle_proposal();  // a node alone is its own majority
+}
+
+void Admission::settle_proposal() {
+  Proposal& p = *proposal_;
+  const size_t members = router_.peers().size() + 1;  // every listed one, as no_majority
+  if (2 * p.accepted.size() > members) {
+    Proposal done = std::move(p);
+    proposal_.reset();
+    admit(done.joiner, done.id);
+    return;
+  }
+  if (p.declined.empty() && std::chrono::steady_clock::now() < p.until) return;
+  const std::string why =
+      !p.declined.empty()
+          ? p.declined
+          : fmt::format(
+                "{} of the {} members accepted id {} within {} s, and more than half must "
+                "(--join-quorum majority)",
+                p.accepted.size(), members, p.id,
+                std::chrono::duration_cast<std::chrono::seconds>(kProposalWait).count());
+  spdlog::warn("a node at {} asks to join; it waits: {}", p.joiner.endpoint, why);
+  reply(p.joiner.route, {proto::Member::kWait, 0, epoch_}, why);
+  if (const auto it = promises_.find(p.id);
+      it != promises_.end() && it->second.by == router_.self())
+    promises_.erase(it);
+  proposal_.reset();
+}
+
+void Admission::on_propose(uint32_t from, uint32_t id, const peers::Peer& told) {
+  if (auto why = taken_elsewhere(id, told.endpoint, told.public_key)) {
+    send_member(from, {proto::Member::kDecline, id, epoch_}, *why);
+    return;
+  }
+  if (!joined(id) && std::none_of(router_.peers().begin(), router_.peers().end(),
+                                  [&](const peers::Peer& p) { return p.id == id; }))
+    promises_[id] = {told.endpoint, from, std::chrono::steady_clock::now() + kPromiseFor};
+  send_member(from, {proto::Member::kAccept, id, epoch_}, told.endpoint);
+}
+
+void Admission::on_vote(uint32_t from, const proto::Member& m, const std::string& text) {
+  if (!proposal_ || m.id != proposal_->id) return;  // late: for a proposal settled already
+  if (m.what == proto::Member::kAccept) {
+    if (text == proposal_->joiner.endpoint) proposal_->accepted.insert(from);
+  } else if (proposal_->declined.empty()) {
+    proposal_->declined = fmt::format("node {} declines id {}: {}", from, m.id,
+                                      proto::printable_text(text, 200, "..."));
+  }
+  settle_proposal();
+}
+
 void Admission::on_add(uint32_t from, const Joined& member) {
   const uint32_t id = member.peer.id;
+  promises_.erase(id);
   const std::string& endpoint = member.peer.endpoint;
   if (id == router_.self()) {  // this joiner's first round, once a member scheduled it
     // (A configured node's listen may be a wildcard: only a joiner's is its endpoint.)

@@ -36,16 +36,21 @@
 //
 // The coordinator gives ids only while it hears a majority of the members it lists
 // (itself included; every listed one counts, one that left with a bye too: the sides
-// of a partition would not agree on who left), unless --join-quorum any: the two
-// sides of a clean partition cannot both hear a majority, so they cannot both give
-// the next id, each to another joiner. Nor does it give one for 2 s after a member's
-// messages (every pong carries the epoch) first list more members than before and
-// than this node does, unless the adds it then asks for bring it level sooner: two nodes that each
-// take themselves for the coordinator (a link between them down) learn of each other's joins before
-// they give the next. What remains is a race of two such coordinators within about 2 s; an add of a
-// known id with another endpoint is then said, loudly, on every member that hears both
-// (given_twice), and changes nothing. A joiner the coordinator cannot take
-// now gets a wait, which says why, and asks again.
+// of a partition would not agree on who left), unless --join-quorum any. Nor does it
+// give one for 2 s after a member's messages (every pong carries the epoch) first list
+// more members than before and than this node does, unless the adds it then asks for
+// bring it level sooner. Those keep it from trying in vain; what makes an id given once
+// is that a majority accepts it first. The coordinator proposes the id for the joiner's
+// endpoint to every member it lists, and answers the joiner (and sends the adds) only
+// once more than half of them, itself included, accepted within 2 s. A member accepts
+// an id for one endpoint at a time: it promises it (for kPromiseFor, or until the add
+// comes) and declines it for any other, as it does an id it knows as another node's.
+// Two coordinators that propose one id for two joiners at once (two sides of a cut, or
+// a link between them down) need two majorities, which share a member: at most one
+// gets its majority, and the other's joiner waits, then gets the next id. A joiner the
+// coordinator cannot take now gets a wait, which says why, and asks again. An add of a
+// known id with another endpoint (a lying member, or --join-quorum any) is said,
+// loudly, on every member that hears both (given_twice), and changes nothing.
 //
 // Under CURVE a joiner authenticates with a key on the members' admission list
 // (--admit-keys, peers/curve_auth.h), which the coordinator gives the id to: adds,
@@ -152,6 +157,22 @@ class Admission {
   // round, at most pong_wait(): then decide() redirects it, makes it wait, or gives it
   // an id.
   void decide(const std::string& route, const std::string& endpoint, const std::string& key);
+  struct Parked {
+    std::string route, endpoint, key;  // key: under CURVE, the joiner's
+  };
+  // Gives `joiner` id `id`: takes it in, tells every member, answers it.
+  void admit(const Parked& joiner, uint32_t id);
+  // The majority's acceptance first (see above): proposes, then settle_proposal() in
+  // tick() admits the joiner or makes it wait.
+  void propose(const Parked& joiner, uint32_t id);
+  void settle_proposal();
+  void on_propose(uint32_t from, uint32_t id, const peers::Peer& told);
+  void on_vote(uint32_t from, const proto::Member& m, const std::string& text);
+  // Why this node cannot accept `id` for `endpoint` now (it knows the id as another
+  // node's, or promised it for another endpoint), or nullopt.
+  std::optional<std::string> taken_elsewhere(uint32_t id, const std::string& endpoint,
+                                             const std::string& key);
+  void send_member(uint32_t to, proto::Member m, const std::string& payload);
   void ping_members();
   bool pings_answered() const;
   uint64_t heard_within() const;  // ms since the last ping round began
@@ -179,10 +200,24 @@ class Admission {
   std::chrono::steady_clock::time_point catching_up_until_{};
   uint64_t catch_up_to_ = 0;        // the highest epoch claimed since this node was level
   std::set<uint32_t> given_twice_;  // ids said to be given twice, once logged
-  struct Parked {
-    std::string route, endpoint, key;  // key: under CURVE, the joiner's
-  };
   std::vector<Parked> parked_;
+  struct Proposal {
+    Parked joiner;
+    uint32_t id = 0;
+    std::set<uint32_t> accepted;  // this node included
+    std::string declined;         // why, from the first member that declined
+    std::chrono::steady_clock::time_point until{};
+  };
+  std::optional<Proposal> proposal_;  // one at a time
+  struct Promise {
+    std::string endpoint;
+    uint32_t by = 0;  // the coordinator that proposed it
+    std::chrono::steady_clock::time_point until{};
+  };
+  std::map<uint32_t, Promise> promises_;  // id -> the endpoint this node accepted it for
+  static constexpr auto kPromiseFor = std::chrono::seconds(10);
+  static constexpr auto kProposalWait = std::chrono::seconds(2);
+  static constexpr size_t kMaxPromises = 64;
   static constexpr size_t kMaxParked = 16;
   std::chrono::milliseconds pong_wait() const;  // half --dead-after, 0.3 to 1 s
   std::chrono::steady_clock::time_point pinged_{};

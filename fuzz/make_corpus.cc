@@ -111,6 +111,8 @@ bool write_wire_headers(const fs::path& root) {
   write("member_ready", proto::Member{proto::Member::kReady, 4, 1}, 21);
   write("member_sync", proto::Member{proto::Member::kSync, 2, 1}, 0);
   write("member_wait", proto::Member{proto::Member::kWait, 0, 4}, 120);
+  write("member_propose", proto::Member{proto::Member::kPropose, 4, 4}, 21);
+  write("member_decline", proto::Member{proto::Member::kDecline, 4, 4}, 40);
   static_assert(proto::kMaxKind == 20, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);

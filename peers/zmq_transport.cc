@@ -59,7 +59,10 @@ ZmqTransport::ZmqTransport(uint32_t self, std::vector<Peer> peers)
       peers_(std::move(peers)),
       traffic_(ids_of(peers_)),
       context_(1),
-      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  for (const Peer& p : peers_)
+    if (p.banned) banned_.insert(p.id);
+}
 
 ZmqTransport::~ZmqTransport() {
   monitor_.close();
@@ -491,6 +494,7 @@ Status ZmqTransport::ban(uint32_t peer) {
   if (p == peers_.end()) return Status::not_found(fmt::format("node {} is not a peer", peer));
   if (p->banned) return Status::ok();
   p->banned = true;
+  banned_.insert(peer);
   zap_->ban(p->public_key);
   // Nothing more to it: its outbound socket goes (a zero-copy send in flight keeps the
   // entry alive in removed_, as for a member that left).
@@ -643,8 +647,7 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
       drop("sender is not in the peer list");
       continue;
     }
-    if (std::any_of(peers_.begin(), peers_.end(),
-                    [&](const Peer& p) { return p.id == *sender && p.banned; })) {
+    if (banned_.count(*sender)) {
       // Banned while connected: the connection it has stays open until it drops it.
       traffic_.count_dropped(*sender);
       continue;

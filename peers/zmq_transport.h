@@ -120,6 +120,8 @@ class ZmqTransport final : public PeerChannel {
   void watch_connections();
   // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).
   std::map<std::string, uint32_t> routing_ids_;
+  // Banned peers' ids (under CURVE: at start, or gossipctl ban), checked per message.
+  std::set<uint32_t> banned_;
   // Routing ids of nodes of other runs heard (bounded): each is logged once.
   std::set<std::string> other_runs_;
 

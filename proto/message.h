@@ -411,7 +411,11 @@ inline constexpr uint64_t kMaxInspectReportBytes = uint64_t{60} << 10;
 // scheduled). An overlay's joiner that holds a state says so: a ready (`id` its own;
 // payload: its endpoint), which a member answers with an add that schedules it. A
 // coordinator that hears no majority of its members answers a join-request with a
-// wait (payload: why), and the joiner asks again.
+// wait (payload: why), and the joiner asks again. Before it answers with an id, the
+// coordinator proposes it to every member (a propose: `id`; payload as an add's), and
+// each accepts (payload: the endpoint it accepts the id for) or declines (payload: why):
+// a member accepts an id for one endpoint at a time, and the coordinator answers only
+// once more than half of its members accepted.
 struct Member {
   static constexpr Kind kKind = Kind::kMember;
   enum What : uint8_t {
@@ -424,8 +428,11 @@ struct Member {
     // A member behind a peer's epoch asks it for its adds (no payload).
     kSync = 6,
     kWait = 7,
+    kPropose = 8,
+    kAccept = 9,
+    kDecline = 10,
   };
-  static constexpr uint8_t kLastWhat = kWait;
+  static constexpr uint8_t kLastWhat = kDecline;
   uint8_t what = kJoinRequest;
   uint32_t id = 0;
   uint64_t epoch = 0;

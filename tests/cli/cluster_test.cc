@@ -222,7 +222,13 @@ TEST_F(GossipctlCluster, SuccessWithJson) {
   // The command lines of the contract.
   const std::string d1 = testing::read_file(out_ + "/gossipd-1.log");
   EXPECT_NE(d1.find("--id 1 --listen tcp://127.0.0.1:"), std::string::npos) << d1;
-  EXPECT_NE(d1.find("--run-dir " + out_ + " --peer 0=tcp://127.0.0.1:"), std::string::npos) << d1;
+  EXPECT_NE(d1.find("--run-dir " + out_ + " --run-id cluster-"), std::string::npos) << d1;
+  EXPECT_NE(d1.find(" --peer 0=tcp://127.0.0.1:"), std::string::npos) << d1;
+  // One run id, the same on every node: the run's own (peers/zmq_transport.h).
+  const size_t at = d1.find("--run-id ");
+  ASSERT_NE(at, std::string::npos) << d1;
+  const std::string run_id = d1.substr(at, d1.find(' ', at + 9) - at);
+  EXPECT_NE(testing::read_file(out_ + "/gossipd-0.log").find(run_id), std::string::npos) << run_id;
   EXPECT_NE(d1.find(" --peer 2=tcp://127.0.0.1:"), std::string::npos) << d1;
   EXPECT_EQ(d1.find("--peer 1="), std::string::npos) << d1;
   // gossipd's settings as given, and no others: the rest are gossipd's defaults.

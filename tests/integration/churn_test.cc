@@ -270,6 +270,41 @@ TEST(Churn, ANodeThatNoMemberListsJoinsTheGossipRingThroughASeed) {
         << cluster.log(i);
 }
 
+// Ids are given once a majority of the members accepted them (daemon/admission.h). A
+// process posing as node 2 of a 3-node gossip cluster whose node 2 is not running (a
+// coordinator on the other side of a cut) proposes id 3 for a joiner of its own to
+// nodes 0 and 1, which promise it. A joiner then asks node 0, the coordinator: id 3
+// is promised elsewhere, on node 0 and on node 1, so node 0 gives it to nobody, and the
+// joiner waits until the promises lapse (10 s without the add that would follow a
+// majority), then gets id 3. Before, node 0 gave id 3 at once, and had the other side's
+// coordinator given it too, two nodes would have held one id.
+TEST(Churn, AnIdAnotherCoordinatorProposedIsGivenToNobodyElseWhileItIsPromised) {
+  const auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(3, flags);
+  cluster.start(0);
+  cluster.start(1);
+  auto nodes = attach_all(cluster, 2, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 2u);
+  const std::string theirs = "tcp://127.0.0.1:" + std::to_string(free_ports(1).at(0));
+  const auto proposed = Clock::now();
+  for (int member : {0, 1}) {
+    ChildProcess other(
+        {binary("gossip-attacker"), "propose", "--target", cluster.peer_endpoint(member),
+         "--run-id", cluster.run_id(), "--as-node", "2", "--id", "3", "--listen", theirs},
+        cluster.run_dir() / "other-coordinator.log");
+    ASSERT_EQ(other.wait(std::chrono::seconds(10)), 0) << other.log();
+  }
+  ChildProcess joiner = launch_joiner(cluster, 0, flags);
+  ASSERT_TRUE(joiner_started(cluster, joiner, 3)) << joiner.log() << cluster.log(0);
+  const double waited = std::chrono::duration<double>(Clock::now() - proposed).count();
+  const std::string log = joiner.log();
+  EXPECT_NE(log.find("id 3 is promised to " + theirs + " (proposed by node 2)"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("joined as node 3 of 4"), std::string::npos) << log;
+  EXPECT_GE(waited, 9.0) << "the joiner got id 3 while it was promised elsewhere\n" << log;
+  EXPECT_TRUE(log_has(cluster, 1, "node 3 (" + std::string("tcp://127.0.0.1:"))) << cluster.log(1);
+}
+
 // A member that misses the add of a joined node while it lives (a partition, a lost
 // message; node 3 runs gossipd-byzantine deaf-to-adds, which drops every add until it
 // asks for them) learns of it from the next message of a member that knows it: every

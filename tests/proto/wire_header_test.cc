@@ -576,7 +576,11 @@ TEST(WireHeader, MemberMessagesCarryAnEndpointOrAListOfBoundedSize) {
   EXPECT_REFUSED(decode(encode_head(2, 0, Member{Member::kSync, 2, 1}, 20)),
                  "carries no payload but says length=20");
   EXPECT_TRUE(decode(encode_head(0, 0, Member{Member::kWait, 0, 4}, 30)).is_ok());
-  EXPECT_REFUSED(decode(encode_head(1, 0, Member{8, 4, 1}, 20)), "member of unknown what=8");
+  EXPECT_TRUE(decode(encode_head(0, 0, Member{Member::kPropose, 4, 4}, 20)).is_ok());
+  EXPECT_TRUE(decode(encode_head(1, 0, Member{Member::kAccept, 4, 4}, 20)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{Member::kDecline, 4, 4}, 0)),
+                 "member what=10 with a payload of 0 bytes");
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{11, 4, 1}, 20)), "member of unknown what=11");
 }
 
 // Every message carries its sender's member-list epoch.

@@ -41,6 +41,10 @@
 //     the sender's, relays the receiver's answer back to the sender, and swallows what
 //     the sender sends. Prints what the receiver did.
 //
+//   gossip-attacker propose --target EP --as-node N --id I --listen EP2
+//     Poses as node N of a plain cluster (a coordinator on the other side of a cut) and
+//     proposes id I for a joiner at EP2 to the member at --target (a member propose).
+//
 //   gossip-attacker hijack --parent PID --key-of K --claim N [--seconds S]
 //     With node K's own valid CURVE key (read from gossipctl cluster --curve's run
 //     directory: a compromised node), connects to node 0 again and again presenting
@@ -89,7 +93,8 @@ using Clock = std::chrono::steady_clock;
                "       gossip-attacker inspect-flood --target EP --listen EP --as-node N "
                "[--seconds S]\n"
                "       gossip-attacker ring-replay --listen PORT --target PORT --capture FILE "
-               "[--seconds S]\n");
+               "[--seconds S]\n"
+               "       gossip-attacker propose --target EP --as-node N --id I --listen EP2\n");
   std::exit(2);
 }
 
@@ -446,6 +451,18 @@ int forged_add(const std::string& target, int as_node, int count, uint32_t first
   return 0;
 }
 
+int propose(const std::string& target, int as_node, uint32_t id, const std::string& endpoint) {
+  using gossip::proto::Member;
+  zmq::context_t context;
+  zmq::socket_t out = dealer_as(context, target, as_node);
+  const std::string head = gossip::proto::encode_head(
+      static_cast<uint32_t>(as_node), 0, Member{Member::kPropose, id, 3}, endpoint.size());
+  (void)out.send(zmq::buffer(head), zmq::send_flags::sndmore);
+  (void)out.send(zmq::buffer(endpoint));
+  std::printf("proposed id %u for %s\n", id, endpoint.c_str());
+  return 0;
+}
+
 int merge_offer(const std::string& target, int as_node, uint32_t other, uint64_t round, int count) {
   using gossip::proto::RingProbe;
   zmq::context_t context;
@@ -574,6 +591,8 @@ int main(int argc, char** argv) {
     return inspect_flood(target, listen, as_node, seconds);
   if (mode == "forged-add" && !target.empty() && as_node >= 0)
     return forged_add(target, as_node, count, first_id, round);
+  if (mode == "propose" && !target.empty() && !listen.empty() && as_node >= 0)
+    return propose(target, as_node, first_id, listen);
   if (mode == "merge-offer" && !target.empty() && as_node >= 0)
     return merge_offer(target, as_node, first_id, round, count);
   if (mode == "ring-replay" && !listen.empty() && !target.empty() && !capture.empty())

@@ -54,9 +54,17 @@ int as_another_user(std::vector<std::string> argv, const fs::path& log) {
   return p.wait(10s);
 }
 
-TEST(LocalFiles, ALinkPlantedInASharedCheckpointDirectoryOverwritesNothing) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
-  if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+// Every test runs an attacker as another user: root is needed to become one.
+class LocalFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
+    if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+  }
+};
+
+TEST_F(LocalFiles, ALinkPlantedInASharedCheckpointDirectoryOverwritesNothing) {
   TempDir shared, own;
   ASSERT_FALSE(shared.path.empty() || own.path.empty());
   // A directory like /tmp: everyone may create files in it.
@@ -96,9 +104,7 @@ TEST(LocalFiles, ALinkPlantedInASharedCheckpointDirectoryOverwritesNothing) {
 
 // The same directory made private: the other user cannot plant anything there any more,
 // and gossipd starts and checkpoints.
-TEST(LocalFiles, APrivateCheckpointDirectoryIsTakenAndTheOtherUserKeptOut) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
-  if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+TEST_F(LocalFiles, APrivateCheckpointDirectoryIsTakenAndTheOtherUserKeptOut) {
   TempDir dir, own;
   ASSERT_FALSE(dir.path.empty() || own.path.empty());
   fs::permissions(dir.path, fs::perms(0755));
@@ -122,9 +128,7 @@ TEST(LocalFiles, APrivateCheckpointDirectoryIsTakenAndTheOtherUserKeptOut) {
 // it could put their own socket at its name (in a directory without the sticky bit,
 // even after gossipd bound its own) and have the trainers attach to them. gossipd
 // refuses such a directory, and one that another user made, at start.
-TEST(LocalFiles, ARunDirectoryAnotherUserMayWriteIsRefused) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
-  if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+TEST_F(LocalFiles, ARunDirectoryAnotherUserMayWriteIsRefused) {
   TempDir shared, own;
   ASSERT_FALSE(shared.path.empty() || own.path.empty());
   fs::permissions(shared.path, fs::perms(0777));
@@ -151,9 +155,7 @@ TEST(LocalFiles, ARunDirectoryAnotherUserMayWriteIsRefused) {
 // Another user who made DIR first (in /tmp, say) and planted a link there had the key
 // written through it, into a file of the victim's. Now the run directory must be the
 // user's own and writable by no one else.
-TEST(LocalFiles, AClusterRefusesARunDirectoryAnotherUserMadeAndWritesNoKeyThroughIt) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the attacker as another user (setpriv)";
-  if (setpriv().empty()) GTEST_SKIP() << "no setpriv (util-linux)";
+TEST_F(LocalFiles, AClusterRefusesARunDirectoryAnotherUserMadeAndWritesNoKeyThroughIt) {
   TempDir shared, own;
   ASSERT_FALSE(shared.path.empty() || own.path.empty());
   fs::permissions(shared.path, fs::perms(01777));
