@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "base/version.h"
-#include "cli/ban.h"
 #include "cli/cluster.h"
 #include "cli/command.h"
 #include "cli/doctor.h"
 #include "cli/keygen.h"
 #include "cli/leave.h"
+#include "cli/members.h"
 #include "cli/run.h"
 #include "cli/status.h"
 
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::vector<Subcommand> commands = {add_cluster_command(app), add_status_command(app),
                                         add_keygen_command(app),  add_run_command(app),
                                         add_doctor_command(app),  add_leave_command(app),
-                                        add_ban_command(app)};
+                                        add_ban_command(app),     add_forget_command(app)};
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

@@ -288,8 +288,10 @@ std::optional<std::string> Admission::no_majority(uint64_t bound_ms) const {
   const auto& traffic = router_.transport().traffic();
   size_t members = 1, heard = 1;  // this node
   // Every listed member counts, one that left with a bye or is banned too: which
-  // members are gone is not something the two sides of a partition agree on.
+  // members are gone is not something the two sides of a partition agree on. A
+  // forgotten one does not: a majority agreed that it is gone (gossipctl forget).
   for (const auto& p : router_.peers()) {
+    if (!counts(p.id)) continue;
     ++members;
     heard += !p.banned && traffic.silent_ms(p.id) <= bound_ms;
   }
@@ -305,7 +307,7 @@ void Admission::ping_members() {
   pinged_ = std::chrono::steady_clock::now();
   pinged_ids_.clear();
   for (const auto& p : router_.peers())
-    if (!p.banned) {
+    if (!p.banned && counts(p.id)) {
       (void)router_.transport().send(p.id, 0, proto::Inspect{proto::Inspect::kPing, 0, 0, 0});
       pinged_ids_.push_back(p.id);
     }
@@ -357,7 +359,15 @@ void Admission::on_member(peers::Incoming& in) {
     on_vote(in.peer, m, text);
     return;
   }
-  if (m.what != proto::Member::kAdd && m.what != proto::Member::kPropose) {
+  if (m.what == proto::Member::kForget) {
+    on_forget(in.peer, m.id);
+    return;
+  }
+  if (m.what == proto::Member::kForgotten) {
+    on_forgotten(in.peer, m.id);
+    return;
+  }
+  if (m.what != proto::Member::kAdd && m.what != proto::Member::kPropose) {  // or a joiner's
     router_.transport().note_dropped(in.peer,
                                      fmt::format("a member message what={} from a member", m.what));
     return;
@@ -505,7 +515,8 @@ void Admission::propose(const Parked& joiner, uint32_t id) {
       return;
     }
     reply(joiner.route, {proto::Member::kWait, 0, epoch_},
-          fmt::format("the coordinator, node {}, is giving id {} to another joiner", router_.self(),
+          fmt::format("the coordinator, node {}, is settling another proposal ({} {})",
+                      router_.self(), proposal_->forgotten ? "forgetting node" : "id",
                       proposal_->id));
     return;
   }
@@ -517,19 +528,41 @@ void Admission::propose(const Parked& joiner, uint32_t id) {
   }
   const auto now = std::chrono::steady_clock::now();
   promises_[id] = {joiner.endpoint, router_.self(), now + kPromiseFor};
-  proposal_ = Proposal{joiner, id, {router_.self()}, "", now + kProposalWait};
+  proposal_ = Proposal{joiner, id, nullptr, {router_.self()}, "", now + kProposalWait};
   const std::string payload = with_key({id, joiner.endpoint, joiner.key});
   for (const auto& p : router_.peers())
-    if (!p.banned) send_member(p.id, {proto::Member::kPropose, id, epoch_}, payload);
+    if (!p.banned && counts(p.id))
+      send_member(p.id, {proto::Member::kPropose, id, epoch_}, payload);
   settle_proposal();  // a node alone is its own majority
+}
+
+size_t Admission::counted_members() const {
+  size_t n = 1;  // this node
+  for (const auto& p : router_.peers()) n += counts(p.id);
+  return n;
 }
 
 void Admission::settle_proposal() {
   Proposal& p = *proposal_;
-  const size_t members = router_.peers().size() + 1;  // every listed one, as no_majority
+  const size_t members = counted_members();  // every listed one, as no_majority
   if (2 * p.accepted.size() > members) {
     Proposal done = std::move(p);
     proposal_.reset();
+    if (done.forgotten) {
+      forgotten_.insert(done.id);
+      const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
+                                   [&](const peers::Peer& q) { return q.id == done.id; });
+      const std::string endpoint = it != router_.peers().end() ? it->endpoint : "?";
+      for (const auto& q : router_.peers())
+        if (q.id != done.id)
+          send_member(q.id, {proto::Member::kForgotten, done.id, epoch_}, endpoint);
+      spdlog::warn(
+          "node {} is forgotten: {} of the {} members accepted; it no longer counts "
+          "toward the majority ({} members count)",
+          done.id, done.accepted.size(), members, counted_members());
+      done.forgotten(Status::ok());
+      return;
+    }
     admit(done.joiner, done.id);
     return;
   }
@@ -538,10 +571,19 @@ void Admission::settle_proposal() {
       !p.declined.empty()
           ? p.declined
           : fmt::format(
-                "{} of the {} members accepted id {} within {} s, and more than half must "
-                "(--join-quorum majority)",
-                p.accepted.size(), members, p.id,
+                "{} of the {} members that count accepted {} within {} s, and more than "
+                "half must",
+                p.accepted.size(), members,
+                p.forgotten ? fmt::format("forgetting node {}", p.id)
+                            : fmt::format("id {} (--join-quorum majority)", p.id),
                 std::chrono::duration_cast<std::chrono::seconds>(kProposalWait).count());
+  if (p.forgotten) {
+    auto done = std::move(p.forgotten);
+    const uint32_t id = p.id;
+    proposal_.reset();
+    done(Status::timeout(fmt::format("node {} is not forgotten: {}", id, why)));
+    return;
+  }
   spdlog::warn("a node at {} asks to join; it waits: {}", p.joiner.endpoint, why);
   reply(p.joiner.route, {proto::Member::kWait, 0, epoch_}, why);
   if (const auto it = promises_.find(p.id);
@@ -561,10 +603,76 @@ void Admission::on_propose(uint32_t from, uint32_t id, const peers::Peer& told) 
   send_member(from, {proto::Member::kAccept, id, epoch_}, told.endpoint);
 }
 
+void Admission::forget(uint32_t peer, std::function<void(Status)> done) {
+  if (auto why = keeps(peer)) return done(Status::invalid(*why));
+  if (proposal_)
+    return done(Status::invalid(
+        fmt::format("node {} is settling another proposal (id {}); try again in a few seconds",
+                    router_.self(), proposal_->id)));
+  Proposal p;
+  p.id = peer;
+  p.forgotten = std::move(done);
+  p.accepted = {router_.self()};
+  p.until = std::chrono::steady_clock::now() + kProposalWait;
+  const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
+                               [&](const peers::Peer& q) { return q.id == peer; });
+  p.joiner.endpoint = it->endpoint;
+  proposal_ = std::move(p);
+  for (const auto& q : router_.peers())
+    if (!q.banned && counts(q.id) && q.id != peer)
+      send_member(q.id, {proto::Member::kForget, peer, epoch_}, it->endpoint);
+  settle_proposal();
+}
+
+std::optional<std::string> Admission::keeps(uint32_t id) const {
+  if (id == router_.self()) return fmt::format("node {} is this node", id);
+  const auto& peers = router_.peers();
+  if (std::none_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
+    return fmt::format("node {} is not a member here", id);
+  if (forgotten_.count(id)) return fmt::format("node {} is forgotten already", id);
+  const uint64_t silent = router_.transport().traffic().silent_ms(id);
+  if (silent <= static_cast<uint64_t>(options_.dead_after.count()))
+    return fmt::format(
+        "node {} is alive here (heard {} ms ago): a member that lives is not "
+        "forgotten; stop it first (gossipctl leave)",
+        id, silent);
+  return std::nullopt;
+}
+
+void Admission::on_forget(uint32_t from, uint32_t id) {
+  if (auto why = keeps(id)) {
+    if (forgotten_.count(id))  // it asks again: the same answer as the first time
+      send_member(from, {proto::Member::kAccept, id, epoch_}, "forget");
+    else
+      send_member(from, {proto::Member::kDecline, id, epoch_}, *why);
+    return;
+  }
+  send_member(from, {proto::Member::kAccept, id, epoch_}, "forget");
+}
+
+void Admission::on_forgotten(uint32_t from, uint32_t id) {
+  if (id == router_.self()) {
+    spdlog::error(
+        "node {} says the members forgot this node, which lives: it no longer counts "
+        "toward their majority",
+        from);
+    return;
+  }
+  const auto& peers = router_.peers();
+  if (std::none_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }) ||
+      !forgotten_.insert(id).second)
+    return;
+  spdlog::warn(
+      "node {} is forgotten (told by node {}): it no longer counts toward the majority "
+      "({} members count)",
+      id, from, counted_members());
+}
+
 void Admission::on_vote(uint32_t from, const proto::Member& m, const std::string& text) {
   if (!proposal_ || m.id != proposal_->id) return;  // late: for a proposal settled already
   if (m.what == proto::Member::kAccept) {
-    if (text == proposal_->joiner.endpoint) proposal_->accepted.insert(from);
+    if (text == (proposal_->forgotten ? std::string("forget") : proposal_->joiner.endpoint))
+      proposal_->accepted.insert(from);
   } else if (proposal_->declined.empty()) {
     proposal_->declined = fmt::format("node {} declines id {}: {}", from, m.id,
                                       proto::printable_text(text, 200, "..."));

@@ -112,6 +112,14 @@ class Admission {
   // Moves join-requests on once the members answered (the router's after-poll hook).
   void tick();
 
+  // gossipctl forget: proposes to the members that `peer`, gone for good, no longer
+  // counts toward the majority (of ids and of forgets). Every member that does not
+  // hear it either accepts; once more than half of those that count accepted, every
+  // member is told and `done` gets ok; else `done` gets why not, within 2 s.
+  void forget(uint32_t peer, std::function<void(Status)> done);
+  // The members this node no longer counts (forgotten).
+  const std::set<uint32_t>& forgotten() const { return forgotten_; }
+
   // The joiner, once it holds a state (overlay strategies): says so to the coordinator
   // every second until a member sends it the round it takes part from, which it
   // returns (the schedule callback has run for it). `tick` runs while it waits.
@@ -168,6 +176,14 @@ class Admission {
   void settle_proposal();
   void on_propose(uint32_t from, uint32_t id, const peers::Peer& told);
   void on_vote(uint32_t from, const proto::Member& m, const std::string& text);
+  void on_forget(uint32_t from, uint32_t id);
+  void on_forgotten(uint32_t from, uint32_t id);
+  // Why this node would not forget `id` (it is not a member, or it hears it), or nullopt.
+  std::optional<std::string> keeps(uint32_t id) const;
+  // The members that count toward a majority: every listed one, this node included,
+  // but the forgotten.
+  size_t counted_members() const;
+  bool counts(uint32_t id) const { return !forgotten_.count(id); }
   // Why this node cannot accept `id` for `endpoint` now (it knows the id as another
   // node's, or promised it for another endpoint), or nullopt.
   std::optional<std::string> taken_elsewhere(uint32_t id, const std::string& endpoint,
@@ -202,10 +218,11 @@ class Admission {
   std::set<uint32_t> given_twice_;  // ids said to be given twice, once logged
   std::vector<Parked> parked_;
   struct Proposal {
-    Parked joiner;
+    Parked joiner;  // a forget's has none
     uint32_t id = 0;
-    std::set<uint32_t> accepted;  // this node included
-    std::string declined;         // why, from the first member that declined
+    std::function<void(Status)> forgotten;  // set: a forget of `id`, not an id for a joiner
+    std::set<uint32_t> accepted;            // this node included
+    std::string declined;                   // why, from the first member that declined
     std::chrono::steady_clock::time_point until{};
   };
   std::optional<Proposal> proposal_;  // one at a time
@@ -215,6 +232,7 @@ class Admission {
     std::chrono::steady_clock::time_point until{};
   };
   std::map<uint32_t, Promise> promises_;  // id -> the endpoint this node accepted it for
+  std::set<uint32_t> forgotten_;
   static constexpr auto kPromiseFor = std::chrono::seconds(10);
   static constexpr auto kProposalWait = std::chrono::seconds(2);
   static constexpr size_t kMaxPromises = 64;

@@ -189,6 +189,7 @@ int Daemon::run() {
       shutdown(reason);
       break;
     }
+    answer_forget();
     publish_gauges();
     release_free_memory();
   }
@@ -332,6 +333,8 @@ void Daemon::handle_ipc() {
       on_inspect(route, *q);
     } else if (auto* b = std::get_if<ipc::Ban>(&*msg)) {
       on_ban(route, *b);
+    } else if (auto* f = std::get_if<ipc::Forget>(&*msg)) {
+      on_forget(route, *f);
     } else {
       ++ipc_dropped_;
       spdlog::warn("dropped IPC message from {}: unexpected kind {}", who, ipc::message_name(*msg));
@@ -352,6 +355,30 @@ void Daemon::on_ban(const std::string& route, const ipc::Ban& b) {
   spdlog::warn("banning peer {} (gossipctl ban)", b.peer);
   worker_->ban(b.peer);
   reply(route, b);
+}
+
+void Daemon::on_forget(const std::string& route, const ipc::Forget& f) {
+  if (forget_route_)
+    return reply(route, ipc::Error{"this node is settling another gossipctl forget; try again in "
+                                   "a few seconds"});
+  spdlog::warn("proposing to the members that node {} is gone for good (gossipctl forget)", f.peer);
+  worker_->forget(f.peer);
+  forget_route_ = route;
+  forget_ = f;
+  // The members answer within the proposal's 2 s; this bounds a worker that is busy.
+  forget_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+}
+
+void Daemon::answer_forget() {
+  if (!forget_route_) return;
+  auto outcome = worker_->take_forgotten();
+  if (!outcome && std::chrono::steady_clock::now() < forget_until_) return;
+  if (!outcome) outcome = Status::timeout("the sync thread did not get to it within 10 s");
+  if (outcome->is_ok())
+    reply(*forget_route_, forget_);
+  else
+    reply(*forget_route_, ipc::Error{outcome->message()});
+  forget_route_.reset();
 }
 
 void Daemon::on_attach(const std::string& route, const ipc::Attach& a, int connection_fd) {

@@ -52,6 +52,9 @@ class Daemon {
   // SIGINT and SIGTERM shut down (true); SIGHUP re-reads the admission list.
   bool handle_signal();
   void on_ban(const std::string& route, const proto::ipc::Ban& b);
+  void on_forget(const std::string& route, const proto::ipc::Forget& f);
+  // The answer to gossipctl forget, once the worker has it (checked at every wake-up).
+  void answer_forget();
   void reload_admission();
   void guard_result();  // a round's result with NaN or Inf is replaced
   void handle_round_done();
@@ -98,6 +101,9 @@ class Daemon {
   bool running_ = true;
   // gossipctl leave asked from this route: answered and acted on after the IPC batch.
   std::optional<std::string> leave_route_;
+  std::optional<std::string> forget_route_;  // gossipctl forget's, while it waits
+  proto::ipc::Forget forget_;
+  std::chrono::steady_clock::time_point forget_until_{};
 
   std::unique_ptr<SyncWorker> worker_;
   TrainerSessions sessions_;

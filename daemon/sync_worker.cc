@@ -445,12 +445,39 @@ void SyncWorker::ban(uint32_t peer) {
   transport_->wake();
 }
 
+void SyncWorker::forget(uint32_t peer) {
+  {
+    std::lock_guard lock(mu_);
+    forget_ = peer;
+    forgotten_.reset();
+  }
+  bans_pending_.store(true, std::memory_order_release);
+  transport_->wake();
+}
+
+std::optional<Status> SyncWorker::take_forgotten() {
+  std::lock_guard lock(mu_);
+  return std::exchange(forgotten_, std::nullopt);
+}
+
 void SyncWorker::apply_bans() {
   if (!bans_pending_.exchange(false, std::memory_order_acq_rel)) return;
   std::vector<uint32_t> bans;
+  std::optional<uint32_t> forget;
   {
     std::lock_guard lock(mu_);
     bans.swap(bans_);
+    forget = std::exchange(forget_, std::nullopt);
+  }
+  if (forget) {
+    const auto done = [this](Status st) {
+      std::lock_guard lock(mu_);
+      forgotten_ = std::move(st);
+    };
+    if (admission_)
+      admission_->forget(*forget, done);
+    else
+      done(Status::invalid("this node's strategy keeps no member list to forget from"));
   }
   for (uint32_t peer : bans)
     if (Status st = zmq_->ban(peer); !st) spdlog::error("ban of peer {}: {}", peer, st.message());

@@ -119,6 +119,10 @@ class SyncWorker {
   // gossipctl ban (any thread): the worker bans the peer at its next poll
   // (peers::ZmqTransport::ban), within milliseconds.
   void ban(uint32_t peer);
+  // gossipctl forget (any thread): the worker proposes it at its next poll
+  // (Admission::forget); take_forgotten() has the outcome within about 2 s.
+  void forget(uint32_t peer);
+  std::optional<Status> take_forgotten();
   // Re-reads the admission list (--admit-keys) into the authenticator (any thread):
   // how many keys it holds now, or why it was kept as it was.
   Result<size_t> reload_admit_keys(const std::string& path);
@@ -213,6 +217,8 @@ class SyncWorker {
   void apply_bans();                                         // the worker thread's side of ban()
   std::vector<uint32_t> bans_;                               // guarded by mu_
   std::atomic<bool> bans_pending_{false};
+  std::optional<uint32_t> forget_;            // guarded by mu_
+  std::optional<Status> forgotten_;           // guarded by mu_
   std::atomic<bool> inspect_pending_{false};  // inspect_asked_ is set
   // member_status()'s sources: the worker's own (its thread) and the daemon's.
   std::atomic<uint32_t> trainers_{0};

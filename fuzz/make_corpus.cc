@@ -314,6 +314,7 @@ bool write_ipc_messages(const fs::path& root) {
       {"inspect_reply", ipc::InspectReply{{inspect_seeds().front().second}}},
       {"leave", ipc::Leave{}},
       {"ban", ipc::Ban{2}},
+      {"forget", ipc::Forget{3}},
   };
   bool ok = true;
   for (const auto& [name, m] : messages) {

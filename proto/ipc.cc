@@ -113,6 +113,11 @@ struct Schema<Ban> {
   static constexpr std::array<std::string_view, 1> kKeys = {"peer"};
 };
 template <>
+struct Schema<Forget> {
+  static constexpr const char* kName = "forget";
+  static constexpr std::array<std::string_view, 1> kKeys = {"peer"};
+};
+template <>
 struct Schema<Traffic> {
   static constexpr std::array<std::string_view, 7> kKeys = {
       "payload_sent", "payload_recv", "wire_sent", "wire_recv",
@@ -271,6 +276,7 @@ void pack_body(Packer&, const DetachOk&) {}
 void pack_body(Packer&, const StatsRequest&) {}
 void pack_body(Packer&, const Leave&) {}
 void pack_body(Packer& pk, const Ban& m) { pack_fields(pk, Schema<Ban>::kKeys, m.peer); }
+void pack_body(Packer& pk, const Forget& m) { pack_fields(pk, Schema<Forget>::kKeys, m.peer); }
 void pack_body(Packer& pk, const StatsReply& m) {
   pack_fields(pk, Schema<StatsReply>::kKeys, m.node, m.strategy, m.round, m.step, m.trainers,
               m.traffic, m.peers, m.timing);
@@ -601,6 +607,7 @@ Status read_body(const FieldReader&, DetachOk*) { return Status::ok(); }
 Status read_body(const FieldReader&, StatsRequest*) { return Status::ok(); }
 Status read_body(const FieldReader&, Leave*) { return Status::ok(); }
 Status read_body(const FieldReader& r, Ban* m) { return r.read("peer", &m->peer); }
+Status read_body(const FieldReader& r, Forget* m) { return r.read("peer", &m->peer); }
 Status read_body(const FieldReader& r, StatsReply* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("node", &m->node));
   GOSSIP_RETURN_IF_ERROR(r.read("strategy", &m->strategy));

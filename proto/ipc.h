@@ -168,9 +168,16 @@ struct Ban {
   uint32_t peer = 0;
 };
 
+// gossipctl forget -> daemon: the members forget a node that is gone for good, under a
+// majority (daemon/admission.h). The daemon answers with the same Forget once a
+// majority of the members accepted, or an Error naming why not.
+struct Forget {
+  uint32_t peer = 0;
+};
+
 using Message =
     std::variant<Attach, AttachOk, Sync, SyncOk, Detach, DetachOk, StatsRequest, StatsReply, Error,
-                 Shutdown, Start, SyncRange, InspectRequest, InspectReply, Leave, Ban>;
+                 Shutdown, Start, SyncRange, InspectRequest, InspectReply, Leave, Ban, Forget>;
 
 const char* message_name(const Message& m);
 std::string encode(const Message& m);

@@ -431,8 +431,13 @@ struct Member {
     kPropose = 8,
     kAccept = 9,
     kDecline = 10,
+    // gossipctl forget: a member proposes that node `id` (payload: its endpoint) no
+    // longer counts toward the majority, members accept or decline as a propose's; once
+    // more than half accepted, it tells every member (a forgotten, payload the same).
+    kForget = 11,
+    kForgotten = 12,
   };
-  static constexpr uint8_t kLastWhat = kDecline;
+  static constexpr uint8_t kLastWhat = kForgotten;
   uint8_t what = kJoinRequest;
   uint32_t id = 0;
   uint64_t epoch = 0;

@@ -46,6 +46,8 @@ if [[ "$probe" == *"LeakSanitizer has encountered a fatal error"* ]]; then
 fi
 export ASAN_OPTIONS="detect_leaks=$leaks:halt_on_error=1:log_path=$reports/report:log_exe_name=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+# libzmq's own leaks at shutdown, and nothing else (scripts/lsan.supp says why).
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 
 # Every test except the optimized build's own (scripts/optimized-tests.sh says which and why).
 source scripts/optimized-tests.sh

@@ -305,6 +305,41 @@ TEST(Churn, AnIdAnotherCoordinatorProposedIsGivenToNobodyElseWhileItIsPromised) 
   EXPECT_TRUE(log_has(cluster, 1, "node 3 (" + std::string("tcp://127.0.0.1:"))) << cluster.log(1);
 }
 
+// gossipctl forget (daemon/admission.h): of five listed nodes two never came (gone for
+// good) and then a third dies: 2 of 5 live, no majority, and a joiner would wait for
+// ever. With nodes 3 and 4 forgotten first (a majority of the five, then of the four,
+// accepting, each member because it does not hear them either), the two left are 2 of
+// the 3 that count, and the joiner gets its id. A live node is not forgotten.
+TEST(Churn, ForgottenMembersNoLongerCountTowardTheMajority) {
+  const auto flags = ring_flags({"--strategy", "gossip"});
+  Cluster cluster(5, flags);
+  for (int i : {0, 1, 2}) cluster.start(i);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past --dead-after 1
+  const auto forget = [&](int id) {
+    ChildProcess p(
+        {binary("gossipctl"), "forget", std::to_string(id), "--node", cluster.ipc_endpoint(0)},
+        cluster.run_dir() / ("forget-" + std::to_string(id) + ".log"));
+    const int rc = p.wait(std::chrono::seconds(20));
+    return std::pair{rc, p.log()};
+  };
+  const auto [alive, alive_log] = forget(1);
+  EXPECT_EQ(alive, 1) << alive_log;
+  EXPECT_NE(alive_log.find("node 1 is alive here"), std::string::npos) << alive_log;
+  for (int id : {4, 3}) {
+    const auto [rc, log] = forget(id);
+    ASSERT_EQ(rc, 0) << log << cluster.log(0);
+    EXPECT_NE(log.find("is forgotten by the members"), std::string::npos) << log;
+  }
+  for (int i : {1, 2})
+    EXPECT_TRUE(log_has(cluster, i, "node 3 is forgotten (told by node 0)")) << cluster.log(i);
+  cluster.daemon(2).signal(SIGKILL);
+  ASSERT_GE(cluster.daemon(2).wait(std::chrono::seconds(5)), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ChildProcess joiner = launch_joiner(cluster, 0, flags);
+  ASSERT_TRUE(joiner_started(cluster, joiner, 5)) << joiner.log() << cluster.log(0);
+  EXPECT_NE(joiner.log().find("joined as node 5 of"), std::string::npos) << joiner.log();
+}
+
 // A member that misses the add of a joined node while it lives (a partition, a lost
 // message; node 3 runs gossipd-byzantine deaf-to-adds, which drops every add until it
 // asks for them) learns of it from the next message of a member that knows it: every

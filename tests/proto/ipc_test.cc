@@ -226,7 +226,8 @@ std::vector<Message> samples() {
           InspectRequest{InspectRequest::kStatus, 2500},
           InspectReply{{std::string("\x94\x00", 2), std::string(60 << 10, 'x')}},
           Leave{},
-          Ban{7}};
+          Ban{7},
+          Forget{3}};
 }
 
 // ------------------------------------------------------------------ comparisons
@@ -315,6 +316,7 @@ void expect_eq(const Error& a, const Error& b) { EXPECT_EQ(a.message, b.message)
 void expect_eq(const Shutdown& a, const Shutdown& b) { EXPECT_EQ(a.reason, b.reason); }
 void expect_eq(const Leave&, const Leave&) {}
 void expect_eq(const Ban& a, const Ban& b) { EXPECT_EQ(a.peer, b.peer); }
+void expect_eq(const Forget& a, const Forget& b) { EXPECT_EQ(a.peer, b.peer); }
 
 void expect_eq(const Message& a, const Message& b) {
   ASSERT_EQ(a.index(), b.index()) << message_name(a) << " vs " << message_name(b);
@@ -384,7 +386,7 @@ TEST(Ipc, MessageNames) {
   EXPECT_EQ(names, (std::vector<std::string>{"attach", "attach_ok", "sync", "sync_ok", "detach",
                                              "detach_ok", "stats", "stats_reply", "error",
                                              "shutdown", "start", "sync_range", "inspect",
-                                             "inspect_reply", "leave", "ban"}));
+                                             "inspect_reply", "leave", "ban", "forget"}));
 }
 
 // The format other implementations (the Python client) read and write.

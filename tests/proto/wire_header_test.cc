@@ -580,7 +580,8 @@ TEST(WireHeader, MemberMessagesCarryAnEndpointOrAListOfBoundedSize) {
   EXPECT_TRUE(decode(encode_head(1, 0, Member{Member::kAccept, 4, 4}, 20)).is_ok());
   EXPECT_REFUSED(decode(encode_head(1, 0, Member{Member::kDecline, 4, 4}, 0)),
                  "member what=10 with a payload of 0 bytes");
-  EXPECT_REFUSED(decode(encode_head(1, 0, Member{11, 4, 1}, 20)), "member of unknown what=11");
+  EXPECT_TRUE(decode(encode_head(1, 0, Member{Member::kForgotten, 4, 4}, 20)).is_ok());
+  EXPECT_REFUSED(decode(encode_head(1, 0, Member{13, 4, 1}, 20)), "member of unknown what=13");
 }
 
 // Every message carries its sender's member-list epoch.
