@@ -660,8 +660,17 @@ void Admission::on_forgotten(uint32_t from, uint32_t id) {
   }
   const auto& peers = router_.peers();
   if (std::none_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }) ||
-      !forgotten_.insert(id).second)
+      forgotten_.count(id))
     return;
+  // A member's word is not enough while this node hears the node itself (a forget is
+  // accepted only by members that do not): a liar would shrink the majority.
+  if (const uint64_t silent = router_.transport().traffic().silent_ms(id);
+      silent <= static_cast<uint64_t>(options_.dead_after.count())) {
+    router_.transport().note_dropped(
+        from, fmt::format("a forgotten of node {}, which this node heard {} ms ago", id, silent));
+    return;
+  }
+  forgotten_.insert(id);
   spdlog::warn(
       "node {} is forgotten (told by node {}): it no longer counts toward the majority "
       "({} members count)",
@@ -670,11 +679,13 @@ void Admission::on_forgotten(uint32_t from, uint32_t id) {
 
 void Admission::on_vote(uint32_t from, const proto::Member& m, const std::string& text) {
   if (!proposal_ || m.id != proposal_->id) return;  // late: for a proposal settled already
+  if (!counts(from) || (proposal_->forgotten && from == proposal_->id)) return;  // no vote
   if (m.what == proto::Member::kAccept) {
     if (text == (proposal_->forgotten ? std::string("forget") : proposal_->joiner.endpoint))
       proposal_->accepted.insert(from);
   } else if (proposal_->declined.empty()) {
-    proposal_->declined = fmt::format("node {} declines id {}: {}", from, m.id,
+    proposal_->declined = fmt::format("node {} declines {} {}: {}", from,
+                                      proposal_->forgotten ? "forgetting node" : "id", m.id,
                                       proto::printable_text(text, 200, "..."));
   }
   settle_proposal();

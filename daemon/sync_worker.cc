@@ -911,6 +911,13 @@ void SyncWorker::run() {
       }
       if (stop_) return;
       numel = numel_;
+      if (numel != budgeted_numel_ && zmq_) {
+        // Four models' worth may wait for one peer (a round's chunks, and a few rounds
+        // for a peer that is slow), 8 MiB at least: beyond that, a peer that is down
+        // is sent nothing more until it drains (peers::ZmqTransport::send_queued).
+        zmq_->set_queue_budget(std::max<uint64_t>(uint64_t{8} << 20, 4 * numel * sizeof(float)));
+        budgeted_numel_ = numel;
+      }
       strategy_->set_layout_fingerprint(layout_);
       if (job_) {
         job = *job_;

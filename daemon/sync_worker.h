@@ -218,6 +218,7 @@ class SyncWorker {
   std::vector<uint32_t> bans_;                               // guarded by mu_
   std::atomic<bool> bans_pending_{false};
   std::optional<uint32_t> forget_;            // guarded by mu_
+  size_t budgeted_numel_ = 0;                 // the model size the peers' send queues are sized for
   std::optional<Status> forgotten_;           // guarded by mu_
   std::atomic<bool> inspect_pending_{false};  // inspect_asked_ is set
   // member_status()'s sources: the worker's own (its thread) and the daemon's.

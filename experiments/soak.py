@@ -40,6 +40,7 @@ Prints one JSON line and exits 1 when a check fails.
 """
 
 import argparse
+import shlex
 import json
 import os
 import pathlib
@@ -61,11 +62,12 @@ def log(msg):
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS:"):
+    """A process's resident set now (VmRSS), or its peak so far (VmHWM), in KiB."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -88,7 +90,7 @@ class Soak:
         self.finished = [False] * n
         self.results = [None] * n
         self.pids = []                   # every daemon pid, for the leak check
-        self.rss = {}                    # pid -> [(t, node, KiB)]
+        self.rss = {}                    # pid -> [(t, node, KiB, peak KiB so far)]
         self.events = []
         self.failures = []
         self.t0 = time.monotonic()
@@ -97,7 +99,7 @@ class Soak:
         return time.monotonic() - self.t0
 
     def event(self, what, **kw):
-        self.events.append({"t": round(self.now(), 1), "event": what, **kw})
+        self.events.append({"t": round(self.now(), 1), "wall": time.time(), "event": what, **kw})
         log(f"{what} {kw if kw else ''}")
 
     def endpoint(self, i):
@@ -112,7 +114,8 @@ class Soak:
         who = ["--id", str(i)] if i < o.nodes else ["--join", self.endpoint(1)]
         argv = [str(o.bin / exe), *who, "--listen", self.endpoint(i), "--run-dir", str(self.out),
                 "--strategy", "gossip", "--topology", "ring", "--seed", str(o.seed),
-                "--heartbeat", "0.3", "--dead-after", "1.5", "--patience", "5"]
+                "--heartbeat", "0.3", "--dead-after", "1.5", "--patience", "5",
+                *shlex.split(o.gossipd_args)]
         for j in range(o.nodes):
             if j != i and i < o.nodes:
                 argv += ["--peer", f"{j}={self.endpoint(j)}"]
@@ -164,9 +167,9 @@ class Soak:
         t = self.now()
         for i, p in enumerate(self.daemons):
             if p and p.poll() is None:
-                kib = rss_kib(p.pid)
+                kib, peak = rss_kib(p.pid), rss_kib(p.pid, "VmHWM:")
                 if kib is not None:
-                    self.rss.setdefault(p.pid, []).append((round(t, 1), i, kib))
+                    self.rss.setdefault(p.pid, []).append((round(t, 1), i, kib, peak or kib))
 
     def read_result(self, i):
         try:
@@ -316,9 +319,60 @@ class Soak:
             end = [s for s in samples if s[0] > samples[-1][0] - 60]
             b, e = min(s[2] for s in base), min(s[2] for s in end)
             rows.append({"node": node, "pid": pid, "after_warmup_kib": b, "at_end_kib": e,
-                         "peak_kib": max(s[2] for s in samples),
+                         "peak_kib": max(s[3] for s in samples),  # VmHWM: between samples too
+                         "peak_ratio": round(max(s[3] for s in samples) / max(b, e), 3),
                          "seconds": round(samples[-1][0] - base[0][0]), "ratio": round(e / b, 3)})
         return rows
+
+    # A peer presumed dead (sgd/overlay/neighbor_exchange.cc) that was neither down nor
+    # across a partition then: what the adaptive dead-after (--dead-after-factor) must not
+    # do. The daemons' log times are the wall clock's, as the events'.
+    DEATH = re.compile(r"^(\S+ \S+) \[node (\d+)\] \[warning\] peer (\d+) silent for ([0-9.]+) s in round "
+                       r"\d+ \(no heartbeat\): presumed dead")
+
+    def presumed_deaths(self, slack=10.0):
+        down = {}  # node -> [(from, to)] wall times it was down (kill to restart, and a restart's start)
+        cut = []   # (from, to, side)
+        kill_at = {}
+        part = None
+        for e in self.events:
+            if e["event"] == "kill":
+                kill_at[e["node"]] = e["wall"]
+            elif e["event"] == "restart" and e["node"] in kill_at:
+                down.setdefault(e["node"], []).append((kill_at.pop(e["node"]), e["wall"]))
+            elif e["event"] == "partition":
+                part = (e["wall"], set(e["side"]))
+            elif e["event"] == "heal" and part:
+                cut.append((part[0], e["wall"], part[1]))
+                part = None
+        end = time.time()
+        down = {n: spans + ([(kill_at[n], end)] if n in kill_at else []) for n, spans in down.items()}
+        for n, t in kill_at.items():
+            down.setdefault(n, [(t, end)])
+        if part:
+            cut.append((part[0], end, part[1]))
+
+        def explained(t, observer, peer):
+            for a, b in down.get(peer, []) + down.get(observer, []):
+                if a - 1 <= t <= b + slack:
+                    return True
+            for a, b, side in cut:
+                if a - 1 <= t <= b + slack and ((peer in side) != (observer in side)):
+                    return True
+            return False
+
+        deaths, unexplained = 0, []
+        for f in sorted(self.out.glob("gossipd-*.log")):
+            for line in f.read_text(errors="replace").splitlines():
+                m = self.DEATH.match(line)
+                if not m:
+                    continue
+                t = time.mktime(time.strptime(m.group(1).split(".")[0], "%Y-%m-%d %H:%M:%S")) \
+                    + float("0." + m.group(1).split(".")[1])
+                deaths += 1
+                if not explained(t, int(m.group(2)), int(m.group(3))):
+                    unexplained.append(line[:200])
+        return deaths, unexplained[:20]
 
     def leaks(self):
         out = str(self.out)
@@ -380,6 +434,9 @@ def main(argv=None):
     p.add_argument("--rss-tolerance", type=float, default=0.10)
     p.add_argument("--last-lap-timeout", type=float, default=600.0)
     p.add_argument("--loopback", action="store_true", help="no namespaces (and so no partitions)")
+    p.add_argument("--gossipd-args", default="",
+                   help="more gossipd flags for every node, e.g. '--dead-after-factor 3 "
+                        "--round-timeout-factor 3' (the adaptive timeouts)")
     o = p.parse_args(argv)
     o.bin = pathlib.Path(o.build) / "bin"
     out = pathlib.Path(o.out)
@@ -413,6 +470,9 @@ def main(argv=None):
     report["events"] = {k: sum(1 for e in soak.events if e["event"] == k)
                         for k in ("kill", "restart", "join", "partition", "heal")}
     report["trainer_failures"] = soak.failures
+    deaths, unexplained = soak.presumed_deaths()
+    report["presumed_dead"] = deaths
+    report["presumed_dead_unexplained"] = unexplained
     rss = soak.rss_report()
     report["rss"] = rss
     procs, shm = soak.leaks()
@@ -425,9 +485,11 @@ def main(argv=None):
         "every node at the last step": all(r is not None and soak.final_step is not None
                                            and r["steps"] >= soak.final_step for r in results),
         "no trainer failed": not soak.failures,
+        "no live peer presumed dead": not unexplained,
         "no leaked process": not procs,
         "no leaked shared memory": not shm,
         "flat memory": bool(rss) and all(r["ratio"] <= 1 + o.rss_tolerance for r in rss),
+        "memory peaks at most 1.5x the steady state": bool(rss) and all(r["peak_ratio"] <= 1.5 for r in rss),
     }
     if o.garble_node >= 0:
         checks["corrupted messages refused"] = report["refused_from_garble_node"] > 0

@@ -27,12 +27,22 @@ std::string printable(const zmq::message_t& m) {
   return proto::printable_text(std::string_view(m.data<char>(), m.size()), 32);
 }
 
-void release_pending(void* /*data*/, void* hint) {
-  static_cast<std::atomic<uint64_t>*>(hint)->fetch_sub(1, std::memory_order_acq_rel);
-}
+// A payload in a peer's queue until ZeroMQ lets go of it (from its I/O thread).
+struct Queued {
+  std::atomic<uint64_t>* pending;  // zero-copy: the caller waits on it to reuse the buffer
+  std::atomic<uint64_t>* queued_bytes;
+  std::atomic<uint64_t>* queued;
+  uint64_t bytes;
+  std::shared_ptr<const std::vector<std::byte>> keep;  // a shared send's buffer
+};
 
-void release_shared(void* /*data*/, void* hint) {
-  delete static_cast<std::shared_ptr<const std::vector<std::byte>>*>(hint);
+void release_queued(void* /*data*/, void* hint) {
+  auto* q = static_cast<Queued*>(hint);
+  q->queued_bytes->fetch_sub(q->bytes, std::memory_order_acq_rel);
+  if (q->pending) q->pending->fetch_sub(1, std::memory_order_acq_rel);
+  std::atomic<uint64_t>* queued = q->queued;
+  delete q;
+  queued->fetch_sub(1, std::memory_order_acq_rel);  // last: the entry may go then
 }
 
 }  // namespace
@@ -249,7 +259,7 @@ void ZmqTransport::remove_peer(uint32_t peer) {
   for (auto it = routing_ids_.begin(); it != routing_ids_.end();)
     it = it->second == peer ? routing_ids_.erase(it) : std::next(it);
   close_outbound(peer);
-  std::erase_if(removed_, [](const auto& o) { return o->pending.load() == 0; });
+  std::erase_if(removed_, [](const auto& o) { return o->queued.load() == 0; });
   last_refusal_.erase(peer);
 }
 
@@ -319,15 +329,41 @@ Status ZmqTransport::send(uint32_t peer, uint64_t round, const proto::Body& body
   return send_frames(*out, round, body, nullptr);
 }
 
+Status ZmqTransport::send_queued(Outbound& out, uint64_t round, const proto::Body& body,
+                                 const std::byte* data, size_t size,
+                                 std::shared_ptr<const std::vector<std::byte>> keep,
+                                 bool zero_copy) {
+  // A peer that is down or stalled drains nothing: without a bound its queue would hold
+  // up to ZeroMQ's 1000 messages, a thousand models (a soak's neighbors of a killed node
+  // grew to 450 MB in the 5 s it was down, and the node, restarted, got them all).
+  const uint64_t queued = out.queued_bytes.load(std::memory_order_acquire);
+  if (queued > 0 && queued + size > queue_budget_) {
+    if (!std::exchange(out.over_budget, true))
+      spdlog::warn(
+          "peer {}: {:.1f} MiB wait in its send queue (at most {:.1f} MiB): nothing more is "
+          "queued for it until it drains (down, cut off or stalled)",
+          out.peer.id, static_cast<double>(queued) / (1 << 20),
+          static_cast<double>(queue_budget_) / (1 << 20));
+    return Status::io_error(fmt::format("send queue to peer {} is full ({:.1f} MiB)", out.peer.id,
+                                        static_cast<double>(queued) / (1 << 20)));
+  }
+  out.over_budget = false;
+  out.queued_bytes.fetch_add(size, std::memory_order_acq_rel);
+  out.queued.fetch_add(1, std::memory_order_acq_rel);
+  if (zero_copy) out.pending.fetch_add(1, std::memory_order_acq_rel);
+  auto* hint = new Queued{zero_copy ? &out.pending : nullptr, &out.queued_bytes, &out.queued, size,
+                          std::move(keep)};
+  // ZeroMQ calls release_queued from its I/O thread once the bytes are in the kernel;
+  // on a failed send, message_t's destructor does, so nothing stays counted.
+  zmq::message_t msg(const_cast<std::byte*>(data), size, release_queued, hint);
+  return send_frames(out, round, body, &msg);
+}
+
 Status ZmqTransport::send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
                                     std::span<const std::byte> payload) {
   Outbound* out = outbound(peer);
   if (!out) return no_link(peer);
-  out->pending.fetch_add(1, std::memory_order_acq_rel);
-  // ZeroMQ calls release_pending from its I/O thread once the bytes are in the kernel.
-  zmq::message_t msg(const_cast<std::byte*>(payload.data()), payload.size(), release_pending,
-                     &out->pending);
-  return send_frames(*out, round, body, &msg);
+  return send_queued(*out, round, body, payload.data(), payload.size(), nullptr, true);
 }
 
 Status ZmqTransport::send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
@@ -335,11 +371,14 @@ Status ZmqTransport::send_shared(uint32_t peer, uint64_t round, const proto::Bod
   Outbound* out = outbound(peer);
   if (!out) return no_link(peer);
   const std::byte* data = buffer->data();
-  size_t size = buffer->size();
-  auto* hint = new std::shared_ptr<const std::vector<std::byte>>(std::move(buffer));
-  // On failure message_t's destructor still calls release_shared, so nothing leaks.
-  zmq::message_t msg(const_cast<std::byte*>(data), size, release_shared, hint);
-  return send_frames(*out, round, body, &msg);
+  const size_t size = buffer->size();
+  return send_queued(*out, round, body, data, size, std::move(buffer), false);
+}
+
+uint64_t ZmqTransport::queued_bytes(uint32_t peer) const {
+  for (const auto& o : outbound_)
+    if (o->peer.id == peer) return o->queued_bytes.load(std::memory_order_acquire);
+  return 0;
 }
 
 void ZmqTransport::note_dropped(uint32_t peer, const std::string& why) {

@@ -61,6 +61,10 @@ class ZmqTransport final : public PeerChannel {
   Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
                         std::span<const std::byte> payload) override;
   uint64_t pending_sends(uint32_t peer) const override;
+  // At most this many payload bytes wait in one peer's queue (a peer that is down or
+  // stalled is sent nothing more until it drains); the daemon sets four models' worth.
+  void set_queue_budget(uint64_t bytes) { queue_budget_ = bytes; }
+  uint64_t queued_bytes(uint32_t peer) const;
   Status send_shared(uint32_t peer, uint64_t round, const proto::Body& body,
                      std::shared_ptr<const std::vector<std::byte>> buffer) override;
   void note_dropped(uint32_t peer, const std::string& why) override;
@@ -86,7 +90,12 @@ class ZmqTransport final : public PeerChannel {
   struct Outbound {
     Peer peer;
     zmq::socket_t socket;
-    std::atomic<uint64_t> pending{0};
+    std::atomic<uint64_t> pending{0};  // zero-copy payloads ZeroMQ still reads
+    // Payloads (zero-copy and shared) queued for the peer and not yet in the kernel, and
+    // how many messages hold a pointer here (the entry lives in removed_ until none).
+    std::atomic<uint64_t> queued_bytes{0};
+    std::atomic<uint64_t> queued{0};
+    bool over_budget = false;  // said once per stretch of refused sends
     // socket's connection events (its monitor), and what they told so far.
     zmq::socket_t events;
     int fd = -1;  // the connection's descriptor (libzmq's) while connected
@@ -96,9 +105,13 @@ class ZmqTransport final : public PeerChannel {
   void watch_outbound();
   ZmqTransport(uint32_t self, std::vector<Peer> peers);
   Status connect_outbound(const Peer& peer);
-  // Closes the peer's outbound socket; the entry waits in removed_ while a zero-copy
-  // send may still count down its `pending`.
+  // Closes the peer's outbound socket; the entry waits in removed_ while a queued
+  // payload may still count down its `queued`.
   void close_outbound(uint32_t peer);
+  // Queues a payload frame after its header, counted against the peer's budget.
+  Status send_queued(Outbound& out, uint64_t round, const proto::Body& body, const std::byte* data,
+                     size_t size, std::shared_ptr<const std::vector<std::byte>> keep,
+                     bool zero_copy);
   // A join-request from a routing id "join-<nonce>" (daemon/admission.h), or nullopt.
   // The User-Id the authenticator gave the connection a frame came on; "" if none.
   static std::string user_id(zmq::message_t& frame);
@@ -127,7 +140,8 @@ class ZmqTransport final : public PeerChannel {
 
   uint32_t self_;
   TransportOptions options_;
-  std::string public_key_;  // with CURVE
+  uint64_t queue_budget_ = uint64_t{64} << 20;  // until the model is known
+  std::string public_key_;                      // with CURVE
   std::vector<Peer> peers_;
   std::chrono::steady_clock::time_point joins_since_{};
   int joins_ = 0;

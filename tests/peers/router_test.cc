@@ -1,6 +1,7 @@
 // The router over two real transports on loopback: every subscriber of a kind gets
 // each message, kinds nobody subscribed to are counted and logged once, and a
-// subscription ends with its handle.
+// subscription ends with its handle; and a peer that is down holds at most the
+// transport's queue budget of payloads.
 
 #include "peers/router.h"
 
@@ -131,6 +132,44 @@ TEST(Router, PollDispatchesAtMostItsLimitAndNothingAfterItsWait) {
   const auto t0 = Clock::now();
   EXPECT_EQ(r.poll(100ms), 0u) << "nothing left";
   EXPECT_GE(Clock::now() - t0, 90ms) << "it waited";
+}
+
+// Node 0 keeps sending 1 MiB models to node 1, which is down: the queue stops at the
+// budget (4 MiB here) instead of ZeroMQ's 1000 messages, the sends past it fail saying
+// so, and once node 1 is up and drained the queue is empty and sends go through again.
+TEST(ZmqTransportQueue, APeerThatIsDownHoldsAtMostTheBudget) {
+  const std::string ea = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+  const std::string eb = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+  auto a = ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
+  a->set_queue_budget(uint64_t{4} << 20);
+  const auto model = std::make_shared<std::vector<std::byte>>(size_t{1} << 20);
+  proto::ModelChunk c;
+  c.numel = model->size() / sizeof(float);
+  int sent = 0, refused = 0;
+  std::string why;
+  for (int i = 0; i < 50; ++i) {
+    const Status st = a->send_shared(1, static_cast<uint64_t>(i), c, model);
+    if (st) {
+      ++sent;
+    } else {
+      ++refused;
+      why = st.message();
+    }
+  }
+  EXPECT_EQ(sent, 4) << "1 MiB each, 4 MiB at most";
+  EXPECT_EQ(refused, 46);
+  EXPECT_NE(why.find("send queue to peer 1 is full (4.0 MiB)"), std::string::npos) << why;
+  EXPECT_EQ(a->queued_bytes(1), uint64_t{4} << 20);
+
+  auto b = ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
+  Router rb(*b);
+  int got = 0;
+  auto sub = rb.subscribe({proto::Kind::kModelChunk}, [&](Incoming&) { ++got; });
+  for (auto end = Clock::now() + 5s; (got < 4 || a->queued_bytes(1) > 0) && Clock::now() < end;)
+    rb.poll(20ms);
+  EXPECT_EQ(got, 4);
+  EXPECT_EQ(a->queued_bytes(1), 0u) << "released once in the kernel";
+  EXPECT_TRUE(a->send_shared(1, 50, c, model)) << "drained: sends go through again";
 }
 
 }  // namespace
