@@ -137,19 +137,16 @@ Admission::Admission(peers::Router& router, Options options)
       });
 }
 
-void Admission::send_member(uint32_t to, proto::Member m, const std::string& payload) {
+void Admission::send_member(uint32_t to, proto::Member m, const std::string& payload,
+                            uint64_t round) {
   auto text = std::make_shared<std::vector<std::byte>>(payload.size());
   std::memcpy(text->data(), payload.data(), payload.size());
-  (void)router_.transport().send_shared(to, 0, m, std::move(text));
+  (void)router_.transport().send_shared(to, round, m, std::move(text));
 }
 
 void Admission::send_add(uint32_t to, const Joined& member) {
-  const std::string payload = with_key(member.peer);
-  auto text = std::make_shared<std::vector<std::byte>>(payload.size());
-  std::memcpy(text->data(), payload.data(), payload.size());
-  (void)router_.transport().send_shared(to, member.first_round,
-                                        proto::Member{proto::Member::kAdd, member.peer.id, epoch_},
-                                        std::move(text));
+  send_member(to, {proto::Member::kAdd, member.peer.id, epoch_}, with_key(member.peer),
+              member.first_round);
 }
 
 Admission::~Admission() { router_.set_on_epoch_ahead(nullptr); }

@@ -188,7 +188,7 @@ class Admission {
   // node's, or promised it for another endpoint), or nullopt.
   std::optional<std::string> taken_elsewhere(uint32_t id, const std::string& endpoint,
                                              const std::string& key);
-  void send_member(uint32_t to, proto::Member m, const std::string& payload);
+  void send_member(uint32_t to, proto::Member m, const std::string& payload, uint64_t round = 0);
   void ping_members();
   bool pings_answered() const;
   uint64_t heard_within() const;  // ms since the last ping round began
