@@ -172,6 +172,12 @@ int gossip_next_step_syncs(const gossip_client* c) {
   return c->client->next_step_syncs() ? 1 : 0;
 }
 
+int gossip_report_loss(gossip_client* c, double loss) {
+  if (!c) return GOSSIP_EINVAL;
+  c->client->report_loss(loss);
+  return GOSSIP_OK;
+}
+
 int gossip_step(gossip_client* c, gossip_step_result* out) {
   if (!c) return GOSSIP_EINVAL;
   auto r = c->client->step();

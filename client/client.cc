@@ -38,6 +38,9 @@ struct Client::Impl {
   // sync that said so.
   uint64_t anchor = 0;
   uint64_t steps = 0;
+  // report_loss()'s since the last sync, which carries their mean to the daemon.
+  double loss_sum = 0;
+  uint64_t losses = 0;
   Traffic last_traffic;
   uint64_t round = 0;
   // After a timeout a late reply may still arrive and would answer the next request:
@@ -131,7 +134,10 @@ struct Client::Impl {
 
   // whole: the whole model whatever the schedule (see ipc::Sync).
   Result<StepResult> synchronize(bool whole = false) {
-    auto r = request(ipc::Sync{steps, whole});
+    const double loss = losses > 0 ? loss_sum / static_cast<double>(losses) : 0.0;
+    auto r = request(ipc::Sync{steps, whole, loss, losses});
+    loss_sum = 0;
+    losses = 0;
     if (!r) return r.status();
     auto* ok = std::get_if<ipc::SyncOk>(&*r);
     if (!ok)
@@ -323,6 +329,11 @@ Result<StepResult> Client::wait_buckets() {
   impl_->bucket_failure = Status::ok();
   if (!failure) return failure;
   return StepResult{impl_->steps, true, impl_->round, impl_->last_traffic};
+}
+
+void Client::report_loss(double loss) {
+  impl_->loss_sum += loss;
+  ++impl_->losses;
 }
 
 bool Client::next_step_syncs() const { return impl_->syncs_at(impl_->steps + 1); }

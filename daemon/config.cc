@@ -160,7 +160,8 @@ std::vector<Setting> settings() {
           } else if constexpr (std::is_same_v<S, NumberSpec>) {
             r.type = "number";
             r.valid = s.range.describe();
-            r.fallback = fmt::format("{}", s.get(defaults));
+            r.fallback = s.range.is_auto(s.get(defaults)) ? std::string("auto")
+                                                          : fmt::format("{}", s.get(defaults));
           } else {
             r.type = "string";
             r.valid = s.choices.empty() ? std::string(s.what) : join(s.choices);
@@ -371,12 +372,24 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const E
   return std::move(d.config);
 }
 
+double StrategyConfig::round_timeout_factor_in_force() const {
+  if (!std::isnan(round_timeout_factor)) return round_timeout_factor;
+  return elastic_ring() || gossip_family() ? kAutoRoundTimeoutFactor : 0.0;
+}
+
+bool StrategyConfig::gossip_family() const {
+  const sgd::StrategyDescriptor* d = sgd::find_strategy(name);
+  return d && d->fabric == sgd::Fabric::kOverlay;
+}
+
 peers::DeadAfter StrategyConfig::dead_after() const {
   const auto ms = [](double s) {
     return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
   };
   peers::DeadAfter d(ms(dead_after_s));
-  d.factor = dead_after_factor;
+  d.factor = !std::isnan(dead_after_factor) ? dead_after_factor
+             : gossip_family()              ? kAutoDeadAfterFactor
+                                            : 0.0;
   d.floor = ms(dead_after_floor_s);
   d.ceiling = ms(round_timeout_s);
   return d;

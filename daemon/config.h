@@ -4,6 +4,7 @@
 // Every error names the source (file or "command line"), the key and the problem.
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,6 +19,11 @@ struct StrategyParams;
 }
 
 namespace gossip::daemon {
+
+// A number setting's "auto" (config_internal.h's NumberRange::or_auto).
+inline constexpr double kAuto = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kAutoRoundTimeoutFactor = 3.0;
+inline constexpr double kAutoDeadAfterFactor = 3.0;
 
 struct PeerConfig {
   uint32_t id = 0;
@@ -61,7 +67,14 @@ struct StrategyConfig {
   double round_timeout_s = 60.0;  // a round that takes longer fails, naming the missing peers
   // > 0: the deadline follows the rounds, this times the longest of the last ones, at
   // least round_timeout_floor_s and at most round_timeout_s (daemon/round_deadline.h).
-  double round_timeout_factor = 0.0;
+  // kAuto: kAutoRoundTimeoutFactor where a round goes on without a late peer (the
+  // gossip family, an elastic ring: a round cut short costs a peer's contribution, not
+  // the run), else 0: a late round of a synchronous ring or a parameter server's pull
+  // fails the run, and a trainer that restarts (loading its framework for many
+  // seconds) must not end it (round_timeout_factor_in_force).
+  double round_timeout_factor = kAuto;
+  double round_timeout_factor_in_force() const;
+  bool gossip_family() const;  // the strategy exchanges with the neighbors of an overlay
   double round_timeout_floor_s = 5.0;
   uint64_t chunk_bytes = 4u << 20;  // model slices sent per message
   // How local SGD averages: "tcp" (ring all-reduce over Boost.Asio), "rdma" (ring over
@@ -91,7 +104,10 @@ struct StrategyConfig {
   double dead_after_s = 3.0;  // gossip: a neighbor silent this long is dropped from the round
   // With a factor > 0, each peer's bound is its longest recent silence times the
   // factor, at least dead_after_floor_s and at most round_timeout_s (peers/dead_after.h).
-  double dead_after_factor = 0.0;
+  // kAuto: 3 for the gossip family, which drops a silent neighbor from one round and
+  // takes it back at its next message (soaked for an hour: docs/churn.md); 0 for the
+  // parameter servers, where a server presumed dead fails the run unless replicated.
+  double dead_after_factor = kAuto;
   double dead_after_floor_s = 0.5;
   peers::DeadAfter dead_after() const;
   double join_wait_s = 2.0;  // gossip: wait for state offers at the first attach; 0: never

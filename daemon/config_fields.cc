@@ -377,8 +377,9 @@ const std::array<Field, 65>& fields() {
                   [](C& c, double v) { c.strategy.round_timeout_s = v; }}},
       {"strategy.round_timeout_factor", "--round-timeout-factor", "F",
        "the round's deadline follows the rounds: F times the longest of the last 64, between "
-       "--round-timeout-floor and --round-timeout; 0: always --round-timeout",
-       NumberSpec{{0, true, std::nullopt},
+       "--round-timeout-floor and --round-timeout; 0: always --round-timeout; auto: 3 where "
+       "a round goes on without a late peer (the gossip family, --elastic on), else 0",
+       NumberSpec{{0, true, std::nullopt, /*or_auto=*/true},
                   [](const C& c) { return c.strategy.round_timeout_factor; },
                   [](C& c, double v) { c.strategy.round_timeout_factor = v; }}},
       {"strategy.round_timeout_floor", "--round-timeout-floor", "SECONDS",
@@ -437,9 +438,10 @@ const std::array<Field, 65>& fields() {
                 [](const C& c) -> const std::string& { return c.strategy.nonfinite; },
                 [](C& c, std::string v) { c.strategy.nonfinite = std::move(v); }}},
       {"strategy.on_divergence", "--on-divergence", "warn|stop|off",
-       "a model whose norm grows past 10 times its norm after the first round has diverged: "
-       "warn (an error in the log, gossipd_failures_total{cause=\"diverged\"}, gossipctl "
-       "status), stop (and fail every later sync of the trainers with the reason) or off",
+       "a model whose norm grows past 10 times its norm after the first round, or a trainer's "
+       "loss that is NaN or 10 times its first, has diverged: warn (an error in the log, "
+       "gossipd_failures_total{cause=\"diverged\"}, gossipctl status), stop (and fail every "
+       "later sync of the trainers with the reason) or off",
        TextSpec{kDivergenceActions, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.on_divergence; },
                 [](C& c, std::string v) { c.strategy.on_divergence = std::move(v); }}},
@@ -567,8 +569,9 @@ const std::array<Field, 65>& fields() {
       {"strategy.dead_after_factor", "--dead-after-factor", "F",
        "gossip and parameter servers: > 0 makes each peer's --dead-after its longest silence "
        "over the last one to two minutes times F, at least --dead-after-floor and at most "
-       "--round-timeout (--dead-after until 8 silences were measured); 0: always --dead-after",
-       NumberSpec{{0, true, std::nullopt},
+       "--round-timeout (--dead-after until 8 silences were measured); 0: always --dead-after; "
+       "auto: 3 for the gossip family, 0 for parameter servers",
+       NumberSpec{{0, true, std::nullopt, /*or_auto=*/true},
                   [](const C& c) { return c.strategy.dead_after_factor; },
                   [](C& c, double v) { c.strategy.dead_after_factor = v; }}},
       {"strategy.dead_after_floor", "--dead-after-floor", "SECONDS",
@@ -705,6 +708,8 @@ Problem stored_problem(const Field& f, const DaemonConfig& c) {
           return text_problem(s, s.get(c));
         } else {
           const auto v = s.get(c);
+          if constexpr (std::is_same_v<S, NumberSpec>)
+            if (s.range.is_auto(v)) return std::nullopt;
           if (!s.range.fits(v)) return must_be(s.range.describe(), fmt::format("{}", v));
           return std::nullopt;
         }
@@ -776,6 +781,9 @@ Problem read_toml_value(const Field& f, const toml::node& n, DaemonConfig& c) {
             x = static_cast<double>(i->get());
           } else if (const auto* d = n.as_floating_point()) {
             x = d->get();
+          } else if (const auto* t = n.as_string(); t && s.range.or_auto && t->get() == "auto") {
+            s.set(c, kAuto);
+            return std::nullopt;
           } else {
             return must_be(s.range.describe(), describe_node(n));
           }
@@ -802,6 +810,10 @@ Problem read_flag_value(const Field& f, const std::string& text, DaemonConfig& c
           if (auto* problem = std::get_if<std::string>(&v)) return std::move(*problem);
           s.set(c, std::get<uint64_t>(v));
         } else if constexpr (std::is_same_v<S, NumberSpec>) {
+          if (s.range.or_auto && text == "auto") {
+            s.set(c, kAuto);
+            return std::nullopt;
+          }
           double x = 0;
           const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
           if (ec != std::errc() || end != text.data() + text.size() || text.empty())

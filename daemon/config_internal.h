@@ -66,10 +66,15 @@ struct NumberRange {
   double min = 0;
   bool min_inclusive = false;
   std::optional<double> max;  // exclusive
+  // "auto" is a value too, stored as NaN (which no flag or file can give otherwise).
+  bool or_auto = false;
   std::string describe() const {
-    if (max) return fmt::format("a number in {}{}, {})", min_inclusive ? '[' : '(', min, *max);
-    return fmt::format("a number {} {}", min_inclusive ? ">=" : ">", min);
+    const char* also = or_auto ? ", or auto" : "";
+    if (max)
+      return fmt::format("a number in {}{}, {}){}", min_inclusive ? '[' : '(', min, *max, also);
+    return fmt::format("a number {} {}{}", min_inclusive ? ">=" : ">", min, also);
   }
+  bool is_auto(double v) const { return or_auto && std::isnan(v); }
   bool fits(double v) const {
     return std::isfinite(v) && (min_inclusive ? v >= min : v > min) && (!max || v < *max);
   }

@@ -561,6 +561,7 @@ void Daemon::on_sync(const std::string& route, const ipc::Sync& m) {
   s->waiting = true;
   s->sync_step = m.step;
   s->sync_whole = m.whole;
+  if (m.losses > 0) watch_loss(m.loss, m.step);
   time_.wait_begins(s->slot, std::chrono::steady_clock::now());
   arena_->pull(s->slot);
   maybe_start_round();
@@ -741,7 +742,17 @@ void Daemon::watch_divergence() {
   if (round_model_.size() > kDivergenceEveryRoundNumel && round_ % 16 != 0) return;
   auto reason = divergence_.observe(round_model_, round_ - 1);
   gauge_model_norm_.store(divergence_.norm(), std::memory_order_relaxed);
-  if (!reason) return;
+  if (reason) report_divergence();
+}
+
+void Daemon::watch_loss(double loss, uint64_t step) {
+  if (config_.strategy.on_divergence == "off") return;
+  auto reason = divergence_.observe_loss(loss, step);
+  gauge_trainer_loss_.store(loss, std::memory_order_relaxed);
+  if (reason) report_divergence();
+}
+
+void Daemon::report_divergence() {
   // The servers' own optimizer is the likeliest cause where there is one.
   if (strategy_->fabric == sgd::Fabric::kServers && config_.strategy.ps_optimizer != "sgd")
     divergence_.add_cause(fmt::format(
@@ -785,6 +796,7 @@ MetricsSnapshot Daemon::metrics_snapshot() const {
   s.nonfinite_updates = nonfinite_updates_.load(kRelaxed);
   s.nonfinite_values = nonfinite_values_.load(kRelaxed);
   s.model_norm = gauge_model_norm_.load(kRelaxed);
+  s.trainer_loss = gauge_trainer_loss_.load(kRelaxed);
   const auto& traffic = worker_->traffic();
   const auto peer = [&](uint32_t id, std::string name, std::optional<bool> connected) {
     const uint64_t silent = traffic.silent_ms(id);

@@ -164,8 +164,14 @@ class Daemon {
   // After every round of the whole model (not of gradients): its norm, and the error
   // once it diverged (--on-divergence).
   void watch_divergence();
+  // A trainer's loss (ipc::Sync's), whatever the strategy.
+  void watch_loss(double loss, uint64_t step);
+  // Logs, counts and records the reason the watch gave, with what the node knows of
+  // the cause.
+  void report_divergence();
   DivergenceWatch divergence_;
   std::atomic<double> gauge_model_norm_{0};
+  std::atomic<double> gauge_trainer_loss_{0};
 
   // Prometheus: the server's thread reads the traffic counters (atomics) and these
   // copies of the loop's state, refreshed after every turn of run().

@@ -5,6 +5,13 @@
 #include <cmath>
 
 namespace gossip::daemon {
+namespace {
+
+constexpr const char* kLikelyCause =
+    "its steps are too large for it (the learning rate, or momentum applied twice: by the "
+    "trainers and again on their updates)";
+
+}  // namespace
 
 std::optional<std::string> DivergenceWatch::observe(std::span<const float> model, uint64_t round) {
   double sum = 0;
@@ -17,9 +24,29 @@ std::optional<std::string> DivergenceWatch::observe(std::span<const float> model
   if (diverged() || !(norm_ > kDivergenceFactor * first_)) return std::nullopt;
   reason_ = fmt::format(
       "round {}: the model diverged: its norm is {:.4g}, {:.1f} times its {:.4g} after the "
-      "first round; its steps are too large for it (the learning rate, or momentum applied "
-      "twice: by the trainers and again on their updates)",
-      round, norm_, norm_ / first_, first_);
+      "first round; {}",
+      round, norm_, norm_ / first_, first_, kLikelyCause);
+  return reason_;
+}
+
+std::optional<std::string> DivergenceWatch::observe_loss(double loss, uint64_t step) {
+  loss_ = loss;
+  if (diverged()) return std::nullopt;
+  if (!std::isfinite(loss)) {
+    reason_ = fmt::format("step {}: the run diverged: the trainers' training loss is {}; {}", step,
+                          loss, kLikelyCause);
+    return reason_;
+  }
+  if (first_loss_ == 0) {
+    if (loss > 0) first_loss_ = loss;
+    return std::nullopt;
+  }
+  high_ = loss > kDivergenceFactor * first_loss_ ? high_ + 1 : 0;
+  if (high_ < kLossHighReports) return std::nullopt;
+  reason_ = fmt::format(
+      "step {}: the run diverged: the trainers' training loss is {:.4g}, {:.3g} times its "
+      "first {:.4g}, {} reports in a row; {}",
+      step, loss, loss / first_loss_, first_loss_, kLossHighReports, kLikelyCause);
   return reason_;
 }
 

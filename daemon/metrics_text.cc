@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <span>
 #include <string_view>
 
@@ -114,6 +115,15 @@ std::string render_metrics(const MetricsSnapshot& s) {
          "L2 norm of the node's model after its last round (0 before the first, and for "
          "strategies that average gradients); past 10 times its first value the model diverged.");
   out += fmt::format("gossipd_model_norm {}\n", s.model_norm);
+  header(out, "gossipd_trainer_loss", "gauge",
+         "The training loss a trainer of the node reported last (the mean since its last "
+         "sync; 0 before the first, and from trainers that report none); a NaN, or 10 times "
+         "the first three reports in a row, is divergence.");
+  // Prometheus spells the non-finite values its own way.
+  const double loss = s.trainer_loss;
+  out += fmt::format("gossipd_trainer_loss {}\n", std::isnan(loss)   ? std::string("NaN")
+                                                  : std::isinf(loss) ? (loss > 0 ? "+Inf" : "-Inf")
+                                                                     : fmt::format("{}", loss));
   using T = proto::ipc::Traffic;
   per_peer(out, s, "gossipd_bytes_sent_total",
            "Bytes sent to the peer on the wire, framing included.",

@@ -31,7 +31,8 @@ struct MetricsSnapshot {
   uint64_t ipc_dropped = 0;        // malformed or unexpected messages from trainers
   uint64_t nonfinite_updates = 0;  // contributions with NaN/Inf, repaired (daemon/nonfinite.h)
   uint64_t nonfinite_values = 0;
-  double model_norm = 0;  // after the last round (daemon/divergence.h); 0 before the first
+  double model_norm = 0;    // after the last round (daemon/divergence.h); 0 before the first
+  double trainer_loss = 0;  // the last a trainer reported (Client::report_loss); 0 before
   std::vector<PeerMetrics> peers;
   // Valid peer messages of a kind nothing on the node handles, by kind name (peers/router.h).
   std::vector<std::pair<std::string, uint64_t>> unhandled;

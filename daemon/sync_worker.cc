@@ -131,7 +131,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->round_deadline_ = std::make_unique<RoundDeadline>(
       RoundDeadline::Duration(config.strategy.round_timeout_s),
-      config.strategy.round_timeout_factor,
+      config.strategy.round_timeout_factor_in_force(),
       RoundDeadline::Duration(config.strategy.round_timeout_floor_s));
   w->node_ = config.node_id;
   w->strategy_name_ = config.strategy.name;

@@ -435,8 +435,9 @@ def main(argv=None):
     p.add_argument("--last-lap-timeout", type=float, default=600.0)
     p.add_argument("--loopback", action="store_true", help="no namespaces (and so no partitions)")
     p.add_argument("--gossipd-args", default="",
-                   help="more gossipd flags for every node, e.g. '--dead-after-factor 3 "
-                        "--round-timeout-factor 3' (the adaptive timeouts)")
+                   help="more gossipd flags for every node, e.g. '--dead-after-factor 0 "
+                        "--round-timeout-factor 0' (fixed timeouts; the adaptive ones are "
+                        "gossip's default)")
     o = p.parse_args(argv)
     o.bin = pathlib.Path(o.build) / "bin"
     out = pathlib.Path(o.out)

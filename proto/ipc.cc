@@ -38,7 +38,7 @@ struct Schema<AttachOk> {
 template <>
 struct Schema<Sync> {
   static constexpr const char* kName = "sync";
-  static constexpr std::array<std::string_view, 2> kKeys = {"step", "whole"};
+  static constexpr std::array<std::string_view, 4> kKeys = {"step", "whole", "loss", "losses"};
 };
 template <>
 struct Schema<SyncOk> {
@@ -194,6 +194,7 @@ void pack_value(Packer& pk, uint64_t v) { pk.pack_uint64(v); }
 void pack_value(Packer& pk, uint32_t v) { pk.pack_uint32(v); }
 void pack_value(Packer& pk, int32_t v) { pk.pack_int32(v); }
 void pack_value(Packer& pk, bool v) { v ? pk.pack_true() : pk.pack_false(); }
+void pack_value(Packer& pk, double v) { pk.pack_double(v); }
 
 void pack_value(Packer& pk, const std::vector<uint64_t>& v) {
   pk.pack_array(static_cast<uint32_t>(v.size()));
@@ -263,7 +264,9 @@ void pack_body(Packer& pk, const AttachOk& m) {
               m.slot_offset, m.offsets, m.strategy, m.gradients, m.period, m.post_local, m.step,
               m.initialized, m.fragments, m.overlap);
 }
-void pack_body(Packer& pk, const Sync& m) { pack_fields(pk, Schema<Sync>::kKeys, m.step, m.whole); }
+void pack_body(Packer& pk, const Sync& m) {
+  pack_fields(pk, Schema<Sync>::kKeys, m.step, m.whole, m.loss, m.losses);
+}
 void pack_body(Packer& pk, const SyncOk& m) {
   pack_fields(pk, Schema<SyncOk>::kKeys, m.round, m.step, m.traffic, m.period);
 }
@@ -405,6 +408,20 @@ class FieldReader {
       return Status::ok();
     }
     return not_a(key, "an integer", o);
+  }
+
+  // A float64 (NaN and Inf included: a trainer's loss may be either) or an integer.
+  Status read(std::string_view key, double* out) const {
+    const msgpack::object& o = get(key);
+    if (o.type == msgpack::type::FLOAT64 || o.type == msgpack::type::FLOAT32)
+      *out = o.via.f64;
+    else if (o.type == msgpack::type::POSITIVE_INTEGER)
+      *out = static_cast<double>(o.via.u64);
+    else if (o.type == msgpack::type::NEGATIVE_INTEGER)
+      *out = static_cast<double>(o.via.i64);
+    else
+      return not_a(key, "a number", o);
+    return Status::ok();
   }
 
   Status read(std::string_view key, std::string* out) const {
@@ -587,7 +604,9 @@ Status read_body(const FieldReader& r, AttachOk* m) {
 }
 Status read_body(const FieldReader& r, Sync* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("step", &m->step));
-  return r.read("whole", &m->whole);
+  GOSSIP_RETURN_IF_ERROR(r.read("whole", &m->whole));
+  GOSSIP_RETURN_IF_ERROR(r.read("loss", &m->loss));
+  return r.read("losses", &m->losses);
 }
 Status read_body(const FieldReader& r, SyncOk* m) {
   GOSSIP_RETURN_IF_ERROR(r.read("round", &m->round));

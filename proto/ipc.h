@@ -14,8 +14,8 @@
 namespace gossip::proto::ipc {
 
 // 3: stats_reply's timing, attach_ok's fragments and overlap, sync's whole.
-// 4: sync_ok's period.
-inline constexpr uint32_t kProtocolVersion = 4;
+// 4: sync_ok's period. 5: sync's loss.
+inline constexpr uint32_t kProtocolVersion = 5;
 inline constexpr size_t kMaxIpcMessageBytes = 16u << 20;
 
 // trainer -> daemon: join this node with a model of this layout.
@@ -59,6 +59,11 @@ struct Sync {
   // The whole model whatever the schedule (Client::sync(): the end of a run); a
   // step's sync under streamed syncs covers one fragment.
   bool whole = false;
+  // The trainer's training loss: the mean of the `losses` it reported since its last
+  // sync (Client::report_loss), which the daemon's divergence watch reads; 0 reports:
+  // none (loss is then 0). A NaN or Inf among them makes the mean non-finite.
+  double loss = 0;
+  uint64_t losses = 0;
 };
 
 // trainer -> daemon, gradient strategies only (the arena carries gradients): the

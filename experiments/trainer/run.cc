@@ -196,7 +196,9 @@ int run(const RunOptions& o) {
     const auto step_start = std::chrono::steady_clock::now();
     const float lr = scheduled_lr(o.sgd.lr, o.lr_schedule, step, o.steps);
     if (!exchange.empty()) {
-      window.sum += trainer->compute_gradients();
+      const float loss = trainer->compute_gradients();
+      window.sum += loss;
+      client->report_loss(loss);
       const auto gradients = trainer->model().gradients();
       for (size_t t = 0; t < gradients.size(); ++t)
         std::copy(gradients[t].begin(), gradients[t].end(), exchange[t].begin());
@@ -205,7 +207,9 @@ int run(const RunOptions& o) {
       traffic = counts(stepped->traffic);
       trainer->apply(exchange, lr);
     } else {
-      window.sum += trainer->step(lr);
+      const float loss = trainer->step(lr);
+      window.sum += loss;
+      if (client) client->report_loss(loss);  // the daemon's divergence watch reads it
     }
     if (o.slowdown > 1)
       std::this_thread::sleep_for((std::chrono::steady_clock::now() - step_start) *

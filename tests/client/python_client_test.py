@@ -275,6 +275,34 @@ class ClientApi(unittest.TestCase):
             for net in nets:
                 self.assertTrue(torch.allclose(net.weight.detach(), before - 2.0), net.weight)
 
+    def test_the_closures_loss_reaches_the_daemons_divergence_watch(self):
+        import gossipd
+        import gossipd.torch
+        with Cluster(1, ["--period", "1", "--on-divergence", "stop"]) as c:
+            torch.manual_seed(0)
+            net = torch.nn.Linear(3, 1)
+            att = gossipd.torch.attach_module(gossipd.Client(c.endpoint(0), trainer="t"), net)
+            opt = gossipd.torch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.01), att)
+            x = torch.ones(4, 3)
+            losses = [2.0, 1.5, float("nan")]
+
+            def closure(value):
+                def run():
+                    opt.zero_grad()
+                    loss = net(x).sum() * 0 + value  # the loss the trainer computes, a tensor
+                    loss.backward()
+                    return loss
+                return run
+            for value in losses[:2]:
+                self.assertEqual(float(opt.step(closure(value))), value)
+            # The NaN goes out with this step's sync; the daemon, under --on-divergence
+            # stop, fails that sync and every later one, naming the loss.
+            with self.assertRaises(gossipd.GossipError) as e:
+                opt.step(closure(losses[2]))
+            self.assertIn("the trainers' training loss is nan", e.exception.message)
+            log = (c.dir / "gossipd-0.log").read_text()
+            self.assertIn("step 3: the run diverged: the trainers' training loss is nan", log)
+
     def test_lr_rules(self):
         import gossipd.torch
         self.assertEqual(gossipd.torch.scale_lr(0.1, 8), 0.8)

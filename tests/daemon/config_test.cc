@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -166,6 +167,54 @@ TEST(ConfigFile, MinimalDocumentTakesTheDefaults) {
   EXPECT_EQ(c->strategy.outer.kind, "none");
   EXPECT_DOUBLE_EQ(c->strategy.outer.lr, 1.0);
   EXPECT_DOUBLE_EQ(c->strategy.outer.momentum, 0.9);
+}
+
+// The adaptive timeouts are on by default where a late peer costs a round, not the run.
+TEST(ConfigArgs, TheTimeoutFactorsAreAutoByDefaultAndChosenByTheStrategy) {
+  const std::vector<std::string> base = {
+      "--id",      "0",   "--listen", "tcp://127.0.0.1:7000", "--peer", "1=tcp://127.0.0.1:7001",
+      "--run-dir", "/tmp"};
+  const auto strategy_of = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto c = from_args(args);
+    EXPECT_TRUE(c.is_ok()) << c.status().message();
+    return c.is_ok() ? c->strategy : StrategyConfig{};
+  };
+  StrategyConfig s = strategy_of({"--strategy", "gossip"});
+  EXPECT_TRUE(std::isnan(s.round_timeout_factor)) << "auto";
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), kAutoRoundTimeoutFactor);
+  EXPECT_DOUBLE_EQ(s.dead_after().factor, kAutoDeadAfterFactor);
+  s = strategy_of({"--strategy", "local-sgd"});
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), 0.0) << "a late round fails the ring";
+  s = strategy_of({"--strategy", "local-sgd", "--elastic", "on"});
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), kAutoRoundTimeoutFactor);
+  s = strategy_of({"--strategy", "ps", "--servers", "1"});
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), 0.0);
+  EXPECT_DOUBLE_EQ(s.dead_after().factor, 0.0);
+  // Given, a number is what it says; "auto" can be given too.
+  s = strategy_of(
+      {"--strategy", "gossip", "--round-timeout-factor", "0", "--dead-after-factor", "2"});
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), 0.0);
+  EXPECT_DOUBLE_EQ(s.dead_after().factor, 2.0);
+  s = strategy_of({"--strategy", "local-sgd", "--round-timeout-factor", "4"});
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), 4.0);
+  s = strategy_of(
+      {"--strategy", "gossip", "--round-timeout-factor", "1", "--round-timeout-factor", "auto"});
+  EXPECT_DOUBLE_EQ(s.round_timeout_factor_in_force(), kAutoRoundTimeoutFactor);
+  auto toml = parse_config(
+      std::string(kMinimal) + "\n[strategy]\nround_timeout_factor = \"auto\"\n", "auto.toml");
+  ASSERT_TRUE(toml.is_ok()) << toml.status().message();
+  EXPECT_TRUE(std::isnan(toml->strategy.round_timeout_factor));
+  // NaN is not a way to say auto: the flag takes numbers and the word.
+  for (const char* bad : {"nan", "-1", "automatic"}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--round-timeout-factor", bad});
+    auto c = from_args(args);
+    ASSERT_FALSE(c.is_ok()) << bad;
+    EXPECT_NE(c.status().message().find("a number >= 0, or auto"), std::string::npos)
+        << c.status().message();
+  }
 }
 
 TEST(ConfigFile, SingleNodeClusterIsValid) {

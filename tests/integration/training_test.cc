@@ -209,8 +209,27 @@ TEST(Training, ADivergingRunReportsFailureWithinAHundredStepsNamingTheCause) {
                                       "--ps-optimizer", "momentum", "--ps-lr", "1", "--seed", "1"},
                                      nullptr, nullptr, /*expect_ok=*/false);
   ASSERT_FALSE(json.empty());
-  EXPECT_NE(json.find("the model diverged"), std::string::npos) << json;
+  // The loss (26 at step 30, 11 times its first) or the norm (283 at step 47, 10 times)
+  // says it first.
+  EXPECT_TRUE(json.find("the model diverged: its norm") != std::string::npos ||
+              json.find("the run diverged: the trainers' training loss") != std::string::npos)
+      << json;
   EXPECT_NE(json.find("momentum applied twice"), std::string::npos) << json;
+  std::smatch step;
+  ASSERT_TRUE(std::regex_search(json, step, std::regex(R"(step ([0-9]+): synchronization failed)")))
+      << json;
+  EXPECT_LE(std::stoi(step[1]), 100) << json;
+}
+
+// Synchronous SGD averages gradients: the daemons never hold the model, so only the
+// trainers' loss can tell them the run diverged.
+TEST(Training, ADivergingRunOfGradientsIsNamedByTheTrainersLoss) {
+  auto [json, seconds] =
+      run_cluster({"--nodes", "3", "--strategy", "allreduce", "--lr", "40", "--seed", "1"}, nullptr,
+                  nullptr, /*expect_ok=*/false);
+  ASSERT_FALSE(json.empty());
+  EXPECT_NE(json.find("the run diverged: the trainers' training loss is"), std::string::npos)
+      << json;
   std::smatch step;
   ASSERT_TRUE(std::regex_search(json, step, std::regex(R"(step ([0-9]+): synchronization failed)")))
       << json;

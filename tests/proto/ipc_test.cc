@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <msgpack.hpp>
 #include <random>
@@ -213,7 +214,7 @@ StatsReply sample_stats_reply() {
 std::vector<Message> samples() {
   return {sample_attach(),
           sample_attach_ok(),
-          Sync{UINT64_MAX},
+          Sync{UINT64_MAX, false, 2.302585, 16},
           sample_sync_ok(),
           Detach{},
           DetachOk{},
@@ -269,6 +270,11 @@ void expect_eq(const AttachOk& a, const AttachOk& b) {
 void expect_eq(const Sync& a, const Sync& b) {
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.whole, b.whole);
+  if (std::isnan(b.loss))
+    EXPECT_TRUE(std::isnan(a.loss)) << a.loss;
+  else
+    EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(a.losses, b.losses);
 }
 void expect_eq(const SyncOk& a, const SyncOk& b) {
   EXPECT_EQ(a.round, b.round);
@@ -461,6 +467,21 @@ TEST(Ipc, AWholeSyncRoundTrips) {
   expect_eq(std::get<Sync>(*d), Sync{12, true});
 }
 
+TEST(Ipc, ASyncCarriesANonFiniteLossAsItIs) {
+  // The divergence watch needs the trainer's NaN or Inf, not a stand-in.
+  for (double loss : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    auto d = decode(encode(Sync{3, false, loss, 2}));
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    expect_eq(std::get<Sync>(*d), Sync{3, false, loss, 2});
+  }
+  Val t = tree(Sync{3, false, 1.0, 1});
+  at(t, "loss") = S("low");
+  EXPECT_REFUSED(decode(t), HasSubstr("sync: field 'loss' is not a number (it is a string)"));
+  t = tree(Sync{3, false, 1.0, 1});
+  at(t, "losses") = F(1.5);
+  EXPECT_REFUSED(decode(t), HasSubstr("sync: field 'losses' is not an unsigned integer"));
+}
+
 TEST(Ipc, AttachOkWithNoFragmentsIsRefused) {
   Val t = tree(sample_attach_ok());
   at(t, "fragments") = U(0);
@@ -592,8 +613,11 @@ TEST(Ipc, DuplicateField) {
 // The value of a wrong type for each field: a string where a number is expected and
 // a number where anything else is.
 Val wrong_type(const Val& v) {
-  return std::holds_alternative<uint64_t>(v.v) || std::holds_alternative<int64_t>(v.v) ? S("12")
-                                                                                       : U(12);
+  // A number field takes an integer too (a loss of 2): a string is wrong for it.
+  return std::holds_alternative<uint64_t>(v.v) || std::holds_alternative<int64_t>(v.v) ||
+                 std::holds_alternative<double>(v.v)
+             ? S("12")
+             : U(12);
 }
 
 TEST(Ipc, WrongTypeOfEachField) {

@@ -149,6 +149,12 @@ class Client {
   Status send_bucket(uint64_t offset, uint64_t numel, bool last);
   Result<uint64_t> buckets_answered();
   Result<StepResult> wait_buckets();
+  // The training loss of a step, for the daemon's divergence watch (a NaN, an Inf or a
+  // loss ten times its first is logged there as an error and, with --on-divergence
+  // stop, fails the syncs). The next synchronization carries the mean of the losses
+  // reported since the last one. Optional: a trainer that reports none is watched by
+  // its model's norm alone.
+  void report_loss(double loss);
   // True when the next step() is a synchronization point.
   bool next_step_syncs() const;
   uint64_t steps() const;

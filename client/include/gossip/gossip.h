@@ -61,6 +61,9 @@ int gossip_model(const gossip_client* c, gossip_model_info* out);
 int gossip_model_schedule(const gossip_client* c, uint64_t* fragments, uint64_t* overlap);
 /* 1 when the next gossip_step is a synchronization point, 0 when not, negative on error. */
 int gossip_next_step_syncs(const gossip_client* c);
+/* A step's training loss for the daemon's divergence watch (NaN and Inf included); the
+ * next synchronization carries the mean of those reported since the last. Optional. */
+int gossip_report_loss(gossip_client* c, double loss);
 int gossip_step(gossip_client* c, gossip_step_result* out);
 int gossip_sync(gossip_client* c, gossip_step_result* out);
 /* Once after gossip_attach when `initialized` was 0 and the tensors hold this trainer's

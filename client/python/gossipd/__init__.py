@@ -223,6 +223,9 @@ def _declare(lib):
         lib.gossip_wait_buckets.argtypes = [P, ctypes.POINTER(_StepResult)]
         for f in ("gossip_send_bucket", "gossip_buckets_answered", "gossip_wait_buckets"):
             getattr(lib, f).restype = ctypes.c_int
+    if hasattr(lib, "gossip_report_loss"):  # and before the daemon watched the loss
+        lib.gossip_report_loss.argtypes = [P, ctypes.c_double]
+        lib.gossip_report_loss.restype = ctypes.c_int
     lib.gossip_detach.argtypes = [P]
     lib.gossip_close.argtypes = [P]
     lib.gossip_close.restype = None
@@ -300,6 +303,14 @@ class Client:
         r = _StepResult()
         self._check(call(self._c, ctypes.byref(r)))
         return StepResult(r.step, bool(r.synced), r.round, r.payload_sent, r.payload_recv, r.wire_sent, r.wire_recv)
+
+    def report_loss(self, loss):
+        """A step's training loss (a float or a one-element tensor) for the daemon's
+        divergence watch: a NaN, an Inf or a loss ten times its first is an error there
+        (and fails the syncs under --on-divergence stop). The next synchronization carries
+        the mean of the losses reported since the last one. Optional."""
+        if hasattr(self._lib, "gossip_report_loss"):
+            self._check(self._lib.gossip_report_loss(self._c, float(loss)))
 
     def step(self):
         """Counts one local step; at synchronization points it blocks until the daemon

@@ -413,7 +413,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     It shares the inner optimizer's param_groups (the same dicts) and state, so LR
     schedulers, zero_grad(set_to_none=True) and closures work as on the inner one.
-    step() returns the closure's loss, as every optimizer does; `last` is the client's
+    step() returns the closure's loss, as every optimizer does, and reports it to the
+    daemon's divergence watch (without a closure, report_loss(loss)); `last` is the client's
     StepResult of that step (the node's step, whether it synchronized, traffic).
     The arena's layout is fixed at attach: add_param_group is refused.
 
@@ -477,11 +478,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none=False):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
+    def report_loss(self, loss):
+        """This step's training loss for the daemon's divergence watch (step(closure)
+        reports the closure's by itself); see Client.report_loss."""
+        self.attached.client.report_loss(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+            if loss is not None:
+                self.report_loss(loss)
         if self.attached.gradient_mode:
             if not self._skip_synchronize:
                 self.synchronize()  # averages the gradients (and the buffers)
