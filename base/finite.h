@@ -1,8 +1,12 @@
 #pragma once
-// Whether a block of fp32 holds NaN or ±Inf: the sender's guard (daemon/nonfinite.h)
-// and the receiver's check of every chunk (sgd/overlay/neighbor_exchange.h) both ask.
+// What a block of fp32 holds: NaN or ±Inf, which the sender's guard
+// (daemon/nonfinite.h) and the receiver's check of every chunk
+// (sgd/overlay/neighbor_exchange.h) both ask; its L2 norm, which the divergence watch
+// (daemon/divergence.h) and the elastic ring's check of a result
+// (sgd/membership/peer_ring.h) take.
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -14,6 +18,13 @@ inline bool any_nonfinite(std::span<const float> x) {
   uint32_t bad = 0;
   for (float v : x) bad |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
   return bad != 0;
+}
+
+// In double: a model of a billion parameters sums without losing its small values.
+inline double l2_norm(std::span<const float> x) {
+  double sum = 0;
+  for (const float v : x) sum += static_cast<double>(v) * v;
+  return std::sqrt(sum);
 }
 
 }  // namespace gossip

@@ -21,6 +21,8 @@ enum class Refusal : uint8_t {
   kMalformed,       // a neighbor's chunk that does not fit the round, left out (robust mixing)
   kEndlessMessage,  // a connection cut for holding more than a message's worth of parts
   kForged,          // a sealed ring message that did not open with its link's key
+  kWrongResult,     // an elastic ring's result from a member the rule does not name, or
+                    // out of scale with this node's model (sgd/membership/peer_ring.h)
   kCount,
 };
 
@@ -44,6 +46,8 @@ inline const char* refusal_name(Refusal r) {
       return "endless-message";
     case Refusal::kForged:
       return "forged";
+    case Refusal::kWrongResult:
+      return "wrong-result";
     case Refusal::kCount:
       break;
   }

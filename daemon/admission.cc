@@ -792,10 +792,7 @@ Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point 
     if (cancel && cancel->load()) return Status::closed("join cancelled");
     if (const uint32_t c = coordinator(static_cast<uint64_t>(options_.dead_after.count()));
         now >= next_ask && c != router_.self()) {
-      auto text = std::make_shared<std::vector<std::byte>>(options_.self_endpoint.size());
-      std::memcpy(text->data(), options_.self_endpoint.data(), options_.self_endpoint.size());
-      (void)router_.transport().send_shared(
-          c, 0, proto::Member{proto::Member::kReady, router_.self(), epoch_}, std::move(text));
+      send_member(c, {proto::Member::kReady, router_.self(), epoch_}, options_.self_endpoint);
       next_ask = now + std::chrono::seconds(1);
     }
     if (tick) tick();

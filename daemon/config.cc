@@ -374,7 +374,7 @@ Result<DaemonConfig> config_from_args(int argc, const char* const* argv, const E
 
 double StrategyConfig::round_timeout_factor_in_force() const {
   if (!std::isnan(round_timeout_factor)) return round_timeout_factor;
-  return elastic_ring() || gossip_family() ? kAutoRoundTimeoutFactor : 0.0;
+  return gossip_family() ? kAutoRoundTimeoutFactor : 0.0;
 }
 
 bool StrategyConfig::gossip_family() const {

@@ -67,11 +67,13 @@ struct StrategyConfig {
   double round_timeout_s = 60.0;  // a round that takes longer fails, naming the missing peers
   // > 0: the deadline follows the rounds, this times the longest of the last ones, at
   // least round_timeout_floor_s and at most round_timeout_s (daemon/round_deadline.h).
-  // kAuto: kAutoRoundTimeoutFactor where a round goes on without a late peer (the
-  // gossip family, an elastic ring: a round cut short costs a peer's contribution, not
-  // the run), else 0: a late round of a synchronous ring or a parameter server's pull
-  // fails the run, and a trainer that restarts (loading its framework for many
-  // seconds) must not end it (round_timeout_factor_in_force).
+  // kAuto: kAutoRoundTimeoutFactor for the gossip family, whose round goes on without
+  // a late peer (it costs the peer's contribution, not the run), else 0: a late round
+  // of a synchronous ring or a parameter server's pull fails the run, and a trainer
+  // that restarts (loading its framework for many seconds) must not end it. An
+  // elastic ring's round must hold a first try, a re-form (--dead-after) and a retry:
+  // a deadline of the floor's 5 s failed the churn and partition experiments' rounds
+  // (round_timeout_factor_in_force).
   double round_timeout_factor = kAuto;
   double round_timeout_factor_in_force() const;
   bool gossip_family() const;  // the strategy exchanges with the neighbors of an overlay

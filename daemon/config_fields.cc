@@ -377,8 +377,8 @@ const std::array<Field, 65>& fields() {
                   [](C& c, double v) { c.strategy.round_timeout_s = v; }}},
       {"strategy.round_timeout_factor", "--round-timeout-factor", "F",
        "the round's deadline follows the rounds: F times the longest of the last 64, between "
-       "--round-timeout-floor and --round-timeout; 0: always --round-timeout; auto: 3 where "
-       "a round goes on without a late peer (the gossip family, --elastic on), else 0",
+       "--round-timeout-floor and --round-timeout; 0: always --round-timeout; auto: 3 for the "
+       "gossip family, whose round goes on without a late peer, else 0",
        NumberSpec{{0, true, std::nullopt, /*or_auto=*/true},
                   [](const C& c) { return c.strategy.round_timeout_factor; },
                   [](C& c, double v) { c.strategy.round_timeout_factor = v; }}},

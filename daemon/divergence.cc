@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "base/finite.h"
+
 namespace gossip::daemon {
 namespace {
 
@@ -14,9 +16,7 @@ constexpr const char* kLikelyCause =
 }  // namespace
 
 std::optional<std::string> DivergenceWatch::observe(std::span<const float> model, uint64_t round) {
-  double sum = 0;
-  for (const float v : model) sum += static_cast<double>(v) * v;
-  norm_ = std::sqrt(sum);
+  norm_ = l2_norm(model);
   if (first_ == 0) {
     first_ = norm_;  // a zero model (not started yet) waits for a later round
     return std::nullopt;

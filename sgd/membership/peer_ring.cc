@@ -272,17 +272,25 @@ void PeerRing::absorb(const peers::Incoming& in) {
             in.peer, fmt::format("a ring result of round {}, while this node runs round {}", round,
                                  fetch_->round));
       }
-      if (fetch_ && round >= fetch_->round &&
-          (!fetch_->from || (*fetch_->from == in.peer && round == fetch_->of_round)) &&
-          h.offset == fetch_->got && h.numel <= fetch_->numel - fetch_->got &&
-          in.payload.size() == h.numel * sizeof(float)) {
-        if (fetched_.size() != fetch_->numel) fetched_.assign(fetch_->numel, 0.0f);
-        fetch_->from = in.peer;
-        fetch_->of_round = round;
-        std::memcpy(fetched_.data() + h.offset, in.payload.data(), in.payload.size());
-        fetch_->got += h.numel;
+      if (!fetch_ || round < fetch_->round) return;  // late copies are harmless
+      auto copy = fetch_->copies.find(in.peer);
+      if (copy == fetch_->copies.end()) {
+        if (h.offset != 0) return;  // the rest of a copy whose start was dropped
+        if (fetch_->copies.size() >= kMaxResultCopies) {
+          count_refusal(Refusal::kWrongResult);
+          return control_.note_dropped(
+              in.peer, fmt::format("a ring result of round {}, from a third sender", round));
+        }
+        copy = fetch_->copies.emplace(in.peer, ResultCopy{round, 0, {}}).first;
       }
-      return;  // late or duplicate copies are harmless
+      ResultCopy& c = copy->second;
+      if (round == c.of_round && h.offset == c.got && h.numel <= fetch_->numel - c.got &&
+          in.payload.size() == h.numel * sizeof(float)) {
+        if (c.values.size() != fetch_->numel) c.values.assign(fetch_->numel, 0.0f);
+        std::memcpy(c.values.data() + h.offset, in.payload.data(), in.payload.size());
+        c.got += h.numel;
+      }
+      return;  // duplicates, and chunks out of order, are dropped
     }
     default:  // heartbeats: the transport notes when a peer was heard
       return;
@@ -561,7 +569,7 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
   next_round_ = round;
   if (!options_.elastic) return attempt(data, round, options);
   started_ = true;
-  fetch_ = Fetch{round, data.size(), std::nullopt, 0, 0};
+  fetch_ = Fetch{round, data.size(), {}};
   struct Clear {
     std::optional<Fetch>& f;
     ~Clear() { f.reset(); }
@@ -716,9 +724,14 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
     return {};
   }
   // Members behind the freshest round (they lost it to the break, or were down) get
-  // its result from the lowest-id member that completed it, so that exactly one sends.
+  // its result from the lowest-id member that completed it, so that exactly one sends;
+  // they take it from that member only (finish_reform). The freshest round is the
+  // freshest believable one, as there: a claim past this node's is believed only when
+  // the median member makes it.
+  const uint64_t median = lower_median(change.next_rounds);
   uint64_t freshest = next_round_;
-  for (const auto& [id, next] : change.next_rounds) freshest = std::max(freshest, next);
+  for (const auto& [id, next] : change.next_rounds)
+    if (next <= next_round_ || next <= median) freshest = std::max(freshest, next);
   if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest)
     return change.next_rounds;
   for (const auto& [id, next] : change.next_rounds)
@@ -761,41 +774,72 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
                    round, id, next, median);
     }
   if (completed_elsewhere) {
+    // The member that sends the result, by the senders' rule (apply_view): the lowest
+    // id at the freshest believable round.
+    uint64_t freshest = 0;
+    for (const auto& [id, next] : next_rounds)
+      if (next <= round + 1 || next <= median) freshest = std::max(freshest, next);
+    std::optional<uint32_t> sender;
+    for (const auto& [id, next] : next_rounds)  // by id
+      if (next == freshest) {
+        sender = id;
+        break;
+      }
+    const auto complete = [&] {
+      auto c = sender ? fetch_->copies.find(*sender) : fetch_->copies.end();
+      return c != fetch_->copies.end() && c->second.got == data.size();
+    };
     const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
-    while (fetch_->got < data.size() && Clock::now() < give_up && !cancelled())
+    while (!complete() && Clock::now() < give_up && !cancelled())
       router_.poll(std::min(until(give_up), std::chrono::milliseconds(20)));
-    const bool plausible = fetch_->of_round == round || fetch_->of_round < median;
-    if (fetch_->got == data.size() && (!plausible || any_nonfinite(fetched_))) {
-      count_refusal(plausible ? Refusal::kNonFinite : Refusal::kFarRound);
-      spdlog::warn("round {}: the result of round {} from peer {} is not taken ({})", round,
-                   fetch_->of_round, *fetch_->from,
-                   plausible ? "it holds NaN or Inf" : "further than the median member");
-      fetch_->got = 0;
+    for (const auto& [from, copy] : fetch_->copies) {
+      if (from == sender) continue;
+      count_refusal(Refusal::kWrongResult);
+      spdlog::warn("round {}: a result of round {} from peer {} is not taken: peer {} sends it",
+                   round, copy.of_round, from, sender ? fmt::format("{}", *sender) : "none");
     }
-    if (fetch_->got == data.size()) {
-      std::copy(fetched_.begin(), fetched_.end(), data.begin());
-      std::vector<float>().swap(
-          fetched_);  // a model's worth, needed again only after another break
-      if (fetch_->of_round == round) {
+    std::optional<ResultCopy> taken;
+    if (complete()) {
+      taken = std::move(fetch_->copies.at(*sender));
+      const bool plausible = taken->of_round == round || taken->of_round < median;
+      const double own = l2_norm(data), theirs = l2_norm(taken->values);
+      std::string why;
+      if (!plausible) {
+        count_refusal(Refusal::kFarRound);
+        why = "further than the median member";
+      } else if (any_nonfinite(taken->values)) {
+        count_refusal(Refusal::kNonFinite);
+        why = "it holds NaN or Inf";
+      } else if (own > 0 && theirs > kMaxResultGrowth * own) {
+        count_refusal(Refusal::kWrongResult);
+        why = fmt::format("its norm is {:.4g}, {:.3g} times this node's model's", theirs,
+                          theirs / own);
+      }
+      if (!why.empty()) {
+        spdlog::warn("round {}: the result of round {} from peer {} is not taken ({})", round,
+                     taken->of_round, *sender, why);
+        taken.reset();
+      }
+    }
+    fetch_->copies.clear();  // a model's worth each, needed again only after another break
+    if (taken) {
+      std::copy(taken->values.begin(), taken->values.end(), data.begin());
+      if (taken->of_round == round) {
         spdlog::info(
             "round {}: took the result of peer {}, which completed the round before the ring broke",
-            round, *fetch_->from);
+            round, *sender);
       } else {
         spdlog::info(
             "round {}: took the result of round {} from peer {}: the ring is ahead, catching up",
-            round, fetch_->of_round, *fetch_->from);
-        jump_to_ = fetch_->of_round + 1;
+            round, taken->of_round, *sender);
+        jump_to_ = taken->of_round + 1;
       }
       *took = true;
     } else {
       spdlog::warn(
-          "round {}: a member completed it before the break, but its result did not arrive within "
-          "{} ms; "
-          "running the round again",
+          "round {}: a member completed it before the break, but no result of it was taken "
+          "within {} ms; running the round again",
           round, options_.reform_wait.count());
-      fetch_->from.reset();
-      fetch_->got = 0;
-      fetch_->of_round = 0;
     }
   }
   return cancelled() ? Status::closed("ring: cancelled") : Status::ok();

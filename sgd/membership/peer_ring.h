@@ -216,19 +216,32 @@ class PeerRing final : public AllReduce, public Membership {
   bool has_result_ = false;
   std::map<uint32_t, uint64_t> behind_;  // members heard in the last re-forming -> next round
   // A result this node may receive, set for the whole of an elastic round: a member
-  // can send it as soon as it heard our probe, before we finish re-forming.
+  // can send it as soon as it heard our probe, before we finish re-forming, so the
+  // copies are kept by sender until the view says which one the rule names (the
+  // lowest id among the members that completed the freshest round, as the senders
+  // decide). Taking the first copy that came let any member plant a result: a scaled
+  // model was averaged in as the round's (finding 18 of docs/security.md).
+  struct ResultCopy {
+    uint64_t of_round = 0;  // the round of the result, from its first chunk
+    uint64_t got = 0;       // elements received, in order
+    std::vector<float> values;
+  };
   struct Fetch {
     uint64_t round = 0;  // the round this node runs; a later result is taken too (it caught up)
     size_t numel = 0;
-    std::optional<uint32_t> from;  // the first sender; copies of others are ignored
-    uint64_t of_round = 0;         // the round of the result being received
-    uint64_t got = 0;
+    std::map<uint32_t, ResultCopy> copies;  // by sender, at most kMaxResultCopies
   };
   std::optional<Fetch> fetch_;
   static constexpr uint64_t kMaxResultLead = 64;  // rounds a result may be ahead of this node's
+  // Senders whose copies are kept: the one the rule names and one liar that came first;
+  // a third sender's copy is dropped (each is a model's worth of memory).
+  static constexpr size_t kMaxResultCopies = 2;
+  // A result whose norm is more than this times the node's own model's is refused: the
+  // members' models were averaged a round ago and moved by a few local steps since, so
+  // their mean's norm is close to every member's (at most the largest of them).
+  static constexpr double kMaxResultGrowth = 2.0;
   static uint64_t lower_median(const std::map<uint32_t, uint64_t>& next_rounds);
-  std::vector<float> fetched_;  // its values, allocated when the first chunk arrives
-  uint64_t jump_to_ = 0;        // the next round after taking a later round's result
+  uint64_t jump_to_ = 0;  // the next round after taking a later round's result
   // A merge's first round, until a round over the union completes; its news for the owner.
   std::optional<uint64_t> merge_round_;
   bool merge_news_ = false;

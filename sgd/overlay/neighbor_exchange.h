@@ -176,6 +176,7 @@ class NeighborExchange final : public Membership {
   ExchangeLimits limits_;
   uint64_t layout_ = 0;
   std::vector<bool> absent_;          // per transport peer
+  std::vector<bool> send_failing_;    // per transport peer: its last send failed (said once)
   std::vector<bool> left_;            // per transport peer: said bye, and nothing since
   std::vector<bool> ever_delivered_;  // per transport peer
   std::vector<uint64_t> newest_;      // per transport peer: 1 + the newest round it sent a chunk of

@@ -346,7 +346,8 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   EXPECT_EQ(answer->round(), 3u) << "its next round";
   EXPECT_EQ(answer->as<proto::RingProbe>().epoch, 0u) << "the epoch it leaves";
   std::vector<float> result(100);
-  for (size_t k = 0; k < result.size(); ++k) result[k] = 0.5f * static_cast<float>(k);
+  // In scale with node 0's own model (a mean of the members' models is): at most twice its norm.
+  for (size_t k = 0; k < result.size(); ++k) result[k] = 1.0f + 0.01f * static_cast<float>(k);
   OutgoingModel m;
   m.kind = proto::Kind::kStateChunk;
   ASSERT_TRUE(m.encode(result, 1, 3, 16, {}));
@@ -439,6 +440,57 @@ TEST(ElasticPeerRing, OneMembersFarFutureResultIsNotTaken) {
   EXPECT_EQ(x, std::vector<float>(100, 1.0f)) << st.message();
   EXPECT_GE(refusals(Refusal::kFarRound), refused_before + 2)
       << "the far result and the far claim, counted";
+}
+
+// Finding 18 of docs/security.md: node 0 took the first result that came, so a member
+// that completed the round too, but is not the one the senders' rule names, planted a
+// scaled model as the round's result. Now the copy of the named member (the lowest id
+// at the freshest round, node 1 here) is taken, and only if its norm is in scale with
+// node 0's own model.
+TEST(ElasticPeerRing, AResultIsTakenOnlyFromTheMemberTheRuleNamesAndInScale) {
+  std::vector<float> result(100);
+  for (size_t k = 0; k < result.size(); ++k) result[k] = 0.5f + 0.01f * static_cast<float>(k);
+  std::vector<float> scaled = result;
+  for (float& v : scaled) v *= 1e4f;
+  const auto send = [](peers::ZmqTransport& t, std::vector<float> values) {
+    OutgoingModel m;
+    m.kind = proto::Kind::kStateChunk;
+    ASSERT_TRUE(m.encode(values, 1, 3, 16, {}));
+    ASSERT_TRUE(m.send(t, 0, kLayout));
+  };
+  const auto round_with = [&](const std::vector<float>& from2, const std::vector<float>* from1,
+                              Status* st) {
+    ElasticNode node(1s, 64);
+    Trio& trio = node.trio;
+    std::vector<float> x(100, 1.0f);
+    std::jthread round([&] {
+      CollectiveOptions o;
+      o.deadline = Clock::now() + 5s;
+      *st = node.ring->all_reduce_mean(x, 3, o);
+    });
+    std::this_thread::sleep_for(200ms);
+    // Both completed round 3; node 2's copy comes first.
+    send(*trio.t[2], from2);
+    std::this_thread::sleep_for(100ms);
+    if (from1) send(*trio.t[1], *from1);
+    trio.probe(1, 0, 4);
+    trio.probe(2, 0, 4);
+    round.join();
+    return x;
+  };
+  const uint64_t wrong_before = refusals(Refusal::kWrongResult);
+  Status st;
+  std::vector<float> x = round_with(scaled, &result, &st);
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(x, result) << "node 1's result, not node 2's that came first";
+  EXPECT_GE(refusals(Refusal::kWrongResult), wrong_before + 1) << "node 2's copy, counted";
+
+  // The named member sends a scaled result: refused; nodes 1 and 2 never announce a
+  // ring, so node 0 runs the round again alone, or fails it: its model is its own.
+  const uint64_t before = refusals(Refusal::kWrongResult);
+  x = round_with(result, &scaled, &st);
+  EXPECT_EQ(x, std::vector<float>(100, 1.0f)) << st.message();
+  EXPECT_GE(refusals(Refusal::kWrongResult), before + 2) << "the scaled copy and node 2's";
 }
 
 }  // namespace
