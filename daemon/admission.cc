@@ -158,7 +158,8 @@ std::vector<Checkpoint::Member> Admission::members() const {
   return out;
 }
 
-void Admission::remember(std::vector<Checkpoint::Member> members) {
+void Admission::remember(std::vector<Checkpoint::Member> members,
+                         const std::vector<uint32_t>& forgotten) {
   std::sort(members.begin(), members.end(), [](auto& a, auto& b) { return a.id < b.id; });
   for (const auto& m : members) {
     const std::string what = fmt::format("the checkpoint's member {} ({})", m.id, m.endpoint);
@@ -179,6 +180,15 @@ void Admission::remember(std::vector<Checkpoint::Member> members) {
     }
     spdlog::info("{} joined by seeds before this node restarted: a member again", what);
     if (m.first_round > 0) set_round(joined_.back(), m.first_round);
+  }
+  const auto& peers = router_.peers();
+  for (const uint32_t id : forgotten) {
+    if (id == router_.self() ||
+        std::none_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
+      continue;
+    forgotten_.insert(id);
+    spdlog::info("node {} stays forgotten (the checkpoint): it does not count toward the majority",
+                 id);
   }
 }
 

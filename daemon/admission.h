@@ -106,8 +106,10 @@ class Admission {
   // its checkpoint keeps.
   std::vector<Checkpoint::Member> members() const;
   // After a restart from a checkpoint: its members are known again (those this node
-  // does not know yet, checked as a member's add is).
-  void remember(std::vector<Checkpoint::Member> members);
+  // does not know yet, checked as a member's add is), and those it had forgotten stay
+  // forgotten (members of this node's list only).
+  void remember(std::vector<Checkpoint::Member> members,
+                const std::vector<uint32_t>& forgotten = {});
 
   // Moves join-requests on once the members answered (the router's after-poll hook).
   void tick();

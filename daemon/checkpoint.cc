@@ -39,7 +39,7 @@ void append_floats(std::string& out, const std::vector<float>& v) {
 Status write_checkpoint(const std::string& path, const Checkpoint& c) {
   msgpack::sbuffer header;
   msgpack::packer<msgpack::sbuffer> pk(header);
-  pk.pack_map(c.members.empty() ? 8 : 9);
+  pk.pack_map(8 + (c.members.empty() ? 0 : 1) + (c.forgotten.empty() ? 0 : 1));
   pk.pack("node"), pk.pack(c.node);
   pk.pack("strategy"), pk.pack(c.strategy);
   pk.pack("layout"), pk.pack(c.layout);
@@ -65,6 +65,7 @@ Status write_checkpoint(const std::string& path, const Checkpoint& c) {
       if (!m.public_key.empty()) pk.pack(m.public_key);
     }
   }
+  if (!c.forgotten.empty()) pk.pack("forgotten"), pk.pack(c.forgotten);
 
   std::string bytes(kMagic, sizeof kMagic);
   const uint64_t hlen = header.size();
@@ -130,6 +131,12 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
         c.members.push_back({m[0].as<uint32_t>(), m[1].as<std::string>(), m[2].as<uint64_t>(),
                              m.size() == 4 ? m[3].as<std::string>() : std::string()});
       }
+    }
+    if (m.count("forgotten")) {
+      c.forgotten = field("forgotten").as<std::vector<uint32_t>>();
+      if (c.forgotten.size() > kMaxCheckpointMembers)
+        throw std::runtime_error(fmt::format("{} forgotten members (at most {})",
+                                             c.forgotten.size(), kMaxCheckpointMembers));
     }
   } catch (const std::exception& e) {
     return bad(fmt::format("malformed header: {}", e.what()));

@@ -4,7 +4,8 @@
 //
 // File: "GSPCKPT1", a little-endian u64 header length, a msgpack header {node,
 // strategy, layout, round, step, numel, tensors: [[name, numel]..], scalars: {name:
-// f64}, and, where nodes joined by seeds, members: [[id, endpoint, first round]..]},
+// f64}, and, where nodes joined by seeds, members: [[id, endpoint, first round]..],
+// and where members were forgotten (gossipctl forget), forgotten: [id..]},
 // the model and then each state tensor as raw fp32, and a CRC-32 (zlib) of
 // everything before it. Written to a temporary file, synced and renamed over the old
 // one, so a crash at any moment leaves the old checkpoint or the new one.
@@ -35,6 +36,9 @@ struct Checkpoint {
     std::string public_key = {};  // under CURVE (Z85)
   };
   std::vector<Member> members;
+  // The members forgotten for good (gossipctl forget): they no longer count toward the
+  // majority after a restart from this checkpoint either.
+  std::vector<uint32_t> forgotten;
 };
 inline constexpr size_t kMaxCheckpointMembers = 4096;
 

@@ -126,7 +126,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   w->joined_by_seeds_ = !config.join.empty();
   w->period_ = std::max<uint64_t>(config.strategy.period, 1);
   w->admission_ = std::make_unique<Admission>(*w->router_, std::move(ao));
-  if (resume) w->admission_->remember(resume->members);
+  if (resume) w->admission_->remember(resume->members, resume->forgotten);
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
   w->round_deadline_ = std::make_unique<RoundDeadline>(
@@ -637,6 +637,7 @@ void SyncWorker::after_round(std::span<const float> model, uint64_t ran, uint64_
   last_->model.assign(model.begin(), model.end());
   last_->state = strategy_->save_state();
   last_->members = admission_->members();
+  last_->forgotten.assign(admission_->forgotten().begin(), admission_->forgotten().end());
   last_written_ = false;
   if (checkpoint_every_ != 0 && (ran + 1) % checkpoint_every_ == 0) write_checkpoint_now();
 }

@@ -98,6 +98,18 @@ TEST_F(CheckpointFile, KeepsTheMembersThatJoinedBySeeds) {
   EXPECT_EQ(r->members[1].endpoint, "tcp://[::1]:7005");
   EXPECT_EQ(r->members[1].public_key, key) << "under CURVE its key";
   EXPECT_EQ(r->model, c.model);
+  EXPECT_TRUE(r->forgotten.empty());
+}
+
+TEST_F(CheckpointFile, KeepsTheMembersForgottenForGood) {
+  Checkpoint c = sample();
+  c.forgotten = {3, 7};
+  ASSERT_TRUE(write_checkpoint(path_, c));
+  auto r = read_checkpoint(path_);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->forgotten, (std::vector<uint32_t>{3, 7}));
+  EXPECT_TRUE(r->members.empty());
+  EXPECT_EQ(r->model, c.model);
 }
 
 TEST_F(CheckpointFile, ReplacesTheOldOneWhole) {

@@ -340,6 +340,43 @@ TEST(Churn, ForgottenMembersNoLongerCountTowardTheMajority) {
   EXPECT_NE(joiner.log().find("joined as node 5 of"), std::string::npos) << joiner.log();
 }
 
+// A forget lasts past a restart: the daemon's checkpoint keeps the members it forgot,
+// and one restarted from it does not count them toward the majority again (it did
+// before: a restarted member took every node of its peer list for a member).
+TEST(Churn, ADaemonRestartedFromItsCheckpointKeepsTheMembersItForgot) {
+  const ScratchDir scratch("gossip-ckpt-forgot-");
+  const auto flags = ring_flags({"--strategy", "gossip", "--checkpoint-every", "1"});
+  Cluster cluster(3, flags);
+  for (int i : {0, 1})
+    cluster.set_node_flags(
+        i, {"--checkpoint", (scratch.path / ("node-" + std::to_string(i) + ".ckpt")).string()});
+  cluster.start_all();
+  auto nodes = attach_all(cluster, 3, [](int i, size_t) { return static_cast<float>(i); });
+  ASSERT_EQ(nodes.size(), 3u);
+  std::vector<Node*> all = {nodes[0].get(), nodes[1].get(), nodes[2].get()};
+  sync_rounds(all, 2);
+  // Node 2 dies for good; once no member hears it, node 0 has it forgotten.
+  cluster.daemon(2).signal(SIGKILL);
+  ASSERT_GE(cluster.daemon(2).wait(std::chrono::seconds(5)), 0);
+  nodes[2].reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past --dead-after 1
+  ChildProcess forget({binary("gossipctl"), "forget", "2", "--node", cluster.ipc_endpoint(0)},
+                      cluster.run_dir() / "forget.log");
+  ASSERT_EQ(forget.wait(std::chrono::seconds(20)), 0) << forget.log() << cluster.log(0);
+  all = {nodes[0].get(), nodes[1].get()};
+  sync_rounds(all, 3);  // a checkpoint after each, the forget in it
+  ASSERT_FALSE(HasFailure());
+  nodes.clear();
+  cluster.daemon(0).signal(SIGTERM);
+  ASSERT_EQ(cluster.daemon(0).wait(std::chrono::seconds(10)), 0) << cluster.log(0);
+  cluster.start(0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!log_has(cluster, 0, "node 2 stays forgotten (the checkpoint)") &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(log_has(cluster, 0, "node 2 stays forgotten (the checkpoint)")) << cluster.log(0);
+}
+
 // A member that misses the add of a joined node while it lives (a partition, a lost
 // message; node 3 runs gossipd-byzantine deaf-to-adds, which drops every add until it
 // asks for them) learns of it from the next message of a member that knows it: every
