@@ -243,8 +243,16 @@ class Cluster:
                     if i in self.dead:
                         continue
                     if p and p.poll() not in (None, 0) and not (down and down[0] == i):
+                        # The logs go with the run's directory, often a temporary
+                        # one: their ends travel in the error, so a failure in CI
+                        # can be read afterwards.
+                        tails = "".join(
+                            f"\n--- {name} (last lines)\n" + "\n".join(
+                                (self.out / name).read_text(errors="replace").splitlines()[-12:])
+                            for name in (f"trainer-{i}.log", f"gossipd-{i}.log")
+                            if (self.out / name).exists())
                         raise RuntimeError(f"trainer {i} failed with {p.returncode}; see "
-                                           f"{self.out / f'trainer-{i}.log'}")
+                                           f"{self.out / f'trainer-{i}.log'}{tails}")
                 if down is None and joined == joins and all(
                         p and p.poll() == 0 for i, p in enumerate(self.trainers[:self.o.nodes + joins])
                         if i not in self.dead):
