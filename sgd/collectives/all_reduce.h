@@ -40,6 +40,11 @@ struct CollectiveOptions {
   std::chrono::steady_clock::time_point deadline;
   const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the operation
   Compression compression;
+  // The data is each node's change since the last round (local SGD's outer step) or
+  // its gradients, not its model: an elastic ring does not bound a result's norm by the
+  // node's own then (a mean of changes may be larger than a small one;
+  // sgd/membership/peer_ring.h).
+  bool deltas = false;
 };
 
 class AllReduce {

@@ -810,7 +810,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
       } else if (any_nonfinite(taken->values)) {
         count_refusal(Refusal::kNonFinite);
         why = "it holds NaN or Inf";
-      } else if (own > 0 && theirs > kMaxResultGrowth * own) {
+      } else if (!options.deltas && own > 0 && theirs > kMaxResultGrowth * own) {
         count_refusal(Refusal::kWrongResult);
         why = fmt::format("its norm is {:.4g}, {:.3g} times this node's model's", theirs,
                           theirs / own);

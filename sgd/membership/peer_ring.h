@@ -238,7 +238,9 @@ class PeerRing final : public AllReduce, public Membership {
   static constexpr size_t kMaxResultCopies = 2;
   // A result whose norm is more than this times the node's own model's is refused: the
   // members' models were averaged a round ago and moved by a few local steps since, so
-  // their mean's norm is close to every member's (at most the largest of them).
+  // their mean's norm is close to every member's (at most the largest of them). Not
+  // for deltas (CollectiveOptions::deltas): a mean of changes may well be larger than
+  // one node's small change.
   static constexpr double kMaxResultGrowth = 2.0;
   static uint64_t lower_median(const std::map<uint32_t, uint64_t>& next_rounds);
   uint64_t jump_to_ = 0;  // the next round after taking a later round's result

@@ -23,6 +23,7 @@ Status SynchronousSgd::synchronize(std::span<float> gradients, uint64_t round,
     }
     options.compression = {codec_, residual, pool_};
   }
+  options.deltas = true;  // gradients: no norm of a model to bound a result by
   return all_reduce_.all_reduce_mean(gradients, round, options);
 }
 

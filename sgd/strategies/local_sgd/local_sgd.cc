@@ -201,6 +201,7 @@ Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,
     residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, model.size());
   CollectiveOptions opts = options;
   if (!round_options.uncompressed) opts.compression = {codec_, residual_.get(), pool_};
+  opts.deltas = true;
   GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
   apply(model, delta_, previous_, momentum_);
   return Status::ok();
@@ -243,6 +244,7 @@ Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, ui
     residual = std::make_unique<compression::ErrorFeedback>(*codec_, n);
   CollectiveOptions opts = options;
   opts.compression = {codec_, residual.get(), pool_};
+  opts.deltas = true;
   GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(delta_, round, opts));
   apply(model, delta_, previous, momentum);
   return Status::ok();
