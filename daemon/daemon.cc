@@ -746,10 +746,9 @@ void Daemon::watch_divergence() {
 }
 
 void Daemon::watch_loss(double loss, uint64_t step) {
+  gauge_trainer_loss_.store(loss, std::memory_order_relaxed);  // shown with the watch off too
   if (config_.strategy.on_divergence == "off") return;
-  auto reason = divergence_.observe_loss(loss, step);
-  gauge_trainer_loss_.store(loss, std::memory_order_relaxed);
-  if (reason) report_divergence();
+  if (divergence_.observe_loss(loss, step)) report_divergence();
 }
 
 void Daemon::report_divergence() {

@@ -488,7 +488,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-            if loss is not None:
+            # A closure may return anything; a scalar is a loss.
+            if isinstance(loss, (int, float)) or (isinstance(loss, torch.Tensor) and loss.numel() == 1):
                 self.report_loss(loss)
         if self.attached.gradient_mode:
             if not self._skip_synchronize:
