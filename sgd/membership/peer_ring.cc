@@ -325,6 +325,15 @@ uint64_t PeerRing::lower_median(const std::map<uint32_t, uint64_t>& next_rounds)
   return v[(v.size() - 1) / 2];
 }
 
+uint64_t PeerRing::freshest_believed(const std::map<uint32_t, uint64_t>& next_rounds,
+                                     uint64_t up_to) {
+  const uint64_t median = lower_median(next_rounds);
+  uint64_t freshest = 0;
+  for (const auto& [id, next] : next_rounds)
+    if (next <= up_to || next <= median) freshest = std::max(freshest, next);
+  return freshest;
+}
+
 void PeerRing::drop_channel() { drop(kRingLinks | kMeshLinks); }
 
 void PeerRing::drop(int which) {
@@ -728,10 +737,8 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   // they take it from that member only (finish_reform). The freshest round is the
   // freshest believable one, as there: a claim past this node's is believed only when
   // the median member makes it.
-  const uint64_t median = lower_median(change.next_rounds);
-  uint64_t freshest = next_round_;
-  for (const auto& [id, next] : change.next_rounds)
-    if (next <= next_round_ || next <= median) freshest = std::max(freshest, next);
+  const uint64_t freshest =
+      std::max(next_round_, freshest_believed(change.next_rounds, next_round_));
   if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest)
     return change.next_rounds;
   for (const auto& [id, next] : change.next_rounds)
@@ -776,9 +783,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
   if (completed_elsewhere) {
     // The member that sends the result, by the senders' rule (apply_view): the lowest
     // id at the freshest believable round.
-    uint64_t freshest = 0;
-    for (const auto& [id, next] : next_rounds)
-      if (next <= round + 1 || next <= median) freshest = std::max(freshest, next);
+    const uint64_t freshest = freshest_believed(next_rounds, round + 1);
     std::optional<uint32_t> sender;
     for (const auto& [id, next] : next_rounds)  // by id
       if (next == freshest) {

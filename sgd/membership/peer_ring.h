@@ -243,6 +243,11 @@ class PeerRing final : public AllReduce, public Membership {
   // one node's small change.
   static constexpr double kMaxResultGrowth = 2.0;
   static uint64_t lower_median(const std::map<uint32_t, uint64_t>& next_rounds);
+  // The freshest round the members claim that is believed: at most `up_to`, or at most
+  // the median member's (one member's word does not move it further). The senders of a
+  // lost round's result and its receivers name the sender by it alike.
+  static uint64_t freshest_believed(const std::map<uint32_t, uint64_t>& next_rounds,
+                                    uint64_t up_to);
   uint64_t jump_to_ = 0;  // the next round after taking a later round's result
   // A merge's first round, until a round over the union completes; its news for the owner.
   std::optional<uint64_t> merge_round_;
