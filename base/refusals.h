@@ -16,7 +16,8 @@ enum class Refusal : uint8_t {
   kBadWeight,       // a push-sum weight that is not finite, below 1e-30 or above the node count
   kNonFinite,       // a peer's contribution with NaN or Inf
   kClipped,         // a contribution pulled back to the clipping radius
-                    // (sgd/strategies/push_sum/centered_clip.h)
+                    // (sgd/strategies/push_sum/centered_clip.h), or a ring chunk to
+                    // its contributors' norms (sgd/collectives/ring_all_reduce.h)
   kFarRound,        // a round too far ahead to buffer, or to skip ahead to on one peer's word
   kMalformed,       // a neighbor's chunk that does not fit the round, left out (robust mixing)
   kEndlessMessage,  // a connection cut for holding more than a message's worth of parts

@@ -190,6 +190,25 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
         fmt::format("the {} all-reduce runs over the tcp transport (strategy local-sgd or "
                     "allreduce, transport tcp or auto), not strategy {} with transport {}",
                     c.strategy.allreduce_algorithm, c.strategy.name, c.strategy.transport));
+  if (c.strategy.clip == "on" && !strategy->takes("clip"))
+    return key_error(o, "strategy.clip",
+                     fmt::format("clipped mixing is not for strategy {} (only for: {})",
+                                 c.strategy.name, strategies_taking("clip")));
+  if (c.strategy.clip == "on" && strategy->fabric == sgd::Fabric::kAllReduce) {
+    // The ring's robust mode bounds fp32 partial sums hop by hop (ring_all_reduce.h).
+    const auto why = [&](const std::string& what) {
+      return key_error(o, "strategy.clip", "the ring's robust mode " + what);
+    };
+    if (!over_ring)
+      return why(fmt::format("runs over the ring (transport tcp, rdma or auto), not transport {}",
+                             c.strategy.transport));
+    if (mesh_algorithm)
+      return why(
+          fmt::format("runs on the ring, not the {} all-reduce", c.strategy.allreduce_algorithm));
+    if (auto codec = compression::make_codec(c.strategy.codec);
+        codec && codec->codec->id() != proto::CodecId::kNone)
+      return why(fmt::format("bounds uncompressed rounds, and the codec is {}", c.strategy.codec));
+  }
   if (c.strategy.sparse_allreduce == "reduce-scatter") {
     // Said outright, it must be what runs: not quietly an all-gather.
     auto codec = compression::make_codec(c.strategy.codec);
@@ -291,10 +310,6 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                        fmt::format("{} needs node ids 0..n-1: {}", c.strategy.name, st.message()));
     auto topology = peers::make_topology(c.topology_spec(), c.nodes(), c.seed);
     if (!topology) return key_error(o, "strategy.topology", topology.status().message());
-    if (c.strategy.clip == "on" && !strategy->takes("clip"))
-      return key_error(o, "strategy.clip",
-                       fmt::format("clipped mixing is not for strategy {} (only for: {})",
-                                   c.strategy.name, strategies_taking("clip")));
     if (c.strategy.trim > 0) {
       // Every round must leave at least one value per coordinate after trimming.
       for (uint64_t r = 0; r < ((*topology)->time_varying() ? 64u : 1u); ++r) {

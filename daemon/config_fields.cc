@@ -549,9 +549,12 @@ const std::array<Field, 65>& fields() {
                    [](const C& c) -> uint64_t { return c.strategy.trim; },
                    [](C& c, uint64_t v) { c.strategy.trim = v; }}},
       {"strategy.clip", "--clip", "off|on",
-       "push-sum: robust mixing for untrusted peers; a neighbor's model further from the node's "
-       "than 4 times the median distance of recent ones is pulled back to that radius "
-       "(CenteredClip; exact mass conservation is given up)",
+       "robust averaging for untrusted peers. push-sum: a neighbor's model further from the "
+       "node's than 4 times the median distance of recent ones is pulled back to that radius "
+       "(CenteredClip; exact mass conservation is given up). allreduce and local-sgd over the "
+       "ring: each node's change (gradients; local SGD's change since the last sync) is clipped, "
+       "chunk by chunk, to twice the median of the nodes' norms, which they exchange first, and "
+       "every partial sum is held to its contributors' norms (uncompressed only)",
        TextSpec{kOnOff, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.clip; },
                 [](C& c, std::string v) { c.strategy.clip = std::move(v); }}},

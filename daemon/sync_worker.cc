@@ -67,7 +67,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   });
   if (config.strategy.codec_threads > 1)
     w->pool_ = std::make_unique<compression::ThreadPool>(config.strategy.codec_threads);
-  GOSSIP_RETURN_IF_ERROR(w->make_strategy(config));
+  GOSSIP_RETURN_IF_ERROR(w->make_strategy(config, hooks));
   w->peers_copy_ = w->transport_->peers();
   Admission::Options ao;
   ao.self_endpoint = config.listen;
@@ -161,7 +161,7 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
 
 Status SyncWorker::make_all_reduce(const DaemonConfig& config,
                                    const sgd::StrategyDescriptor& strategy,
-                                   const compression::Codec* codec) {
+                                   const compression::Codec* codec, const DaemonHooks& hooks) {
   const auto& sc = config.strategy;
   std::string name = sc.transport;
   if (name == "allgather") {
@@ -206,6 +206,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
     if (!ring) return ring.status();
     ring_ = std::move(ring).value();
   }
+  if (hooks.wrap_ring_transport) ring_ = hooks.wrap_ring_transport(std::move(ring_));
   sgd::PeerRingOptions po;
   po.chunk_bytes = std::min<uint64_t>(sc.chunk_bytes, 1 << 20);
   po.elastic = sc.elastic_ring();
@@ -259,11 +260,16 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
     po.algorithm = sgd::Algorithm::kRing;
     spdlog::info("--allreduce-algorithm auto over {}: the ring only", ring_->name());
   }
+  po.clip = sc.clip == "on";
+  if (po.clip && !po.algorithm) {
+    po.algorithm = sgd::Algorithm::kRing;  // robust mode bounds the ring's partial sums
+    spdlog::info("--allreduce-algorithm auto with --clip on: the ring only");
+  }
   auto peer_ring = std::make_unique<sgd::PeerRing>(*router_, *ring_, po);
   if (peer_ring->admits_joiners()) membership_ = peer_ring.get();
   peer_ring_ = peer_ring.get();
-  spdlog::info("averaging: {}all-reduce ({}) over {} (port {}), rank {} of {}",
-               po.elastic ? "elastic " : "",
+  spdlog::info("averaging: {}{}all-reduce ({}) over {} (port {}), rank {} of {}",
+               po.elastic ? "elastic " : "", po.clip ? "robust (clipped) " : "",
                po.algorithm ? sgd::algorithm_name(*po.algorithm) : "auto", ring_->name(),
                ring_->port(), peer_ring->order().rank, peer_ring->order().ids.size());
   all_reduce_ = std::move(peer_ring);
@@ -278,7 +284,7 @@ std::vector<std::pair<std::string, uint64_t>> SyncWorker::allreduce_rounds() con
   return out;
 }
 
-Status SyncWorker::make_strategy(const DaemonConfig& config) {
+Status SyncWorker::make_strategy(const DaemonConfig& config, const DaemonHooks& hooks) {
   const auto& sc = config.strategy;
   const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(sc.name);
   if (!descriptor)
@@ -316,7 +322,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config) {
       spdlog::info("codec {} is biased: error feedback turned on", codec->spec());
     }
     r.error_feedback = codec_.error_feedback;
-    GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, *descriptor, codec));
+    GOSSIP_RETURN_IF_ERROR(make_all_reduce(config, *descriptor, codec, hooks));
     r.all_reduce = all_reduce_.get();
     auto strategy = descriptor->make(r, &detail);
     if (!strategy) return strategy.status();

@@ -129,9 +129,9 @@ class SyncWorker {
 
  private:
   SyncWorker() = default;
-  Status make_strategy(const DaemonConfig& config);
+  Status make_strategy(const DaemonConfig& config, const DaemonHooks& hooks);
   Status make_all_reduce(const DaemonConfig& config, const sgd::StrategyDescriptor& strategy,
-                         const compression::Codec* codec);
+                         const compression::Codec* codec, const DaemonHooks& hooks);
   void run();
   void run_join(uint64_t min_round, std::optional<sgd::StrategyState> resume);
   // A peer's state fresher than `min_round` (nullopt: none offered); on an elastic

@@ -113,7 +113,8 @@ bool write_wire_headers(const fs::path& root) {
   write("member_wait", proto::Member{proto::Member::kWait, 0, 4}, 120);
   write("member_propose", proto::Member{proto::Member::kPropose, 4, 4}, 21);
   write("member_decline", proto::Member{proto::Member::kDecline, 4, 4}, 40);
-  static_assert(proto::kMaxKind == 20, "a new kind: add its seed above");
+  write("ring-norms", proto::RingNorms{3, 8}, 32);
+  static_assert(proto::kMaxKind == 21, "a new kind: add its seed above");
   write("model-chunk_raw", proto::ModelChunk{2, 0, 4096, 1000, proto::CodecId::kNone, 1.0, kLayout},
         4000);
   write("model-chunk_raw_weight0",

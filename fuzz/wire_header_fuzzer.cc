@@ -75,6 +75,10 @@ void check_promises(const proto::Message& m) {
             (b->what == proto::Member::kSync ? e.length == 0
                                              : e.length > 0 && e.length <= proto::kMaxMemberBytes),
         "a member message carries 1 byte to kMaxMemberBytes, a sync none");
+  else if (const auto* n = std::get_if<proto::RingNorms>(&m.body))
+    expect(n->chunks > 0 && n->chunks <= proto::kMaxRingNormChunks &&
+               e.length == n->chunks * sizeof(float),
+           "a ring-norms message carries a norm per chunk");
   else if (std::holds_alternative<proto::NcclId>(m.body))
     expect(e.length == proto::kNcclIdBytes, "an nccl-id carries the id's bytes");
   else if (const auto* o = std::get_if<proto::StateOffer>(&m.body); o && o->has_state)

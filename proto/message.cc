@@ -54,6 +54,8 @@ const char* kind_name(Kind k) {
       return "inspect";
     case Kind::kMember:
       return "member";
+    case Kind::kRingNorms:
+      return "ring-norms";
   }
   return "?";
 }
@@ -266,6 +268,14 @@ Status check(const Envelope& e, const Body& body) {
             return Status::protocol(
                 fmt::format("member what={} with a payload of {} bytes (1 to {})", m.what, e.length,
                             kMaxMemberBytes));
+          return Status::ok();
+        } else if constexpr (std::is_same_v<T, RingNorms>) {
+          if (m.chunks == 0 || m.chunks > kMaxRingNormChunks)
+            return Status::protocol(
+                fmt::format("ring-norms of {} chunks (1 to {})", m.chunks, kMaxRingNormChunks));
+          if (e.length != m.chunks * sizeof(float))
+            return Status::protocol(fmt::format(
+                "ring-norms of {} chunks with a payload of {} bytes", m.chunks, e.length));
           return Status::ok();
         } else if constexpr (std::is_same_v<T, RingProbe>) {
           if (m.merge > RingProbe::kMerging)

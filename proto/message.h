@@ -30,8 +30,8 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
 // state-request's chunk range, version 5 ring-probe's member list and the member kind,
 // version 7 ring-probe's `merge`, version 8 ps-params' `clock`, the envelope's `epoch`
-// and the member kind `sync`.
-inline constexpr uint32_t kWireVersion = 8;
+// and the member kind `sync`, version 9 the kind ring-norms.
+inline constexpr uint32_t kWireVersion = 9;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -54,8 +54,9 @@ enum class Kind : uint8_t {
   kTuneReport = 18,
   kInspect = 19,
   kMember = 20,
+  kRingNorms = 21,
 };
-inline constexpr uint8_t kMaxKind = 20;
+inline constexpr uint8_t kMaxKind = 21;
 const char* kind_name(Kind k);
 
 // Payload encodings. compression/ implements them; the wire only knows the ids.
@@ -449,10 +450,26 @@ struct Member {
 inline constexpr uint32_t kNoNode = UINT32_MAX;  // a joiner's `from` before it has an id
 inline constexpr uint64_t kMaxMemberBytes = uint64_t{64} << 10;
 
+// The robust ring (--clip on, sgd/collectives/ring_all_reduce.h): before the envelope's
+// round over the ring of view `view`, each member sends every other member the norms
+// of its contribution's `chunks` pipeline chunks; payload: `chunks` float32
+// (little-endian).
+struct RingNorms {
+  static constexpr Kind kKind = Kind::kRingNorms;
+  uint64_t view = 0;
+  uint64_t chunks = 0;
+  template <class F>
+  void fields(F&& f) {
+    f("view", view), f("chunks", chunks);
+  }
+};
+inline constexpr uint64_t kMaxRingNormChunks = uint64_t{1} << 20;
+
 // In Kind order: Body's index is the kind minus one.
-using Body = std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
-                          StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull,
-                          PsParams, PsReplica, InitialModel, TuneReport, Inspect, Member>;
+using Body =
+    std::variant<Hello, ModelChunk, Bye, RingAddress, NcclId, Heartbeat, Join, StateOffer,
+                 StateRequest, StateChunk, RingProbe, CopyRequest, PsPush, PsPull, PsParams,
+                 PsReplica, InitialModel, TuneReport, Inspect, Member, RingNorms>;
 static_assert(std::variant_size_v<Body> == kMaxKind);
 inline Kind kind_of(const Body& b) { return static_cast<Kind>(b.index() + 1); }
 

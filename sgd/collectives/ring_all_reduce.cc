@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "base/finite.h"
+#include "base/refusals.h"
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
 #include "sgd/collectives/vector_ops.h"
@@ -17,6 +20,18 @@ using compression::CodecContext;
 uint64_t tag_of(uint64_t round, uint32_t sequence) { return (round << 32) | sequence; }
 
 bool is_raw(const Compression& c) { return !c.codec || c.codec->id() == proto::CodecId::kNone; }
+
+// x <- x scaled to norm `bound` where it is longer; zeros where it holds NaN or Inf.
+void clip_to(std::span<float> x, double bound) {
+  const double norm = l2_norm(x);
+  if (!std::isfinite(norm)) {
+    std::fill(x.begin(), x.end(), 0.0f);
+    return;
+  }
+  if (!(norm > bound)) return;
+  const float f = norm > 0 ? static_cast<float>(bound / norm) : 0.0f;
+  for (float& v : x) v *= f;
+}
 
 bool reduces_sparse(const RingOptions& o) {
   return o.sparse_reduce && !is_raw(o.compression) && o.compression.codec->keeps_largest();
@@ -35,8 +50,48 @@ std::optional<SparseReduce> parse_sparse_reduce(std::string_view name) {
   return std::nullopt;
 }
 
+std::vector<float> ring_chunk_norms(std::span<const float> data, uint32_t ranks,
+                                    uint64_t chunk_elems) {
+  std::vector<float> norms;
+  if (ranks == 0 || ranks > RingSchedule::kMaxRanks || chunk_elems == 0) return norms;
+  const RingSchedule s(ranks, 0, data.size(), chunk_elems);  // segments: the same on every rank
+  for (uint32_t seg = 0; seg < ranks; ++seg)
+    for (uint64_t c = 0; c < s.chunks(seg); ++c) {
+      const Segment ck = s.chunk(seg, c);
+      norms.push_back(static_cast<float>(l2_norm(data.subspan(ck.offset, ck.numel))));
+    }
+  return norms;
+}
+
+ContributionBounds bound_contributions(const std::vector<std::vector<float>>& announced) {
+  ContributionBounds b;
+  b.ranks = static_cast<uint32_t>(announced.size());
+  b.chunks = announced.empty() ? 0 : announced[0].size();
+  b.limit.resize(b.chunks);
+  b.admitted.resize(size_t{b.ranks} * b.chunks);
+  std::vector<double> column(b.ranks);
+  for (uint64_t c = 0; c < b.chunks; ++c) {
+    for (uint32_t r = 0; r < b.ranks; ++r) {
+      const float v = c < announced[r].size() ? announced[r][c] : 0.0f;
+      column[r] = std::isfinite(v) && v > 0 ? v : 0.0;
+    }
+    // The lower median: with one liar among n >= 2 it is at most an honest rank's norm.
+    auto mid = column.begin() + (b.ranks - 1) / 2;
+    std::nth_element(column.begin(), mid, column.end());
+    b.limit[c] = kClipFactor * *mid;
+    for (uint32_t r = 0; r < b.ranks; ++r) {
+      const float v = c < announced[r].size() ? announced[r][c] : 0.0f;
+      b.admitted[r * b.chunks + c] =
+          std::isfinite(v) && v > 0 ? std::min<double>(v, b.limit[c]) : 0;
+    }
+  }
+  return b;
+}
+
 Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
                            const RingOptions& o) {
+  clipped_ = 0;
+  first_clip_.clear();
   if (o.size == 0 || o.size > RingSchedule::kMaxRanks || o.rank >= o.size)
     return Status::invalid(fmt::format("ring: rank {} of {} (at most {} nodes)", o.rank, o.size,
                                        RingSchedule::kMaxRanks));
@@ -48,9 +103,22 @@ Status RingAllReduce::mean(peers::RingChannel& channel, std::span<float> data,
     backup_.assign(data.begin(), data.end());
     if (ef) residual_backup_.assign(ef->residual().begin(), ef->residual().end());
   }
-  const bool hop = is_raw(o.compression)
-                       ? data.size_bytes() > o.gather_below_bytes
-                       : ring_reduces_compressed(o.compression.codec->id()) || reduces_sparse(o);
+  if (o.bounds) {
+    if (!is_raw(o.compression))
+      return Status::invalid("ring: robust mode (--clip on) takes uncompressed rounds only");
+    const RingSchedule s(o.size, o.rank, data.size(), o.chunk_elems);
+    uint64_t chunks = 0;
+    for (uint32_t seg = 0; seg < o.size; ++seg) chunks += s.chunks(seg);
+    if (o.bounds->ranks != o.size || o.bounds->chunks != chunks)
+      return Status::invalid(fmt::format(
+          "ring: robust mode's bounds are for {} ranks and {} chunks, the round has {} and {}",
+          o.bounds->ranks, o.bounds->chunks, o.size, chunks));
+  }
+  // Robust mode checks partial sums against their contributors' norms: hop by hop.
+  const bool hop = o.bounds != nullptr ||
+                   (is_raw(o.compression)
+                        ? data.size_bytes() > o.gather_below_bytes
+                        : ring_reduces_compressed(o.compression.codec->id()) || reduces_sparse(o));
   Status st = hop ? reduce(channel, data, o) : gather(channel, data, o);
   if (!st.is_ok() && o.restore_on_failure) {
     std::copy(backup_.begin(), backup_.end(), data.begin());
@@ -71,6 +139,31 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
   const uint64_t max_bytes = codec ? codec->max_encoded_bytes(longest) : longest * sizeof(float);
   const bool sparse = reduces_sparse(o);
   compression::ErrorFeedback* const ef = codec ? o.compression.error_feedback : nullptr;
+
+  // Robust mode: a chunk's index in the bounds, and this node's chunks clipped.
+  std::vector<uint64_t> first_chunk(o.size + 1, 0);
+  for (uint32_t seg = 0; seg < o.size; ++seg)
+    first_chunk[seg + 1] = first_chunk[seg] + s.chunks(seg);
+  const ContributionBounds* const bounds = o.bounds;
+  if (bounds)
+    for (uint32_t seg = 0; seg < o.size; ++seg)
+      for (uint64_t c = 0; c < s.chunks(seg); ++c) {
+        const Segment ck = s.chunk(seg, c);
+        clip_to(data.subspan(ck.offset, ck.numel), bounds->limit[first_chunk[seg] + c]);
+      }
+  // Pulls a chunk that arrived back to `bound`, and says so.
+  const auto bound_chunk = [&](std::span<float> x, double bound, uint32_t seq, const char* what) {
+    const double norm = l2_norm(x);
+    // Honest sums stay within the triangle inequality up to fp32 rounding.
+    if (norm <= bound * (1 + 1e-4) + 1e-30) return;
+    clip_to(x, bound);
+    count_refusal(Refusal::kClipped);
+    if (clipped_++ == 0)
+      first_clip_ = fmt::format(
+          "peer {} (left), round {}, message {:#x}: {} of norm {:.4g} past the bound {:.4g} of its "
+          "contributors' announced norms",
+          ch.left(), o.round, seq, what, norm, bound);
+  };
 
   // This node's contribution through error feedback: data <- what receivers decode.
   // The sparse reduce-scatter feeds every hop's encode through it instead.
@@ -157,6 +250,16 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
 
     if (it.phase == RingPhase::kReduceScatter) {
       std::span<const float> in(rx_[i % depth].data(), dst.size());
+      if (bounds) {  // ranks rank - 1 ... rank - 1 - step added to it so far
+        const uint64_t gc = first_chunk[it.segment] + it.chunk;
+        double bound = 0;
+        for (uint32_t j = 0; j <= it.step; ++j)
+          bound +=
+              bounds
+                  ->admitted[size_t{(o.rank + 2 * o.size - 1 - j) % o.size} * bounds->chunks + gc];
+        bound_chunk(std::span<float>(rx_[i % depth].data(), dst.size()), bound, seq,
+                    "a partial sum");
+      }
       if (codec) {
         scratch_.resize(dst.size());
         Status st = codec->decode(msg, {chunk_seed(o.round, left_rank, seq), nullptr}, scratch_);
@@ -195,6 +298,13 @@ Status RingAllReduce::reduce(peers::RingChannel& ch, std::span<float> data, cons
         }
       }
     } else if (!codec) {  // received in place
+      if (bounds) {       // a mean of every rank's contribution
+        const uint64_t gc = first_chunk[it.segment] + it.chunk;
+        double bound = 0;
+        for (uint32_t r = 0; r < o.size; ++r)
+          bound += bounds->admitted[size_t{r} * bounds->chunks + gc];
+        bound_chunk(dst, bound / o.size, seq, "a mean");
+      }
       if (!last_step)
         GOSSIP_RETURN_IF_ERROR(send(RingPhase::kAllGather, it.step + 1, it.segment, it.chunk));
     } else {

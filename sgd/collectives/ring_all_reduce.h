@@ -26,10 +26,25 @@
 // Error feedback, when given, applies to this node's own contribution (and, in the
 // sparse reduce-scatter, to what its hops drop). A failed operation leaves both the
 // data and the residual as they were.
+//
+// Robust mode (RingOptions::bounds; --clip on, sgd/membership/peer_ring.h exchanges
+// the norms): norm-bounded contributions for a ring that may hold a liar. Before the
+// round every rank announces the norm of each pipeline chunk of its contribution
+// (ring_chunk_norms), straight to every other rank. A chunk's limit is kClipFactor
+// times the lower median of the announced norms: each rank clips its own chunk to
+// it, and takes another rank's norm as the smaller of its announcement and the
+// limit. A partial sum that arrives must be no longer than the sum of its
+// contributors' norms (the triangle inequality: an honest one never is), an
+// all-gathered mean no longer than their mean; one that is, is pulled back to its
+// bound before it is added or passed on, and counted (Refusal::kClipped). So a liar
+// moves each chunk of the result by at most its bound, not by whatever it sends; it
+// can still steer a chunk within the bound, and the nodes after it then hold a
+// result slightly apart from the others' (docs/security.md). Uncompressed only.
 
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +55,21 @@
 #include "sgd/collectives/ring_schedule.h"
 
 namespace gossip::sgd {
+
+// Robust mode's bounds, by pipeline chunk in schedule order (segment by segment).
+struct ContributionBounds {
+  uint32_t ranks = 0;
+  uint64_t chunks = 0;
+  std::vector<double> limit;     // [chunk]: kClipFactor x the lower median of the norms
+  std::vector<double> admitted;  // [rank * chunks + chunk]: min(announced, limit)
+};
+inline constexpr double kClipFactor = 2.0;
+// The norms of data's pipeline chunks as a ring of `ranks` cuts it.
+std::vector<float> ring_chunk_norms(std::span<const float> data, uint32_t ranks,
+                                    uint64_t chunk_elems);
+// From every rank's announced norms, in rank order, each as long as the chunk count.
+// A norm that is not a finite number >= 0 counts as 0: that rank may add nothing.
+ContributionBounds bound_contributions(const std::vector<std::vector<float>>& announced);
 
 struct RingOptions {
   uint32_t size = 1;  // nodes in the ring (<= RingSchedule::kMaxRanks)
@@ -60,6 +90,8 @@ struct RingOptions {
   // Restore data when the operation fails (a copy of the buffer per call). Off only
   // where a failed result is thrown away anyway (benchmarks).
   bool restore_on_failure = true;
+  // Robust mode (above); null: off. Every rank holds the same bounds.
+  const ContributionBounds* bounds = nullptr;
 };
 
 // Whether a codec travels hop by hop (true) or as an all-gather of contributions.
@@ -81,6 +113,9 @@ class RingAllReduce {
   // size, round and options. On failure data is unchanged and the channel must
   // not be used again (it is poisoned or out of step).
   Status mean(peers::RingChannel& channel, std::span<float> data, const RingOptions& options);
+  // Robust mode: the chunks the last mean() pulled back to their bounds, and the first.
+  uint64_t clipped() const { return clipped_; }
+  const std::string& first_clip() const { return first_clip_; }
 
  private:
   Status reduce(peers::RingChannel& channel, std::span<float> data, const RingOptions& o);
@@ -92,6 +127,8 @@ class RingAllReduce {
   std::vector<std::vector<std::byte>> tx_;        // encoded messages, alive until sent
   std::vector<std::vector<std::byte>> payloads_;  // gather: every (rank, chunk) payload
   std::vector<float> scratch_;                    // a decoded chunk
+  uint64_t clipped_ = 0;
+  std::string first_clip_;
 };
 
 }  // namespace gossip::sgd

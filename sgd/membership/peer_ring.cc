@@ -49,10 +49,11 @@ PeerRing::PeerRing(peers::Router& control, peers::RingTransport& transport,
       options_(options),
       membership_(control.self(), peers::ids_of(control.peers()),
                   options.elastic && options.admit_joiners),
-      subscription_(control.subscribe(
-          {proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
-           proto::Kind::kRingProbe, proto::Kind::kStateChunk, proto::Kind::kHeartbeat},
-          [this](peers::Incoming& in) { absorb(in); })) {
+      subscription_(
+          control.subscribe({proto::Kind::kRingAddress, proto::Kind::kHello, proto::Kind::kBye,
+                             proto::Kind::kRingProbe, proto::Kind::kStateChunk,
+                             proto::Kind::kHeartbeat, proto::Kind::kRingNorms},
+                            [this](peers::Incoming& in) { absorb(in); })) {
   g_members_.store(order().ids.size(), std::memory_order_relaxed);
   if (!options_.link_keys.empty())
     spdlog::info("ring links are sealed (AES-256-GCM, keys from the nodes' CURVE keys)");
@@ -292,9 +293,82 @@ void PeerRing::absorb(const peers::Incoming& in) {
       }
       return;  // duplicates, and chunks out of order, are dropped
     }
+    case proto::Kind::kRingNorms: {
+      if (!options_.clip)
+        return control_.note_dropped(in.peer,
+                                     "ring-norms, but this node's ring is not robust "
+                                     "(--clip on)");
+      const auto& h = in.as<proto::RingNorms>();
+      if (in.round() > next_round_ + kMaxResultLead) {
+        count_refusal(Refusal::kFarRound);
+        return control_.note_dropped(
+            in.peer, fmt::format("ring-norms of round {}, while this node runs round {}",
+                                 in.round(), next_round_));
+      }
+      Norms& n = norms_[in.peer];
+      // One per member, its latest: a retry of a round (another view) follows the last
+      // try's, and a peer's messages arrive in order.
+      if (in.round() < n.round) return;
+      n.round = in.round();
+      n.view = h.view;
+      n.values.resize(h.chunks);  // the length is checked (message.cc)
+      std::memcpy(n.values.data(), in.payload.data(), in.payload.size());
+      return;
+    }
     default:  // heartbeats: the transport notes when a peer was heard
       return;
   }
+}
+
+Result<ContributionBounds> PeerRing::exchange_norms(std::span<const float> data, uint64_t round,
+                                                    const CollectiveOptions& options) {
+  const uint64_t chunk_elems = std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float));
+  const auto& ids = order().ids;
+  const std::vector<float> own =
+      ring_chunk_norms(data, static_cast<uint32_t>(ids.size()), chunk_elems);
+  const uint64_t view = membership_.view_id();
+  auto payload = std::make_shared<const std::vector<std::byte>>(
+      reinterpret_cast<const std::byte*>(own.data()),
+      reinterpret_cast<const std::byte*>(own.data() + own.size()));
+  for (uint32_t id : ids)
+    if (id != control_.self())
+      GOSSIP_RETURN_IF_ERROR(
+          control_.send_shared(id, round, proto::RingNorms{view, own.size()}, payload));
+  // Every member's, for this round and view; one of another length is another model.
+  std::vector<std::vector<float>> announced(ids.size());
+  for (;;) {
+    std::vector<uint32_t> missing;
+    for (size_t r = 0; r < ids.size(); ++r) {
+      if (ids[r] == control_.self()) {
+        announced[r] = own;
+        continue;
+      }
+      const auto it = norms_.find(ids[r]);
+      if (it == norms_.end() || it->second.round != round || it->second.view != view) {
+        missing.push_back(ids[r]);
+      } else if (it->second.values.size() != own.size()) {
+        return Status::protocol(fmt::format(
+            "all-reduce: peer {} announced the norms of {} chunks, this node's model has {} "
+            "(another model?)",
+            ids[r], it->second.values.size(), own.size()));
+      } else {
+        announced[r] = it->second.values;
+      }
+    }
+    if (missing.empty()) break;
+    if (options.cancel && options.cancel->load(std::memory_order_relaxed))
+      return Status::closed("all-reduce: cancelled while waiting for the members' chunk norms");
+    if (options_.elastic && membership_.reforming())
+      return Status::closed("all-reduce: the ring re-forms");
+    const auto now = Clock::now();
+    if (now >= options.deadline)
+      return Status::timeout(fmt::format(
+          "all-reduce: round {}: no chunk norms from peer(s) {} in time (robust mode, --clip on)",
+          round, fmt::join(missing, ", ")));
+    drain(std::min(std::chrono::milliseconds(5), until(options.deadline)));
+    if (options_.elastic) offer_merges();
+  }
+  return bound_contributions(announced);
 }
 
 uint64_t PeerRing::merge_round(const RingMembership::Change& change) const {
@@ -552,10 +626,26 @@ Status PeerRing::attempt(std::span<float> data, uint64_t round, const Collective
   if (options_.elastic) ro.wait.interrupt = [this] { return interrupted(); };
   ro.compression = options.compression;
   ro.sparse_reduce = sparse;
+  std::optional<ContributionBounds> bounds;
+  if (options_.clip) {
+    if (!ring)
+      return Status::invalid("all-reduce: robust mode (--clip on) runs over the ring only");
+    auto b = exchange_norms(data, round, options);
+    if (!b) {
+      reset_links();
+      return b.status();
+    }
+    bounds = std::move(b).value();
+    ro.bounds = &*bounds;
+  }
   busy_ = true;
   Status st =
       ring ? ring_.mean(*channel_, data, ro) : meshes_.at(algorithm)->mean(links_, data, ro);
   busy_ = false;
+  if (ring && ring_.clipped() > 0) {
+    spdlog::warn("round {}: {} chunk(s) pulled back to their bounds (robust mode), the first: {}",
+                 round, ring_.clipped(), ring_.first_clip());
+  }
   if (const int stale = std::exchange(stale_, 0); stale) drop(stale);  // reconnects next time
   if (st.is_ok())
     rounds_by_[static_cast<size_t>(algorithm)].fetch_add(1, std::memory_order_relaxed);

@@ -78,6 +78,11 @@ struct PeerRingOptions {
   // Under CURVE: the keys of a member that joined by seeds (add_member), from its
   // public key; null without CURVE.
   std::function<Result<std::pair<peers::LinkKey, peers::LinkKey>>(uint32_t peer)> link_keys_of;
+  // Robust mode (--clip on): norm-bounded contributions over the ring only
+  // (sgd/collectives/ring_all_reduce.h). Before each try the members send each other
+  // their chunks' norms over the control channel (authenticated, straight from each
+  // member, so no member can alter another's as a ring relay could).
+  bool clip = false;
 };
 
 class PeerRing final : public AllReduce, public Membership {
@@ -159,6 +164,10 @@ class PeerRing final : public AllReduce, public Membership {
   const Address* right_address() const;            // the right neighbor's, for the current view
   const Address* address_of(uint32_t peer) const;  // for the current view
   Status attempt(std::span<float> data, uint64_t round, const CollectiveOptions& options);
+  // Robust mode: sends this node's chunk norms of `data` to the members and waits for
+  // theirs; the bounds of the try.
+  Result<ContributionBounds> exchange_norms(std::span<const float> data, uint64_t round,
+                                            const CollectiveOptions& options);
 
   // Elastic.
   void send_probes();
@@ -211,6 +220,13 @@ class PeerRing final : public AllReduce, public Membership {
   int stale_ = 0;            // links dropped meanwhile (kRingLinks | kMeshLinks)
   std::chrono::steady_clock::time_point last_poll_;
   std::chrono::steady_clock::time_point view_since_;  // when the last re-forming was decided
+  // Robust mode: each member's latest chunk norms, for a round and view.
+  struct Norms {
+    uint64_t round = 0;
+    uint64_t view = 0;
+    std::vector<float> values;
+  };
+  std::map<uint32_t, Norms> norms_;
   // The result of the last completed round (elastic only), for members that lost it.
   OutgoingModel result_;
   bool has_result_ = false;

@@ -651,6 +651,29 @@ TEST(ValidateConfig, ATrimmedLocalSgdGathersEveryModelFromEnoughNodes) {
   EXPECT_TRUE(fails_with(validate_config(c), {"not for strategy choco"}));
 }
 
+TEST(ValidateConfig, TheRingsRobustModeRunsOnAnUncompressedRing) {
+  DaemonConfig c = gossip_config("allreduce", "", 4);
+  c.strategy.transport = "tcp";
+  c.strategy.clip = "on";
+  EXPECT_TRUE(validate_config(c).is_ok());
+  c.strategy.codec = "fp16";
+  EXPECT_TRUE(fails_with(validate_config(c),
+                         {"key 'strategy.clip'", "bounds uncompressed rounds", "codec is fp16"}));
+  c.strategy.codec = "none";
+  c.strategy.allreduce_algorithm = "butterfly";
+  EXPECT_TRUE(fails_with(validate_config(c), {"key 'strategy.clip'", "not the butterfly"}));
+  c.strategy.allreduce_algorithm = "auto";
+  c.strategy.transport = "allgather";
+  EXPECT_TRUE(fails_with(validate_config(c), {"key 'strategy.clip'", "not transport allgather"}));
+  c = gossip_config("local-sgd", "", 4);
+  c.strategy.transport = "tcp";
+  c.strategy.clip = "on";
+  EXPECT_TRUE(validate_config(c).is_ok());
+  c = gossip_config("choco", "", 4);
+  c.strategy.clip = "on";
+  EXPECT_TRUE(fails_with(validate_config(c), {"clipped mixing is not for strategy choco"}));
+}
+
 TEST(ValidateConfig, BanningAPeerNeedsKeys) {
   DaemonConfig c = gossip_config("gossip", "", 4);
   c.peers[1].banned = true;

@@ -165,6 +165,9 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(p.merge, RingProbe::kReform);
   EXPECT_EQ(round_trip(RingProbe{4, 12, false, 2, RingProbe::kMerging}, 8).merge,
             RingProbe::kMerging);
+  const RingNorms norms = round_trip(RingNorms{12, 5}, 20);
+  EXPECT_EQ(norms.view, 12u);
+  EXPECT_EQ(norms.chunks, 5u);
   round_trip(CopyRequest{}, 0);
   const PsPush push = round_trip(PsPush{3, 100, 25, CodecId::kNone, 7}, 100);
   EXPECT_EQ(push.shard, 3u);
@@ -284,6 +287,8 @@ TEST(WireHeader, BodyIndexFollowsTheKind) {
           return Inspect{};
         case Kind::kMember:
           return Member{};
+        case Kind::kRingNorms:
+          return RingNorms{};
       }
       return Hello{};
     }();
@@ -482,6 +487,11 @@ TEST(WireHeader, BodyFieldsHaveTheirTypes) {
   EXPECT_REFUSED(
       decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(false), u(0), u(3)})),
       "ring-probe of unknown merge=3");
+  // Ring norms: as many floats as chunks, and some.
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingNorms, 16), {u(1), u(5)})),
+                 "ring-norms of 5 chunks with a payload of 16 bytes");
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingNorms, 0), {u(1), u(0)})),
+                 "ring-norms of 0 chunks (1 to 1048576)");
 }
 
 TEST(WireHeader, NarrowFieldsOverflow) {

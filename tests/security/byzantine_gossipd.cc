@@ -20,6 +20,9 @@
 //   die-mid-state the process dies (as by SIGKILL) when it sends a joiner the
 //                 GOSSIP_DIE_AFTER-th chunk of its state (default 10): a donor lost
 //                 half way
+// and, in every all-reduce over a ring transport (TCP, RDMA; not sealed):
+//   ring-scale    every fp32 value of every ring message it sends (its contribution,
+//                 the partial sums and the means it passes on) times 1e4
 // and, not a lie but a lost message:
 //   deaf-to-adds  every member add that arrives before this node asked for adds
 //                 (member sync) is dropped, as if a partition had eaten it
@@ -28,10 +31,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <set>
 #include <sstream>
 #include <string>
@@ -40,6 +45,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "peers/channel_decorator.h"
+#include "peers/ring_channel.h"
 
 namespace {
 
@@ -56,6 +62,8 @@ class ByzantineChannel final : public peers::ChannelDecorator {
         scaled_state_ = true;
       else if (a == "deaf-to-adds")
         deaf_to_adds_ = true;
+      else if (a == "ring-scale")
+        continue;  // the ring transport's lie (ScalingRingTransport)
       else if (a == "die-mid-state")
         die_after_ =
             std::getenv("GOSSIP_DIE_AFTER") ? std::atoi(std::getenv("GOSSIP_DIE_AFTER")) : 10;
@@ -204,6 +212,72 @@ class ByzantineChannel final : public peers::ChannelDecorator {
   std::string last_;
 };
 
+// A ring link whose every fp32 message leaves scaled by 1e4.
+class ScalingRingChannel final : public peers::RingChannel {
+ public:
+  explicit ScalingRingChannel(std::unique_ptr<peers::RingChannel> inner)
+      : RingChannel(inner->left(), inner->right()), inner_(std::move(inner)) {
+    set_nonces(inner_->nonce_given_left(), inner_->nonce_from_right());
+  }
+  Status post_send(uint64_t tag, std::span<const std::byte> data) override {
+    if (!warned_) {
+      spdlog::warn("byzantine: sending peer {} ring messages scaled by 1e4", right());
+      warned_ = true;
+    }
+    auto& copy = sent_.emplace_back(data.begin(), data.end());
+    for (size_t i = 0; i + 4 <= copy.size(); i += 4) {
+      float x;
+      std::memcpy(&x, copy.data() + i, 4);
+      x *= 1e4f;
+      std::memcpy(copy.data() + i, &x, 4);
+    }
+    return inner_->post_send(tag, copy);
+  }
+  Status post_recv(uint64_t tag, std::span<std::byte> buffer) override {
+    return inner_->post_recv(tag, buffer);
+  }
+  Result<size_t> wait_recv(const peers::WaitOptions& wait) override {
+    return inner_->wait_recv(wait);
+  }
+  Status wait_sends(const peers::WaitOptions& wait) override {
+    Status st = inner_->wait_sends(wait);
+    if (st.is_ok()) sent_.clear();
+    return st;
+  }
+  Status poke() override { return inner_->poke(); }
+
+ private:
+  std::unique_ptr<peers::RingChannel> inner_;
+  std::deque<std::vector<std::byte>> sent_;  // alive until wait_sends, as post_send asks
+  bool warned_ = false;
+};
+
+class ScalingRingTransport final : public peers::RingTransport {
+ public:
+  explicit ScalingRingTransport(std::unique_ptr<peers::RingTransport> inner)
+      : inner_(std::move(inner)) {}
+  const char* name() const override { return inner_->name(); }
+  uint16_t port() const override { return inner_->port(); }
+  Result<std::unique_ptr<peers::RingChannel>> connect(const peers::RingEnds& ends,
+                                                      const peers::WaitOptions& wait) override {
+    auto ch = inner_->connect(ends, wait);
+    if (!ch) return ch.status();
+    return std::unique_ptr<peers::RingChannel>(
+        std::make_unique<ScalingRingChannel>(std::move(ch).value()));
+  }
+  Result<std::vector<std::unique_ptr<peers::RingChannel>>> connect_mesh(
+      uint32_t self, const std::vector<peers::MeshEnd>& ends,
+      const peers::WaitOptions& wait) override {
+    auto links = inner_->connect_mesh(self, ends, wait);
+    if (!links) return links.status();
+    for (auto& l : *links) l = std::make_unique<ScalingRingChannel>(std::move(l));
+    return links;
+  }
+
+ private:
+  std::unique_ptr<peers::RingTransport> inner_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,7 +289,8 @@ int main(int argc, char** argv) {
   for (const auto& a : attacks)
     if (a != "nan" && a != "scale" && a != "huge-weight" && a != "tiny-weight" &&
         a != "far-round" && a != "malformed" && a != "garble" && a != "honest" &&
-        a != "far-state" && a != "scaled-state" && a != "die-mid-state" && a != "deaf-to-adds") {
+        a != "far-state" && a != "scaled-state" && a != "die-mid-state" && a != "deaf-to-adds" &&
+        a != "ring-scale") {
       std::fprintf(stderr, "gossipd-byzantine: unknown attack '%s'\n", a.c_str());
       return 2;
     }
@@ -237,6 +312,11 @@ int main(int argc, char** argv) {
     return std::unique_ptr<peers::PeerChannel>(
         std::make_unique<ByzantineChannel>(std::move(inner), attacks));
   };
+  if (std::find(attacks.begin(), attacks.end(), "ring-scale") != attacks.end())
+    hooks.wrap_ring_transport = [](std::unique_ptr<peers::RingTransport> inner) {
+      return std::unique_ptr<peers::RingTransport>(
+          std::make_unique<ScalingRingTransport>(std::move(inner)));
+    };
   auto d = daemon::Daemon::create(*config, hooks);
   if (!d) {
     spdlog::error("{}", d.status().message());

@@ -183,6 +183,141 @@ TEST_P(RingTest, SixtyFourMebibytesOnFourRanks) {
   EXPECT_EQ(after.payload_sent - before.payload_sent, 2 * (n - 1) * (numel / n) * 4);
 }
 
+// Robust mode: every rank's announced chunk norms give the bounds (what PeerRing
+// exchanges over the control channel), and each rank runs the mean with them.
+std::vector<Status> robust_mean(std::vector<Rank>& ranks, std::vector<std::vector<float>>& data,
+                                const std::vector<std::vector<float>>& announced, uint64_t round,
+                                uint64_t chunk_elems, uint32_t liar = UINT32_MAX) {
+  const uint32_t n = static_cast<uint32_t>(data.size());
+  const ContributionBounds bounds = bound_contributions(announced);
+  std::vector<Status> st(n);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      RingOptions o;
+      o.size = n;
+      o.rank = r;
+      o.round = round;
+      o.chunk_elems = chunk_elems;
+      o.gather_below_bytes = 0;  // the liar, without bounds, must run the same schedule
+      o.wait = {Clock::now() + 10s, nullptr};
+      o.bounds = r == liar ? nullptr : &bounds;  // a liar clips nothing
+      st[r] = ranks[r].ring.mean(*ranks[r].channel, data[r], o);
+    });
+  for (auto& t : threads) t.join();
+  return st;
+}
+
+std::vector<std::vector<float>> norms_of(const std::vector<std::vector<float>>& data,
+                                         uint64_t chunk_elems) {
+  std::vector<std::vector<float>> out;
+  for (const auto& v : data)
+    out.push_back(ring_chunk_norms(v, static_cast<uint32_t>(data.size()), chunk_elems));
+  return out;
+}
+
+TEST(RingBounds, TheLimitIsTwiceTheLowerMedianAndABadNormCountsAsNone) {
+  const auto b = bound_contributions({{1.0f, 4.0f}, {3.0f, NAN}, {2.0f, 1e30f}, {100.0f, 4.0f}});
+  ASSERT_EQ(b.ranks, 4u);
+  ASSERT_EQ(b.chunks, 2u);
+  EXPECT_DOUBLE_EQ(b.limit[0], 2 * 2.0) << "the lower median of 1, 2, 3, 100";
+  EXPECT_DOUBLE_EQ(b.limit[1], 2 * 4.0) << "of 0 (NaN), 4, 4, 1e30";
+  EXPECT_DOUBLE_EQ(b.admitted[3 * 2 + 0], 4.0) << "100 admitted as the limit";
+  EXPECT_DOUBLE_EQ(b.admitted[1 * 2 + 1], 0.0) << "a NaN norm admits nothing";
+  EXPECT_DOUBLE_EQ(b.admitted[2 * 2 + 1], 8.0);
+  EXPECT_DOUBLE_EQ(b.admitted[0], 1.0);
+  // Two ranks: the lower median is the smaller norm, so one liar cannot raise it.
+  EXPECT_DOUBLE_EQ(bound_contributions({{1.0f}, {1e9f}}).limit[0], 2.0);
+}
+
+TEST_P(RingTest, RobustModeAveragesHonestRanksExactlyAndClipsAnOutlierToTheLimit) {
+  const uint32_t n = 4;
+  start(n);
+  if (IsSkipped()) return;
+  expect_all_ok(connect_results_);
+  const uint64_t numel = 10007, chunk = 1000;
+  auto data = random_data(n, numel, 21);
+  auto plain = data;
+  const auto announced = norms_of(data, chunk);
+  expect_all_ok(robust_mean(ranks_, data, announced, 0, chunk));
+  for (uint32_t r = 0; r < n; ++r) EXPECT_EQ(ranks_[r].ring.clipped(), 0u) << "rank " << r;
+  expect_same_bits(data);
+  for (uint64_t i = 0; i < numel; i += 97) {
+    const double want = (double{plain[0][i]} + plain[1][i] + plain[2][i] + plain[3][i]) / n;
+    ASSERT_NEAR(data[0][i], want, 1e-5) << "similar norms: nothing clipped, the plain mean";
+  }
+  // An honest outlier (rank 3 ten times larger, as it says) is clipped to twice the
+  // lower median, chunk by chunk, by itself; every rank ends with the same bits.
+  data = random_data(n, numel, 22);
+  for (float& x : data[3]) x *= 10;
+  plain = data;
+  const auto loud = norms_of(data, chunk);
+  const ContributionBounds b = bound_contributions(loud);
+  const uint64_t before = refusals(Refusal::kClipped);
+  expect_all_ok(robust_mean(ranks_, data, loud, 1, chunk));
+  EXPECT_EQ(refusals(Refusal::kClipped), before) << "its own clip is no refusal";
+  expect_same_bits(data);
+  const RingSchedule s(n, 0, numel, chunk);
+  uint64_t gc = 0;
+  for (uint32_t seg = 0; seg < n; ++seg)
+    for (uint64_t c = 0; c < s.chunks(seg); ++c, ++gc) {
+      const Segment ck = s.chunk(seg, c);
+      const double f = b.limit[gc] / loud[3][gc];
+      ASSERT_LT(f, 1.0) << "rank 3's chunk " << gc << " is over the limit";
+      for (uint64_t i = ck.offset; i < ck.offset + ck.numel; i += 31) {
+        const double want = (double{plain[0][i]} + plain[1][i] + plain[2][i] + f * plain[3][i]) / n;
+        ASSERT_NEAR(data[1][i], want, 1e-4) << "element " << i;
+      }
+    }
+}
+
+TEST_P(RingTest, RobustModeHoldsALiarsContributionToTheNormItAnnounced) {
+  const uint32_t n = 4, liar = 1;
+  start(n);
+  if (IsSkipped()) return;
+  expect_all_ok(connect_results_);
+  const uint64_t numel = 8000, chunk = 500;
+  auto honest = random_data(n, numel, 23);
+  const auto announced = norms_of(honest, chunk);
+  const ContributionBounds b = bound_contributions(announced);
+  std::vector<double> want(numel, 0.0);
+  for (const auto& v : honest)
+    for (uint64_t i = 0; i < numel; ++i) want[i] += double{v[i]} / n;
+  // Unbounded, the liar's contribution (1e4 times what it announced) takes the mean.
+  auto data = honest;
+  for (float& x : data[liar]) x *= 1e4f;
+  expect_all_ok(mean(data, 0, {}, {}, chunk));
+  double off = 0;
+  for (uint64_t i = 0; i < numel; ++i) off = std::max(off, std::fabs(data[0][i] - want[i]));
+  EXPECT_GT(off, 1000.0) << "without bounds the lie goes through";
+  // Bounded: the rank after it pulls each partial sum back to its contributors'
+  // announced norms, and every rank's result is within the bounds of the true mean.
+  data = honest;
+  for (float& x : data[liar]) x *= 1e4f;
+  const uint64_t before = refusals(Refusal::kClipped);
+  expect_all_ok(robust_mean(ranks_, data, announced, 1, chunk, liar));
+  EXPECT_GT(ranks_[liar + 1].ring.clipped(), 0u);
+  EXPECT_NE(ranks_[liar + 1].ring.first_clip().find("peer 11 (left)"), std::string::npos)
+      << ranks_[liar + 1].ring.first_clip();
+  EXPECT_GT(refusals(Refusal::kClipped), before);
+  const RingSchedule s(n, 0, numel, chunk);
+  uint64_t gc = 0;
+  for (uint32_t seg = 0; seg < n; ++seg)
+    for (uint64_t c = 0; c < s.chunks(seg); ++c, ++gc) {
+      const Segment ck = s.chunk(seg, c);
+      double sum = 0;
+      for (uint32_t r = 0; r < n; ++r) sum += b.admitted[r * b.chunks + gc];
+      for (uint32_t r = 0; r < n; ++r) {
+        if (r == liar) continue;
+        double err = 0;
+        for (uint64_t i = ck.offset; i < ck.offset + ck.numel; ++i)
+          err += (data[r][i] - want[i]) * (data[r][i] - want[i]);
+        // The result and the true mean each lie within the mean of the bounds.
+        ASSERT_LE(std::sqrt(err), 2 * sum / n * 1.001) << "rank " << r << " chunk " << gc;
+      }
+    }
+}
+
 TEST_P(RingTest, CompressedHopsStayCloseAndIdentical) {
   start(4);
   if (IsSkipped()) return;

@@ -33,6 +33,7 @@ StrategyDescriptor synchronous_sgd_strategy() {
   d.summary = "synchronous SGD: the trainers' gradients averaged at every step";
   d.fabric = Fabric::kAllReduce;
   d.gradients = true;
+  d.options = {"clip"};
   d.make = [](const StrategyResources& r,
               std::string* detail) -> Result<std::unique_ptr<Strategy>> {
     *detail = ": gradients averaged every step";

@@ -14,12 +14,13 @@ Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name) {
 }
 
 LocalSgd::LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec,
-                   bool error_feedback, compression::ThreadPool* pool)
+                   bool error_feedback, compression::ThreadPool* pool, bool clip)
     : all_reduce_(all_reduce),
       outer_(outer),
       codec_(codec),
       error_feedback_(error_feedback),
-      pool_(pool) {}
+      pool_(pool),
+      clip_(clip) {}
 
 StrategyState LocalSgd::save_state() const {
   StrategyState s;
@@ -56,8 +57,8 @@ Status LocalSgd::load_state(const StrategyState& state) {
 }
 
 void LocalSgd::took_model(std::span<const float> model, std::span<const float> shared) {
-  residual_.reset();                     // this node's own error, of the model it no longer has
-  if (plain() && !compressed()) return;  // rounds average the models themselves
+  residual_.reset();                        // this node's own error, of the model it no longer has
+  if (plain() && !sends_changes()) return;  // rounds average the models themselves
   previous_.assign(model.begin(), model.end());
   if (nesterov() && shared.size() == model.size()) {
     momentum_.assign(shared.begin(), shared.end());
@@ -70,7 +71,7 @@ void LocalSgd::took_model(std::span<const float> model, std::span<const float> s
 
 void LocalSgd::started_from(std::span<const float> model) {
   // Uncompressed rounds average the models themselves and need no common x_prev.
-  if (compressed()) start_point_.assign(model.begin(), model.end());
+  if (sends_changes()) start_point_.assign(model.begin(), model.end());
 }
 
 bool LocalSgd::take_start_point(uint64_t round, size_t numel) {
@@ -140,7 +141,7 @@ Status LocalSgd::synchronize(std::span<float> model, uint64_t round,
     forget_sync_point();
     st = synchronize_round(model, round, round_options);
   }
-  return compressed() ? first_round_hint(st, round) : st;
+  return sends_changes() ? first_round_hint(st, round) : st;
 }
 
 void LocalSgd::forget_sync_point() {
@@ -179,10 +180,10 @@ Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,
   }
   bool first = previous_.size() != model.size();
   if (first && take_start_point(round, model.size())) first = false;
-  if (first || !compressed()) {
+  if (first || !sends_changes()) {
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
     if (first) {
-      if (!plain() || compressed()) {
+      if (!plain() || sends_changes()) {
         previous_.assign(model.begin(), model.end());
         momentum_.assign(model.size(), 0.0f);
       }
@@ -197,7 +198,7 @@ Status LocalSgd::synchronize_round(std::span<float> model, uint64_t round,
 
   delta_.resize(model.size());
   for (size_t i = 0; i < model.size(); ++i) delta_[i] = model[i] - previous_[i];
-  if (error_feedback_ && !residual_)
+  if (compressed() && error_feedback_ && !residual_)
     residual_ = std::make_unique<compression::ErrorFeedback>(*codec_, model.size());
   CollectiveOptions opts = options;
   if (!round_options.uncompressed) opts.compression = {codec_, residual_.get(), pool_};
@@ -223,7 +224,7 @@ Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, ui
   const auto previous = std::span<float>(previous_).subspan(offset, n);
   const auto momentum = std::span<float>(momentum_).subspan(offset, n);
   const bool first = !whole_synced_ && !started_.count(offset);
-  if (first || !compressed()) {
+  if (first || !sends_changes()) {
     GOSSIP_RETURN_IF_ERROR(all_reduce_.all_reduce_mean(model, round, options));
     if (first) {
       std::copy(model.begin(), model.end(), previous.begin());
@@ -240,7 +241,7 @@ Status LocalSgd::synchronize_fragment(std::span<float> model, uint64_t round, ui
   delta_.resize(n);
   for (size_t i = 0; i < n; ++i) delta_[i] = model[i] - previous[i];
   auto& residual = fragment_residuals_[offset];
-  if (error_feedback_ && !residual)
+  if (compressed() && error_feedback_ && !residual)
     residual = std::make_unique<compression::ErrorFeedback>(*codec_, n);
   CollectiveOptions opts = options;
   opts.compression = {codec_, residual.get(), pool_};
@@ -276,10 +277,10 @@ StrategyDescriptor local_sgd_strategy() {
   d.summary = "average the models every `period` steps, with an optional outer optimizer (DiLoCo)";
   d.fabric = Fabric::kAllReduce;
   d.takes_nodes_back = true;
-  d.options = {"outer", "trim", "fragments", "tune"};
+  d.options = {"outer", "trim", "clip", "fragments", "tune"};
   d.make = [](const StrategyResources& r, std::string*) -> Result<std::unique_ptr<Strategy>> {
-    return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(*r.all_reduce, r.params.outer,
-                                                                r.codec, r.error_feedback, r.pool));
+    return std::unique_ptr<Strategy>(std::make_unique<LocalSgd>(
+        *r.all_reduce, r.params.outer, r.codec, r.error_feedback, r.pool, r.params.clip));
   };
   return d;
 }

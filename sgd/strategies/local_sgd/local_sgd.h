@@ -40,8 +40,10 @@ Result<OuterOptimizer::Kind> parse_outer_kind(const std::string& name);
 class LocalSgd final : public Strategy {
  public:
   // codec may be null (raw fp32); it must outlive this object.
+  // `clip`: the ring's robust mode (--clip on) bounds each node's change since the
+  // last synchronized model, so rounds send changes, as compressed ones do.
   LocalSgd(AllReduce& all_reduce, OuterOptimizer outer, const compression::Codec* codec = nullptr,
-           bool error_feedback = false, compression::ThreadPool* pool = nullptr);
+           bool error_feedback = false, compression::ThreadPool* pool = nullptr, bool clip = false);
 
   // In place: model <- the synchronized model of round `round`. The first round is
   // an exact, uncompressed average: it defines the common starting point x_prev.
@@ -60,7 +62,7 @@ class LocalSgd final : public Strategy {
   // next outer step is theirs too (empty: it restarts at zero, and the replica stays
   // apart from the members' by what the momentum would have added).
   void took_model(std::span<const float> model, std::span<const float> shared) override;
-  // Compressed: the first round (round 0) averages the change since this model instead
+  // Compressed (or clipped): the first round (round 0) averages the change since this model instead
   // of the models themselves, which would travel exact and whole.
   void started_from(std::span<const float> model) override;
   // The outer Nesterov momentum, which every member applies alike.
@@ -74,6 +76,8 @@ class LocalSgd final : public Strategy {
 
  private:
   bool compressed() const { return codec_ && codec_->id() != proto::CodecId::kNone; }
+  // Rounds after the first average the change since x_prev, not the models.
+  bool sends_changes() const { return compressed() || clip_; }
   bool nesterov() const { return outer_.kind == OuterOptimizer::Kind::kNesterov; }
   bool plain() const { return outer_.kind == OuterOptimizer::Kind::kNone && outer_.lr == 1.0; }
   // model <- x_prev + outer step for the averaged change `delta` (= x_avg - x_prev);
@@ -93,6 +97,7 @@ class LocalSgd final : public Strategy {
   const compression::Codec* codec_;
   bool error_feedback_;
   compression::ThreadPool* pool_;
+  bool clip_;
   std::unique_ptr<compression::ErrorFeedback> residual_;
   std::vector<float> previous_;  // x_prev: the model after the last synchronization
   std::vector<float> momentum_;  // outer Nesterov buffer
