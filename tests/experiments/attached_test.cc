@@ -151,8 +151,10 @@ TEST(AttachedTrainers, TwoNodesEndOnTheAverageModel) {
             dir.file("node-" + n + ".json"), "--timeout-s", "30"},
         dir.file("trainer-" + n + ".log")));
   }
+  // A bound on a hang, not a speed check: under the sanitizers the run takes 34 s
+  // alone and took 82 s beside another test on 2 cores (CI, where 60 s cut it off).
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(trainers[i]->wait(60s), 0)
+    EXPECT_EQ(trainers[i]->wait(180s), 0)
         << "trainer " << i << ":\n"
         << slurp(dir.file("trainer-" + std::to_string(i) + ".log"));
   }
