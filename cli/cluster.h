@@ -29,7 +29,8 @@ struct ClusterOptions {
   // The trainers' model: mlp (235k parameters) or cnn (3.2M; gossip-train --model).
   std::string model = "mlp";
   double lr = 0.05;
-  int64_t eval_every = 0;     // 0: steps / 10
+  // Evaluate every this many steps; 0: at the end only (as gossip-train); unset: steps / 10.
+  std::optional<int64_t> eval_every;
   int base_port = 0;          // 0: free loopback ports picked by the kernel
   double timeout_s = 600;     // overall deadline
   double stop_grace_s = 15;   // SIGTERM to SIGKILL: above NCCL's 10 s finalize (docs/timeouts.md)

@@ -32,6 +32,9 @@ TEST(ClusterOptions, DefaultsAreValid) {
   EXPECT_EQ(o.effective_eval_every(), 60);
   o.steps = 5;
   EXPECT_EQ(o.effective_eval_every(), 1);
+  o.eval_every = 0;  // at the end only, as gossip-train's --eval-every 0
+  EXPECT_EQ(o.effective_eval_every(), 0);
+  EXPECT_TRUE(validate_cluster_options(o).is_ok());
 }
 
 TEST(ClusterOptions, ErrorsNameTheFlag) {
