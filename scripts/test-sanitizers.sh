@@ -58,6 +58,7 @@ rc=0
 # daemons): at -j 2 the cores were 48 % busy through the stage (sampled every 5 s,
 # 2026-11-28), at -j 4 79 %, and the stage took 163 s instead of 194 at -j 3; the tests
 # that time a run are in the optimized stage, one at a time.
+bash scripts/seed-test-costs.sh build-asan
 (cd build-asan && ctest --output-on-failure -j 4 --timeout 600 -E "$exclude") || rc=$?
 tested=$SECONDS
 

@@ -27,6 +27,7 @@ source scripts/optimized-tests.sh
 if [[ "${GOSSIP_SKIP_SANITIZERS:-}" == 1 ]]; then
   echo "test.sh: GOSSIP_SKIP_SANITIZERS=1: every test on the optimized build, none under the sanitizers"
   bash scripts/build.sh
+  bash scripts/seed-test-costs.sh build
   (cd build && ctest --output-on-failure -j 2 --timeout 600)
   exit 0
 fi
@@ -42,6 +43,7 @@ bash scripts/build.sh "${targets[@]}"
 # as build/, so ccache serves nearly every object and this costs the links and cpack.
 bash scripts/build-packages.sh
 built=$SECONDS
+bash scripts/seed-test-costs.sh build
 (cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests") | tee -a "$log"
 echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \
   "$((built - sanitized)) s, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"
