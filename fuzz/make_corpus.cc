@@ -75,6 +75,8 @@ bool write_wire_headers(const fs::path& root) {
   write("hello", proto::Hello{kLayout}, 0);
   write("bye", proto::Bye{}, 0);
   write("ring-address", proto::RingAddress{7001, 0x5eed, 4, kLayout}, 0);
+  write("ring-address_rdma",
+        proto::RingAddress{7001, 0x5eed, 4, kLayout, proto::RingAddress::kRdma}, 0);
   write("nccl-id", proto::NcclId{2, kLayout}, proto::kNcclIdBytes);
   write("heartbeat", proto::Heartbeat{}, 0);
   write("join", proto::Join{}, 0);

@@ -88,8 +88,10 @@ void check_promises(const proto::Message& m) {
            "a state-offer with a state carries a hash per chunk");
   else
     expect(e.length == 0, "a kind without payload announces none");
-  if (const auto* a = std::get_if<proto::RingAddress>(&m.body))
+  if (const auto* a = std::get_if<proto::RingAddress>(&m.body)) {
     expect(a->port != 0, "a ring address has a port");
+    expect(a->transport <= proto::RingAddress::kRdma, "a ring address names a known transport");
+  }
 }
 
 }  // namespace

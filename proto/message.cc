@@ -289,6 +289,9 @@ Status check(const Envelope& e, const Body& body) {
           return Status::ok();
         } else if constexpr (std::is_same_v<T, RingAddress>) {
           if (m.port == 0) return Status::protocol("ring-address with port 0");
+          if (m.transport > RingAddress::kRdma)
+            return Status::protocol(
+                fmt::format("ring-address of unknown transport={}", m.transport));
           return check_payload_less(e);
         } else if constexpr (std::is_same_v<T, StateOffer>) {
           if (m.has_state && e.round == 0)

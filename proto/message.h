@@ -30,8 +30,9 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // version 3 added state-offer's `numel`, version 4 its `chunk_elems` and manifest and
 // state-request's chunk range, version 5 ring-probe's member list and the member kind,
 // version 7 ring-probe's `merge`, version 8 ps-params' `clock`, the envelope's `epoch`
-// and the member kind `sync`, version 9 the kind ring-norms.
-inline constexpr uint32_t kWireVersion = 9;
+// and the member kind `sync`, version 9 the kind ring-norms, version 10 ring-address's
+// `transport`.
+inline constexpr uint32_t kWireVersion = 10;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -132,14 +133,19 @@ struct Bye {
 // To the left ring neighbor: the sender's ring transport listens on `port`.
 struct RingAddress {
   static constexpr Kind kKind = Kind::kRingAddress;
+  // What the ring runs over at the sender: under --transport auto each node picks RDMA
+  // or TCP alone, and a neighbor on the other one cannot connect.
+  enum Transport : uint8_t { kTcp = 0, kRdma = 1 };
   uint16_t port = 0;
   uint64_t token = 0;  // the neighbor presents it when it connects (0: none)
   uint64_t view =
       0;  // the membership view the address belongs to (sgd/membership/ring_membership.h)
   uint64_t layout = 0;
+  uint8_t transport = kTcp;
   template <class F>
   void fields(F&& f) {
-    f("port", port), f("token", token), f("view", view), f("layout", layout);
+    f("port", port), f("token", token), f("view", view), f("layout", layout),
+        f("transport", transport);
   }
 };
 

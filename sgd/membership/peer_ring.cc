@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string_view>
 
 #include "base/failures.h"
 #include "base/finite.h"
@@ -118,9 +119,24 @@ Algorithm PeerRing::pick(size_t bytes, bool sparse) const {
   return options_.table.choose(static_cast<uint32_t>(order().ids.size()), bytes);
 }
 
+uint8_t PeerRing::transport_code() const {
+  return std::string_view(transport_.name()) == "rdma" ? proto::RingAddress::kRdma
+                                                       : proto::RingAddress::kTcp;
+}
+
+Status PeerRing::transport_mismatch(const char* what, uint32_t peer, const Address& a) const {
+  if (a.transport == transport_code()) return Status::ok();
+  const auto name = [](uint8_t t) { return t == proto::RingAddress::kRdma ? "rdma" : "tcp"; };
+  return Status::mismatch(
+      fmt::format("{}: peer {}'s ring runs over {}, this node's over {} (--transport auto picks "
+                  "RDMA where a device answers, TCP elsewhere): give every node the same "
+                  "--transport",
+                  what, peer, name(a.transport), name(transport_code())));
+}
+
 void PeerRing::announce_to(uint32_t peer) {
   const proto::RingAddress address{transport_.port(), token_for(peer), membership_.view_id(),
-                                   layout_};
+                                   layout_, transport_code()};
   (void)control_.send(peer, next_round_, address);  // queued until it is up
 }
 
@@ -161,7 +177,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
     case proto::Kind::kRingAddress: {
       // Kept whoever sends it: after a re-forming, it may be our right neighbor.
       const auto& h = in.as<proto::RingAddress>();
-      Address a{h.port, h.token, h.layout, h.view};
+      Address a{h.port, h.token, h.layout, h.view, h.transport};
       auto it = addresses_.find(in.peer);
       // A neighbor or partner that restarted listens elsewhere, with a new token: the
       // link to it is dead. (Its first address is no news: nothing links to it yet.)
@@ -483,6 +499,7 @@ Status PeerRing::connect(const CollectiveOptions& options) {
                     order().right_id(), theirs, layout_));
   };
   if (right.layout != 0 && layout_ != 0 && right.layout != layout_) return mismatch(right.layout);
+  if (Status st = transport_mismatch("ring", order().right_id(), right); !st) return st;
   const uint64_t view = membership_.view_id();
   const peers::RingEnds ends{.self = control_.self(),
                              .left = order().left_id(),
@@ -556,6 +573,8 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
     return std::nullopt;
   };
   if (auto st = mismatch()) return *st;
+  for (uint32_t peer : partners)
+    if (Status st = transport_mismatch("all-reduce", peer, *address_of(peer)); !st) return st;
   const uint64_t view = membership_.view_id();
   std::vector<peers::MeshEnd> ends;
   for (uint32_t peer : partners) {

@@ -135,7 +135,11 @@ class PeerRing final : public AllReduce, public Membership {
     uint64_t token = 0;
     uint64_t layout = 0;
     uint64_t view = 0;
+    uint8_t transport = proto::RingAddress::kTcp;
   };
+  uint8_t transport_code() const;  // what this node's ring runs over, as ring-address says it
+  // The error for a peer whose ring runs over another transport; ok when it does not.
+  Status transport_mismatch(const char* what, uint32_t peer, const Address& a) const;
   void announce();  // tells who connects to us our ring port
   void announce_to(uint32_t peer);
   uint64_t token_for(uint32_t peer) const;  // the secret a link's far end presents

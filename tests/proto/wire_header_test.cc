@@ -131,11 +131,12 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(got.layout, c.layout);
 
   round_trip(Bye{}, 0);
-  const RingAddress a = round_trip(RingAddress{65535, UINT64_MAX, 17, 5}, 0);
+  const RingAddress a = round_trip(RingAddress{65535, UINT64_MAX, 17, 5, RingAddress::kRdma}, 0);
   EXPECT_EQ(a.port, 65535);
   EXPECT_EQ(a.token, UINT64_MAX);
   EXPECT_EQ(a.view, 17u);
   EXPECT_EQ(a.layout, 5u);
+  EXPECT_EQ(a.transport, RingAddress::kRdma);
   const NcclId n = round_trip(NcclId{3, 8}, kNcclIdBytes);
   EXPECT_EQ(n.generation, 3u);
   EXPECT_EQ(n.layout, 8u);
@@ -499,10 +500,13 @@ TEST(WireHeader, NarrowFieldsOverflow) {
   b[1] = u(uint64_t{1} << 32);
   EXPECT_REFUSED(decode(head_of(envelope(Kind::kModelChunk, kChunkBytes), b)),
                  "model-chunk field 'tensor' is 4294967296, out of range");
-  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingAddress, 0), {u(65536), u(0), u(0), u(0)})),
-                 "ring-address field 'port' is 65536, out of range");
-  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingAddress, 0), {u(0), u(0), u(0), u(0)})),
+  EXPECT_REFUSED(
+      decode(head_of(envelope(Kind::kRingAddress, 0), {u(65536), u(0), u(0), u(0), u(0)})),
+      "ring-address field 'port' is 65536, out of range");
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingAddress, 0), {u(0), u(0), u(0), u(0), u(0)})),
                  "ring-address with port 0");
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingAddress, 0), {u(1), u(0), u(0), u(0), u(2)})),
+                 "ring-address of unknown transport=2");
 }
 
 TEST(WireHeader, UnknownCodec) {

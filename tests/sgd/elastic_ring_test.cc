@@ -502,5 +502,40 @@ TEST(ElasticPeerRing, AResultIsTakenOnlyFromTheMemberTheRuleNamesAndInScale) {
   EXPECT_EQ(x, larger);
 }
 
+// Under --transport auto each node picks RDMA or TCP alone, by the devices it has
+// (issue 44): a right neighbor whose ring-address says RDMA, to a node whose ring runs
+// over TCP, fails the round at once naming both, where the connect used to try the
+// neighbor's port until the deadline and blame the neighbor.
+TEST(PeerRingTransport, ANeighborOnAnotherTransportIsNamedAtOnce) {
+  Trio trio;
+  auto fabric = peers::make_ring_transport("tcp", {}).value();
+  PeerRing ring(*trio.router0, *fabric, PeerRingOptions{});  // not elastic
+  ring.set_layout_fingerprint(kLayout);
+  std::vector<float> x(100, 1.0f);
+  Status st;
+  const auto start = Clock::now();
+  std::jthread round([&] {
+    CollectiveOptions o;
+    o.deadline = Clock::now() + 20s;
+    st = ring.all_reduce_mean(x, 0, o);
+  });
+  // Node 0 tells its left neighbor, node 2, where its ring listens, and over what.
+  auto mine = trio.await(2, proto::Kind::kRingAddress);
+  ASSERT_TRUE(mine) << "node 0 announces its ring";
+  EXPECT_EQ(mine->as<proto::RingAddress>().transport, proto::RingAddress::kTcp);
+  // Node 1, its right neighbor, answers in the same view, over RDMA, at a port where
+  // nothing listens.
+  proto::RingAddress theirs = mine->as<proto::RingAddress>();
+  theirs.transport = proto::RingAddress::kRdma;
+  theirs.port = static_cast<uint16_t>(free_port());
+  ASSERT_TRUE(trio.t[1]->send(0, 0, theirs));
+  round.join();
+  ASSERT_FALSE(st) << "the round cannot run";
+  EXPECT_NE(st.message().find("peer 1's ring runs over rdma, this node's over tcp"),
+            std::string::npos)
+      << st.message();
+  EXPECT_LT(Clock::now() - start, 10s) << "named at once, not at the round's deadline";
+}
+
 }  // namespace
 }  // namespace gossip::sgd
