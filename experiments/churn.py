@@ -173,6 +173,16 @@ class Cluster:
     def stop(self):
         stop_processes((self.trainers, self.daemons))
 
+    def round_of(self, i):
+        """Node i's round, by `gossipctl status` (None while it does not answer)."""
+        try:
+            out = subprocess.run([str(self.o.bin / "gossipctl"), "status", "--node",
+                                  f"ipc://{self.socket_path(i)}", "--json", "--timeout", "2"],
+                                 capture_output=True, text=True, timeout=10)
+            return json.loads(out.stdout)["round"] if out.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError, KeyError):
+            return None
+
     def start_all(self):
         """Every member, daemon and trainer. The ports are found free and bound a moment
         later: another process (a ring's listener, an outgoing connection) can take one
@@ -201,7 +211,12 @@ class Cluster:
         next_join = t0 + (self.o.first_join or 0.0)  # set before any run with joins
         # The first kill once training runs (a node killed while the cluster starts
         # has no state to rejoin with), the others `kill_every` after each restart.
+        # Runs: every node past its first round, by its daemon. A fixed delay alone
+        # was not enough: beside another build the 8 nodes were still starting at
+        # 3 s, so the kill and the restart happened before any round and no log
+        # could name them (CI, 2026-11-29).
         next_kill = t0 + max(kill_every, self.o.first_kill)
+        training, next_look = kills == 0, t0
         killed = 0
         down = None  # (node, restart time)
         deadline = t0 + self.o.timeout
@@ -227,7 +242,10 @@ class Cluster:
                     self.start_node(i)
                     joined += 1
                     next_join = now + kill_every
-                if killed < kills and down is None and now >= next_kill:
+                if not training and now >= next_look:
+                    training = all((self.round_of(i) or 0) >= 1 for i in range(self.o.nodes))
+                    next_look = now + 0.5
+                if training and killed < kills and down is None and now >= next_kill:
                     alive = [i for i in range(self.total)
                              if self.trainers[i] and self.trainers[i].poll() is None]
                     if alive:
