@@ -245,6 +245,11 @@ class Cluster:
                 if not training and now >= next_look:
                     training = all((self.round_of(i) or 0) >= 1 for i in range(self.o.nodes))
                     next_look = now + 0.5
+                    # A strategy whose status shows no round (or a node that never
+                    # answers) is not waited for past 30 s more: the kills still come.
+                    if not training and now > next_kill + 30:
+                        log("no round seen on every node 30 s past the first kill's time: killing anyway")
+                        training = True
                 if training and killed < kills and down is None and now >= next_kill:
                     alive = [i for i in range(self.total)
                              if self.trainers[i] and self.trainers[i].poll() is None]
