@@ -53,6 +53,7 @@ def main():
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--test-images", type=int, default=10000, help="evaluate on the first N test images")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     o = p.parse_args()
     rank, world = int(os.environ.get("GOSSIP_RANK", 0)), int(os.environ.get("GOSSIP_WORLD_SIZE", 1))
@@ -61,6 +62,7 @@ def main():
 
     train_x, train_y = load(o.data_dir, "train")
     test_x, test_y = load(o.data_dir, "test")
+    test_x, test_y = test_x[:o.test_images], test_y[:o.test_images]
     shard = torch.arange(rank, len(train_x), world)  # this node's share of the data
     model = cnn()
     opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=0.9, weight_decay=5e-4)
@@ -89,7 +91,8 @@ def main():
     with torch.no_grad():
         correct = sum((model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
                       for i in range(0, len(test_x), 1000))
-    print(f"node {rank} of {world}: test accuracy {correct / len(test_x):.4f} after {o.steps} steps")
+    print(f"node {rank} of {world}: test accuracy {correct / len(test_x):.4f} after {o.steps} steps "
+          f"({len(test_x)} test images)")
 
 
 if __name__ == "__main__":
