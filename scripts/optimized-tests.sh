@@ -1,7 +1,8 @@
 # Sourced by scripts/test.sh and scripts/test-sanitizers.sh: the tests that run on the
 # optimized build (build/) only. Every other test runs once, under AddressSanitizer +
 # UndefinedBehaviorSanitizer (build-asan/), which checks more than the optimized build
-# and runs the same code.
+# and runs the same code. The sanitizer build does not build the test programs that hold
+# only such tests (training_test, attacks_test, deploy_test: their CMakeLists.txt).
 #   Training.*       timed training runs on Fashion-MNIST (4-8 nodes, 600-1200 steps): about
 #                    10x slower under ASan, so they overrun gossipctl's fixed 120 s bound
 #                    (the 4-node one alone takes 90 s); the integration tests run the same
