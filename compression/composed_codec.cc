@@ -125,9 +125,9 @@ void put_varint(std::vector<std::byte>& out, uint64_t v) {
 }
 
 // A cursor over the payload that fails, naming the codec, instead of reading past it.
-class Reader {
+class ChainReader {
  public:
-  Reader(std::span<const std::byte> in, std::string_view who) : in_(in), who_(who) {}
+  ChainReader(std::span<const std::byte> in, std::string_view who) : in_(in), who_(who) {}
   Result<uint8_t> u8(const char* what) {
     if (at_ >= in_.size()) return truncated(what);
     return std::to_integer<uint8_t>(in_[at_++]);
@@ -234,7 +234,7 @@ void encode_indices(uint64_t n, std::span<const uint64_t> idx, Wire w,
   }
 }
 
-Status decode_indices(Reader& r, uint64_t n, uint64_t k, Wire w, std::string_view who,
+Status decode_indices(ChainReader& r, uint64_t n, uint64_t k, Wire w, std::string_view who,
                       std::vector<uint64_t>& idx) {
   idx.resize(k);
   const auto order = [&](uint64_t j) -> Status {
@@ -382,7 +382,7 @@ class ComposedCodec final : public Codec {
   Status decode(std::span<const std::byte> in, const CodecContext& ctx,
                 std::span<float> y) const override {
     const std::string who = spec();
-    Reader r(in, who);
+    ChainReader r(in, who);
     auto version = r.u8("version");
     if (!version) return version.status();
     if (*version != kChainFormatVersion)
@@ -482,7 +482,7 @@ class ComposedCodec final : public Codec {
       codes.put(quantize(vals[j], scales[j / kScaleBlock], levels), o_.value_bits);
   }
 
-  Status decode_values(Reader& r, const std::string& who, std::vector<float>& vals) const {
+  Status decode_values(ChainReader& r, const std::string& who, std::vector<float>& vals) const {
     const uint64_t k = vals.size();
     if (k == 0) return Status::ok();  // no values (and memcpy of 0 bytes into null is UB)
     if (o_.value_bits == 32) {

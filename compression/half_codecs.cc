@@ -23,8 +23,6 @@ namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kGrain = size_t{1} << 16;
-
 // Local pointers in every loop: a store through std::byte* may alias anything in
 // memory, a closure included, and GCC would reload the pointers and not vectorize.
 
@@ -163,7 +161,7 @@ class HalfCodec final : public Codec {
     const float* src = x.data();
     std::byte* dst = out.data();
     const Isa isa = active_isa();
-    parallel_for(ctx.pool, x.size(), kGrain, [src, dst, isa](size_t begin, size_t end) {
+    parallel_for(ctx.pool, x.size(), kParallelGrain, [src, dst, isa](size_t begin, size_t end) {
       Format::encode(isa, src + begin, dst + 2 * begin, end - begin);
     });
     return Status::ok();
@@ -177,7 +175,7 @@ class HalfCodec final : public Codec {
     const std::byte* src = in.data();
     float* dst = y.data();
     const Isa isa = active_isa();
-    parallel_for(ctx.pool, y.size(), kGrain, [src, dst, isa](size_t begin, size_t end) {
+    parallel_for(ctx.pool, y.size(), kParallelGrain, [src, dst, isa](size_t begin, size_t end) {
       Format::decode(isa, src + 2 * begin, dst + begin, end - begin);
     });
     return Status::ok();

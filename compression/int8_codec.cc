@@ -31,7 +31,6 @@ namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kGrain = size_t{1} << 16;
 constexpr float kQmax = 127.0f;
 // Adding then subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to the
 // nearest integer, ties to even, in the current (default) rounding mode: a
@@ -438,7 +437,7 @@ class Int8Codec final : public Codec {
 
  private:
   uint64_t blocks(uint64_t n) const { return (n + block_ - 1) / block_; }
-  size_t block_grain() const { return std::max<size_t>(1, kGrain / block_); }
+  size_t block_grain() const { return std::max<size_t>(1, kParallelGrain / block_); }
 
   uint32_t block_;
 };

@@ -32,8 +32,6 @@ namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kGrain = size_t{1} << 16;
-
 // Lowers `target` to `v` when smaller, from any thread: the first bad index wins
 // whatever the thread split, so error messages are reproducible.
 void atomic_min(std::atomic<size_t>& target, size_t v) {
@@ -189,8 +187,8 @@ class QsgdCodec final : public Codec {
   uint64_t buckets(uint64_t n) const { return (n + bucket_ - 1) / bucket_; }
   static uint64_t groups(uint64_t n) { return (n + 7) / 8; }
   uint64_t payload_bytes(uint64_t n) const { return 4 * buckets(n) + (n * bits_ + 7) / 8; }
-  size_t bucket_grain() const { return std::max<size_t>(1, kGrain / bucket_); }
-  static size_t group_grain() { return kGrain / 8; }
+  size_t bucket_grain() const { return std::max<size_t>(1, kParallelGrain / bucket_); }
+  static size_t group_grain() { return kParallelGrain / 8; }
 
   // Calls fn(i, code) for the (up to) eight elements of group g, reading only the
   // bytes those codes occupy.

@@ -32,7 +32,7 @@ namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kGrain = size_t{1} << 18;
+constexpr size_t kGatherGrain = size_t{1} << 18;
 
 class Xoshiro256ss {
  public:
@@ -125,7 +125,7 @@ class RandkCodec final : public Codec {
     GOSSIP_RETURN_IF_ERROR(decode_sparse_values(in, n, k, values_, "randk", vals));
     auto idx = randk_indices(ctx.seed, n, k);
     float* out = y.data();
-    parallel_for(ctx.pool, y.size(), kGrain,
+    parallel_for(ctx.pool, y.size(), kGatherGrain,
                  [out](size_t b, size_t e) { std::memset(out + b, 0, (e - b) * sizeof(float)); });
     if (k == 0) return Status::ok();
     const auto scale = static_cast<float>(static_cast<double>(n) / static_cast<double>(k));

@@ -31,8 +31,6 @@ namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kGrain = size_t{1} << 16;
-
 // What the encoder's loops need. Scales and flags are written per block by the
 // block's owner, sign bits per byte by the byte's owner.
 struct EncodeArgs {
@@ -88,8 +86,8 @@ inline void decode_span_portable(const std::byte* bits, uint32_t s_bits, float* 
   }
 }
 
-void decode_blocks_portable(const std::byte* scales, const std::byte* bits, float* y, size_t n,
-                            size_t block, size_t b0, size_t b1) {
+void decode_sign_blocks_portable(const std::byte* scales, const std::byte* bits, float* y, size_t n,
+                                 size_t block, size_t b0, size_t b1) {
   for (size_t b = b0; b < b1; ++b) {
     const size_t lo = b * block, hi = std::min(n, lo + block);
     decode_span_portable(bits, std::bit_cast<uint32_t>(load_f32(scales + 4 * b)), y, lo, hi);
@@ -276,8 +274,9 @@ GOSSIP_TARGET_AVX2 inline __m256 unpack_signs_avx2(uint32_t byte, __m256i s_bits
   return _mm256_castsi256_ps(_mm256_or_si256(s_bits, _mm256_slli_epi32(clear, 31)));
 }
 
-GOSSIP_TARGET_AVX2 void decode_blocks_avx2(const std::byte* scales, const std::byte* bits, float* y,
-                                           size_t n, size_t block, size_t b0, size_t b1) {
+GOSSIP_TARGET_AVX2 void decode_sign_blocks_avx2(const std::byte* scales, const std::byte* bits,
+                                                float* y, size_t n, size_t block, size_t b0,
+                                                size_t b1) {
   for (size_t b = b0; b < b1; ++b) {
     const size_t lo = b * block, hi = std::min(n, lo + block);
     const uint32_t s_bits = std::bit_cast<uint32_t>(load_f32(scales + 4 * b));
@@ -332,7 +331,7 @@ class SignCodec final : public Codec {
     if (bits_done) return Status::ok();
     // Bytes rather than blocks are the unit here: a block need not be a multiple of
     // eight, and two threads must never write the same byte.
-    parallel_for(ctx.pool, (n + 7) / 8, kGrain / 8, [&args, isa](size_t g0, size_t g1) {
+    parallel_for(ctx.pool, (n + 7) / 8, kParallelGrain / 8, [&args, isa](size_t g0, size_t g1) {
 #ifdef GOSSIP_HAVE_X86_KERNELS
       if (isa >= Isa::kAvx2) return bits_avx2(args.x, args.n, args.bits, g0, g1);
 #endif
@@ -365,10 +364,10 @@ class SignCodec final : public Codec {
     const Isa isa = active_isa();
     parallel_for(ctx.pool, nb, block_grain(), [=](size_t b0, size_t b1) {
 #ifdef GOSSIP_HAVE_X86_KERNELS
-      if (isa >= Isa::kAvx2) return decode_blocks_avx2(scales, bits, dst, n, block, b0, b1);
+      if (isa >= Isa::kAvx2) return decode_sign_blocks_avx2(scales, bits, dst, n, block, b0, b1);
 #endif
       (void)isa;
-      decode_blocks_portable(scales, bits, dst, n, block, b0, b1);
+      decode_sign_blocks_portable(scales, bits, dst, n, block, b0, b1);
     });
     return Status::ok();
   }
@@ -376,7 +375,7 @@ class SignCodec final : public Codec {
  private:
   uint64_t blocks(uint64_t n) const { return (n + block_ - 1) / block_; }
   uint64_t payload_bytes(uint64_t n) const { return 4 * blocks(n) + (n + 7) / 8; }
-  size_t block_grain() const { return std::max<size_t>(1, kGrain / block_); }
+  size_t block_grain() const { return std::max<size_t>(1, kParallelGrain / block_); }
 
   uint32_t block_;
 };

@@ -43,6 +43,10 @@ class ThreadPool {
   bool stop_ = false;                                        // guarded by mu_
 };
 
+// The elements a codec's loop gives each thread at least: 64 Ki floats (256 KiB), below
+// which waking another thread costs more than it saves.
+inline constexpr size_t kParallelGrain = size_t{1} << 16;
+
 // Runs fn over [0, n) on pool when there is one and n is large, else inline.
 void parallel_for(ThreadPool* pool, size_t n, size_t grain,
                   const std::function<void(size_t, size_t)>& fn);

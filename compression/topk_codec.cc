@@ -53,7 +53,6 @@ namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kGrain = size_t{1} << 16;
 constexpr uint32_t kNonFiniteKey = 0x7f800000u;  // keys at or above: inf or NaN
 // Below this size the sample would be a large part of x: exact selection instead.
 constexpr uint64_t kMinApproxN = uint64_t{1} << 16;
@@ -141,7 +140,7 @@ Candidates collect_at_least(std::span<const float> x, uint32_t threshold, Thread
   const float* p = x.data();
   // Keys are below 2^31: compared as int32, which every SIMD level has.
   const auto thr = static_cast<int32_t>(threshold);
-  parallel_for(pool, x.size(), kGrain, [&](size_t b, size_t e) {
+  parallel_for(pool, x.size(), kParallelGrain, [&](size_t b, size_t e) {
     Candidates local;
     auto take = [&](size_t i) {
       auto k = static_cast<int32_t>(mag_key(p[i]));
@@ -210,7 +209,7 @@ Status select_exact(std::span<const float> x, uint64_t k, ThreadPool* pool, Cand
   std::array<uint64_t, kBins> hist{};
   std::mutex mu;
   const float* p = x.data();
-  parallel_for(pool, x.size(), kGrain, [&](size_t b, size_t e) {
+  parallel_for(pool, x.size(), kParallelGrain, [&](size_t b, size_t e) {
     // Four sub-histograms break the store-to-load dependency of equal neighbors;
     // 32-bit counts flushed every 2^30 elements so they cannot overflow.
     std::vector<uint32_t> sub(4 * kBins, 0);

@@ -30,6 +30,11 @@
 
 namespace gossip::peers {
 
+// How often a transport's wait looks at WaitOptions' cancel flag and interrupt, and how
+// long its connect waits before trying a refused neighbor again (TCP and RDMA alike).
+inline constexpr std::chrono::milliseconds kCancelPoll{20};
+inline constexpr std::chrono::milliseconds kConnectRetry{50};
+
 struct WaitOptions {
   std::chrono::steady_clock::time_point deadline;
   const std::atomic<bool>* cancel = nullptr;  // set by the owner to abandon the wait

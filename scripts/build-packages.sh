@@ -27,6 +27,8 @@ jobs=${GOSSIP_JOBS:-$(nproc 2>/dev/null || echo 2)}
 flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr
        -DGOSSIP_BUILD_TESTS=OFF -DGOSSIP_BUILD_BENCH=OFF -DGOSSIP_WITH_CUDA=OFF
        -DCMAKE_CXX_FLAGS_RELEASE="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O2 -g1 -DNDEBUG")
+# The unity build of scripts/build.sh, for the same reason and the same ccache entries.
+flags+=(-DCMAKE_UNITY_BUILD="$([[ "${GOSSIP_UNITY:-1}" == 0 ]] && echo OFF || echo ON)")
 if [[ -z "${GOSSIP_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
   flags+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1

@@ -30,12 +30,6 @@ bool parse_number(std::string_view text, T& v) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-// Block 0 (refused by check_params) counts as 1, as the CPU factories treat it.
-uint64_t blocks(uint64_t n, uint32_t block) {
-  block = block == 0 ? 1 : block;
-  return (n + block - 1) / block;
-}
-
 }  // namespace
 
 Result<DeviceCodecParams> device_params(const Codec& codec) {
@@ -160,11 +154,11 @@ uint64_t dense_payload_bytes(const DeviceCodecParams& p, uint64_t n) {
     case proto::CodecId::kBf16:
       return 2 * n;
     case proto::CodecId::kInt8:
-      return 4 * blocks(n, p.block) + n;
+      return 4 * block_count(n, p.block) + n;
     case proto::CodecId::kSign:
-      return 4 * blocks(n, p.block) + (n + 7) / 8;
+      return 4 * block_count(n, p.block) + (n + 7) / 8;
     case proto::CodecId::kQsgd:
-      return 4 * blocks(n, p.bucket) + (n * qsgd_code_bits(p.levels) + 7) / 8;
+      return 4 * block_count(n, p.bucket) + (n * qsgd_code_bits(p.levels) + 7) / 8;
     default:
       return 0;
   }

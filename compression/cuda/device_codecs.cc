@@ -26,8 +26,6 @@ using Words = unsigned long long;
 uint8_t* bytes_of(std::byte* p) { return reinterpret_cast<uint8_t*>(p); }
 const uint8_t* bytes_of(const std::byte* p) { return reinterpret_cast<const uint8_t*>(p); }
 
-uint64_t blocks(uint64_t n, uint32_t block) { return (n + block - 1) / block; }
-
 QsgdShape qsgd_shape(const DeviceCodecParams& p) {
   return {p.levels, p.bucket, qsgd_code_bits(p.levels)};
 }
@@ -137,7 +135,8 @@ Status decode_error(const DeviceCodecParams& p, const uint8_t* in, uint64_t n, c
     const uint64_t code_bytes = (n * q.bits + 7) / 8;
     const uint64_t first = g * q.bits, count = std::min<uint64_t>(q.bits, code_bytes - first);
     uint8_t group[64] = {};
-    GOSSIP_RETURN_IF_ERROR(read_back(group, in + 4 * blocks(n, q.bucket) + first, count, stream));
+    GOSSIP_RETURN_IF_ERROR(
+        read_back(group, in + 4 * block_count(n, q.bucket) + first, count, stream));
     uint64_t level = 0;
     qsgd_for_each_code(group, n, g, q.bits, [&](uint64_t i, uint64_t code) {
       if (i == bad[2]) level = code & ((uint64_t{1} << (q.bits - 1)) - 1);

@@ -409,6 +409,13 @@ GOSSIP_HD bool qsgd_norm_valid(float norm) { return finite_f32(norm) && !sign_bi
 
 GOSSIP_HD uint32_t mag_key(float f) { return f32_bits(f) & 0x7fffffffu; }
 
+// The blocks (scales, buckets) of n values; block 0 (refused by check_params) counts as
+// 1, as the CPU factories treat it.
+GOSSIP_HD uint64_t block_count(uint64_t n, uint32_t block) {
+  block = block == 0 ? 1 : block;
+  return (n + block - 1) / block;
+}
+
 inline constexpr uint32_t kNonFiniteKey = 0x7f800000u;  // keys at or above: inf or NaN
 
 struct RadixRound {

@@ -1,23 +1,20 @@
 #include "experiments/trainer/cnn.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <array>
 #include <cassert>
 
+#include "experiments/trainer/eigen_views.h"
+
 namespace gossip::trainer {
 namespace {
 
-using MatrixR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapR = Eigen::Map<MatrixR>;
-using ConstMapR = Eigen::Map<const MatrixR>;
-using RowMap = Eigen::Map<Eigen::RowVectorXf>;
-using ConstRowMap = Eigen::Map<const Eigen::RowVectorXf>;
+using namespace eigen_views;
 
 constexpr size_t kSide = Cnn::kSide, kK = Cnn::kKernel, kPad = kK / 2;
 constexpr size_t kSide2 = kSide / 2;
 
-constexpr std::array<TensorShape, Cnn::kNumTensors> kLayout = {{
+constexpr std::array<TensorShape, Cnn::kNumTensors> kCnnLayout = {{
     {"conv1.weight", Cnn::kChannels1, kK* kK * 1},
     {"conv1.bias", Cnn::kChannels1, 1},
     {"conv2.weight", Cnn::kChannels2, kK* kK* Cnn::kChannels1},
@@ -27,13 +24,6 @@ constexpr std::array<TensorShape, Cnn::kNumTensors> kLayout = {{
     {"fc2.weight", Cnn::kOutputs, Cnn::kHidden},
     {"fc2.bias", Cnn::kOutputs, 1},
 }};
-
-Eigen::Index ix(size_t n) { return static_cast<Eigen::Index>(n); }
-
-ConstMapR weight(const std::span<float>& t, size_t index) {
-  return ConstMapR(t.data(), ix(kLayout[index].rows), ix(kLayout[index].cols));
-}
-ConstRowMap bias(const std::span<float>& t) { return ConstRowMap(t.data(), ix(t.size())); }
 
 // Rows of `cols` ([batch * side * side, kK * kK * channels]) are the zero-padded
 // kK x kK patches of an NHWC input, kernel position outer, channel inner.
@@ -98,21 +88,23 @@ void max_pool(const float* in, size_t batch, size_t side, size_t channels, float
 
 }  // namespace
 
-std::span<const TensorShape, Cnn::kNumTensors> Cnn::layout() { return kLayout; }
+std::span<const TensorShape, Cnn::kNumTensors> Cnn::layout() { return kCnnLayout; }
 
-size_t Cnn::num_parameters() { return layout_numel(kLayout); }
+size_t Cnn::num_parameters() { return layout_numel(kCnnLayout); }
 
 Result<Cnn> Cnn::create(std::vector<std::span<float>> parameters) {
-  GOSSIP_RETURN_IF_ERROR(check_layout("CNN", kLayout, parameters));
+  GOSSIP_RETURN_IF_ERROR(check_layout("CNN", kCnnLayout, parameters));
   return Cnn(std::move(parameters));
 }
 
 Cnn::Cnn(std::vector<std::span<float>> parameters)
     : parameters_(std::move(parameters)), gradients_(num_parameters(), 0.0f) {}
 
-void Cnn::init(uint64_t seed) { he_init(kLayout, parameters_, seed); }
+void Cnn::init(uint64_t seed) { he_init(kCnnLayout, parameters_, seed); }
 
-std::vector<std::span<float>> Cnn::gradients() { return tensor_views(kLayout, gradients_.data()); }
+std::vector<std::span<float>> Cnn::gradients() {
+  return tensor_views(kCnnLayout, gradients_.data());
+}
 
 void Cnn::forward(const float* inputs, size_t batch) {
   const size_t pixels1 = batch * kSide * kSide, pixels2 = batch * kSide2 * kSide2;
@@ -129,8 +121,8 @@ void Cnn::forward(const float* inputs, size_t batch) {
 
   im2col(inputs, batch, kSide, 1, cols1_.data());
   MapR a1(conv1_.data(), ix(pixels1), ix(kChannels1));
-  a1.noalias() =
-      ConstMapR(cols1_.data(), ix(pixels1), ix(kK * kK)) * weight(parameters_[0], 0).transpose();
+  a1.noalias() = ConstMapR(cols1_.data(), ix(pixels1), ix(kK * kK)) *
+                 weight(parameters_[0], kCnnLayout[0]).transpose();
   a1.rowwise() += bias(parameters_[1]);
   a1 = a1.cwiseMax(0.0f);
   max_pool(conv1_.data(), batch, kSide, kChannels1, pool1_.data(), argmax1_.data());
@@ -138,18 +130,18 @@ void Cnn::forward(const float* inputs, size_t batch) {
   im2col(pool1_.data(), batch, kSide2, kChannels1, cols2_.data());
   MapR a2(conv2_.data(), ix(pixels2), ix(kChannels2));
   a2.noalias() = ConstMapR(cols2_.data(), ix(pixels2), ix(kK * kK * kChannels1)) *
-                 weight(parameters_[2], 2).transpose();
+                 weight(parameters_[2], kCnnLayout[2]).transpose();
   a2.rowwise() += bias(parameters_[3]);
   a2 = a2.cwiseMax(0.0f);
   max_pool(conv2_.data(), batch, kSide2, kChannels2, pool2_.data(), argmax2_.data());
 
   MapR h(hidden_.data(), ix(batch), ix(kHidden));
-  h.noalias() =
-      ConstMapR(pool2_.data(), ix(batch), ix(kFlat)) * weight(parameters_[4], 4).transpose();
+  h.noalias() = ConstMapR(pool2_.data(), ix(batch), ix(kFlat)) *
+                weight(parameters_[4], kCnnLayout[4]).transpose();
   h.rowwise() += bias(parameters_[5]);
   h = h.cwiseMax(0.0f);
   MapR logits(logits_.data(), ix(batch), ix(kOutputs));
-  logits.noalias() = h * weight(parameters_[6], 6).transpose();
+  logits.noalias() = h * weight(parameters_[6], kCnnLayout[6]).transpose();
   logits.rowwise() += bias(parameters_[7]);
 }
 
@@ -168,14 +160,14 @@ float Cnn::forward_backward(std::span<const float> inputs, std::span<const uint8
   RowMap(grads[7].data(), ix(kOutputs)) = g.colwise().sum();
   d_hidden_.resize(batch * kHidden);
   MapR dh(d_hidden_.data(), b, ix(kHidden));
-  dh.noalias() = g * weight(parameters_[6], 6);
+  dh.noalias() = g * weight(parameters_[6], kCnnLayout[6]);
   dh = (h.array() > 0.0f).select(dh, 0.0f);  // ReLU passes where the activation was positive
 
   ConstMapR p2(pool2_.data(), b, ix(kFlat));
   MapR(grads[4].data(), ix(kHidden), ix(kFlat)).noalias() = dh.transpose() * p2;
   RowMap(grads[5].data(), ix(kHidden)) = dh.colwise().sum();
   d_pool2_.resize(batch * kFlat);
-  MapR(d_pool2_.data(), b, ix(kFlat)).noalias() = dh * weight(parameters_[4], 4);
+  MapR(d_pool2_.data(), b, ix(kFlat)).noalias() = dh * weight(parameters_[4], kCnnLayout[4]);
 
   // Max-pool: each pooled gradient goes to the input it came from; ReLU as above.
   d_conv2_.assign(pixels2 * kChannels2, 0.0f);
@@ -189,7 +181,7 @@ float Cnn::forward_backward(std::span<const float> inputs, std::span<const uint8
   RowMap(grads[3].data(), ix(kChannels2)) = da2.colwise().sum();
   d_cols2_.resize(cols2_.size());
   MapR(d_cols2_.data(), ix(pixels2), ix(kK * kK * kChannels1)).noalias() =
-      da2 * weight(parameters_[2], 2);
+      da2 * weight(parameters_[2], kCnnLayout[2]);
   d_pool1_.resize(pool1_.size());
   col2im(d_cols2_.data(), batch, kSide2, kChannels1, d_pool1_.data());
 

@@ -20,8 +20,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kFrameMagic = 0x31465247;  // "GRF1"
-// How often a wait looks at its cancel flag.
-constexpr auto kCancelPoll = std::chrono::milliseconds(20);
 // Small frames are read in bulk through this; payloads larger than it go straight
 // into their receive buffer, so that a 1 MiB chunk is not copied twice.
 constexpr size_t kStageBytes = 64 << 10;

@@ -23,8 +23,6 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
 
-constexpr auto kCancelPoll = std::chrono::milliseconds(20);
-constexpr auto kConnectRetry = std::chrono::milliseconds(50);
 // The peer is there but turned our hello away (closed without an answer): do not flood
 // its log.
 constexpr auto kRefusedRetry = std::chrono::milliseconds(500);
