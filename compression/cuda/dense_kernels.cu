@@ -22,8 +22,6 @@ __device__ uint64_t first_index() {
 }
 __device__ uint64_t grid_stride() { return static_cast<uint64_t>(gridDim.x) * blockDim.x; }
 
-uint64_t blocks_of(uint64_t n, uint32_t block) { return (n + block - 1) / block; }
-
 // ---------------------------------------------------------------------------
 // fp16 / bf16
 
@@ -347,7 +345,7 @@ cudaError_t half_decode(const uint8_t* in, uint64_t n, bool bf16, float* y, cuda
 cudaError_t int8_encode(const float* x, uint64_t n, uint32_t block, uint8_t* out,
                         unsigned long long* first_bad_block, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const uint64_t nb = blocks_of(n, block);
+  const uint64_t nb = block_count(n, block);
   if (block >= kChunk) {
     int8_encode_warp_kernel<<<grid_for(32 * nb), kThreads, 0, stream>>>(x, n, block, nb, out,
                                                                         first_bad_block);
@@ -361,7 +359,7 @@ cudaError_t int8_encode(const float* x, uint64_t n, uint32_t block, uint8_t* out
 cudaError_t sign_encode(const float* x, uint64_t n, uint32_t block, uint8_t* out,
                         unsigned long long* first_bad_block, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const uint64_t nb = blocks_of(n, block);
+  const uint64_t nb = block_count(n, block);
   launch_scales<SignScaleAcc>(x, n, block, nb, {out, first_bad_block}, stream);
   sign_bits_kernel<<<grid_for((n + 31) / 32 * 32), kThreads, 0, stream>>>(x, n, nb, out);
   return cudaGetLastError();
@@ -370,7 +368,7 @@ cudaError_t sign_encode(const float* x, uint64_t n, uint32_t block, uint8_t* out
 cudaError_t qsgd_encode(const float* x, uint64_t n, QsgdShape q, uint64_t seed, uint8_t* out,
                         unsigned long long* first_bad_bucket, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const uint64_t nb = blocks_of(n, q.bucket);
+  const uint64_t nb = block_count(n, q.bucket);
   launch_scales<QsgdNormAcc>(x, n, q.bucket, nb, {out, first_bad_bucket}, stream);
   qsgd_groups_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(x, n, q, stream_key(seed), nb,
                                                                      out);
@@ -380,14 +378,14 @@ cudaError_t qsgd_encode(const float* x, uint64_t n, QsgdShape q, uint64_t seed, 
 cudaError_t int8_check(const uint8_t* in, uint64_t n, uint32_t block, unsigned long long* bad,
                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  int8_check_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, blocks_of(n, block), bad);
+  int8_check_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block_count(n, block), bad);
   return cudaGetLastError();
 }
 
 cudaError_t sign_check(const uint8_t* in, uint64_t n, uint32_t block, unsigned long long* bad,
                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const uint64_t nb = blocks_of(n, block);
+  const uint64_t nb = block_count(n, block);
   sign_check_kernel<<<grid_for(nb), kThreads, 0, stream>>>(in, n, nb, bad);
   return cudaGetLastError();
 }
@@ -395,7 +393,7 @@ cudaError_t sign_check(const uint8_t* in, uint64_t n, uint32_t block, unsigned l
 cudaError_t qsgd_check(const uint8_t* in, uint64_t n, QsgdShape q, unsigned long long* bad,
                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const uint64_t nb = blocks_of(n, q.bucket);
+  const uint64_t nb = block_count(n, q.bucket);
   if (q.bits > 16) {
     qsgd_check_groups_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(in, n, q, nb, bad);
   } else {
@@ -407,20 +405,20 @@ cudaError_t qsgd_check(const uint8_t* in, uint64_t n, QsgdShape q, unsigned long
 cudaError_t int8_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
                         cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  int8_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block, blocks_of(n, block), y);
+  int8_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block, block_count(n, block), y);
   return cudaGetLastError();
 }
 
 cudaError_t sign_decode(const uint8_t* in, uint64_t n, uint32_t block, float* y,
                         cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  sign_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block, blocks_of(n, block), y);
+  sign_decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, n, block, block_count(n, block), y);
   return cudaGetLastError();
 }
 
 cudaError_t qsgd_decode(const uint8_t* in, uint64_t n, QsgdShape q, float* y, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const uint64_t nb = blocks_of(n, q.bucket);
+  const uint64_t nb = block_count(n, q.bucket);
   if (q.bits > 16) {
     qsgd_decode_groups_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(in, n, q, nb, y);
   } else {
