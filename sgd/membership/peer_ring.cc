@@ -253,15 +253,25 @@ void PeerRing::absorb(const peers::Incoming& in) {
                            : h.merge == proto::RingProbe::kMerging ? RingMembership::Merge::kMerging
                                                                    : RingMembership::Merge::kNone;
         const bool was_merging = membership_.merging();
+        const size_t view_before = membership_.members().size();
         const auto effect = membership_.on_probe(in.peer, h.epoch, in.round(), Clock::now(),
                                                  options_.reform_wait, joining, their_view, merge);
+        const bool left_out = membership_.members().size() < view_before;
+        if (left_out)
+          spdlog::warn(
+              "peer {}'s ring [{}] (epoch {}, next round {}) went on without this node: its "
+              "members are out of this node's view, now [{}]",
+              in.peer, fmt::join(their_view, ", "), h.epoch, in.round(),
+              fmt::join(membership_.members(), ", "));
         if (effect == RingMembership::Probe::kIgnored) return;
         if (membership_.merging() && !was_merging)
           spdlog::warn("peer {}{} [{}] (epoch {}, next round {}): merging the rings", in.peer,
                        membership_.member(in.peer) ? " merges rings into" : " is in another ring",
                        fmt::join(their_view, ", "), h.epoch, in.round());
         if (effect == RingMembership::Probe::kStarted) {
-          if (joiner)
+          if (left_out && !membership_.merging())
+            spdlog::warn("this node is alone in its view: it asks back in");
+          else if (joiner)
             spdlog::info(
                 "peer {} asks back into the ring (restarted, or left out; its next round {}): "
                 "re-forming",

@@ -103,19 +103,33 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   };
   // Merges are between rings of two or more that admit joiners; a node alone was left
   // out (it takes a member's state instead) and one asking back in hears members only.
-  const bool may_merge = admit_joiners_ && !rejoining_ && !joining && peer != self_ &&
-                         configured(peer) && !member(peer) && order_.ids.size() >= 2;
+  const auto may_merge = [&] {
+    return admit_joiners_ && !rejoining_ && !joining && peer != self_ && configured(peer) &&
+           !member(peer) && order_.ids.size() >= 2;
+  };
   if (merge == Merge::kOffer) {
-    // Only from a ring apart from this one: a member that this node's view still
-    // holds, or a view that shares a node with ours, is no other ring (a node the
-    // others left out and does not know it yet).
+    if (left_out_by(peer, epoch, their_view)) {
+      // Their ring decided without this node while its view still holds them: it
+      // leaves them out of its view in turn (a view that does not count this node is
+      // no view to wait on), and what remains is a ring apart from theirs. Waiting
+      // instead for their ring addresses, which they never send for this view, took
+      // two reform waits before the round failed, then a re-forming, then the next
+      // offer: past a 10 s round deadline under churn (Experiments.Churn, CI).
+      leave_out(their_view);
+      if (order_.ids.size() < 2) {
+        start(now, wait);  // alone: decided at once, and it asks back in (left_out())
+        return Probe::kStarted;
+      }
+    }
+    // Only from a ring apart from this one: a view that shares a node with ours is no
+    // other ring.
     const bool apart = their_view.size() >= 2 &&
                        std::none_of(their_view.begin(), their_view.end(),
                                     [&](uint32_t id) { return id == self_ || member(id); });
-    if (!may_merge || !apart) return Probe::kIgnored;
+    if (!may_merge() || !apart) return Probe::kIgnored;
     return hear_merge(peer, epoch, next_round, now, wait, their_view);
   }
-  if (merge == Merge::kMerging && may_merge && lists(self_))
+  if (merge == Merge::kMerging && may_merge() && lists(self_))
     return hear_merge(peer, epoch, next_round, now, wait, their_view);
   const bool vouched = reform_ && reform_->vouched.count(peer) > 0;
   if (peer != self_ && reform_ && !member(peer) && !vouched && !joining && configured(peer)) {
@@ -139,6 +153,27 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   if (r.merging && !member(peer) && !joining) r.merged_in.insert(peer);
   if (member(peer) || r.merging) vouch_for(their_view);
   return started ? Probe::kStarted : Probe::kHeard;
+}
+
+bool RingMembership::left_out_by(uint32_t peer, uint64_t epoch,
+                                 std::span<const uint32_t> their_view) const {
+  // An offer goes only to nodes outside the offerer's view, and only between its
+  // re-formings: from a member of ours, at our epoch or later, whose view lists
+  // itself and not this node, it says that their ring went on without this node. An
+  // older one is a view this node has already moved past.
+  const auto lists = [&](uint32_t id) {
+    return std::find(their_view.begin(), their_view.end(), id) != their_view.end();
+  };
+  return admit_joiners_ && !reform_ && !rejoining_ && peer != self_ && member(peer) &&
+         epoch >= epoch_ && lists(peer) && !lists(self_);
+}
+
+void RingMembership::leave_out(std::span<const uint32_t> their_view) {
+  std::vector<uint32_t> ids;
+  for (uint32_t id : order_.ids)
+    if (id == self_ || std::find(their_view.begin(), their_view.end(), id) == their_view.end())
+      ids.push_back(id);
+  set_view(std::move(ids), epoch_);
 }
 
 bool RingMembership::answers(uint32_t peer, std::span<const uint32_t> their_view) const {

@@ -43,6 +43,12 @@
 // the others, and must hear them again. A node
 // alone in its view merges by no offer: it was left out, and asks back in by taking a
 // member's state, as a restarted node does; nor does a node asking back in.
+//
+// Nodes that the others left out may not know it yet: their view still holds the
+// others, who ignore their probes and never send them a ring address for it. An
+// offer from a member of the view that does not list this node says so at once: the
+// node takes the offer's members out of its view, and what remains merges with them
+// (or, alone, asks back in).
 
 #include <algorithm>
 #include <chrono>
@@ -179,6 +185,11 @@ class RingMembership {
   Probe hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
                    std::chrono::milliseconds wait, std::span<const uint32_t> their_view);
   void vouch_for(std::span<const uint32_t> their_view);
+  // An offer from `peer`, a member of this node's view, that does not list this node:
+  // their ring went on without it.
+  bool left_out_by(uint32_t peer, uint64_t epoch, std::span<const uint32_t> their_view) const;
+  // Takes the members `their_view` lists out of this node's view (same epoch).
+  void leave_out(std::span<const uint32_t> their_view);
   bool configured(uint32_t id) const;
   std::optional<Reform> reform_;
   bool rejoining_ = false;
