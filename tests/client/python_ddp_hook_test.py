@@ -2,7 +2,8 @@
 """Issue 22's DDP communication hook: gossipd.torch.comm_hook under a real
 DistributedDataParallel (two processes, a gloo group on loopback, two gossipd
 daemons): without a codec it gives the gradients of DDP's default hook (allclose,
-step after step), and with fp16 and with top-k (10%) + error feedback it trains on the real
+step after step), with fp16 the same within fp16's rounding, and with top-k (10%) +
+error feedback, which changes what each step sends, it trains on the real
 Fashion-MNIST to within 1 pt of DDP's own all-reduce. Exit code 77 where python3-torch
 is missing.
 
@@ -31,6 +32,14 @@ WORLD = 2
 BATCH = 32
 STEPS = 1500  # top-k + EF needs the longer run to catch up (README: 1% and 3% fall short)
 LR = 0.1
+
+
+# How far the hook's gradient may be from DDP's, per mode of "compare": exact but for
+# the order of the sum without a codec; with fp16 each rank's value is rounded to 11
+# significant bits before the mean, so an element may be off by about 2^-11 of the
+# tensor's largest (a wrong bucket, a sum for a mean or a stale step is off by ~100 %).
+# Per mode: rtol, and atol as an absolute part plus a part of the tensor's max |g|.
+TOLERANCE = {"compare": (1e-5, 1e-7, 0.0), "compare-fp16": (2e-3, 0.0, 1e-3)}
 
 
 def worker(rank, pg_port, endpoint, mode, out_path):
@@ -67,25 +76,27 @@ def worker(rank, pg_port, endpoint, mode, out_path):
         return ddp
 
     result = {}
-    if mode == "compare":
+    if mode in TOLERANCE:
+        rtol, atol, atol_of_max = TOLERANCE[mode]
         a = DDP(net(), bucket_cap_mb=0.1)  # DDP's default hook over gloo
         b = with_hook(net())
-        b.module.load_state_dict(a.module.state_dict())
         opt_a = torch.optim.SGD(a.parameters(), lr=LR)
-        opt_b = torch.optim.SGD(b.parameters(), lr=LR)
         worst = 0.0
         for _ in range(20):
+            # Both at DDP's parameters, so that each step compares one gradient, not
+            # two runs that a lossy codec lets drift apart.
+            b.module.load_state_dict(a.module.state_dict())
             x, y = batch()
-            for model, opt in ((a, opt_a), (b, opt_b)):
-                opt.zero_grad()
+            for model in (a, b):
+                model.zero_grad()
                 F.cross_entropy(model(x), y).backward()
             for pa, pb in zip(a.parameters(), b.parameters()):
-                if not torch.allclose(pa.grad, pb.grad, rtol=1e-5, atol=1e-7):
-                    raise AssertionError(f"rank {rank}: the hook's gradients differ from DDP's by "
+                bound = atol + atol_of_max * pa.grad.abs().max().item()
+                if not torch.allclose(pa.grad, pb.grad, rtol=rtol, atol=bound):
+                    raise AssertionError(f"rank {rank} ({mode}): the hook's gradients differ from DDP's by "
                                          f"{(pa.grad - pb.grad).abs().max().item()}")
                 worst = max(worst, (pa.grad - pb.grad).abs().max().item())
             opt_a.step()
-            opt_b.step()
         result["worst"] = worst
     else:
         model = net()
@@ -142,16 +153,24 @@ class DdpCommHook(unittest.TestCase):
         results = self.run_ranks("compare", ["--strategy", "allreduce"])
         print(f"\nlargest difference from DDP's gradients: {max(r['worst'] for r in results):.2e}", file=sys.stderr)
 
-    def test_fp16_and_topk_with_error_feedback_train_within_a_point_of_ddp(self):
+    def test_with_fp16_the_gradients_are_ddps_within_its_rounding(self):
+        # Step by step rather than a training run of 1,500 steps (20 s of CI): a
+        # gradient that is DDP's to fp16's precision at every step trains as DDP does.
+        results = self.run_ranks("compare-fp16", ["--strategy", "allreduce", "--codec", "fp16"])
+        worst = max(r["worst"] for r in results)
+        print(f"\nfp16: largest difference from DDP's gradients: {worst:.2e}", file=sys.stderr)
+        self.assertGreater(worst, 0.0, "fp16 changed nothing: was the codec applied?")
+
+    def test_topk_with_error_feedback_trains_within_a_point_of_ddp(self):
         reference = self.run_ranks("ddp")
         self.assertGreater(reference[0]["accuracy"], 0.80, "DDP's own run does not train")
-        for codec in ("fp16", "topk:0.1+ef"):
-            results = self.run_ranks("train", ["--strategy", "allreduce", "--codec", codec])
-            print(f"\n{codec}: {results[0]['accuracy']:.4f} against DDP's {reference[0]['accuracy']:.4f}",
-                  file=sys.stderr)
-            self.assertAlmostEqual(results[0]["params"], results[1]["params"], places=3,
-                                   msg="the ranks' models differ")
-            self.assertGreater(results[0]["accuracy"], reference[0]["accuracy"] - 0.01, codec)
+        codec = "topk:0.1+ef"
+        results = self.run_ranks("train", ["--strategy", "allreduce", "--codec", codec])
+        print(f"\n{codec}: {results[0]['accuracy']:.4f} against DDP's {reference[0]['accuracy']:.4f}",
+              file=sys.stderr)
+        self.assertAlmostEqual(results[0]["params"], results[1]["params"], places=3,
+                               msg="the ranks' models differ")
+        self.assertGreater(results[0]["accuracy"], reference[0]["accuracy"] - 0.01, codec)
 
     def test_a_strategy_other_than_allreduce_is_refused_with_the_reason(self):
         import gossipd

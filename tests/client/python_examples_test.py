@@ -22,6 +22,8 @@ sys.path.insert(0, str(HERE))
 import python_client_test as harness  # noqa: E402
 
 SKIP = harness.SKIP
+# 83.5 % on both nodes (200 steps gave 88 % in twice the time): the bound below is 80.
+CNN_STEPS = 100
 
 
 def run_example(flags, script_args, timeout):
@@ -38,12 +40,12 @@ def accuracies(outs):
 class Examples(unittest.TestCase):
     def test_the_cnn_trains_under_the_launcher(self):
         codes, outs = run_example(["--strategy", "local-sgd", "--period", "4"],
-                                  [str(ROOT / "examples" / "cnn_fashion_mnist.py"), "--steps", "200",
+                                  [str(ROOT / "examples" / "cnn_fashion_mnist.py"), "--steps", str(CNN_STEPS),
                                    "--test-images", "2000"], 300)
         self.assertEqual(codes, [0, 0], "\n".join(o[-3000:] for o in outs))
         acc = accuracies(outs)
         self.assertEqual(len(acc), 2, outs)
-        print(f"\ncnn example, 200 steps: {acc}", file=sys.stderr)
+        print(f"\ncnn example, {CNN_STEPS} steps: {acc}", file=sys.stderr)
         self.assertEqual(acc[0], acc[1], "the nodes end with one model")
         self.assertGreater(acc[0], 0.80)
 

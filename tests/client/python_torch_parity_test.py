@@ -31,7 +31,7 @@ if not SKIP:
 
 NODES = 2
 BATCH = 32      # per node; the single process takes NODES * BATCH
-STEPS = 900     # about one epoch of the 60000 images for the two nodes together
+STEPS = 500     # 32,000 images, half an epoch for the two nodes together
 LR = 0.1
 INIT_LOCK = threading.Lock()
 
