@@ -63,6 +63,15 @@ class InboundWatchdog {
     return cuts;
   }
 
+  // Whether a connection holds more than the limit by the count now, which whole
+  // messages waiting in libzmq inflate: where it does, the caller takes them (they are
+  // then delivered) and check()s.
+  bool any_over_limit() const {
+    for (const auto& [fd, c] : connections_)
+      if (held(fd) > static_cast<int64_t>(limit_)) return true;
+    return false;
+  }
+
   // Undelivered bytes of `fd` now, or -1 when it is not a tracked TCP connection.
   int64_t held(int fd) const;
   size_t tracked() const { return connections_.size(); }

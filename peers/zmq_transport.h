@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -130,6 +131,7 @@ class ZmqTransport final : public PeerChannel {
   // Logs a peer whose refused messages reach 10, 100, 1000, ...
   void report_offender(uint32_t peer);
   // Connections accepted and lost (the socket monitor), then the watchdog's check.
+  void absorb_connection_events();  // the inbound monitor's, into watchdog_
   void watch_connections();
   // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).
   std::map<std::string, uint32_t> routing_ids_;
@@ -152,6 +154,14 @@ class ZmqTransport final : public PeerChannel {
   zmq::socket_t monitor_;  // inbound_'s connection events, for watchdog_
   std::unique_ptr<InboundWatchdog> watchdog_;
   std::chrono::steady_clock::time_point last_check_{};
+  // A multipart message as taken from inbound_: its first frames, and how many it had.
+  struct Taken {
+    std::vector<zmq::message_t> frames;
+    size_t total = 0;
+  };
+  bool take_message(Taken& out);  // false: nothing waiting
+  // Messages taken early so that the watchdog could check (recv), in arrival order.
+  std::deque<Taken> drained_;
   std::vector<std::unique_ptr<Outbound>> outbound_;
   // Of removed peers: kept, their sockets closed, while a zero-copy message's release
   // may still count down their `pending`.
