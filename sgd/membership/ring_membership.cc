@@ -160,12 +160,14 @@ bool RingMembership::left_out_by(uint32_t peer, uint64_t epoch,
   // An offer goes only to nodes outside the offerer's view, and only between its
   // re-formings: from a member of ours, at our epoch or later, whose view lists
   // itself and not this node, it says that their ring went on without this node. An
-  // older one is a view this node has already moved past.
+  // older one is a view this node has already moved past; one of a ring of fewer than
+  // two is no ring's (offers() makes none), and would only take the offerer out of
+  // this node's view without a re-forming.
   const auto lists = [&](uint32_t id) {
     return std::find(their_view.begin(), their_view.end(), id) != their_view.end();
   };
   return admit_joiners_ && !reform_ && !rejoining_ && peer != self_ && member(peer) &&
-         epoch >= epoch_ && lists(peer) && !lists(self_);
+         epoch >= epoch_ && their_view.size() >= 2 && lists(peer) && !lists(self_);
 }
 
 void RingMembership::leave_out(std::span<const uint32_t> their_view) {

@@ -146,6 +146,9 @@ TEST(RingMerge, AStaleOrForeignOfferLeavesTheViewAlone) {
             Probe::kIgnored);
   EXPECT_EQ(m.on_probe(0, 2, 50, t0, 1s, false, std::vector<uint32_t>{0, 1, 2, 3}, Merge::kOffer),
             Probe::kIgnored);
+  // Nor a "ring" of its sender alone, which no live ring offers.
+  EXPECT_EQ(m.on_probe(0, 2, 50, t0, 1s, false, std::vector<uint32_t>{0}, Merge::kOffer),
+            Probe::kIgnored);
   EXPECT_EQ(m.members(), (std::vector<uint32_t>{0, 1, 2, 3}));
   EXPECT_FALSE(m.reforming());
   // Left out by all of them: alone, it re-forms at once and then asks back in.
