@@ -440,11 +440,7 @@ void ZmqTransport::absorb_connection_events() {
 void ZmqTransport::watch_connections() {
   watch_outbound();
   absorb_connection_events();
-  const auto nothing_waiting = [&] {
-    zmq::pollitem_t item{inbound_.handle(), 0, ZMQ_POLLIN, 0};
-    return zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0;
-  };
-  for (const auto& cut : watchdog_->check(nothing_waiting)) {
+  for (const auto& cut : watchdog_->check([this] { return nothing_waiting(); })) {
     count_refusal(Refusal::kEndlessMessage);
     spdlog::warn(
         "cut an incoming connection that held {} bytes of a message it never finished "
@@ -609,6 +605,11 @@ std::optional<Incoming> ZmqTransport::join_request(std::vector<zmq::message_t>& 
   return in;
 }
 
+bool ZmqTransport::nothing_waiting() {
+  zmq::pollitem_t item{inbound_.handle(), 0, ZMQ_POLLIN, 0};
+  return zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0;
+}
+
 bool ZmqTransport::take_message(Taken& out) {
   // The whole multipart message; at most kMaxFrames of it kept, so that a hostile
   // sender cannot make us hold an unbounded list of frames.
@@ -638,10 +639,6 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
   // taken first (counted as delivered) and the count made exact. Only then: taking
   // them all the time would lift libzmq's back-pressure on honest peers.
   constexpr size_t kMaxDrained = 65536;  // a bound on one drain; in libzmq's memory already
-  const auto nothing_waiting = [&] {
-    zmq::pollitem_t item{inbound_.handle(), 0, ZMQ_POLLIN, 0};
-    return zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0;
-  };
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const auto now = std::chrono::steady_clock::now();

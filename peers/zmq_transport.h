@@ -130,9 +130,12 @@ class ZmqTransport final : public PeerChannel {
   bool of_this_run(std::string_view run) const;
   // Logs a peer whose refused messages reach 10, 100, 1000, ...
   void report_offender(uint32_t peer);
-  // Connections accepted and lost (the socket monitor), then the watchdog's check.
-  void absorb_connection_events();  // the inbound monitor's, into watchdog_
+  // Connections accepted and lost (the inbound socket's monitor), into watchdog_.
+  void absorb_connection_events();
+  // Those, then the watchdog's check.
   void watch_connections();
+  // No whole message waits on the inbound socket (poll, without waiting).
+  bool nothing_waiting();
   // With CURVE: the routing id each peer presents here -> its id (curve_routing_id).
   std::map<std::string, uint32_t> routing_ids_;
   // Banned peers' ids (under CURVE: at start, or gossipctl ban), checked per message.
