@@ -40,6 +40,7 @@
 #include <cstring>
 
 #include "compression/codec.h"
+#include "compression/payload_reader.h"
 #include "compression/randk_indices.h"
 #include "compression/sparse_encoding.h"
 #include "compression/thread_pool.h"
@@ -116,56 +117,6 @@ class BitReader {
 
 uint64_t packed_bytes(uint64_t count, unsigned width) { return (count * width + 7) / 8; }
 
-void put_varint(std::vector<std::byte>& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(std::byte{static_cast<uint8_t>(v | 0x80)});
-    v >>= 7;
-  }
-  out.push_back(std::byte{static_cast<uint8_t>(v)});
-}
-
-// A cursor over the payload that fails, naming the codec, instead of reading past it.
-class ChainReader {
- public:
-  ChainReader(std::span<const std::byte> in, std::string_view who) : in_(in), who_(who) {}
-  Result<uint8_t> u8(const char* what) {
-    if (at_ >= in_.size()) return truncated(what);
-    return std::to_integer<uint8_t>(in_[at_++]);
-  }
-  Result<uint64_t> varint(const char* what) {
-    uint64_t v = 0;
-    for (unsigned shift = 0; shift < 70; shift += 7) {
-      if (at_ >= in_.size()) return truncated(what);
-      const auto b = std::to_integer<uint8_t>(in_[at_++]);
-      if (shift == 63 && b > 1)
-        return Status::protocol(fmt::format("{}: {} overflows 64 bits", who_, what));
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) {
-        if (b == 0 && shift > 0)
-          return Status::protocol(fmt::format("{}: {} is not a canonical varint", who_, what));
-        return v;
-      }
-    }
-    return Status::protocol(fmt::format("{}: {} is longer than 10 bytes", who_, what));
-  }
-  Result<const std::byte*> bytes(uint64_t n, const char* what) {
-    if (n > in_.size() - at_) return truncated(what);
-    const std::byte* p = in_.data() + at_;
-    at_ += n;
-    return p;
-  }
-  size_t left() const { return in_.size() - at_; }
-
- private:
-  Status truncated(const char* what) const {
-    return Status::protocol(
-        fmt::format("{}: the payload ends in its {} ({} bytes)", who_, what, in_.size()));
-  }
-  std::span<const std::byte> in_;
-  std::string_view who_;
-  size_t at_ = 0;
-};
-
 unsigned elias_fano_low_bits(uint64_t n, uint64_t k) {
   return k == 0 || n / k < 2 ? 0 : static_cast<unsigned>(std::bit_width(n / k) - 1);
 }
@@ -234,7 +185,7 @@ void encode_indices(uint64_t n, std::span<const uint64_t> idx, Wire w,
   }
 }
 
-Status decode_indices(ChainReader& r, uint64_t n, uint64_t k, Wire w, std::string_view who,
+Status decode_indices(PayloadReader& r, uint64_t n, uint64_t k, Wire w, std::string_view who,
                       std::vector<uint64_t>& idx) {
   idx.resize(k);
   const auto order = [&](uint64_t j) -> Status {
@@ -248,11 +199,11 @@ Status decode_indices(ChainReader& r, uint64_t n, uint64_t k, Wire w, std::strin
   switch (w) {
     case Wire::kDelta:
       for (uint64_t j = 0; j < k; ++j) {
-        auto v = r.varint("indices");
-        if (!v) return v.status();
-        if (j > 0 && *v == 0) return Status::protocol(fmt::format("{}: a gap of 0 at {}", who, j));
-        if (j > 0 && *v > n) return Status::protocol(fmt::format("{}: gap {} past n", who, *v));
-        idx[j] = j == 0 ? *v : idx[j - 1] + *v;
+        uint64_t v = 0;
+        GOSSIP_RETURN_IF_ERROR(r.varint(v, "indices"));
+        if (j > 0 && v == 0) return Status::protocol(fmt::format("{}: a gap of 0 at {}", who, j));
+        if (j > 0 && v > n) return Status::protocol(fmt::format("{}: gap {} past n", who, v));
+        idx[j] = j == 0 ? v : idx[j - 1] + v;
         GOSSIP_RETURN_IF_ERROR(order(j));
       }
       return Status::ok();
@@ -260,20 +211,20 @@ Status decode_indices(ChainReader& r, uint64_t n, uint64_t k, Wire w, std::strin
       std::vector<uint64_t> counts((n + kChunk - 1) / kChunk);
       uint64_t total = 0;
       for (uint64_t c = 0; c < counts.size(); ++c) {
-        auto v = r.varint("chunk counts");
-        if (!v) return v.status();
+        uint64_t v = 0;
+        GOSSIP_RETURN_IF_ERROR(r.varint(v, "chunk counts"));
         const uint64_t len = std::min(kChunk, n - c * kChunk);
-        if (*v > len)
+        if (v > len)
           return Status::protocol(
-              fmt::format("{}: chunk {} claims {} of its {} positions", who, c, *v, len));
-        counts[c] = *v;
-        total += *v;
+              fmt::format("{}: chunk {} claims {} of its {} positions", who, c, v, len));
+        counts[c] = v;
+        total += v;
       }
       if (total != k)
         return Status::protocol(fmt::format("{}: chunk counts sum to {}, k is {}", who, total, k));
-      auto p = r.bytes(packed_bytes(k, 12), "chunk offsets");
-      if (!p) return p.status();
-      BitReader bits(*p, k * 12);
+      const std::byte* p = nullptr;
+      GOSSIP_RETURN_IF_ERROR(r.bytes(p, packed_bytes(k, 12), "chunk offsets"));
+      BitReader bits(p, k * 12);
       uint64_t j = 0;
       for (uint64_t c = 0; c < counts.size(); ++c)
         for (uint64_t m = 0; m < counts[c]; ++m, ++j) {
@@ -284,12 +235,11 @@ Status decode_indices(ChainReader& r, uint64_t n, uint64_t k, Wire w, std::strin
     }
     case Wire::kEliasFano: {
       const unsigned low = elias_fano_low_bits(n, k);
-      auto lows = r.bytes(packed_bytes(k, low), "Elias-Fano low parts");
-      if (!lows) return lows.status();
+      const std::byte *lows = nullptr, *highs = nullptr;
+      GOSSIP_RETURN_IF_ERROR(r.bytes(lows, packed_bytes(k, low), "Elias-Fano low parts"));
       const uint64_t high_bits = elias_fano_high_bits(n, k, low);
-      auto highs = r.bytes((high_bits + 7) / 8, "Elias-Fano high parts");
-      if (!highs) return highs.status();
-      BitReader lo(*lows, k * low), hi(*highs, (high_bits + 7) / 8 * 8);
+      GOSSIP_RETURN_IF_ERROR(r.bytes(highs, (high_bits + 7) / 8, "Elias-Fano high parts"));
+      BitReader lo(lows, k * low), hi(highs, (high_bits + 7) / 8 * 8);
       uint64_t j = 0;
       for (uint64_t pos = 0; pos < hi.size(); ++pos) {
         if (!hi.bit(pos)) continue;
@@ -382,46 +332,45 @@ class ComposedCodec final : public Codec {
   Status decode(std::span<const std::byte> in, const CodecContext& ctx,
                 std::span<float> y) const override {
     const std::string who = spec();
-    ChainReader r(in, who);
-    auto version = r.u8("version");
-    if (!version) return version.status();
-    if (*version != kChainFormatVersion)
+    PayloadReader r(in, who, "composed payload");
+    uint8_t version = 0, selector = 0, bits = 0, wire = 0;
+    GOSSIP_RETURN_IF_ERROR(r.u8(version, "the format version"));
+    if (version != kChainFormatVersion)
       return Status::protocol(fmt::format("{}: payload format version {}, this daemon reads {}",
-                                          who, *version, kChainFormatVersion));
-    auto selector = r.u8("selector");
-    auto bits = selector ? r.u8("value bits") : selector;
-    auto wire = bits ? r.u8("index encoding") : bits;
-    if (!wire) return wire.status();
-    if (*selector != (o_.randk ? 1 : 0) || *bits != o_.value_bits)
+                                          who, version, kChainFormatVersion));
+    GOSSIP_RETURN_IF_ERROR(r.u8(selector, "the selector"));
+    GOSSIP_RETURN_IF_ERROR(r.u8(bits, "the value bits"));
+    GOSSIP_RETURN_IF_ERROR(r.u8(wire, "the index encoding"));
+    if (selector != (o_.randk ? 1 : 0) || bits != o_.value_bits)
       return Status::protocol(fmt::format(
           "{}: the sender selects by {} with {}-bit values; run one --codec on every node", who,
-          *selector == 0   ? "top-k"
-          : *selector == 1 ? "rand-k"
-                           : "an unknown selector",
-          *bits));
-    const auto w = static_cast<Wire>(*wire);
-    const bool known = *wire <= static_cast<uint8_t>(Wire::kEliasFano);
+          selector == 0   ? "top-k"
+          : selector == 1 ? "rand-k"
+                          : "an unknown selector",
+          bits));
+    const auto w = static_cast<Wire>(wire);
+    const bool known = wire <= static_cast<uint8_t>(Wire::kEliasFano);
     if (!known || (w == Wire::kImplicit) != o_.randk)
       return Status::protocol(fmt::format("{}: index encoding {} ({}) is not one it reads", who,
-                                          *wire, known ? wire_name(w) : "unknown"));
-    auto n = r.varint("n");
-    auto k = n ? r.varint("k") : n;
-    if (!k) return k.status();
-    if (*n != y.size())
+                                          wire, known ? wire_name(w) : "unknown"));
+    uint64_t n = 0, k = 0;
+    GOSSIP_RETURN_IF_ERROR(r.varint(n, "n"));
+    GOSSIP_RETURN_IF_ERROR(r.varint(k, "k"));
+    if (n != y.size())
       return Status::protocol(
-          fmt::format("{}: payload is for {} elements, {} expected", who, *n, y.size()));
-    const uint64_t want = sparse_count(o_.ratio, *n);
+          fmt::format("{}: payload is for {} elements, {} expected", who, n, y.size()));
+    const uint64_t want = sparse_count(o_.ratio, n);
     const uint64_t lo = o_.approximate ? want - topk_approx_slack(want) : want;
-    if (*k < lo || *k > want)
+    if (k < lo || k > want)
       return Status::protocol(
-          fmt::format("{}: payload carries {} entries, {} expected", who, *k,
+          fmt::format("{}: payload carries {} entries, {} expected", who, k,
                       lo == want ? fmt::format("{}", want) : fmt::format("{} to {}", lo, want)));
     std::vector<uint64_t> idx;
     if (w == Wire::kImplicit)
-      idx = randk_indices(ctx.seed, *n, *k);
+      idx = randk_indices(ctx.seed, n, k);
     else
-      GOSSIP_RETURN_IF_ERROR(decode_indices(r, *n, *k, w, who, idx));
-    std::vector<float> vals(*k);
+      GOSSIP_RETURN_IF_ERROR(decode_indices(r, n, k, w, who, idx));
+    std::vector<float> vals(k);
     GOSSIP_RETURN_IF_ERROR(decode_values(r, who, vals));
     if (r.left() != 0)
       return Status::protocol(fmt::format("{}: {} bytes past the payload's end", who, r.left()));
@@ -429,8 +378,8 @@ class ComposedCodec final : public Codec {
     parallel_for(ctx.pool, y.size(), size_t{1} << 18, [y](size_t b, size_t e) {
       std::fill(y.begin() + static_cast<ptrdiff_t>(b), y.begin() + static_cast<ptrdiff_t>(e), 0.0f);
     });
-    const float unbias = o_.randk && *k > 0
-                             ? static_cast<float>(static_cast<double>(*n) / static_cast<double>(*k))
+    const float unbias = o_.randk && k > 0
+                             ? static_cast<float>(static_cast<double>(n) / static_cast<double>(k))
                              : 1.0f;
     for (size_t j = 0; j < idx.size(); ++j) y[idx[j]] = vals[j] * unbias;
     return Status::ok();
@@ -482,29 +431,29 @@ class ComposedCodec final : public Codec {
       codes.put(quantize(vals[j], scales[j / kScaleBlock], levels), o_.value_bits);
   }
 
-  Status decode_values(ChainReader& r, const std::string& who, std::vector<float>& vals) const {
+  Status decode_values(PayloadReader& r, const std::string& who, std::vector<float>& vals) const {
     const uint64_t k = vals.size();
     if (k == 0) return Status::ok();  // no values (and memcpy of 0 bytes into null is UB)
     if (o_.value_bits == 32) {
-      auto p = r.bytes(4 * k, "values");
-      if (!p) return p.status();
-      std::memcpy(vals.data(), *p, 4 * k);
+      const std::byte* p = nullptr;
+      GOSSIP_RETURN_IF_ERROR(r.bytes(p, 4 * k, "values"));
+      std::memcpy(vals.data(), p, 4 * k);
       for (uint64_t j = 0; j < k; ++j)
         if (!std::isfinite(vals[j]))
           return Status::protocol(fmt::format("{}: value {} is not finite", who, j));
       return Status::ok();
     }
     const uint64_t blocks = (k + kScaleBlock - 1) / kScaleBlock;
-    auto p = r.bytes(4 * blocks, "scales");
-    if (!p) return p.status();
+    const std::byte* p = nullptr;
+    GOSSIP_RETURN_IF_ERROR(r.bytes(p, 4 * blocks, "scales"));
     std::vector<float> scales(blocks);
-    std::memcpy(scales.data(), *p, 4 * blocks);
+    std::memcpy(scales.data(), p, 4 * blocks);
     for (uint64_t b = 0; b < blocks; ++b)
       if (!std::isfinite(scales[b]) || scales[b] < 0)
         return Status::protocol(fmt::format("{}: scale {} is {}", who, b, scales[b]));
-    auto c = r.bytes(packed_bytes(k, o_.value_bits), "codes");
-    if (!c) return c.status();
-    BitReader codes(*c, k * o_.value_bits);
+    const std::byte* c = nullptr;
+    GOSSIP_RETURN_IF_ERROR(r.bytes(c, packed_bytes(k, o_.value_bits), "codes"));
+    BitReader codes(c, k * o_.value_bits);
     const uint32_t levels = 1u << o_.value_bits;
     for (uint64_t j = 0; j < k; ++j)
       vals[j] = dequantize(static_cast<uint32_t>(codes.get(o_.value_bits)), scales[j / kScaleBlock],

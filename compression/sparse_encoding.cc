@@ -8,13 +8,13 @@
 
 #include "compression/bytes.h"
 #include "compression/half.h"
+#include "compression/payload_reader.h"
 #include "compression/thread_pool.h"
 
 namespace gossip::compression {
 
 namespace {
 
-constexpr size_t kMaxVarintBytes = 10;
 constexpr size_t kHeaderFixedBytes = 3;
 constexpr float kMaxFp16 = 65504.0f;
 
@@ -25,59 +25,6 @@ uint16_t to_fp16_saturating(float f) {
   if (f < -kMaxFp16 && f >= -3.4028235e38f) f = -kMaxFp16;
   return float_to_fp16(f);
 }
-
-std::byte* put_varint(std::byte* p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<std::byte>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<std::byte>(v);
-  return p;
-}
-
-// A bounds-checked cursor over a payload; every failure names the codec.
-class Reader {
- public:
-  Reader(std::span<const std::byte> in, std::string_view who) : in_(in), who_(who) {}
-
-  size_t pos() const { return pos_; }
-  size_t left() const { return in_.size() - pos_; }
-  const std::byte* here() const { return in_.data() + pos_; }
-  void skip(size_t n) { pos_ += n; }
-
-  Status u8(uint8_t& v, std::string_view what) {
-    if (left() < 1) return error(fmt::format("truncated before {}", what));
-    v = static_cast<uint8_t>(in_[pos_++]);
-    return Status::ok();
-  }
-
-  // Unsigned LEB128, canonical (no superfluous zero continuation), below 2^64.
-  Status varint(uint64_t& v, std::string_view what) {
-    v = 0;
-    for (size_t i = 0;; ++i) {
-      if (i == kMaxVarintBytes) return error(fmt::format("varint overflow in {}", what));
-      if (left() < 1) return error(fmt::format("truncated varint in {}", what));
-      auto b = static_cast<uint8_t>(in_[pos_++]);
-      if (i == kMaxVarintBytes - 1 && b > 1)
-        return error(fmt::format("varint overflow in {}", what));
-      v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
-      if (!(b & 0x80)) {
-        if (b == 0 && i > 0) return error(fmt::format("non-canonical varint in {}", what));
-        return Status::ok();
-      }
-    }
-  }
-
-  Status error(const std::string& what) const {
-    return Status::protocol(
-        fmt::format("{}: sparse payload: {} (at byte {} of {})", who_, what, pos_, in_.size()));
-  }
-
- private:
-  std::span<const std::byte> in_;
-  std::string_view who_;
-  size_t pos_ = 0;
-};
 
 void write_header(std::byte*& p, IndexEncoding e, ValueType t, uint64_t n, uint64_t k) {
   *p++ = static_cast<std::byte>(kSparseFormatVersion);
@@ -123,7 +70,7 @@ Status check_indices(uint64_t n, std::span<const uint64_t> indices, size_t value
 
 // Reads the index section (varint or bitmap) after the header into `indices`,
 // checking every rule of the layout; leaves the reader at the values.
-Status read_indices(Reader& r, const SparseHeader& h, std::vector<uint64_t>& indices) {
+Status read_indices(PayloadReader& r, const SparseHeader& h, std::vector<uint64_t>& indices) {
   indices.clear();
   if (h.encoding == IndexEncoding::kVarint) {
     // Each varint is at least one byte, and the values follow: a k that cannot fit
@@ -192,7 +139,7 @@ Status read_indices(Reader& r, const SparseHeader& h, std::vector<uint64_t>& ind
 }
 
 // Checks that exactly k values remain.
-Status check_values_left(const Reader& r, const SparseHeader& h) {
+Status check_values_left(const PayloadReader& r, const SparseHeader& h) {
   uint64_t need = h.k * value_bytes(h.values);
   if (r.left() < need)
     return r.error(
@@ -203,15 +150,6 @@ Status check_values_left(const Reader& r, const SparseHeader& h) {
 }
 
 }  // namespace
-
-size_t varint_bytes(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
 
 uint64_t varint_index_bytes(std::span<const uint64_t> indices) {
   uint64_t total = 0, prev = 0;
@@ -273,7 +211,7 @@ Status encode_sparse(uint64_t n, std::span<const uint64_t> indices, std::span<co
 
 Result<SparseHeader> parse_sparse_header(std::span<const std::byte> in, uint64_t expected_n,
                                          std::string_view who) {
-  Reader r(in, who);
+  PayloadReader r(in, who, "sparse payload");
   SparseHeader h;
   uint8_t version = 0, enc = 0, vt = 0;
   GOSSIP_RETURN_IF_ERROR(r.u8(version, "the format version"));
@@ -301,7 +239,7 @@ Result<SparseVector> decode_sparse(std::span<const std::byte> in, uint64_t expec
                                    std::string_view who) {
   auto h = parse_sparse_header(in, expected_n, who);
   if (!h) return h.status();
-  Reader r(in, who);
+  PayloadReader r(in, who, "sparse payload");
   r.skip(h->bytes);
   if (h->encoding == IndexEncoding::kImplicit)
     return r.error("payload carries no indices (a rand-k payload?)");
@@ -322,7 +260,7 @@ Status decode_sparse_into(std::span<const std::byte> in, ValueType expected_valu
                           std::string_view who, ThreadPool* pool, std::span<float> y) {
   auto h = parse_sparse_header(in, y.size(), who);
   if (!h) return h.status();
-  Reader r(in, who);
+  PayloadReader r(in, who, "sparse payload");
   r.skip(h->bytes);
   if (h->encoding == IndexEncoding::kImplicit)
     return r.error("payload carries no indices (a rand-k payload?)");
@@ -366,7 +304,7 @@ Status decode_sparse_values(std::span<const std::byte> in, uint64_t expected_n, 
                             std::vector<float>& values) {
   auto h = parse_sparse_header(in, expected_n, who);
   if (!h) return h.status();
-  Reader r(in, who);
+  PayloadReader r(in, who, "sparse payload");
   r.skip(h->bytes);
   if (h->encoding != IndexEncoding::kImplicit)
     return r.error("payload carries explicit indices, the codec derives them");

@@ -35,6 +35,7 @@
 
 #include "base/status.h"
 #include "compression/codec.h"
+#include "compression/payload_reader.h"  // varint_bytes
 
 namespace gossip::compression {
 
@@ -64,7 +65,6 @@ struct SparseVector {
 
 // Sizes, in bytes. Indices must be strictly increasing and < n for the results
 // to mean anything (encode_sparse checks; these do not).
-size_t varint_bytes(uint64_t v);
 uint64_t varint_index_bytes(std::span<const uint64_t> indices);
 inline uint64_t bitmap_index_bytes(uint64_t n) { return (n + 7) / 8; }
 inline uint64_t value_bytes(ValueType t) { return t == ValueType::kF16 ? 2 : 4; }

@@ -201,7 +201,7 @@ TEST(ComposedCodecs, HostilePayloadsAreRefusedAndTheOutputUntouched) {
       EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 3.0f; })) << why;
     };
     for (size_t cut : {size_t{0}, size_t{3}, size_t{6}, good.size() / 2, good.size() - 1})
-      refused(Bytes(good.begin(), good.begin() + static_cast<ptrdiff_t>(cut)), "payload ends");
+      refused(Bytes(good.begin(), good.begin() + static_cast<ptrdiff_t>(cut)), "truncated");
     Bytes longer = good;
     longer.push_back(std::byte{0});
     refused(longer, "bytes past the payload's end");
