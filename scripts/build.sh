@@ -36,6 +36,9 @@ done
 [[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+# The trainer's kernels for this machine's CPU (experiments/trainer/CMakeLists.txt): what
+# build.sh builds runs here; the packages (build-packages.sh) stay portable.
+flags+=(-DGOSSIP_TRAINER_FOR_THIS_CPU=ON)
 flags+=(-DCMAKE_UNITY_BUILD="$([[ "${GOSSIP_UNITY:-1}" == 0 ]] && echo OFF || echo ON)")
 if [[ -z "${GOSSIP_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
   flags+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

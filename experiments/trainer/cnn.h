@@ -49,13 +49,13 @@ class Cnn final : public Model {
   void forward(const float* inputs, size_t batch);
 
   std::vector<std::span<float>> parameters_;
-  std::vector<float> gradients_;  // all tensors back to back, in layout order
+  AlignedFloats gradients_;  // all tensors back to back, in layout order
   // Forward: im2col rows, post-ReLU convolutions, pooled maps and where each pooled
   // value came from, the hidden layer and the logits.
-  std::vector<float> cols1_, conv1_, pool1_, cols2_, conv2_, pool2_, hidden_, logits_;
+  AlignedFloats cols1_, conv1_, pool1_, cols2_, conv2_, pool2_, hidden_, logits_;
   std::vector<uint32_t> argmax1_, argmax2_;
   // Backward scratch.
-  std::vector<float> d_hidden_, d_pool2_, d_conv2_, d_cols2_, d_pool1_, d_conv1_;
+  AlignedFloats d_hidden_, d_pool2_, d_conv2_, d_cols2_, d_pool1_, d_conv1_;
 };
 
 }  // namespace gossip::trainer

@@ -44,8 +44,8 @@ class Mlp final : public Model {
   void forward(const float* inputs, size_t batch);
 
   std::vector<std::span<float>> parameters_;
-  std::vector<float> gradients_;  // all tensors back to back, in layout order
-  std::vector<float> h1_, h2_, logits_, d1_, d2_;
+  AlignedFloats gradients_;  // all tensors back to back, in layout order
+  AlignedFloats h1_, h2_, logits_, d1_, d2_;
 };
 
 }  // namespace gossip::trainer
