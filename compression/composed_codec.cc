@@ -5,7 +5,7 @@
 //
 //   topk:RATIO[:approx][+quant:BITS][+idx:MODE]      randk:RATIO[+quant:BITS]
 //
-// Payload (little-endian; varint = unsigned LEB128, canonical, as in sparse_encoding.h):
+// Payload (little-endian; varint = unsigned LEB128, canonical, payload_reader.h):
 //   u8      format version       kChainFormatVersion (1)
 //   u8      selector             0 top-k, 1 rand-k
 //   u8      value bits           32 (fp32), 8, 4 or 2

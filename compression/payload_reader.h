@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,7 +48,7 @@ class PayloadReader {
   size_t pos() const { return pos_; }
   size_t left() const { return in_.size() - pos_; }
   const std::byte* here() const { return in_.data() + pos_; }
-  void skip(size_t n) { pos_ += n; }
+  void skip(size_t n) { pos_ += std::min(n, left()); }  // callers check n <= left() first
 
   Status u8(uint8_t& v, std::string_view what) {
     if (left() < 1) return error(fmt::format("truncated before {}", what));
@@ -71,7 +72,8 @@ class PayloadReader {
     }
   }
 
-  // Points p at the next n bytes and moves past them.
+  // Points p at the next n bytes and moves past them. A caller that computes n from a
+  // peer's count (4 * k) bounds the count first, so that n cannot wrap.
   Status bytes(const std::byte*& p, uint64_t n, std::string_view what) {
     if (n > left())
       return error(fmt::format("truncated {}: {} bytes needed, {} left", what, n, left()));

@@ -12,7 +12,9 @@
 # transport would link a libnccl that no Debian package provides, which dpkg-shlibdeps
 # cannot turn into a dependency (pass -DGOSSIP_WITH_CUDA=ON to try anyway).
 # Release at Debian's -O2, with the line tables (-g1) that cpack strips: the same
-# compile lines as scripts/build.sh, so ccache serves what build/ compiled already.
+# compile lines as scripts/build.sh, so ccache serves what build/ compiled already,
+# but for the reference trainer, which build.sh compiles for this machine's CPU and the
+# packages for any x86-64 (GOSSIP_TRAINER_FOR_THIS_CPU=OFF, experiments/trainer/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build-pkg
@@ -26,6 +28,7 @@ done
 jobs=${GOSSIP_JOBS:-$(nproc 2>/dev/null || echo 2)}
 flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr
        -DGOSSIP_BUILD_TESTS=OFF -DGOSSIP_BUILD_BENCH=OFF -DGOSSIP_WITH_CUDA=OFF
+       -DGOSSIP_TRAINER_FOR_THIS_CPU=OFF
        -DCMAKE_CXX_FLAGS_RELEASE="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O2 -g1 -DNDEBUG")
 # The unity build of scripts/build.sh, for the same reason and the same ccache entries.
 flags+=(-DCMAKE_UNITY_BUILD="$([[ "${GOSSIP_UNITY:-1}" == 0 ]] && echo OFF || echo ON)")

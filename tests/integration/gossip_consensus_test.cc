@@ -247,7 +247,8 @@ TEST(AsyncGossipConsensus, NoNodeRunsMoreThanTheStalenessBoundAheadOfAStraggler)
 }
 
 // A node SIGKILLed while the others gossip: its ring neighbors wait for it once (the
-// patience), log that it missed the round, and go on mixing with the nodes that answer.
+// patience, or its silence past the dead-after time), log why, and go on mixing with the
+// nodes that answer.
 TEST(GossipFaults, AKilledPeerDoesNotHangItsNeighbors) {
   constexpr int kNodes4 = 4, kRounds = 40, kVictim = 2;
   Cluster cluster(kNodes4, {"--strategy", "gossip", "--period", "1", "--round-timeout", "30",
@@ -296,9 +297,16 @@ TEST(GossipFaults, AKilledPeerDoesNotHangItsNeighbors) {
     // 40 rounds of 20 ms, plus one patience (1 s) for the neighbors of the dead node.
     EXPECT_LT(finished_s[node], 10.0) << "node " << node;
   }
+  // Each neighbor says why it went on without the dead node: it missed a round (the
+  // patience ran out), or its heartbeats stopped for the dead-after time first (0.5 s in
+  // a run under the sanitizers where node 3 was in a round when the kill came, and the
+  // silence outran the patience).
   for (int neighbor : {1, 3}) {
     const std::string log = cluster.log(neighbor);
-    EXPECT_NE(log.find("peer 2 missed round"), std::string::npos) << log;
+    EXPECT_TRUE(log.find("peer 2 missed round") != std::string::npos ||
+                log.find("peer 2 silent for") != std::string::npos)
+        << log;
+    EXPECT_NE(log.find("mixing without peer 2"), std::string::npos) << log;
   }
 }
 
