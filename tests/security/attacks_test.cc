@@ -249,7 +249,11 @@ TEST(Attacks, AByzantinePeerCannotPoisonTheAllGather) {
                                          "--steps",  "600", "--seed",      "1"};
   const Outcome& calm = undisturbed(args);
   const Outcome hit = with_byzantine_node(args, "nan", 3);
-  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.01);
+  // The liar's quarter of the updates is out of every mean, so the three honest nodes'
+  // mean lands about a point under the calm run of four (84.72 % against 85.76 % with
+  // the trainer's AVX2 kernels, 2026-12-05, the same bits every run; where the bound was
+  // a point, that failed). A poisoned run would be NaN, or at chance.
+  EXPECT_NEAR(hit.accuracy, calm.accuracy, 0.02);
   EXPECT_NE(hit.daemon_log.find("hold NaN or Inf: left out of the mean"), std::string::npos)
       << hit.daemon_log;
 }
