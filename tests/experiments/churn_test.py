@@ -50,6 +50,23 @@ class ChurnRun(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def evidence(self, run="churn"):
+        """What a failed accuracy bound shows: each node's own final accuracy and the
+        daemons' warnings and errors of the run, in time order (CI keeps only the output)."""
+        out = pathlib.Path(self.tmp.name) / run
+        nodes = {}
+        for f in sorted(out.glob("node-*.json")):
+            try:
+                nodes[f.stem] = json.loads(f.read_text()).get("accuracy_local")
+            except (OSError, ValueError) as e:
+                nodes[f.stem] = f"unreadable: {e}"
+        lines = []
+        for f in sorted(out.glob("gossipd-*.log")):
+            lines += [f"{f.stem}: {line}" for line in f.read_text(errors="replace").splitlines()
+                      if "[warning]" in line or "[error]" in line]
+        lines.sort(key=lambda line: line.split(": ", 1)[1][:23])
+        return f"\nthe nodes' own accuracies: {nodes}\n" + "\n".join(lines[-60:])
+
 
 class Churn(ChurnRun):
     # Two churn runs: one run's accuracy varies with the timing of the kills (standard
@@ -106,8 +123,10 @@ class ElasticRingRestartChurn(ChurnRun):
         self.assertEqual(self.report["unlogged"], [], self.log)
 
     def test_average_model_is_within_one_point_of_the_undisturbed_run(self):
+        # 0.0 to 0.25 points in six runs here (2026-12-05); 1.04 once in a CI run here,
+        # which kept no more than the report: hence the evidence on a failure.
         self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
-        self.assertLessEqual(self.report["accuracy_gap"], 1.0, self.report)
+        self.assertLessEqual(self.report["accuracy_gap"], 1.0, f"{self.report}{self.evidence()}")
 
 
 if __name__ == "__main__":
