@@ -126,7 +126,9 @@ class ElasticRingRestartChurn(ChurnRun):
         # 0.0 to 0.25 points in six runs here (2026-12-05); 1.04 once in a CI run here,
         # which kept no more than the report: hence the evidence on a failure.
         self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
-        self.assertLessEqual(self.report["accuracy_gap"], 1.0, f"{self.report}{self.evidence()}")
+        gap = self.report["accuracy_gap"]
+        if gap > 1.0:  # the evidence reads every daemon's log: only for a failure
+            self.fail(f"accuracy gap {gap} > 1.0: {self.report}{self.evidence()}")
 
 
 if __name__ == "__main__":
