@@ -1,5 +1,6 @@
 // gossipctl: the command-line tool around gossipd. Each subcommand lives in its own file
-// and registers itself here: cluster, status, keygen, run, doctor, leave, ban.
+// and registers itself here: cluster, status, keygen, run, doctor, leave, ban, forget,
+// simulate.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -17,6 +18,7 @@
 #include "cli/leave.h"
 #include "cli/members.h"
 #include "cli/run.h"
+#include "cli/simulate.h"
 #include "cli/status.h"
 
 int main(int argc, char** argv) {
@@ -28,10 +30,10 @@ int main(int argc, char** argv) {
     CLI::App app{"gossipctl: control gossipd nodes and launch local clusters", "gossipctl"};
     app.set_version_flag("--version", std::string("gossipctl ") + gossip::kVersion);
     app.require_subcommand(1);
-    std::vector<Subcommand> commands = {add_cluster_command(app), add_status_command(app),
-                                        add_keygen_command(app),  add_run_command(app),
-                                        add_doctor_command(app),  add_leave_command(app),
-                                        add_ban_command(app),     add_forget_command(app)};
+    std::vector<Subcommand> commands = {
+        add_cluster_command(app), add_status_command(app), add_keygen_command(app),
+        add_run_command(app),     add_doctor_command(app), add_leave_command(app),
+        add_ban_command(app),     add_forget_command(app), add_simulate_command(app)};
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

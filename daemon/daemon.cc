@@ -117,6 +117,17 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
   if (!config.checkpoint.empty())
     d->worker_->enable_checkpoints(config.checkpoint, config.checkpoint_every);
 
+  // Before the IPC socket: once its file exists (what scripts and tests wait for),
+  // every listener of the node is up, and a scrape then is never refused.
+  if (config.metrics_port != 0) {
+    const std::string host = peers::endpoint_host(config.listen);
+    Daemon* self = d.get();
+    auto server = MetricsServer::start(host, static_cast<uint16_t>(config.metrics_port),
+                                       [self] { return render_metrics(self->metrics_snapshot()); });
+    if (!server) return server.status();
+    d->metrics_ = std::move(server).value();
+    spdlog::info("metrics at http://{}:{}/metrics", host, d->metrics_->port());
+  }
   try {
     d->ipc_ = zmq::socket_t(d->context_, zmq::socket_type::router);
     d->ipc_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ipc::kMaxIpcMessageBytes));
@@ -135,15 +146,6 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const DaemonConfig& config,
     d->ipc_monitor_.connect(monitor);
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot bind ipc://{}: {}", d->ipc_path_, e.what()));
-  }
-  if (config.metrics_port != 0) {
-    const std::string host = peers::endpoint_host(config.listen);
-    Daemon* self = d.get();
-    auto server = MetricsServer::start(host, static_cast<uint16_t>(config.metrics_port),
-                                       [self] { return render_metrics(self->metrics_snapshot()); });
-    if (!server) return server.status();
-    d->metrics_ = std::move(server).value();
-    spdlog::info("metrics at http://{}:{}/metrics", host, d->metrics_->port());
   }
   const std::string named = config.node_name.empty() ? "" : fmt::format(" ({})", config.node_name);
   spdlog::info("node {}{} of {} listening on {} (peers) and ipc://{} (trainers); strategy {} T={}",

@@ -20,6 +20,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "peers/peer.h"
 #include "peers/traffic.h"
@@ -74,6 +75,9 @@ class PeerChannel {
   virtual const TrafficCounters& traffic() const = 0;
   // The node's one traffic table: the ring transports count into it too.
   virtual TrafficCounters& traffic_counters() = 0;
+  // The clock every deadline of this node's strategy, membership and collectives is
+  // on (base/clock.h): the real one, or a simulation's virtual time.
+  virtual Clock& clock() { return Clock::real(); }
 
   // Each send queues one message of `body`'s kind for `round`; the channel fills in
   // the rest of the envelope (sender, version, payload length). A full queue to a

@@ -4,13 +4,34 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cassert>
+
+#include "base/split_mix64.h"
 
 namespace gossip::peers {
+
+const Link& LinkModel::between(uint32_t from, uint32_t to) const {
+  auto it = links.find({from, to});
+  return it == links.end() ? all : it->second;
+}
+
+bool LinkModel::instant() const {
+  auto zero = [](const Link& l) {
+    return l.latency == Duration::zero() && l.jitter == Duration::zero() && l.bytes_per_s <= 0;
+  };
+  return zero(all) &&
+         std::all_of(links.begin(), links.end(), [&](const auto& kv) { return zero(kv.second); });
+}
+
+MemoryHub::MemoryHub(Clock& clock, LinkModel links) : clock_(clock), links_(std::move(links)) {
+  // A bug, not an input: the real clock delivers at once and cannot delay.
+  assert(links_.instant() || clock_.schedules());
+}
 
 std::shared_ptr<MemoryHub::Mailbox> MemoryHub::mailbox(uint32_t node) {
   std::lock_guard lock(mu_);
   auto& box = boxes_[node];
-  if (!box) box = std::make_shared<Mailbox>();
+  if (!box) box = std::make_shared<Mailbox>(clock_);
   return box;
 }
 
@@ -26,18 +47,78 @@ void MemoryHub::cut(uint32_t node) {
   cut_.insert(node);
 }
 
-bool MemoryHub::deliver(uint32_t to, Frame frame) {
-  {
-    std::lock_guard lock(mu_);
-    if (cut_.count(to) || cut_.count(frame.from)) return true;  // lost with the node
+void MemoryHub::reconnect(uint32_t node) {
+  std::lock_guard lock(mu_);
+  cut_.erase(node);
+}
+
+bool MemoryHub::lost(uint32_t from, uint32_t to) {
+  std::lock_guard lock(mu_);
+  return cut_.count(to) || cut_.count(from);
+}
+
+TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
+  const TimePoint now = clock_.now();
+  if (links_.instant()) return now;
+  const Link& link = links_.between(from, to);
+  std::lock_guard lock(mu_);
+  TimePoint t = now;
+  if (link.bytes_per_s > 0) {
+    // The sender's uplink carries one message after the other.
+    TimePoint& free = uplink_free_[from];
+    free = std::max(free, now) + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+                                     static_cast<double>(bytes) / link.bytes_per_s));
+    t = free;
   }
+  t += link.latency;
+  if (link.jitter > Duration::zero()) {
+    const uint64_t n = sent_[{from, to}]++;
+    SplitMix64 draw = SplitMix64::keyed(links_.seed, (uint64_t{from} << 32) | to, n);
+    t += Duration(
+        static_cast<Duration::rep>(draw.next() % static_cast<uint64_t>(link.jitter.count())));
+  }
+  TimePoint& last = last_arrival_[{from, to}];
+  t = std::max(t, last);  // in order, as over one connection
+  last = t;
+  return t;
+}
+
+bool MemoryHub::deliver(uint32_t to, Frame frame, uint64_t wire_bytes) {
+  if (lost(frame.from, to)) return true;  // lost with the node
   const std::shared_ptr<Mailbox> box = mailbox(to);
   {
     std::lock_guard lock(box->mu);
-    if (box->frames.size() >= kMaxQueued) return false;
-    box->frames.push_back(std::move(frame));
+    if (box->frames.size() + box->in_flight >= kMaxQueued) return false;
   }
-  box->cv.notify_one();
+  const TimePoint when = arrival(frame.from, to, wire_bytes);
+  if (when <= clock_.now()) {
+    {
+      std::lock_guard lock(box->mu);
+      box->frames.push_back(std::move(frame));
+    }
+    box->arrived.notify();
+    return true;
+  }
+  {
+    std::lock_guard lock(box->mu);
+    ++box->in_flight;
+  }
+  auto in_flight = std::make_shared<Frame>(std::move(frame));
+  clock_.at(when, [this, to, box, in_flight] {
+    // A recipient that died meanwhile loses it; from a sender that died it still
+    // arrives, as what a killed process had sent leaves its socket's buffer.
+    bool gone = false;
+    {
+      std::lock_guard lock(mu_);
+      gone = cut_.count(to) > 0;
+    }
+    {
+      std::lock_guard lock(box->mu);
+      --box->in_flight;
+      if (!gone) box->frames.push_back(std::move(*in_flight));
+    }
+    if (!gone) box->arrived.notify();
+  });
   return true;
 }
 
@@ -46,7 +127,7 @@ MemoryChannel::MemoryChannel(MemoryHub& hub, uint32_t self, std::vector<Peer> pe
     : hub_(hub),
       self_(self),
       peers_(std::move(peers)),
-      traffic_(ids_of(peers_)),
+      traffic_(ids_of(peers_), hub.clock()),
       box_(std::move(box)) {}
 
 bool MemoryChannel::knows(uint32_t peer) const {
@@ -64,7 +145,7 @@ Status MemoryChannel::send_frame(uint32_t peer, uint64_t round, const proto::Bod
   // Counted as ZmqTransport counts it: the frames and their ZMTP framing.
   uint64_t wire = proto::zmtp_frame_overhead(f.head.size()) + f.head.size();
   if (f.has_payload) wire += proto::zmtp_frame_overhead(payload.size()) + payload.size();
-  if (!hub_.deliver(peer, std::move(f)))
+  if (!hub_.deliver(peer, std::move(f), wire))
     return Status::io_error(fmt::format("send queue to peer {} is full", peer));
   traffic_.count_sent(peer, payload.size(), wire);
   return Status::ok();
@@ -102,13 +183,17 @@ void MemoryChannel::note_dropped(uint32_t peer, const std::string& why) {
 }
 
 std::optional<Incoming> MemoryChannel::recv(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Clock& clock = hub_.clock();
+  const TimePoint deadline = clock.now() + timeout;
   while (true) {
     MemoryHub::Frame f;
+    const bool arrived = clock.wait_until(box_->arrived, deadline, [&] {
+      std::lock_guard lock(box_->mu);
+      return !box_->frames.empty();
+    });
+    if (!arrived) return std::nullopt;
     {
-      std::unique_lock lock(box_->mu);
-      if (!box_->cv.wait_until(lock, deadline, [&] { return !box_->frames.empty(); }))
-        return std::nullopt;
+      std::lock_guard lock(box_->mu);
       f = std::move(box_->frames.front());
       box_->frames.pop_front();
     }

@@ -5,9 +5,14 @@
 // what it would see over TCP. What differs: no socket, no port, no start-up order,
 // and nothing is lost unless the test cuts a node off (a node that died).
 //
-// Each channel is used by its node's thread; the hub may be shared by all of them.
+// Time is the hub's clock (base/clock.h). On the real clock a message arrives as it
+// is sent. On a simulation's clock (sim/sim_clock.h) the hub's link model decides
+// when: each node's uplink sends one message after the other at its bandwidth, then
+// the link's latency and jitter; messages between two nodes arrive in the order they
+// were sent, as over one TCP connection.
+//
+// Each channel is used by its node's thread (or task); the hub may be shared by all.
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -15,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "peers/channel.h"
@@ -23,12 +29,28 @@ namespace gossip::peers {
 
 class MemoryChannel;
 
+// One direction of a link between two nodes.
+struct Link {
+  Duration latency{0};
+  Duration jitter{0};      // each message waits a further uniform [0, jitter)
+  double bytes_per_s = 0;  // the sender's uplink; 0: no limit
+};
+
+struct LinkModel {
+  Link all;                                             // every link but those below
+  std::map<std::pair<uint32_t, uint32_t>, Link> links;  // (from, to)
+  uint64_t seed = 1;                                    // the jitter's draws
+  const Link& between(uint32_t from, uint32_t to) const;
+  bool instant() const;  // nothing delays any message
+};
+
 class MemoryHub {
  public:
   // What a mailbox holds before a send fails as ZeroMQ's would at its high-water mark.
   static constexpr size_t kMaxQueued = 1 << 16;
 
-  MemoryHub() = default;
+  // A link model that delays needs a clock that schedules (Clock::schedules).
+  explicit MemoryHub(Clock& clock = Clock::real(), LinkModel links = {});
   MemoryHub(const MemoryHub&) = delete;
   MemoryHub& operator=(const MemoryHub&) = delete;
 
@@ -36,8 +58,11 @@ class MemoryHub {
   // must outlive it.
   std::unique_ptr<MemoryChannel> join(uint32_t self, const std::vector<uint32_t>& peers);
   // From now on what `node` sends and what is sent to it vanishes, as with a node that
-  // died.
+  // died (what it sent before still arrives).
   void cut(uint32_t node);
+  // Undoes cut: the node's messages flow again (those sent meanwhile stay lost).
+  void reconnect(uint32_t node);
+  Clock& clock() const { return clock_; }
 
  private:
   friend class MemoryChannel;
@@ -48,17 +73,27 @@ class MemoryHub {
     bool has_payload = false;
   };
   struct Mailbox {
+    explicit Mailbox(Clock& clock) : arrived(clock) {}
     std::mutex mu;
-    std::condition_variable cv;
+    Signal arrived;
     std::deque<Frame> frames;
+    size_t in_flight = 0;  // sent, not yet arrived: counts against kMaxQueued
   };
   std::shared_ptr<Mailbox> mailbox(uint32_t node);
   // False when the recipient's mailbox is full.
-  bool deliver(uint32_t to, Frame frame);
+  bool deliver(uint32_t to, Frame frame, uint64_t wire_bytes);
+  bool lost(uint32_t from, uint32_t to);
+  // When a message of `bytes` sent now from `from` arrives at `to`.
+  TimePoint arrival(uint32_t from, uint32_t to, uint64_t bytes);
 
+  Clock& clock_;
+  const LinkModel links_;
   std::mutex mu_;
   std::map<uint32_t, std::shared_ptr<Mailbox>> boxes_;
   std::set<uint32_t> cut_;
+  std::map<uint32_t, TimePoint> uplink_free_;                        // by sender
+  std::map<std::pair<uint32_t, uint32_t>, TimePoint> last_arrival_;  // per link, FIFO
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> sent_;           // per link, jitter's draws
 };
 
 class MemoryChannel final : public PeerChannel {
@@ -67,6 +102,7 @@ class MemoryChannel final : public PeerChannel {
   const std::vector<Peer>& peers() const override { return peers_; }
   const TrafficCounters& traffic() const override { return traffic_; }
   TrafficCounters& traffic_counters() override { return traffic_; }
+  Clock& clock() override { return hub_.clock(); }
   Status send(uint32_t peer, uint64_t round, const proto::Body& body) override;
   // Copies the payload at once: nothing is pending afterwards.
   Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,

@@ -44,6 +44,7 @@ class Router {
   const PeerChannel& transport() const { return transport_; }
   uint32_t self() const { return transport_.self(); }
   const std::vector<Peer>& peers() const { return transport_.peers(); }
+  Clock& clock() { return transport_.clock(); }
 
   // Ends its subscription when destroyed; must not outlive the router.
   class [[nodiscard]] Subscription {

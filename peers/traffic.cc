@@ -19,12 +19,18 @@ void add_to(proto::ipc::Traffic& t, const PeerCounters& c) {
 }
 }  // namespace
 
-TrafficCounters::TrafficCounters(const std::vector<uint32_t>& peer_ids)
-    : capacity_(peer_ids.size() + kMaxJoined),
+TrafficCounters::TrafficCounters(const std::vector<uint32_t>& peer_ids, const Clock& clock)
+    : clock_(&clock),
+      capacity_(peer_ids.size() + kMaxJoined),
       counters_(std::make_unique<PeerCounters[]>(capacity_)) {
   for (size_t i = 0; i < peer_ids.size(); ++i) counters_[i].peer = peer_ids[i];
   count_.store(peer_ids.size(), std::memory_order_release);
   unknown_.peer = kUnknownPeer;
+}
+
+int64_t TrafficCounters::now_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->now().time_since_epoch())
+      .count();
 }
 
 bool TrafficCounters::add_peer(uint32_t peer) {
@@ -59,7 +65,7 @@ void TrafficCounters::count_recv(uint32_t peer, uint64_t payload, uint64_t wire,
   c->recv.payload.fetch_add(payload, kRelaxed);
   c->recv.wire.fetch_add(wire, kRelaxed);
   c->recv.messages.fetch_add(1, kRelaxed);
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t now = now_ns();
   const int64_t last = c->last_recv_ns.exchange(now, kRelaxed);
   // Written by one thread: loads and stores, no read-modify-write races.
   if (c->gap_epoch_ns.load(kRelaxed) < 0 || now - c->gap_epoch_ns.load(kRelaxed) > kGapEpochNs) {
@@ -89,7 +95,7 @@ uint64_t TrafficCounters::gaps(uint32_t peer) const {
 uint64_t TrafficCounters::silent_ms(uint32_t peer) const {
   const int64_t last = find(peer)->last_recv_ns.load(kRelaxed);
   if (last < 0) return proto::ipc::kNeverHeard;
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t now = now_ns();
   return static_cast<uint64_t>(std::max<int64_t>(0, now - last) / 1'000'000);
 }
 

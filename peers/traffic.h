@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/clock.h"
 #include "proto/ipc.h"
 #include "proto/message.h"
 
@@ -23,8 +24,9 @@ struct DirectionCounters {
 struct PeerCounters {
   uint32_t peer = 0;
   DirectionCounters sent, recv;
-  std::atomic<uint64_t> dropped{0};       // invalid messages from this peer
-  std::atomic<int64_t> last_recv_ns{-1};  // steady_clock time of the last message; -1: none yet
+  std::atomic<uint64_t> dropped{0};  // invalid messages from this peer
+  std::atomic<int64_t> last_recv_ns{
+      -1};  // the channel clock's time of the last message; -1: none yet
   // The longest silence between two of its messages in the current and the last
   // gap epoch (peers/dead_after.h), and how many silences those epochs counted. A ring
   // transport's thread counts its left neighbor too: a race between the two loses at
@@ -41,7 +43,10 @@ inline bool starts(proto::Kind k) { return k == proto::Kind::kHello || k == prot
 
 class TrafficCounters {
  public:
-  explicit TrafficCounters(const std::vector<uint32_t>& peer_ids);
+  // Silences are measured on `clock`, the channel's (base/clock.h), which must
+  // outlive the table.
+  explicit TrafficCounters(const std::vector<uint32_t>& peer_ids,
+                           const Clock& clock = Clock::real());
 
   void count_sent(uint32_t peer, uint64_t payload, uint64_t wire);
   // `starts`: the message says its sender (re)started (a hello, a join): the silence
@@ -76,6 +81,8 @@ class TrafficCounters {
  private:
   PeerCounters* find(uint32_t peer);
   const PeerCounters* find(uint32_t peer) const;
+  int64_t now_ns() const;
+  const Clock* clock_;
   size_t capacity_;
   std::unique_ptr<PeerCounters[]> counters_;  // the first count_ are peers'
   std::atomic<size_t> count_{0};

@@ -42,6 +42,8 @@ class GossipStrategy : public Strategy {
                  uint64_t lag = 0)
       : exchange_(exchange), overlay_(overlay), options_(options), lag_(lag) {}
   uint32_t self() const { return exchange_.transport().self(); }
+  // The node's clock (peers::PeerChannel::clock): real, or the simulation's.
+  TimePoint now() { return exchange_.router().clock().now(); }
   // The graph of `round`, or null when this node joined for a later round: until
   // then it runs its rounds alone, and no member sends to it or waits for it.
   const peers::Topology* topology(uint64_t round) const {

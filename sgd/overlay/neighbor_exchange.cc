@@ -13,8 +13,6 @@
 
 namespace gossip::sgd {
 
-using Clock = std::chrono::steady_clock;
-
 struct NeighborExchange::Live {
   uint64_t round = 0;
   size_t numel = 0;
@@ -75,7 +73,7 @@ void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
 }
 
 void NeighborExchange::beat(uint64_t next_round) {
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   if (now - last_beat_ < limits_.heartbeat) return;
   last_beat_ = now;
   // A full queue to a dead peer is expected; its silence is what we detect.
@@ -387,9 +385,11 @@ void NeighborExchange::progress(uint64_t next_round, std::chrono::milliseconds w
   router_.poll(wait);
 }
 
-Result<NeighborExchange::Delivery> NeighborExchange::receive(
-    uint64_t round, std::span<const uint32_t> sources, size_t numel, Clock::time_point patience,
-    const RoundOptions& options, const ChunkFn& on_chunk) {
+Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
+                                                             std::span<const uint32_t> sources,
+                                                             size_t numel, TimePoint patience,
+                                                             const RoundOptions& options,
+                                                             const ChunkFn& on_chunk) {
   Live live;
   live.round = round;
   live.numel = numel;
@@ -425,7 +425,7 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(
   };
   std::vector<bool> moved_on(sources.size(), false);
   while (true) {
-    auto now = Clock::now();
+    auto now = router_.clock().now();
     beat(round + 1);
     bool waiting = false;
     for (size_t s = 0; s < sources.size(); ++s) {

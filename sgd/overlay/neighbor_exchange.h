@@ -142,8 +142,8 @@ class NeighborExchange final : public Membership {
   // such messages from one source in kMismatchRounds rounds in a row (without robust
   // mixing), and cancellation.
   Result<Delivery> receive(uint64_t round, std::span<const uint32_t> sources, size_t numel,
-                           std::chrono::steady_clock::time_point patience,
-                           const RoundOptions& options, const ChunkFn& on_chunk);
+                           TimePoint patience, const RoundOptions& options,
+                           const ChunkFn& on_chunk);
 
   // Between rounds: takes what peers already sent (for `next_round` and later) into
   // the buffer, waiting at most `wait`.
@@ -199,7 +199,7 @@ class NeighborExchange final : public Membership {
   std::vector<Streak> streaks_;  // per transport peer
   bool public_copies_ = false;
   uint64_t catch_up_round_ = 0;
-  std::chrono::steady_clock::time_point last_beat_{};
+  TimePoint last_beat_{};
   uint64_t next_round_ = 0;  // where dispatch() files what arrives
   Live* live_ = nullptr;     // during receive()
   StateTransfer state_;

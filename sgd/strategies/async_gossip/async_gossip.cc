@@ -24,7 +24,7 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
                                 const RoundOptions& options) {
   const uint32_t self = this->self();
   const size_t n = model.size();
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = now();
 
   // What this round sends, which is also what the receivers of round `round` will
   // subtract our part with: with a codec, Q(x_i).

@@ -170,7 +170,7 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
   }
   const peers::MixingWeights row = graph->mixing_row(self, round);
   const auto out = graph->out_neighbors(self, round);
-  const auto start_time = std::chrono::steady_clock::now();
+  const auto start_time = now();
   const size_t n = model.size();
   bool same_neighbors = copies_.size() == row.peers.size();
   for (size_t s = 0; same_neighbors && s < copies_.size(); ++s)

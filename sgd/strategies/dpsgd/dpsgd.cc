@@ -16,7 +16,7 @@ Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOpt
   if (!graph) return Status::ok();
   const peers::MixingWeights row = graph->mixing_row(self, round);
   const auto out = graph->out_neighbors(self, round);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = now();
 
   std::span<float> sent = model;  // raw: the model itself, copied into the chunks
   if (options_.compression.codec && options_.compression.codec->id() != proto::CodecId::kNone) {
@@ -47,8 +47,7 @@ Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOpt
 }
 
 Status Dpsgd::trimmed_mean(std::span<float> model, uint64_t round,
-                           std::span<const uint32_t> sources,
-                           std::chrono::steady_clock::time_point start,
+                           std::span<const uint32_t> sources, TimePoint start,
                            const RoundOptions& options) {
   const size_t n = model.size();
   received_.resize(sources.size());

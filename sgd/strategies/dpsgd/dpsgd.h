@@ -31,7 +31,7 @@ class Dpsgd final : public GossipStrategy {
 
  private:
   Status trimmed_mean(std::span<float> model, uint64_t round, std::span<const uint32_t> sources,
-                      std::chrono::steady_clock::time_point start, const RoundOptions& options);
+                      TimePoint start, const RoundOptions& options);
 
   std::vector<float> public_;  // Q(x_i) when compressing
   std::vector<float> mix_;     // sum_j W_ij (x_j - x_i) as it arrives

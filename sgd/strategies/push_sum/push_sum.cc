@@ -55,7 +55,7 @@ bool PushSum::admit(uint32_t from, uint64_t round, double weight, std::span<cons
 Status PushSum::synchronize(std::span<float> model, uint64_t round, const RoundOptions& options) {
   const uint32_t self = this->self();
   const size_t n = model.size();
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = now();
 
   // Push to the out-neighbors that are alive; one that left or is presumed dead gets
   // no share, so no mass is sent into the void, but a hello. One that is only absent

@@ -1,0 +1,179 @@
+#include "cli/simulate.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "sim/world.h"
+
+namespace gossip::cli {
+
+namespace {
+
+// A number with a unit suffix from `units` (longest first), scaled by it.
+Result<double> with_unit(const std::string& key, const std::string& text,
+                         const std::vector<std::pair<std::string, double>>& units) {
+  for (const auto& [suffix, scale] : units) {
+    if (text.size() < suffix.size() ||
+        text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string number = text.substr(0, text.size() - suffix.size());
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(number, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != number.size() || !(v >= 0) || !std::isfinite(v)) break;
+    return v * scale;
+  }
+  std::string names;
+  for (const auto& u : units)
+    names += (names.empty() ? "" : ", ") + (u.first.empty() ? "none" : u.first);
+  return Status::invalid(
+      fmt::format("{}={}: a number that is not negative, with a unit ({})", key, text, names));
+}
+
+Result<Duration> duration_of(const std::string& key, const std::string& text) {
+  auto s = with_unit(key, text, {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}});
+  if (!s) return s.status();
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*s));
+}
+
+}  // namespace
+
+Result<peers::Link> parse_link(const std::string& spec) {
+  peers::Link link;
+  size_t start = 0;
+  while (start < spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return Status::invalid(fmt::format("--links: '{}' is not key=value", item));
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "latency" || key == "jitter") {
+      auto d = duration_of(key, value);
+      if (!d) return d.status().with_context("--links");
+      (key == "latency" ? link.latency : link.jitter) = *d;
+    } else if (key == "bandwidth") {
+      auto bits = with_unit(key, value,
+                            {{"Gbit", 1e9}, {"Mbit", 1e6}, {"kbit", 1e3}, {"bit", 1.0}, {"", 1.0}});
+      if (!bits) return bits.status().with_context("--links");
+      link.bytes_per_s = *bits / 8.0;
+    } else {
+      return Status::invalid(
+          fmt::format("--links: unknown key '{}' (latency, jitter, bandwidth)", key));
+    }
+  }
+  return link;
+}
+
+Subcommand add_simulate_command(CLI::App& parent) {
+  auto o = std::make_shared<sim::WorldOptions>();
+  auto links = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto step_ms = std::make_shared<double>(0.0);
+  auto kills = std::make_shared<std::vector<std::string>>();
+  CLI::App* app = parent.add_subcommand(
+      "simulate",
+      "Run N nodes in this process on virtual time: the real strategies, router and codecs "
+      "over simulated links, on a synthetic objective with a known optimum");
+  app->add_option("--nodes", o->nodes, "How many nodes")->capture_default_str();
+  app->add_option("--strategy", o->strategy, "gossip, choco, push-sum or async-gossip")
+      ->capture_default_str();
+  app->add_option("--topology", o->topology, "As gossipd's --topology (default: the strategy's)");
+  app->add_option("--codec", o->codec, "As gossipd's --codec")->capture_default_str();
+  app->add_option("--chunk-elems", o->chunk_elems, "Elements per model chunk")
+      ->capture_default_str();
+  app->add_option("--gamma", o->params.gamma, "CHOCO-SGD's consensus step (0: the codec's)");
+  app->add_option("--delay", o->params.delay, "push-sum: rounds a message may be in flight");
+  app->add_option("--staleness", o->params.staleness, "async gossip: rounds ahead of a neighbor");
+  app->add_option("--trim", o->params.trim, "gossip: values cut from each end of the mean");
+  app->add_option("--model", o->model,
+                  "quadratic (a local step on |x - b_i|^2/2 each round) or mixing (x <- W x)")
+      ->capture_default_str();
+  app->add_option("--numel", o->numel, "Parameters of the model")->capture_default_str();
+  app->add_option("--rounds", o->rounds, "Rounds each node runs")->capture_default_str();
+  app->add_option("--seed", o->seed, "Seed of the topology, the data and the links' jitter")
+      ->capture_default_str();
+  app->add_option("--lr", o->lr, "The local step's size")->capture_default_str();
+  app->add_option("--noise", o->noise, "The gradient's noise per element (standard deviation)")
+      ->capture_default_str();
+  app->add_option("--heterogeneity", o->heterogeneity, "Spread of the nodes' optima (non-IID data)")
+      ->capture_default_str();
+  app->add_option("--links", *links,
+                  "Every link: latency=1ms,jitter=100us,bandwidth=1Gbit (the sender's uplink)");
+  app->add_option("--step-time-ms", *step_ms, "Virtual compute time of each round's local step");
+  app->add_option("--kill", *kills, "NODE@ROUND: the node dies before that round (repeatable)");
+  app->add_option("--out", *out, "Write rounds.csv into this directory");
+  return Subcommand{
+      app, [o, links, out, step_ms, kills]() {
+        for (const std::string& k : *kills) {
+          unsigned node = 0;
+          unsigned long long round = 0;
+          char end = 0;
+          if (std::sscanf(k.c_str(), "%u@%llu%c", &node, &round, &end) != 2) {
+            std::fprintf(stderr, "gossipctl simulate: --kill %s: expected NODE@ROUND\n", k.c_str());
+            return kExitUsage;
+          }
+          o->deaths[node] = round;
+        }
+        if (!links->empty()) {
+          auto link = parse_link(*links);
+          if (!link) {
+            std::fprintf(stderr, "gossipctl simulate: %s\n", link.status().message().c_str());
+            return kExitUsage;
+          }
+          o->links.all = *link;
+          o->links.seed = o->seed;
+        }
+        o->step_time =
+            std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*step_ms / 1e3));
+        std::unique_ptr<std::ofstream> csv;
+        if (!out->empty()) {
+          std::error_code ec;
+          std::filesystem::create_directories(*out, ec);
+          csv = std::make_unique<std::ofstream>(std::filesystem::path(*out) / "rounds.csv");
+          if (ec || !*csv) {
+            std::fprintf(stderr, "gossipctl simulate: cannot write %s/rounds.csv\n", out->c_str());
+            return kExitFailure;
+          }
+          *csv << "round,nodes,time_s,consensus,suboptimality,wire_bytes_per_node\n";
+        }
+        auto report = sim::simulate(*o, [&](const sim::RoundRow& r) {
+          if (csv)
+            *csv << fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.0f}\n", r.round, r.nodes, r.time_s,
+                                r.consensus, r.suboptimality, r.wire_bytes_per_node);
+        });
+        if (!report) {
+          std::fprintf(stderr, "gossipctl simulate: %s\n", report.status().message().c_str());
+          return kExitUsage;
+        }
+        const auto& rows = report->rounds;
+        std::printf("simulated %u nodes, %s on %s, %llu rounds of %zu parameters\n", o->nodes,
+                    o->strategy.c_str(),
+                    o->topology.empty() ? "its default topology" : o->topology.c_str(),
+                    static_cast<unsigned long long>(o->rounds), o->numel);
+        std::printf("virtual time %.3f s in %.1f s of real time (%llu events)\n", report->virtual_s,
+                    report->real_s, static_cast<unsigned long long>(report->events));
+        std::printf(
+            "sent %.0f bytes per node (%.0f per round), %llu messages in all\n",
+            static_cast<double>(report->wire_bytes) / o->nodes,
+            static_cast<double>(report->wire_bytes) / o->nodes / std::max<uint64_t>(1, o->rounds),
+            static_cast<unsigned long long>(report->messages));
+        if (!rows.empty())
+          std::printf("consensus distance %.6g (round 0: %.6g), distance to the optimum %.6g\n",
+                      rows.back().consensus, rows.front().consensus, rows.back().suboptimality);
+        for (const auto& f : report->failures)
+          std::fprintf(stderr, "gossipctl simulate: %s\n", f.c_str());
+        return report->failures.empty() ? kExitOk : kExitFailure;
+      }};
+}
+
+}  // namespace gossip::cli

@@ -1,0 +1,263 @@
+#include "sim/world.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "base/split_mix64.h"
+#include "compression/codec_spec.h"
+#include "peers/router.h"
+#include "peers/topology.h"
+#include "sgd/overlay/neighbor_exchange.h"
+#include "sgd/overlay/overlay.h"
+#include "sim/sim_clock.h"
+
+namespace gossip::sim {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A standard normal draw for (seed, node, element): Box-Muller on two counter-based
+// uniforms, so each node's optimum is the same whatever else was drawn.
+double normal(uint64_t seed, uint64_t node, uint64_t e) {
+  SplitMix64 g = SplitMix64::keyed(seed, node, e);
+  const double u1 = (static_cast<double>(g.next() >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = static_cast<double>(g.next() >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+struct Node {
+  std::unique_ptr<peers::MemoryChannel> channel;
+  std::unique_ptr<peers::Router> router;
+  std::unique_ptr<sgd::NeighborExchange> exchange;
+  std::unique_ptr<sgd::Strategy> strategy;
+  std::vector<float> x;
+  std::vector<float> b;  // the node's optimum (quadratic)
+};
+
+// What the nodes that finished one round had: sums of their deviation from x*.
+struct RoundSums {
+  std::vector<double> deviation;  // sum over nodes of x_i - x*
+  double squares = 0;             // sum over nodes of |x_i - x*|^2
+  uint32_t nodes = 0;
+  double last_time_s = 0;
+  uint64_t wire = 0;
+};
+
+class World {
+ public:
+  World(const WorldOptions& o, const sgd::StrategyDescriptor& descriptor,
+        std::unique_ptr<peers::Topology> first, compression::CodecSpec codec)
+      : o_(o), hub_(clock_, o.links), codec_(std::move(codec)) {
+    const std::string topology =
+        o.topology.empty() ? std::string(descriptor.default_topology) : o.topology;
+    overlay_ = std::make_unique<sgd::Overlay>(topology, o.seed, std::move(first));
+    optimum_.assign(o.numel, 0.0);
+    nodes_.resize(o.nodes);
+    for (uint32_t i = 0; i < o.nodes; ++i) {
+      std::vector<uint32_t> peers;
+      peers.reserve(o.nodes - 1);
+      for (uint32_t j = 0; j < o.nodes; ++j)
+        if (j != i) peers.push_back(j);
+      Node& n = nodes_[i];
+      n.channel = hub_.join(i, peers);
+      n.router = std::make_unique<peers::Router>(*n.channel);
+      // As the sync worker builds them (daemon/sync_worker.cc).
+      sgd::ExchangeLimits limits;
+      limits.heartbeat = o.heartbeat;
+      limits.dead_after = o.dead_after;
+      limits.robust = o.params.trim > 0 || o.params.clip;
+      const compression::Codec* codec = codec_.codec.get();
+      n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
+      sgd::StrategyResources r;
+      r.exchange = n.exchange.get();
+      r.overlay = overlay_.get();
+      r.gossip.patience = o.patience;
+      r.gossip.chunk_elems = o.chunk_elems;
+      r.gossip.compression.codec = codec;
+      r.codec = codec;
+      r.heartbeat = o.heartbeat;
+      r.dead_after = o.dead_after;
+      r.params = o.params;
+      std::string detail;
+      auto strategy = descriptor.make(r, &detail);
+      if (!strategy) {
+        status_ = strategy.status();
+        return;
+      }
+      n.strategy = std::move(strategy).value();
+      n.strategy->set_layout_fingerprint(0x51a7);
+      n.b.resize(o.numel);
+      for (size_t e = 0; e < o.numel; ++e) {
+        n.b[e] = static_cast<float>(o.heterogeneity * normal(o.seed, i, e));
+        optimum_[e] += n.b[e];
+      }
+      // Training starts every replica from one point; consensus alone from the b_i.
+      n.x = o.model == "mixing" ? n.b : std::vector<float>(o.numel, 0.0f);
+      if (o.model == "mixing") std::vector<float>().swap(n.b);
+    }
+    for (double& v : optimum_) v /= o.nodes;
+  }
+
+  const Status& status() const { return status_; }
+
+  Report run(const std::function<void(const RoundRow&)>& progress) {
+    progress_ = &progress;
+    const auto real_start = std::chrono::steady_clock::now();
+    std::vector<SimClock::Task> tasks;
+    for (uint32_t i = 0; i < o_.nodes; ++i)
+      tasks.push_back({fmt::format("node {}", i), [this, i] { run_node(i); }});
+    clock_.run(std::move(tasks));
+    // Rounds that not every node finished (a node failed): what the others had.
+    while (!sums_.empty()) finish(sums_.begin());
+    report_.virtual_s = seconds(clock_.elapsed());
+    report_.real_s = seconds(std::chrono::steady_clock::now() - real_start);
+    report_.events = clock_.events();
+    for (const Node& n : nodes_) {
+      const auto t = n.channel->traffic().totals();
+      report_.wire_bytes += t.wire_sent;
+      report_.messages += t.msgs_sent;
+    }
+    return std::move(report_);
+  }
+
+ private:
+  void run_node(uint32_t i) {
+    Node& n = nodes_[i];
+    const float lr = static_cast<float>(o_.lr);
+    const auto death = o_.deaths.find(i);
+    for (uint64_t r = 0; r < o_.rounds; ++r) {
+      if (death != o_.deaths.end() && death->second == r) {
+        hub_.cut(i);
+        // Rounds the survivors had all finished wait no longer for this node.
+        finish_complete();
+        return;
+      }
+      if (!n.b.empty()) {
+        for (size_t e = 0; e < n.x.size(); ++e) {
+          float g = n.x[e] - n.b[e];
+          if (o_.noise > 0)
+            g += static_cast<float>(o_.noise * normal(o_.seed ^ 0x6e6f, i, r * o_.numel + e));
+          n.x[e] -= lr * g;
+        }
+      }
+      // The step's compute, while the node answers its peers as the sync worker does
+      // between jobs.
+      const TimePoint computed = clock_.now() + o_.step_time;
+      while (clock_.now() < computed)
+        n.strategy->progress(r, n.x.size(),
+                             std::chrono::ceil<std::chrono::milliseconds>(
+                                 std::min<Duration>(computed - clock_.now(), 20ms)));
+      sgd::RoundOptions ro;
+      ro.deadline = clock_.now() + o_.round_timeout;
+      if (Status st = n.strategy->synchronize(n.x, r, ro); !st) {
+        report_.failures.push_back(fmt::format("node {}: round {}: {}", i, r, st.message()));
+        return;
+      }
+      record(i, r);
+    }
+  }
+
+  // Tasks run one at a time: no lock.
+  void record(uint32_t i, uint64_t r) {
+    const Node& n = nodes_[i];
+    RoundSums& s = sums_[r];
+    if (s.deviation.empty()) s.deviation.assign(o_.numel, 0.0);
+    double sq = 0;
+    for (size_t e = 0; e < n.x.size(); ++e) {
+      const double d = n.x[e] - optimum_[e];
+      s.deviation[e] += d;
+      sq += d * d;
+    }
+    s.squares += sq;
+    ++s.nodes;
+    s.last_time_s = seconds(clock_.elapsed());
+    s.wire += n.channel->traffic().totals().wire_sent;
+    finish_complete();
+  }
+
+  // The nodes that run round r: those that do not die before it.
+  uint32_t runners(uint64_t r) const {
+    uint32_t n = o_.nodes;
+    for (const auto& [node, round] : o_.deaths) n -= round <= r ? 1 : 0;
+    return n;
+  }
+
+  // Rows go out in round order: a round waits for the slowest node of those before it.
+  void finish_complete() {
+    while (!sums_.empty() && sums_.begin()->second.nodes >= runners(sums_.begin()->first))
+      finish(sums_.begin());
+  }
+
+  void finish(std::map<uint64_t, RoundSums>::iterator it) {
+    const RoundSums& s = it->second;
+    RoundRow row;
+    row.round = it->first;
+    row.nodes = s.nodes;
+    row.time_s = s.last_time_s;
+    double mean_sq = 0;
+    for (double d : s.deviation) {
+      const double m = d / s.nodes;
+      mean_sq += m * m;
+    }
+    const double numel = static_cast<double>(o_.numel);
+    // |x_i - mean|^2 summed = sum |x_i - x*|^2 - n |mean - x*|^2, per element.
+    row.consensus = std::max(0.0, (s.squares - s.nodes * mean_sq) / (s.nodes * numel));
+    row.suboptimality = mean_sq / numel;
+    row.wire_bytes_per_node = static_cast<double>(s.wire) / s.nodes;
+    report_.rounds.push_back(row);
+    if (*progress_) (*progress_)(row);
+    sums_.erase(it);
+  }
+
+  WorldOptions o_;
+  SimClock clock_;        // before the hub: deliveries it holds refer to the hub
+  peers::MemoryHub hub_;  // outlives the channels
+  compression::CodecSpec codec_;
+  std::unique_ptr<sgd::Overlay> overlay_;
+  std::vector<Node> nodes_;
+  std::vector<double> optimum_;
+  std::map<uint64_t, RoundSums> sums_;  // rounds not every live node finished yet
+  Report report_;
+  const std::function<void(const RoundRow&)>* progress_ = nullptr;
+  Status status_ = Status::ok();
+};
+
+}  // namespace
+
+Result<Report> simulate(const WorldOptions& o,
+                        const std::function<void(const RoundRow&)>& progress) {
+  if (o.nodes < 2) return Status::invalid(fmt::format("--nodes {}: at least 2", o.nodes));
+  if (o.numel == 0) return Status::invalid("--numel 0: the model needs an element");
+  for (const auto& [node, round] : o.deaths)
+    if (node >= o.nodes)
+      return Status::invalid(fmt::format("--kill {}@{}: there is no node {}", node, round, node));
+  if (o.model != "quadratic" && o.model != "mixing")
+    return Status::invalid(
+        fmt::format("--model '{}': one of quadratic, mixing (mlp is not simulated yet)", o.model));
+  const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(o.strategy);
+  if (!descriptor)
+    return Status::invalid(fmt::format("--strategy '{}': no such strategy", o.strategy));
+  if (descriptor->fabric != sgd::Fabric::kOverlay)
+    return Status::invalid(fmt::format(
+        "--strategy {}: only the gossip family (gossip, choco, push-sum, async-gossip) is "
+        "simulated yet; the all-reduce and parameter-server strategies need an in-memory ring",
+        o.strategy));
+  auto codec = compression::make_codec(o.codec);
+  if (!codec) return codec.status().with_context("--codec");
+  const std::string spec =
+      o.topology.empty() ? std::string(descriptor->default_topology) : o.topology;
+  auto topology = peers::make_topology(spec, o.nodes, o.seed);
+  if (!topology) return topology.status().with_context("--topology");
+  World world(o, *descriptor, std::move(topology).value(), std::move(codec).value());
+  if (!world.status().is_ok()) return world.status();
+  return world.run(progress);
+}
+
+}  // namespace gossip::sim

@@ -1,0 +1,78 @@
+#pragma once
+// A simulated cluster: N nodes in one process, each with the real router, neighbor
+// exchange, codec and strategy of the registry (as daemon/sync_worker.cc builds them),
+// joined by the in-memory channel's link model, on virtual time (sim/sim_clock.h).
+// Each node trains on a synthetic objective whose optimum is known
+// (sim/quadratic.h) and synchronizes every round; the world records, per round, how
+// far apart the replicas are, how far their mean is from the optimum, and the bytes
+// sent.
+//
+// Today: the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip). The
+// all-reduce and parameter-server strategies need an in-memory ring transport and
+// the servers' wiring first.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "peers/memory_channel.h"
+#include "sgd/registry.h"
+
+namespace gossip::sim {
+
+struct WorldOptions {
+  uint32_t nodes = 16;
+  std::string strategy = "gossip";  // one of the overlay family
+  std::string topology;             // "": the strategy's default
+  sgd::StrategyParams params;
+  std::string codec = "none";
+  uint64_t chunk_elems = 1 << 20;
+  size_t numel = 1000;
+  uint64_t rounds = 100;
+  uint64_t seed = 1;
+  // The objective: "quadratic" (a local step on f_i(x) = |x - b_i|^2 / 2 before every
+  // round) or "mixing" (no local step: x <- W x, consensus alone).
+  std::string model = "quadratic";
+  double lr = 0.1;             // the local step
+  double noise = 0.0;          // the stochastic gradient's noise, per element
+  double heterogeneity = 1.0;  // the spread of the nodes' optima b_i (non-IID data)
+  peers::LinkModel links;
+  Duration step_time{0};  // virtual compute time of a round's local step
+  std::chrono::milliseconds patience{5000};
+  std::chrono::milliseconds dead_after{5000};
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds round_timeout{30000};
+  // Node -> the round it dies before: it stops, and what it sends or is sent from then
+  // on is lost (peers::MemoryHub::cut).
+  std::map<uint32_t, uint64_t> deaths;
+};
+
+struct RoundRow {
+  uint64_t round = 0;
+  uint32_t nodes = 0;              // that finished it
+  double time_s = 0;               // virtual time when the last of them did
+  double consensus = 0;            // mean over nodes of |x_i - mean|^2
+  double suboptimality = 0;        // |mean - x*|^2 (quadratic); 0 for mixing
+  double wire_bytes_per_node = 0;  // sent by a node so far, on average
+};
+
+struct Report {
+  std::vector<RoundRow> rounds;
+  double virtual_s = 0;
+  double real_s = 0;
+  uint64_t events = 0;
+  uint64_t wire_bytes = 0;  // sent by every node in all
+  uint64_t messages = 0;
+  std::vector<std::string> failures;  // "node i: round r: why"
+};
+
+// Checks the options, builds the world and runs it. `progress` (if set) is called
+// with each round's row as it completes.
+Result<Report> simulate(const WorldOptions& options,
+                        const std::function<void(const RoundRow&)>& progress = {});
+
+}  // namespace gossip::sim

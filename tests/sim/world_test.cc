@@ -1,0 +1,171 @@
+// The simulated cluster (sim/world.h): the real gossip strategies on virtual time.
+// What the mathematics says holds (consensus contracts by the mixing matrix's second
+// eigenvalue), what the time model says holds (a dead neighbor costs exactly the
+// patience), and a run is the same for the same seed.
+
+#include "sim/world.h"
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Eigenvalues>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "peers/mixing_matrix.h"
+#include "peers/topology.h"
+
+namespace gossip::sim {
+namespace {
+
+using namespace std::chrono_literals;
+
+Report run(const WorldOptions& o) {
+  auto report = simulate(o);
+  EXPECT_TRUE(report.is_ok()) << report.status().message();
+  if (!report) return {};
+  EXPECT_EQ(report->failures, std::vector<std::string>{});
+  return std::move(report).value();
+}
+
+// The second largest |eigenvalue| of the topology's mixing matrix.
+double second_eigenvalue(const std::string& spec, uint32_t n, uint64_t seed) {
+  auto topology = peers::make_topology(spec, n, seed);
+  EXPECT_TRUE(topology.is_ok());
+  const Eigen::MatrixXd w = peers::mixing_matrix(**topology, 0);
+  Eigen::EigenSolver<Eigen::MatrixXd> solver(w);
+  std::vector<double> abs;
+  for (const auto& v : solver.eigenvalues()) abs.push_back(std::abs(v));
+  std::sort(abs.rbegin(), abs.rend());
+  return abs[1];
+}
+
+class SpectralGap : public ::testing::TestWithParam<std::tuple<const char*, uint32_t>> {};
+
+// With no local steps, x <- W x: the replicas' squared distance from their mean
+// shrinks by lambda_2^2 a round once the faster modes are gone.
+TEST_P(SpectralGap, ConsensusContractsByTheSecondEigenvalueSquared) {
+  const auto [spec, n] = GetParam();
+  WorldOptions o;
+  o.nodes = n;
+  o.topology = spec;
+  o.model = "mixing";
+  o.numel = 256;
+  o.rounds = 300;
+  const Report report = run(o);
+  ASSERT_EQ(report.rounds.size(), o.rounds);
+  const double lambda = second_eigenvalue(spec, n, o.seed);
+  ASSERT_GT(lambda, 0.3) << "a graph that mixes this fast leaves nothing to measure";
+  // From where the fast modes have faded (5 rounds after it fell under 5 % of the start)
+  // to where float rounding would take over (1e-9 of it).
+  const double start = report.rounds[0].consensus;
+  size_t from = 0, to = 0;
+  while (from + 1 < report.rounds.size() && report.rounds[from].consensus > 5e-2 * start) ++from;
+  from += 5;
+  for (to = from; to + 1 < report.rounds.size(); ++to)
+    if (report.rounds[to + 1].consensus < 1e-9 * start) break;
+  ASSERT_GE(to, from + 10) << "too few rounds to measure a rate";
+  const double rate = std::pow(report.rounds[to].consensus / report.rounds[from].consensus,
+                               1.0 / static_cast<double>(to - from));
+  std::printf("%s on %u nodes: consensus x%.4f a round over rounds %zu-%zu, lambda_2^2 = %.4f\n",
+              spec, n, rate, from, to, lambda * lambda);
+  EXPECT_NEAR(rate, lambda * lambda, 0.05 * lambda * lambda)
+      << spec << " on " << n << " nodes: lambda_2 = " << lambda;
+  // The mean is kept: gossip with a doubly stochastic W moves no replica's average.
+  EXPECT_LT(report.rounds.back().suboptimality, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, SpectralGap,
+                         ::testing::Values(std::tuple{"ring", 16u}, std::tuple{"ring", 32u},
+                                           std::tuple{"torus:4x8", 32u},
+                                           std::tuple{"exponential", 32u}));
+
+WorldOptions busy_world() {
+  WorldOptions o;
+  o.nodes = 12;
+  o.topology = "exponential";
+  o.codec = "qsgd:16";
+  o.numel = 2000;
+  o.chunk_elems = 700;
+  o.rounds = 15;
+  o.noise = 0.1;
+  o.links.all = {2ms, 1ms, 50e6};
+  o.step_time = 5ms;
+  return o;
+}
+
+TEST(Simulation, TheSameSeedGivesTheSameRun) {
+  const Report a = run(busy_world());
+  const Report b = run(busy_world());
+  ASSERT_EQ(a.rounds.size(), 15u);
+  ASSERT_EQ(b.rounds.size(), a.rounds.size());
+  for (size_t r = 0; r < a.rounds.size(); ++r) {
+    EXPECT_EQ(a.rounds[r].time_s, b.rounds[r].time_s) << "round " << r;
+    EXPECT_EQ(a.rounds[r].consensus, b.rounds[r].consensus) << "round " << r;
+    EXPECT_EQ(a.rounds[r].wire_bytes_per_node, b.rounds[r].wire_bytes_per_node) << "round " << r;
+  }
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.virtual_s, b.virtual_s);
+  // Not a run that did nothing: time passed (15 steps of 5 ms at least), bytes went out,
+  // and the quadratic's mean approached its optimum.
+  EXPECT_GT(a.virtual_s, 15 * 0.005);
+  EXPECT_GT(a.wire_bytes, 12u * 15 * 2000 / 2);
+  EXPECT_LT(a.rounds.back().suboptimality, a.rounds.front().suboptimality);
+  WorldOptions other = busy_world();
+  other.seed = 2;
+  EXPECT_NE(run(other).rounds.back().consensus, a.rounds.back().consensus);
+}
+
+// Virtual-time twin of the in-process world's dead-node test: a neighbor that dies is
+// dropped once its silence passes dead-after (heartbeats every 50 ms, 200 ms), in one
+// round; the next rounds go at full speed, without it.
+TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
+  WorldOptions o;
+  o.nodes = 8;
+  o.topology = "ring";
+  o.numel = 100;
+  o.rounds = 8;
+  o.step_time = 10ms;
+  o.links.all.latency = 1ms;
+  o.patience = 5000ms;  // the silence decides, not the patience
+  o.heartbeat = 50ms;
+  o.dead_after = 200ms;
+  o.deaths[3] = 4;
+  const Report report = run(o);
+  ASSERT_EQ(report.rounds.size(), 8u);
+  std::vector<double> took;
+  for (size_t r = 1; r < report.rounds.size(); ++r)
+    took.push_back(report.rounds[r].time_s - report.rounds[r - 1].time_s);
+  // Round 4: node 3's neighbors wait until it has been silent 200 ms (its last
+  // message: round 3's, about 11 ms before they start round 4), then mix without it.
+  EXPECT_GT(took[3], 0.150) << "round 4";
+  EXPECT_LT(took[3], 0.250) << "round 4";
+  for (size_t r : {0, 1, 2, 4, 5, 6})
+    EXPECT_LT(took[r], 0.015) << "round " << r + 1 << ": a step and a message";
+  EXPECT_EQ(report.rounds[3].nodes, 8u);
+  EXPECT_EQ(report.rounds[4].nodes, 7u);
+  // And the same to the nanosecond when run again.
+  EXPECT_EQ(run(o).rounds[4].time_s, report.rounds[4].time_s);
+}
+
+TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
+  WorldOptions o;
+  o.strategy = "allreduce";
+  auto r = simulate(o);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("only the gossip family"), std::string::npos);
+  o = {};
+  o.model = "resnet";
+  EXPECT_NE(simulate(o).status().message().find("--model 'resnet'"), std::string::npos);
+  o = {};
+  o.deaths[99] = 1;
+  EXPECT_NE(simulate(o).status().message().find("no node 99"), std::string::npos);
+  o = {};
+  o.codec = "zstd";
+  EXPECT_FALSE(simulate(o).is_ok());
+}
+
+}  // namespace
+}  // namespace gossip::sim
