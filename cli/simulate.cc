@@ -85,7 +85,9 @@ Subcommand add_simulate_command(CLI::App& parent) {
       "Run N nodes in this process on virtual time: the real strategies, router and codecs "
       "over simulated links, on a synthetic objective with a known optimum");
   app->add_option("--nodes", o->nodes, "How many nodes")->capture_default_str();
-  app->add_option("--strategy", o->strategy, "gossip, choco, push-sum or async-gossip")
+  app->add_option(
+         "--strategy", o->strategy,
+         "gossip, choco, push-sum, async-gossip, or local-sgd and allreduce (over the all-gather)")
       ->capture_default_str();
   app->add_option("--topology", o->topology, "As gossipd's --topology (default: the strategy's)");
   app->add_option("--codec", o->codec, "As gossipd's --codec")->capture_default_str();

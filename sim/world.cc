@@ -11,6 +11,7 @@
 #include "compression/codec_spec.h"
 #include "peers/router.h"
 #include "peers/topology.h"
+#include "sgd/collectives/all_gather_all_reduce.h"
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/overlay/overlay.h"
 #include "sim/sim_clock.h"
@@ -35,7 +36,8 @@ double normal(uint64_t seed, uint64_t node, uint64_t e) {
 struct Node {
   std::unique_ptr<peers::MemoryChannel> channel;
   std::unique_ptr<peers::Router> router;
-  std::unique_ptr<sgd::NeighborExchange> exchange;
+  std::unique_ptr<sgd::NeighborExchange> exchange;      // the gossip family's
+  std::unique_ptr<sgd::AllGatherAllReduce> all_reduce;  // local SGD's and allreduce's
   std::unique_ptr<sgd::Strategy> strategy;
   std::vector<float> x;
   std::vector<float> b;  // the node's optimum (quadratic)
@@ -74,10 +76,19 @@ class World {
       limits.dead_after = o.dead_after;
       limits.robust = o.params.trim > 0 || o.params.clip;
       const compression::Codec* codec = codec_.codec.get();
-      n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
       sgd::StrategyResources r;
-      r.exchange = n.exchange.get();
-      r.overlay = overlay_.get();
+      if (descriptor.fabric == sgd::Fabric::kOverlay) {
+        n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
+        r.exchange = n.exchange.get();
+        r.overlay = overlay_.get();
+      } else {
+        // The all-gather (--transport allgather): the in-memory channel has no ring.
+        n.all_reduce = std::make_unique<sgd::AllGatherAllReduce>(
+            *n.router, o.chunk_elems * sizeof(float), codec, nullptr,
+            static_cast<uint32_t>(o.params.trim));
+        r.all_reduce = n.all_reduce.get();
+        r.error_feedback = codec_.error_feedback;
+      }
       r.gossip.patience = o.patience;
       r.gossip.chunk_elems = o.chunk_elems;
       r.gossip.compression.codec = codec;
@@ -244,10 +255,10 @@ Result<Report> simulate(const WorldOptions& o,
   const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(o.strategy);
   if (!descriptor)
     return Status::invalid(fmt::format("--strategy '{}': no such strategy", o.strategy));
-  if (descriptor->fabric != sgd::Fabric::kOverlay)
+  if (descriptor->fabric == sgd::Fabric::kServers || o.strategy == "sma")
     return Status::invalid(fmt::format(
-        "--strategy {}: only the gossip family (gossip, choco, push-sum, async-gossip) is "
-        "simulated yet; the all-reduce and parameter-server strategies need an in-memory ring",
+        "--strategy {}: not simulated yet (the gossip family, local-sgd and allreduce are; "
+        "the parameter servers' and SMA's central model are not wired into the simulation)",
         o.strategy));
   auto codec = compression::make_codec(o.codec);
   if (!codec) return codec.status().with_context("--codec");

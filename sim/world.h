@@ -7,9 +7,9 @@
 // far apart the replicas are, how far their mean is from the optimum, and the bytes
 // sent.
 //
-// Today: the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip). The
-// all-reduce and parameter-server strategies need an in-memory ring transport and
-// the servers' wiring first.
+// Today: the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip), and local SGD
+// and allreduce over the all-gather (each node sends its model to every other: the
+// in-memory channel has no ring transport yet). Not the parameter servers nor SMA.
 
 #include <chrono>
 #include <cstdint>
@@ -26,8 +26,8 @@ namespace gossip::sim {
 
 struct WorldOptions {
   uint32_t nodes = 16;
-  std::string strategy = "gossip";  // one of the overlay family
-  std::string topology;             // "": the strategy's default
+  std::string strategy = "gossip";
+  std::string topology;  // "": the strategy's default
   sgd::StrategyParams params;
   std::string codec = "none";
   uint64_t chunk_elems = 1 << 20;

@@ -14,8 +14,6 @@
 
 namespace gossip::sgd {
 
-using Clock = std::chrono::steady_clock;
-
 AllGatherAllReduce::AllGatherAllReduce(peers::Router& router, uint64_t chunk_bytes,
                                        const compression::Codec* codec,
                                        compression::ThreadPool* pool, uint32_t trim)
@@ -229,8 +227,8 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
   current_ = round;
   numel_ = numel;
   RoundState& s = state_for(round, numel);
-  const auto started = Clock::now();
-  std::optional<Clock::time_point> grace_end;  // trimmed: when the quorum was reached, + grace
+  const auto started = router_.clock().now();
+  std::optional<TimePoint> grace_end;  // trimmed: when the quorum was reached, + grace
   while (true) {
     if (!s.failure.is_ok()) {
       Status failure = s.failure.with_context(fmt::format("round {}", round));
@@ -268,10 +266,10 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     // out (counting the left-out as missing let one silent peer hold a slow node's round
     // to its deadline). Liars whose values came are still trimmed.
     if (trim_ > 0 && in + out + trim_ >= ps.size()) {
-      const auto now = Clock::now();
+      const auto now = router_.clock().now();
       if (!grace_end)
-        grace_end = now + std::clamp<Clock::duration>(now - started, std::chrono::milliseconds(20),
-                                                      std::chrono::seconds(1));
+        grace_end = now + std::clamp<Duration>(now - started, std::chrono::milliseconds(20),
+                                               std::chrono::seconds(1));
       if (now >= *grace_end) {
         spdlog::warn("round {}: left out {} (late by the grace of the trimmed mean)", round,
                      missing(s));
@@ -281,7 +279,7 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
       }
     }
     if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
-    auto now = Clock::now();
+    auto now = router_.clock().now();
     if (now >= options.deadline)
       return Status::timeout(fmt::format("round {}: no complete model from {}", round, missing(s)));
     auto wait =
@@ -296,10 +294,10 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     if (p.banned) continue;
     while (transport_.pending_sends(p.id) > 0) {
       if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
-      if (Clock::now() >= options.deadline)
+      if (router_.clock().now() >= options.deadline)
         return Status::timeout(
             fmt::format("round {}: peer {} did not take our model in time", round, p.id));
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      router_.clock().sleep_for(std::chrono::microseconds(200));
     }
   }
 

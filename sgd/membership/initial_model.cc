@@ -12,8 +12,6 @@
 
 namespace gossip::sgd {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
 
 // A fetcher that hears nothing for this long asks again (node 0 had not started, or
@@ -85,13 +83,13 @@ void InitialModel::before_rounds(std::chrono::milliseconds wait,
   if (!published_ || pushed_) return;
   pushed_ = true;
   const auto peers = transport_.peers();
-  const auto deadline = Clock::now() + wait;
+  const auto deadline = router_.clock().now() + wait;
   const auto all_settled = [&] {
     for (const auto& p : peers)
       if (!settled_.count(p.id)) return false;
     return true;
   };
-  while (!all_settled() && Clock::now() < deadline) {
+  while (!all_settled() && router_.clock().now() < deadline) {
     router_.poll(std::chrono::milliseconds(20));
     if (tick) tick();
   }
@@ -100,7 +98,7 @@ void InitialModel::before_rounds(std::chrono::milliseconds wait,
 }
 
 void InitialModel::serve(uint32_t peer) {
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   if (auto it = served_.find(peer); it != served_.end() && now - it->second < kServeAgain) return;
   served_[peer] = now;
   settled_.insert(peer);
@@ -183,10 +181,10 @@ Status InitialModel::check(std::span<const float> model, uint64_t layout) const 
   return Status::ok();
 }
 
-Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_point deadline,
+Status InitialModel::fetch(std::span<float> model, uint64_t layout, TimePoint deadline,
                            const std::atomic<bool>* cancel, const std::function<void()>& tick) {
   if (model.empty()) return Status::ok();
-  auto last_heard = Clock::time_point{};  // asks at once unless node 0's push is here
+  auto last_heard = TimePoint{};  // asks at once unless node 0's push is here
   uint64_t heard = 0;
   const uint64_t own = digest(model);
   while (true) {
@@ -212,7 +210,7 @@ Status InitialModel::fetch(std::span<float> model, uint64_t layout, Clock::time_
       received_ = Received{};
       return Status::ok();
     }
-    const auto now = Clock::now();
+    const auto now = router_.clock().now();
     if (cancel && cancel->load()) return Status::closed("start-up cancelled");
     if (now >= deadline)
       return Status::timeout(fmt::format(

@@ -18,8 +18,6 @@
 
 namespace gossip::sgd {
 namespace {
-using Clock = std::chrono::steady_clock;
-
 // What a peer's death or departure does to a round: the ring breaks. A peer with
 // another model or a cancelled round is not cured by re-forming.
 bool breaks_the_ring(const Status& st) {
@@ -36,9 +34,9 @@ bool breaks_the_ring(const Status& st) {
 
 constexpr int kMaxProtocolErrors = 3;
 
-std::chrono::milliseconds until(Clock::time_point t) {
+std::chrono::milliseconds until(const Clock& clock, TimePoint t) {
   return std::max(std::chrono::milliseconds(0),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()));
+                  std::chrono::duration_cast<std::chrono::milliseconds>(t - clock.now()));
 }
 }  // namespace
 
@@ -222,7 +220,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
       if (partner) drop(kMeshLinks);
       // A member that leaves in order is left out at once rather than at the next round.
       if (options_.elastic && membership_.member(in.peer)) {
-        const bool started = membership_.start(Clock::now(), options_.reform_wait);
+        const bool started = membership_.start(router_.clock().now(), options_.reform_wait);
         membership_.said_bye(in.peer);
         if (started) {
           spdlog::warn("peer {} said bye: re-forming the ring without it", in.peer);
@@ -254,8 +252,9 @@ void PeerRing::absorb(const peers::Incoming& in) {
                                                                    : RingMembership::Merge::kNone;
         const bool was_merging = membership_.merging();
         const size_t view_before = membership_.members().size();
-        const auto effect = membership_.on_probe(in.peer, h.epoch, in.round(), Clock::now(),
-                                                 options_.reform_wait, joining, their_view, merge);
+        const auto effect =
+            membership_.on_probe(in.peer, h.epoch, in.round(), router_.clock().now(),
+                                 options_.reform_wait, joining, their_view, merge);
         const bool left_out = membership_.members().size() < view_before;
         if (left_out)
           spdlog::warn(
@@ -386,12 +385,12 @@ Result<ContributionBounds> PeerRing::exchange_norms(std::span<const float> data,
       return Status::closed("all-reduce: cancelled while waiting for the members' chunk norms");
     if (options_.elastic && membership_.reforming())
       return Status::closed("all-reduce: the ring re-forms");
-    const auto now = Clock::now();
+    const auto now = router_.clock().now();
     if (now >= options.deadline)
       return Status::timeout(fmt::format(
           "all-reduce: round {}: no chunk norms from peer(s) {} in time (robust mode, --clip on)",
           round, fmt::join(missing, ", ")));
-    drain(std::min(std::chrono::milliseconds(5), until(options.deadline)));
+    drain(std::min(std::chrono::milliseconds(5), until(router_.clock(), options.deadline)));
     if (options_.elastic) offer_merges();
   }
   return bound_contributions(announced);
@@ -451,7 +450,7 @@ void PeerRing::drop(int which) {
 bool PeerRing::interrupted() {
   // Polled by the ring's waits: cheap enough per wake-up, but the control channel
   // need not be read more often than this.
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   if (now - last_poll_ < std::chrono::milliseconds(10)) return membership_.reforming();
   last_poll_ = now;
   drain(std::chrono::milliseconds(0));
@@ -466,12 +465,12 @@ void PeerRing::progress(uint64_t next_round, size_t, std::chrono::milliseconds w
   drain(wait);
   offer_merges();
   // Between rounds a re-forming ends here; in a round, all_reduce_mean ends it.
-  if (membership_.ready(Clock::now())) apply_view();
+  if (membership_.ready(router_.clock().now())) apply_view();
 }
 
 void PeerRing::offer_merges() {
   if (!admits_joiners() || !started_) return;
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   if (now - last_offer_ < options_.reform_wait) return;
   const auto outsiders = membership_.offers();
   if (outsiders.empty()) return;
@@ -493,14 +492,14 @@ Status PeerRing::connect(const CollectiveOptions& options) {
       return Status::closed("ring: cancelled");
     if (membership_.reforming())
       return Status::closed("ring: re-forming (a member's probe arrived)");
-    if (Clock::now() >= address_deadline)
+    if (router_.clock().now() >= address_deadline)
       return Status::timeout(fmt::format(
           "ring: peer {} (right) has not told its ring address{} (is it up, with the same strategy "
           "and transport?)",
           order().right_id(),
           membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch())
                                   : ""));
-    router_.poll(std::min(until(address_deadline), std::chrono::milliseconds(50)));
+    router_.poll(std::min(until(router_.clock(), address_deadline), std::chrono::milliseconds(50)));
   }
   const Address right = *right_address();
   auto mismatch = [&](uint64_t theirs) {
@@ -563,14 +562,14 @@ Status PeerRing::connect_mesh(const CollectiveOptions& options) {
       return Status::closed("all-reduce: cancelled");
     if (membership_.reforming())
       return Status::closed("all-reduce: re-forming (a member's probe arrived)");
-    if (Clock::now() >= address_deadline)
+    if (router_.clock().now() >= address_deadline)
       return Status::timeout(fmt::format(
           "all-reduce: peer {} has not told its ring address{} (is it up, with the same strategy, "
           "transport and --allreduce-algorithm?)",
           *peer,
           membership_.epoch() > 0 ? fmt::format(" for the ring of epoch {}", membership_.epoch())
                                   : ""));
-    router_.poll(std::min(until(address_deadline), std::chrono::milliseconds(50)));
+    router_.poll(std::min(until(router_.clock(), address_deadline), std::chrono::milliseconds(50)));
   }
   // The first partner whose address names another model layout.
   const auto mismatch = [&]() -> std::optional<Status> {
@@ -723,20 +722,20 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
     // noticed only when the wait runs out: each try gets half of the time left, so
     // that the round can still re-form and run again.
     CollectiveOptions once = options;
-    once.deadline = Clock::now() + (options.deadline - Clock::now()) / 2;
+    once.deadline = router_.clock().now() + (options.deadline - router_.clock().now()) / 2;
     Status st = attempt(data, round, once);
     if (st.is_ok()) {
       keep_result(data, round);
       return st;
     }
     const bool cancelled = options.cancel && options.cancel->load(std::memory_order_relaxed);
-    if (cancelled || !breaks_the_ring(st) || Clock::now() >= options.deadline) return st;
+    if (cancelled || !breaks_the_ring(st) || router_.clock().now() >= options.deadline) return st;
     if (st.code() == Status::Code::kProtocol && ++protocol_errors >= kMaxProtocolErrors)
       return Status::protocol(
           fmt::format("{} ({} tries in a row, over re-formed rings: do all nodes run the same "
                       "strategy, codec and model?)",
                       st.message(), protocol_errors));
-    if (membership_.start(Clock::now(), options_.reform_wait)) {
+    if (membership_.start(router_.clock().now(), options_.reform_wait)) {
       spdlog::warn(
           "round {}: {}; re-forming the ring (epoch {}, {} members) over the nodes that answer "
           "within {} ms",
@@ -747,7 +746,7 @@ Status PeerRing::all_reduce_mean(std::span<float> data, uint64_t round,
   }
 }
 
-Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::time_point deadline,
+Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, TimePoint deadline,
                                                  const std::atomic<bool>* cancel) {
   started_ = true;
   next_round_ = next_round;
@@ -755,12 +754,12 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, Clock::tim
   // It takes the members' state: a merge it owed a first round to is theirs to run.
   merge_round_.reset();
   merge_news_ = false;
-  membership_.start_rejoin(Clock::now(), options_.reform_wait);
+  membership_.start_rejoin(router_.clock().now(), options_.reform_wait);
   send_probes();
   spdlog::info("asking back into the ring before round {}", next_round);
-  while (!membership_.ready(Clock::now())) {
+  while (!membership_.ready(router_.clock().now())) {
     if (cancel && cancel->load()) return Status::closed("rejoin cancelled");
-    if (Clock::now() >= deadline)
+    if (router_.clock().now() >= deadline)
       return Status::timeout("rejoin: the ring was still re-forming at the deadline");
     router_.poll(std::chrono::milliseconds(20));
   }
@@ -809,7 +808,7 @@ void PeerRing::probe_outsiders() {
 
 std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   RingMembership::Change change = membership_.decide();
-  view_since_ = Clock::now();
+  view_since_ = router_.clock().now();
   count_failure(Failure::kPeerLeftOut, change.lost.size());
   g_epoch_.store(membership_.epoch(), std::memory_order_relaxed);
   g_members_.store(order().ids.size(), std::memory_order_relaxed);
@@ -877,9 +876,9 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
   auto cancelled = [&] {
     return options.cancel && options.cancel->load(std::memory_order_relaxed);
   };
-  while (!membership_.ready(Clock::now())) {
+  while (!membership_.ready(router_.clock().now())) {
     if (cancelled()) return Status::closed("ring: cancelled");
-    if (Clock::now() >= options.deadline)
+    if (router_.clock().now() >= options.deadline)
       return Status::timeout(
           fmt::format("round {}: the ring was still re-forming at the round's deadline", round));
     router_.poll(std::chrono::milliseconds(20));
@@ -913,9 +912,9 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
       auto c = sender ? fetch_->copies.find(*sender) : fetch_->copies.end();
       return c != fetch_->copies.end() && c->second.got == data.size();
     };
-    const auto give_up = std::min(options.deadline, Clock::now() + options_.reform_wait);
-    while (!complete() && Clock::now() < give_up && !cancelled())
-      router_.poll(std::min(until(give_up), std::chrono::milliseconds(20)));
+    const auto give_up = std::min(options.deadline, router_.clock().now() + options_.reform_wait);
+    while (!complete() && router_.clock().now() < give_up && !cancelled())
+      router_.poll(std::min(until(router_.clock(), give_up), std::chrono::milliseconds(20)));
     for (const auto& [from, copy] : fetch_->copies) {
       if (from == sender) continue;
       count_refusal(Refusal::kWrongResult);

@@ -14,7 +14,6 @@
 
 namespace gossip::sgd {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
@@ -78,7 +77,7 @@ void StateTransfer::publish(std::span<const float> model, std::span<const float>
   s->layout = layout;
   newest_ = std::move(s);
   next_round_ = next_round;
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   for (auto& [round, pinned] : pinned_)  // ZeroMQ still holds chunks of it: still being sent
     for (const auto& c : pinned->chunks.chunks)
       if (c.payload.use_count() > 1) {
@@ -89,7 +88,7 @@ void StateTransfer::publish(std::span<const float> model, std::span<const float>
 }
 
 void StateTransfer::pin(const std::shared_ptr<Snapshot>& s) {
-  s->used = Clock::now();
+  s->used = router_.clock().now();
   pinned_[s->chunks.round] = s;
   while (pinned_.size() > kMaxPinned) {
     auto oldest = std::min_element(
@@ -254,7 +253,7 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
                                                        h.layout, f.layout)));
   if (f.have[h.seq]) {  // asked twice (a donor was dropped, or slow): here already
     d->owed.erase(h.seq);
-    d->progress = Clock::now();
+    d->progress = router_.clock().now();
     return;
   }
   if (!chunk_matches(in.payload.data(), in.payload.size(), *want.manifest, h.seq)) {
@@ -274,7 +273,7 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
   f.have[h.seq] = true;
   --f.missing;
   for (auto& x : f.donors) x.owed.erase(h.seq);
-  d->progress = Clock::now();
+  d->progress = router_.clock().now();
   ++d->delivered;
 }
 
@@ -282,8 +281,8 @@ void StateTransfer::on_chunk(const peers::Incoming& in) {
 // the donor, and the loop hands its chunks out again.
 void StateTransfer::ask(Fetch::Donor& d, const std::vector<uint64_t>& chunks) {
   if (!d.failure) return;
-  d.progress = Clock::now();
-  if (d.since == Clock::time_point{}) d.since = d.progress;
+  d.progress = router_.clock().now();
+  if (d.since == TimePoint{}) d.since = d.progress;
   d.owed.insert(chunks.begin(), chunks.end());
   for (size_t i = 0; i < chunks.size();) {
     size_t j = i + 1;
@@ -322,7 +321,7 @@ void StateTransfer::hand_out(std::vector<uint32_t>& spares) {
   for (size_t k = 0; k < f.donors.size(); ++k)
     if (f.donors[k].failure) live.push_back(k);
   if (live.empty() && !spares.empty()) {
-    f.donors.push_back({spares.front(), {}, 0, Clock::now(), Status::ok(), {}});
+    f.donors.push_back({spares.front(), {}, 0, router_.clock().now(), Status::ok(), {}});
     spares.erase(spares.begin());
     live.push_back(f.donors.size() - 1);
   }
@@ -344,7 +343,7 @@ void StateTransfer::hand_out(std::vector<uint32_t>& spares) {
 // chunk first, the other's copy is skipped: at worst the stolen chunks cross twice.
 void StateTransfer::steal() {
   Fetch& f = *fetch_;
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   // Chunks a second since a donor was first asked.
   const auto rate = [&](const Fetch::Donor& d) {
     return static_cast<double>(d.delivered) /
@@ -421,8 +420,8 @@ Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, size_t share
   fetch_->options = &options;
   for (const auto& p : peers) (void)transport_.send(p.id, 0, proto::Join{});
 
-  const auto offers_end = std::min(options.deadline, Clock::now() + options.offer_wait);
-  while (fetch_->answered.size() < peers.size() && Clock::now() < offers_end) {
+  const auto offers_end = std::min(options.deadline, router_.clock().now() + options.offer_wait);
+  while (fetch_->answered.size() < peers.size() && router_.clock().now() < offers_end) {
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (options.tick) options.tick();
     router_.poll(milliseconds(20));
@@ -591,7 +590,7 @@ Result<NodeState> StateTransfer::download(const Group& group) {
   for (const Offer& o : group.offers) {
     if (f.gone.count(o.peer)) continue;  // it said bye since it offered
     if (f.donors.size() < std::max<size_t>(1, options.max_donors))
-      f.donors.push_back({o.peer, {}, 0, Clock::now(), Status::ok(), {}});
+      f.donors.push_back({o.peer, {}, 0, router_.clock().now(), Status::ok(), {}});
     else
       spares.push_back(o.peer);
   }
@@ -630,7 +629,7 @@ Result<NodeState> StateTransfer::download(const Group& group) {
       return Status::closed(fmt::format("{} of {} chunks here when every donor was lost ({})",
                                         n - f.missing, n, describe()));
     steal();
-    const auto now = Clock::now();
+    const auto now = router_.clock().now();
     if (options.cancel && options.cancel->load()) return Status::closed("join cancelled");
     if (now >= options.deadline)
       return Status::timeout(

@@ -55,6 +55,7 @@ CI_STRATEGIES = ["local-sgd"]
 
 @unittest.skipIf(SKIP, SKIP)
 class PartitionHeals(unittest.TestCase):
+    maxDiff = None
     @classmethod
     def setUpClass(cls):
         cls.reports, cls.failures = {}, {}
@@ -64,9 +65,14 @@ class PartitionHeals(unittest.TestCase):
                     [sys.executable, str(ROOT / "experiments" / "partition.py"), "--build", str(BUILD),
                      "--out", tmp, "--timeout", "120", "--", *args],
                     capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                cls.failures[name] = f"partition.py exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
-            else:
+                if done.returncode != 0:
+                    # The run's logs go with its directory: their ends are the evidence.
+                    logs = "".join(f"\n--- {p.name} (end) ---\n" + p.read_text(errors="replace")[-2000:]
+                                   for p in sorted(pathlib.Path(tmp).glob("*.log")))
+                    cls.failures[name] = (f"partition.py exited {done.returncode}:\n{done.stdout}\n"
+                                          f"{done.stderr[-3000:]}{logs}")
+                    print(f"\n{name}: {cls.failures[name]}", file=sys.stderr)
+            if done.returncode == 0:
                 cls.reports[name] = json.loads(done.stdout.strip().splitlines()[-1])
                 print(f"\n{name}: {cls.reports[name]['points']}", file=sys.stderr)
 

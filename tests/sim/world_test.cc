@@ -150,12 +150,31 @@ TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
   EXPECT_EQ(run(o).rounds[4].time_s, report.rounds[4].time_s);
 }
 
+// Local SGD over the all-gather: after every round every node holds the same model,
+// and each sent its model to each of the others.
+TEST(Simulation, LocalSgdOverTheAllGatherAgreesEveryRound) {
+  WorldOptions o;
+  o.nodes = 6;
+  o.strategy = "local-sgd";
+  o.numel = 500;
+  o.rounds = 10;
+  o.links.all = {1ms, {}, 100e6};
+  o.step_time = 5ms;
+  const Report report = run(o);
+  ASSERT_EQ(report.rounds.size(), 10u);
+  for (const RoundRow& row : report.rounds) EXPECT_LT(row.consensus, 1e-12) << row.round;
+  const double model_bytes = 500 * 4;
+  EXPECT_NEAR(report.rounds.back().wire_bytes_per_node / 10, 5 * model_bytes,
+              0.2 * 5 * model_bytes);
+  EXPECT_LT(report.rounds.back().suboptimality, 0.5 * report.rounds.front().suboptimality);
+}
+
 TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   WorldOptions o;
-  o.strategy = "allreduce";
+  o.strategy = "ps";
   auto r = simulate(o);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("only the gossip family"), std::string::npos);
+  EXPECT_NE(r.status().message().find("--strategy ps: not simulated yet"), std::string::npos);
   o = {};
   o.model = "resnet";
   EXPECT_NE(simulate(o).status().message().find("--model 'resnet'"), std::string::npos);

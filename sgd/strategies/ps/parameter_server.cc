@@ -13,7 +13,6 @@
 namespace gossip::sgd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Mode = ParameterServerOptions::Mode;
 
 // Pulls travel raw unless the codec re-encodes values safely (fp16, bf16, int8):
@@ -113,7 +112,7 @@ bool ParameterServer::live(uint32_t worker) const {
 }
 
 void ParameterServer::heartbeats() {
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   if (now - last_heartbeat_ < options_.heartbeat) return;
   last_heartbeat_ = now;
   // Workers tell the servers they are alive while they compute; servers tell the
@@ -557,7 +556,7 @@ Status ParameterServer::pull(std::span<float> model, uint64_t clock, const Round
               ? "Its shard comes back when it restarts from its checkpoint (or run --ps-replicas)"
               : "Every replica of its shard is gone too"));
     }
-    if (Clock::now() >= options.deadline) {
+    if (router_.clock().now() >= options.deadline) {
       std::string missing;
       for (uint32_t s = 0; s < options_.servers; ++s)
         if (pulling_->got[s] < numel_of(s))

@@ -13,7 +13,6 @@
 
 namespace gossip::sgd {
 
-using Clock = std::chrono::steady_clock;
 using proto::PsReplica;
 
 std::optional<uint32_t> ParameterServer::next_holder(const Served& s) const {
@@ -62,7 +61,7 @@ void ParameterServer::tend_chain(Served& s) {
     s.synced = false;
   }
   if (s.synced) return;
-  const auto now = Clock::now();
+  const auto now = router_.clock().now();
   if (now - s.requested < options_.heartbeat) return;
   s.requested = now;
   // Every earlier holder hears it; the one whose next live holder is this node answers.
@@ -81,7 +80,7 @@ void ParameterServer::on_replica(peers::Incoming& in) {
     // Only the holder the requester follows in the chain answers, and feeds it from
     // now on; at most once a heartbeat, since a snapshot is the whole shard.
     if (!s->ready || m.layout != layout_ || next_holder(*s) != in.peer) return;
-    const auto now = Clock::now();
+    const auto now = router_.clock().now();
     if (s->feeds == in.peer && now - s->snapshot_sent < options_.heartbeat) return;
     s->snapshot_sent = now;
     s->feeds = in.peer;
