@@ -173,10 +173,14 @@ void SimClock::run(std::vector<Task> tasks) {
   std::vector<std::thread> threads;
   {
     std::unique_lock lock(mu_);
-    // Tasks of an earlier run() have finished; their slots are reused.
+    // Tasks of an earlier run() have finished; their slots are reused, so their
+    // leftover timers go (a stale one could wake a new task that has the same slot
+    // and wait number). Scheduled callbacks stay: they are the world's, not a task's.
     tasks_.clear();
     runnable_.clear();
     done_ = 0;
+    for (auto it = events_.begin(); it != events_.end();)
+      it = it->second.task == kNone ? std::next(it) : events_.erase(it);
     for (auto& t : tasks) {
       auto state = std::make_unique<TaskState>();
       state->name = std::move(t.name);

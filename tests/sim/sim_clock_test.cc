@@ -42,6 +42,29 @@ TEST(SimClock, SleepsEndAtTheirVirtualTimeWithoutWaitingForReal) {
   EXPECT_LT(std::chrono::steady_clock::now() - real_start, 5s);
 }
 
+// A second run() on the same clock goes on from where the first ended; a timer the
+// first left behind (a wait that ended early) wakes nobody in the second.
+TEST(SimClock, ASecondRunStartsWhereTheFirstEndedWithoutItsTimers) {
+  SimClock clock;
+  Signal signal(clock);
+  bool flag = false;
+  clock.run({{"waiter", [&] { clock.wait_until(signal, clock.now() + 10s, [&] { return flag; }); }},
+             {"setter", [&] {
+                clock.sleep_for(1s);
+                flag = true;
+                signal.notify();
+              }}});
+  EXPECT_EQ(clock.elapsed(), 1s);  // the waiter's 10 s timer is left in the queue
+  // The sleeper takes the waiter's slot and wait number: the old timer (due at 10 s)
+  // must not end its 20 s sleep.
+  Duration slept{};
+  clock.run({{"sleeper", [&] {
+                clock.sleep_for(20s);
+                slept = clock.elapsed();
+              }}});
+  EXPECT_EQ(slept, 21s);
+}
+
 TEST(SimClock, AWaitEndsWhenItsSignalMakesItReadyOrAtItsDeadline) {
   SimClock clock;
   Signal signal(clock);
