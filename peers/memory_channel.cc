@@ -23,9 +23,10 @@ bool LinkModel::instant() const {
          std::all_of(links.begin(), links.end(), [&](const auto& kv) { return zero(kv.second); });
 }
 
-MemoryHub::MemoryHub(Clock& clock, LinkModel links) : clock_(clock), links_(std::move(links)) {
+MemoryHub::MemoryHub(Clock& clock, LinkModel links)
+    : clock_(clock), links_(std::move(links)), instant_(links_.instant()) {
   // A bug, not an input: the real clock delivers at once and cannot delay.
-  assert(links_.instant() || clock_.schedules());
+  assert(instant_ || clock_.schedules());
 }
 
 std::shared_ptr<MemoryHub::Mailbox> MemoryHub::mailbox(uint32_t node) {
@@ -59,7 +60,7 @@ bool MemoryHub::lost(uint32_t from, uint32_t to) {
 
 TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
   const TimePoint now = clock_.now();
-  if (links_.instant()) return now;
+  if (instant_) return now;
   const Link& link = links_.between(from, to);
   std::lock_guard lock(mu_);
   TimePoint t = now;

@@ -88,6 +88,7 @@ class MemoryHub {
 
   Clock& clock_;
   const LinkModel links_;
+  const bool instant_;  // links_.instant(), asked once: the model never changes
   std::mutex mu_;
   std::map<uint32_t, std::shared_ptr<Mailbox>> boxes_;
   std::set<uint32_t> cut_;
