@@ -80,6 +80,12 @@ Subcommand add_simulate_command(CLI::App& parent) {
   auto out = std::make_shared<std::string>();
   auto step_ms = std::make_shared<double>(0.0);
   auto kills = std::make_shared<std::vector<std::string>>();
+  auto pauses = std::make_shared<std::vector<std::string>>();
+  // gossipd's waits, in its units (seconds) and with its defaults for the gossip family.
+  struct Waits {
+    double patience = 5, dead_after = 3, dead_after_floor = 0.5, heartbeat = 1, round_timeout = 30;
+  };
+  auto waits = std::make_shared<Waits>();
   CLI::App* app = parent.add_subcommand(
       "simulate",
       "Run N nodes in this process on virtual time: the real strategies, router and codecs "
@@ -113,9 +119,57 @@ Subcommand add_simulate_command(CLI::App& parent) {
                   "Every link: latency=1ms,jitter=100us,bandwidth=1Gbit (the sender's uplink)");
   app->add_option("--step-time-ms", *step_ms, "Virtual compute time of each round's local step");
   app->add_option("--kill", *kills, "NODE@ROUND: the node dies before that round (repeatable)");
+  app->add_option("--pause", *pauses,
+                  "NODE@ROUND:SECONDS: the node's trainer stops that long before the round's "
+                  "step, while its node answers its peers (repeatable)");
+  app->add_option("--patience", waits->patience, "As gossipd's --patience (seconds)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--dead-after", waits->dead_after, "As gossipd's --dead-after (seconds)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--dead-after-factor", o->dead_after_factor,
+                  "As gossipd's --dead-after-factor (0: always --dead-after)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--dead-after-floor", waits->dead_after_floor,
+                  "As gossipd's --dead-after-floor (seconds)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--heartbeat", waits->heartbeat, "As gossipd's --heartbeat (seconds)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--round-timeout", waits->round_timeout, "As gossipd's --round-timeout (seconds)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app->add_option("--out", *out, "Write rounds.csv into this directory");
   return Subcommand{
-      app, [o, links, out, step_ms, kills]() {
+      app, [o, links, out, step_ms, kills, pauses, waits]() {
+        const auto ms = [](double s) {
+          return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
+        };
+        o->patience = ms(waits->patience);
+        o->dead_after = ms(waits->dead_after);
+        o->dead_after_floor = ms(waits->dead_after_floor);
+        o->heartbeat = ms(waits->heartbeat);
+        o->round_timeout = ms(waits->round_timeout);
+        for (const std::string& p : *pauses) {
+          unsigned node = 0;
+          unsigned long long round = 0;
+          double seconds = 0;
+          char end = 0;
+          if (std::sscanf(p.c_str(), "%u@%llu:%lf%c", &node, &round, &seconds, &end) != 3 ||
+              !(seconds >= 0 && seconds < 1e6)) {
+            std::fprintf(stderr,
+                         "gossipctl simulate: --pause %s: expected NODE@ROUND:SECONDS (at most "
+                         "1e6 seconds)\n",
+                         p.c_str());
+            return kExitUsage;
+          }
+          o->pauses.push_back(
+              {node, round,
+               std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds))});
+        }
         for (const std::string& k : *kills) {
           unsigned node = 0;
           unsigned long long round = 0;

@@ -299,6 +299,14 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
                                    "cluster has {}",
                                    c.strategy.trim, 2 * c.strategy.trim, c.nodes()));
   }
+  if (strategy->fabric != sgd::Fabric::kAllReduce &&
+      c.strategy.dead_after_s < 2 * c.strategy.heartbeat_s)
+    return key_error(
+        o, "strategy.dead_after",
+        fmt::format("{} s is less than two heartbeats (heartbeat {} s): a live peer that waits "
+                    "sends one a period and would be taken for dead; raise dead_after or lower "
+                    "heartbeat",
+                    c.strategy.dead_after_s, c.strategy.heartbeat_s));
   // A joiner knows its id and the graph's size once a seed answered: checked then.
   const bool before_join = !c.join.empty() && c.remote_peers().empty();
   if (strategy->fabric == sgd::Fabric::kOverlay && !before_join) {

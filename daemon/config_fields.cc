@@ -565,7 +565,8 @@ const std::array<Field, 65>& fields() {
                   [](C& c, double v) { c.strategy.heartbeat_s = v; }}},
       {"strategy.dead_after", "--dead-after", "SECONDS",
        "a peer silent this long (no heartbeat) is taken for dead: dropped from a gossip round, "
-       "left out of a parameter server's clock; an elastic ring's wait for its members' answers",
+       "left out of a parameter server's clock (for both, at least two --heartbeat periods); an "
+       "elastic ring's wait for its members' answers",
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.dead_after_s; },
                   [](C& c, double v) { c.strategy.dead_after_s = v; }}},

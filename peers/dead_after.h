@@ -8,6 +8,13 @@
 // least the floor and at most the ceiling (the round timeout). A silence that ended
 // in a hello or a join was a restart and is not learnt from. Until kWarmUp silences
 // were measured, and with factor 0, it is --dead-after.
+//
+// Never less than two heartbeat periods: a live peer that waits (for its trainer,
+// for another neighbor) sends nothing but a heartbeat a period, so a shorter silence
+// says nothing about it. The learnt bound fell to the 0.5 s floor when the first
+// gaps measured were a fast round's, under the 1 s heartbeat; a peer still waiting
+// was taken for dead, dropped from a round it then sent, and the mean moved
+// (GossipConsensus.ShrinksAtTheRateTheSpectralGapPredicts under the sanitizers).
 
 #include <algorithm>
 #include <chrono>
@@ -26,14 +33,15 @@ struct DeadAfter {
   double factor = 0;                      // --dead-after-factor; 0: always `fixed`
   std::chrono::milliseconds floor{500};   // --dead-after-floor
   std::chrono::milliseconds ceiling{60000};
+  std::chrono::milliseconds heartbeat{0};  // --heartbeat: the bound is at least two of them
   static constexpr uint64_t kWarmUp = 8;
 
   std::chrono::milliseconds for_peer(const TrafficCounters& traffic, uint32_t peer) const {
-    if (factor <= 0 || traffic.gaps(peer) < kWarmUp) return fixed;
+    if (factor <= 0 || traffic.gaps(peer) < kWarmUp) return std::max(fixed, 2 * heartbeat);
     // Clamped as a double: factor times a gap may not fit an integer.
-    const double bound = std::clamp(factor * static_cast<double>(traffic.longest_gap_ms(peer)),
-                                    static_cast<double>(floor.count()),
-                                    static_cast<double>(std::max(floor, ceiling).count()));
+    const double low = static_cast<double>(std::max(floor, 2 * heartbeat).count());
+    const double bound = std::clamp(factor * static_cast<double>(traffic.longest_gap_ms(peer)), low,
+                                    std::max(low, static_cast<double>(ceiling.count())));
     return std::chrono::milliseconds(static_cast<int64_t>(bound));
   }
   // Whether a peer silent for `silent_ms` (TrafficCounters::silent_ms) is presumed dead.

@@ -73,7 +73,10 @@ class World {
       // As the sync worker builds them (daemon/sync_worker.cc).
       sgd::ExchangeLimits limits;
       limits.heartbeat = o.heartbeat;
-      limits.dead_after = o.dead_after;
+      limits.dead_after = peers::DeadAfter(o.dead_after);
+      limits.dead_after.factor = o.dead_after_factor;
+      limits.dead_after.floor = o.dead_after_floor;
+      limits.dead_after.ceiling = o.round_timeout;
       limits.robust = o.params.trim > 0 || o.params.clip;
       const compression::Codec* codec = codec_.codec.get();
       sgd::StrategyResources r;
@@ -94,7 +97,7 @@ class World {
       r.gossip.compression.codec = codec;
       r.codec = codec;
       r.heartbeat = o.heartbeat;
-      r.dead_after = o.dead_after;
+      r.dead_after = limits.dead_after;
       r.params = o.params;
       std::string detail;
       auto strategy = descriptor.make(r, &detail);
@@ -160,7 +163,10 @@ class World {
       }
       // The step's compute, while the node answers its peers as the sync worker does
       // between jobs.
-      const TimePoint computed = clock_.now() + o_.step_time;
+      Duration busy = o_.step_time;
+      for (const auto& p : o_.pauses)
+        if (p.node == i && p.round == r) busy += p.length;
+      const TimePoint computed = clock_.now() + busy;
       while (clock_.now() < computed)
         n.strategy->progress(r, n.x.size(),
                              std::chrono::ceil<std::chrono::milliseconds>(
@@ -249,6 +255,14 @@ Result<Report> simulate(const WorldOptions& o,
   for (const auto& [node, round] : o.deaths)
     if (node >= o.nodes)
       return Status::invalid(fmt::format("--kill {}@{}: there is no node {}", node, round, node));
+  for (const auto& p : o.pauses)
+    if (p.node >= o.nodes)
+      return Status::invalid(
+          fmt::format("--pause {}@{}: there is no node {}", p.node, p.round, p.node));
+  if (o.heartbeat.count() <= 0 || o.dead_after < 2 * o.heartbeat)
+    return Status::invalid(fmt::format(
+        "--dead-after {} ms: at least two heartbeats ({} ms each), and the heartbeat above 0",
+        o.dead_after.count(), o.heartbeat.count()));
   if (o.model != "quadratic" && o.model != "mixing")
     return Status::invalid(
         fmt::format("--model '{}': one of quadratic, mixing (mlp is not simulated yet)", o.model));

@@ -42,10 +42,22 @@ struct WorldOptions {
   double heterogeneity = 1.0;  // the spread of the nodes' optima b_i (non-IID data)
   peers::LinkModel links;
   Duration step_time{0};  // virtual compute time of a round's local step
+  // The waits, as gossipd's options of the same names (docs/timeouts.md), and their
+  // defaults for the gossip family.
   std::chrono::milliseconds patience{5000};
-  std::chrono::milliseconds dead_after{5000};
+  std::chrono::milliseconds dead_after{3000};
+  double dead_after_factor = 3;  // 0: always dead_after (peers/dead_after.h)
+  std::chrono::milliseconds dead_after_floor{500};
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds round_timeout{30000};
+  // A trainer that stops before a round's step (an evaluation, a checkpoint) for
+  // `length` of virtual time, while its node answers its peers as gossipd does.
+  struct Pause {
+    uint32_t node = 0;
+    uint64_t round = 0;
+    Duration length{0};
+  };
+  std::vector<Pause> pauses;
   // Node -> the round it dies before: it stops, and what it sends or is sent from then
   // on is lost (peers::MemoryHub::cut).
   std::map<uint32_t, uint64_t> deaths;

@@ -65,7 +65,9 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
       subscription_(
           router.subscribe({proto::Kind::kHello, proto::Kind::kBye, proto::Kind::kHeartbeat,
                             proto::Kind::kCopyRequest, proto::Kind::kModelChunk},
-                           [this](peers::Incoming& in) { dispatch(in); })) {}
+                           [this](peers::Incoming& in) { dispatch(in); })) {
+  limits_.dead_after.heartbeat = limits_.heartbeat;  // a silence under two says nothing
+}
 
 void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
   for (uint32_t p : peers)
@@ -503,11 +505,16 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
   for (size_t s = 0; s < sources.size(); ++s) {
     d.complete[s] = live.received[s] >= numel && !live.refused[s];
     if (d.complete[s]) continue;
-    const char* why = live.left[s]                        ? "shut down"
-                      : live.refused[s]                   ? "sent NaN/Inf or a malformed chunk"
-                      : moved_on[s]                       ? "ahead of this node"
-                      : absent_at(peer_index(sources[s])) ? "absent"
-                                                          : "?";
+    const size_t pi = peer_index(sources[s]);
+    const char* why = live.left[s]      ? "shut down"
+                      : live.refused[s] ? "sent NaN/Inf or a malformed chunk"
+                      : moved_on[s]     ? "ahead of this node"
+                      : absent_at(pi)   ? "absent"
+                      : pi < greeted_.size() && greeted_[pi] > round
+                          ? "greeted this node instead: it took this node for gone"
+                      : pi < beat_round_.size() && beat_round_[pi] > round
+                          ? "its heartbeat says it sent the round: lost"
+                          : "?";
     d.missing += (d.missing.empty() ? "" : ", ") + describe(s, why);
   }
   return d;

@@ -164,6 +164,36 @@ TEST(ConfigArgs, TheTimeoutFactorsAreAutoByDefaultAndChosenByTheStrategy) {
   }
 }
 
+// A live peer that waits is heard once a heartbeat: a dead-after under two of them
+// would take it for dead. Refused where heartbeats are what it watches; the ring's
+// re-form wait (local SGD) is no heartbeat's.
+TEST(ConfigArgs, ADeadAfterUnderTwoHeartbeatsIsRefusedWhereHeartbeatsAreWatched) {
+  const std::vector<std::string> base = {"--id",         "0",
+                                         "--listen",     "tcp://127.0.0.1:7000",
+                                         "--peer",       "1=tcp://127.0.0.1:7001",
+                                         "--run-dir",    "/tmp",
+                                         "--dead-after", "1.5",
+                                         "--heartbeat",  "1"};
+  for (const char* strategy : {"gossip", "push-sum", "ps"}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--strategy", strategy});
+    auto c = from_args(args);
+    ASSERT_FALSE(c.is_ok()) << strategy;
+    EXPECT_NE(c.status().message().find("--dead-after"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find("less than two heartbeats (heartbeat 1 s)"),
+              std::string::npos)
+        << c.status().message();
+  }
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--strategy", "local-sgd"});
+  auto ring = from_args(args);
+  EXPECT_TRUE(ring.is_ok()) << ring.status().message();
+  args = base;
+  args.insert(args.end(), {"--strategy", "gossip", "--heartbeat", "0.5"});
+  auto fine = from_args(args);
+  EXPECT_TRUE(fine.is_ok()) << fine.status().message();
+}
+
 TEST(ConfigFile, SingleNodeClusterIsValid) {
   auto c = parse_config(std::string(kMinimal), "one.toml");
   ASSERT_TRUE(c.is_ok()) << c.status().message();

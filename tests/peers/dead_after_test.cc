@@ -59,6 +59,26 @@ TEST(DeadAfter, IsBoundedByTheFloorAndTheCeiling) {
   EXPECT_EQ(d.for_peer(t, 7), 800ms) << "2 x 450 ms: the ceiling";
 }
 
+// A live peer that waits sends a heartbeat a period and nothing else: no bound, learnt
+// or fixed, may be shorter than two periods, whatever the floor.
+TEST(DeadAfter, IsNeverShorterThanTwoHeartbeats) {
+  TrafficCounters t({7});
+  t.count_recv(7, 0, 64);
+  messages(t, 8, 1ms);  // a fast round's chunks, back to back
+  DeadAfter d(3000ms);
+  d.factor = 3;
+  d.floor = 500ms;
+  d.heartbeat = 1000ms;
+  EXPECT_EQ(d.for_peer(t, 7), 2000ms);
+  EXPECT_FALSE(d.dead(t, 7, 1500)) << "a peer between two heartbeats is alive";
+  EXPECT_TRUE(d.dead(t, 7, 2500));
+  d.factor = 0;
+  d.fixed = 1000ms;
+  EXPECT_EQ(d.for_peer(t, 7), 2000ms) << "a fixed bound too";
+  d.heartbeat = 200ms;
+  EXPECT_EQ(d.for_peer(t, 7), 1000ms) << "heartbeats well inside the bound leave it";
+}
+
 TEST(DeadAfter, ARestartIsNotASilenceToLearnFrom) {
   TrafficCounters t({7});
   t.count_recv(7, 0, 64);

@@ -132,6 +132,7 @@ TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
   o.patience = 5000ms;  // the silence decides, not the patience
   o.heartbeat = 50ms;
   o.dead_after = 200ms;
+  o.dead_after_factor = 0;  // always 200 ms
   o.deaths[3] = 4;
   const Report report = run(o);
   ASSERT_EQ(report.rounds.size(), 8u);
@@ -148,6 +149,36 @@ TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
   EXPECT_EQ(report.rounds[4].nodes, 7u);
   // And the same to the nanosecond when run again.
   EXPECT_EQ(run(o).rounds[4].time_s, report.rounds[4].time_s);
+}
+
+// Virtual-time twin of GossipConsensus.ATrainerPausingLongerThanAHeartbeatIsNotTakenForDead
+// (gossipd's defaults: heartbeat 1 s, dead-after learnt as 3 times the longest silence,
+// floor 0.5 s): after fast rounds, node 3's trainer stops for 1.6 s. Its neighbors
+// hear a heartbeat a second meanwhile; the learnt bound fell to the floor, under the
+// heartbeat, and they took node 3 for dead and mixed without it while it mixed with
+// them: the mean moved. Consensus alone (no local step), so the mean must not move.
+TEST(Simulation, ATrainerPausingLongerThanAHeartbeatIsNotTakenForDead) {
+  WorldOptions o;
+  o.nodes = 8;
+  o.topology = "ring";
+  o.model = "mixing";
+  o.numel = 100;
+  o.rounds = 24;
+  o.step_time = 10ms;
+  o.links.all.latency = 1ms;
+  o.pauses.push_back({3, 16, 1600ms});
+  const Report report = run(o);
+  ASSERT_EQ(report.rounds.size(), 24u);
+  ASSERT_TRUE(report.failures.empty()) << report.failures.front();
+  // For consensus alone the optimum is the first mean: suboptimality is how far the
+  // mean moved.
+  for (const RoundRow& row : report.rounds)
+    EXPECT_LT(row.suboptimality, 1e-10) << "round " << row.round;
+  EXPECT_LT(report.rounds.back().consensus, 0.1 * report.rounds.front().consensus);
+  // The pause cost its length, once: round 16 waited for node 3.
+  const double waited = report.rounds[16].time_s - report.rounds[15].time_s;
+  EXPECT_GT(waited, 1.6);
+  EXPECT_LT(waited, 1.7);
 }
 
 // Local SGD over the all-gather: after every round every node holds the same model,

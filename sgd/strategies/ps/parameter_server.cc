@@ -716,6 +716,7 @@ StrategyDescriptor parameter_server_strategy() {
     o.chunk_elems = r.gossip.chunk_elems;
     o.heartbeat = r.heartbeat;
     o.dead_after = r.dead_after;
+    o.dead_after.heartbeat = r.heartbeat;  // a silence under two heartbeats says nothing
     const uint32_t nodes = static_cast<uint32_t>(r.router->peers().size() + 1);
     if (o.servers == 0 || o.servers > nodes)
       return Status::invalid(

@@ -1,0 +1,71 @@
+// `gossipctl simulate` as a user runs it (docs/simulation.md): the summary, the CSV,
+// and the options it refuses, naming them.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/bin_dir.h"
+#include "tests/cli/test_support.h"
+
+namespace gossip::cli {
+namespace {
+
+using testing::run_program;
+using testing::TempDir;
+
+const std::string kGossipctl = ::gossip::test_bin_dir() + "/gossipctl";
+
+// A trainer stopping for 1.6 s in a ring of 8 on gossipd's default waits: the run goes
+// through, the mean does not move, and each round has its row.
+TEST(SimulateCommand, APausedTrainerIsWaitedForAndTheMeanStays) {
+  TempDir dir;
+  const std::string out = dir.path() + "/run";
+  auto r = run_program(
+      {kGossipctl, "simulate", "--nodes",  "8",  "--topology",     "ring", "--model", "mixing",
+       "--numel",  "100",      "--rounds", "24", "--step-time-ms", "10",   "--links", "latency=1ms",
+       "--pause",  "3@16:1.6", "--out",    out},
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("simulated 8 nodes, gossip on ring, 24 rounds of 100 parameters"),
+            std::string::npos)
+      << r.out;
+  std::ifstream csv(out + "/rounds.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "round,nodes,time_s,consensus,suboptimality,wire_bytes_per_node");
+  int rows = 0;
+  double last_time = 0, suboptimality = 1;
+  while (std::getline(csv, line)) {
+    ++rows;
+    unsigned round = 0, nodes = 0;
+    double time_s = 0, consensus = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%u,%u,%lf,%lf,%lf", &round, &nodes, &time_s, &consensus,
+                          &suboptimality),
+              5)
+        << line;
+    EXPECT_EQ(nodes, 8u) << line;
+    last_time = time_s;
+  }
+  EXPECT_EQ(rows, 24);
+  EXPECT_LT(suboptimality, 1e-10) << "for consensus alone, how far the mean moved";
+  EXPECT_GT(last_time, 1.6) << "the pause is virtual time";
+}
+
+TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
+  TempDir dir;
+  const auto refused = [&](std::vector<std::string> args, const std::string& says) {
+    args.insert(args.begin(), {kGossipctl, "simulate", "--nodes", "4", "--rounds", "2"});
+    auto r = run_program(args, dir.path());
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  };
+  refused({"--pause", "3@16"}, "--pause 3@16: expected NODE@ROUND:SECONDS");
+  refused({"--pause", "9@1:1"}, "--pause 9@1: there is no node 9");
+  refused({"--dead-after", "1", "--heartbeat", "1"},
+          "--dead-after 1000 ms: at least two heartbeats");
+  refused({"--kill", "x"}, "--kill x: expected NODE@ROUND");
+}
+
+}  // namespace
+}  // namespace gossip::cli
