@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Scale in virtual time (issue 45): `gossipctl simulate` swept over graphs and sizes,
+each figure beside its theory. Writes DIR/scale.csv (one row per run) and three plots:
+
+  consensus: the per-round factor by which the replicas' squared distance shrinks
+    under consensus alone (--model mixing), measured over the rounds after the fast
+    modes fade, against (1 - spectral gap)^2 of the same graph (gossipctl simulate
+    prints it; dense, so n <= 512). The ratio of their logarithms is 1.0 when the
+    measured rate is the predicted one.
+  bytes: bytes each node sends per round against n, for gossip on a ring and on the
+    exponential graph, push-sum, and local SGD over the all-gather (which sends the
+    model to every other node: n - 1 models a round, the all-to-all gossipd's ring
+    transport avoids; the simulator has no ring yet).
+  time: virtual time per round against n under 1 Gbit/s, 1 ms links, gossip against
+    local SGD over the all-gather.
+
+    experiments/scale.py --build build --out /tmp/scale [--sizes 16,64,256]
+
+Prints the table; the plots go to DIR/scale-*.png.
+"""
+import argparse
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def simulate(build, args):
+    """Runs gossipctl simulate; returns (summary fields, rounds.csv rows, real seconds)."""
+    with tempfile.TemporaryDirectory() as out:
+        start = time.monotonic()
+        p = subprocess.run([os.path.join(build, "bin", "gossipctl"), "simulate", *args,
+                            "--out", out], capture_output=True, text=True, timeout=3600)
+        real = time.monotonic() - start
+        if p.returncode != 0:
+            sys.exit(f"scale.py: gossipctl simulate {' '.join(args)} failed:\n{p.stdout}{p.stderr}")
+        with open(os.path.join(out, "rounds.csv")) as f:
+            rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    s = {"real_s": real}
+    if m := re.search(r"virtual time ([\d.]+) s", p.stdout):
+        s["virtual_s"] = float(m.group(1))
+    if m := re.search(r"sent (\d+) bytes per node \((\d+) per round\), (\d+) messages", p.stdout):
+        s["bytes_per_node_round"] = float(m.group(2))
+        s["messages"] = int(m.group(3))
+    if m := re.search(r"spectral gap ([\d.e+-]+): consensus shrinks by about ([\d.e+-]+)",
+                      p.stdout):
+        s["predicted"] = float(m.group(2))
+    return s, rows
+
+
+def measured_rate(rows):
+    """The per-round factor of the consensus distance, fitted (least squares on the log)
+    over the second half of the rounds that stay above float rounding's floor (1e-11 of
+    the first round's distance: fp32 values)."""
+    floor = 1e-11 * rows[0]["consensus"]
+    pts = [(r["round"], math.log(r["consensus"])) for r in rows if r["consensus"] > floor]
+    pts = pts[len(pts) // 2:]
+    if len(pts) < 4:
+        return float("nan")
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return math.exp(slope)
+
+
+def consensus_runs(build, sizes, topologies, seed):
+    out = []
+    for topology in topologies:
+        for n in sizes:
+            if n > 512:
+                continue  # no prediction: the spectral gap is computed densely
+            if topology.startswith("torus"):
+                side = int(math.isqrt(n))
+                if side * side != n:
+                    continue
+                spec = f"torus:{side}x{side}"
+            else:
+                spec = topology
+            # Enough rounds for the slowest mode to dominate: a ring needs about n^2.
+            rounds = min(12000, max(60, n * n // 5)) if topology == "ring" else \
+                min(3000, max(60, 4 * n)) if topology.startswith("torus") else 60
+            s, rows = simulate(build, ["--nodes", str(n), "--topology", spec, "--model", "mixing",
+                                       "--numel", "16", "--rounds", str(rounds), "--seed",
+                                       str(seed)])
+            rate = measured_rate(rows)
+            pred = s.get("predicted", float("nan"))
+            # Rounds until the distance is 1e-8 of the first round's: measured, and as
+            # the prediction has it (the one-peer exponential graph on 2^k nodes averages
+            # exactly after k rounds: a gap of 1, no rate to compare).
+            reached = next((r["round"] for r in rows
+                            if r["consensus"] < 1e-8 * rows[0]["consensus"]), float("nan"))
+            predicted_rounds = (math.log(1e-8) / math.log(pred) if 0 < pred < 1 else
+                                math.log2(n) if pred <= 1e-12 else float("nan"))
+            out.append({"kind": "consensus", "strategy": "gossip", "topology": spec, "nodes": n,
+                        "rounds": rounds, "measured_rate": rate, "predicted_rate": pred,
+                        "log_ratio": math.log(rate) / math.log(pred) if 0 < pred < 1 else
+                        float("nan"), "rounds_to_1e-8": reached,
+                        "predicted_rounds_to_1e-8": predicted_rounds, "real_s": s["real_s"]})
+            print(f"consensus {spec:>22} n={n:5}: x{rate:.5f} a round, predicted x{pred:.5f}, "
+                  f"log ratio {out[-1]['log_ratio']:.3f}; 1e-8 after {reached} rounds, "
+                  f"predicted {predicted_rounds:.1f} ({s['real_s']:.1f} s)", flush=True)
+    return out
+
+
+def traffic_runs(build, sizes, seed):
+    out = []
+    cases = [("gossip", "ring"), ("gossip", "exponential"), ("push-sum", ""),
+             ("local-sgd", "")]
+    for strategy, topology in cases:
+        for n in sizes:
+            if strategy == "local-sgd" and n > 256:
+                continue  # n^2 messages a round
+            args = ["--nodes", str(n), "--strategy", strategy, "--model", "quadratic",
+                    "--numel", "10000", "--rounds", "10", "--step-time-ms", "100", "--links",
+                    "latency=1ms,bandwidth=1Gbit", "--seed", str(seed)]
+            if topology:
+                args += ["--topology", topology]
+            s, rows = simulate(build, args)
+            per_round = [b - a for a, b in zip([r["time_s"] for r in rows],
+                                               [r["time_s"] for r in rows][1:])]
+            out.append({"kind": "traffic", "strategy": strategy, "topology": topology or "default",
+                        "nodes": n, "rounds": 10,
+                        "bytes_per_node_round": s["bytes_per_node_round"],
+                        "messages": s["messages"],
+                        "time_per_round_s": sum(per_round) / len(per_round),
+                        "real_s": s["real_s"]})
+            print(f"traffic {strategy:>9} {topology or 'default':>12} n={n:5}: "
+                  f"{s['bytes_per_node_round']:.0f} B/node/round, "
+                  f"{out[-1]['time_per_round_s'] * 1e3:.1f} ms/round, {s['messages']} messages "
+                  f"({s['real_s']:.1f} s)", flush=True)
+    return out
+
+
+def plots(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cons = [r for r in rows if r["kind"] == "consensus"]
+    if cons:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        topologies = sorted({r["topology"].split(":")[0] for r in cons})
+        colors = {t: f"C{i}" for i, t in enumerate(topologies)}  # the same in both panels
+        for topology in topologies:
+            pts = sorted((r["nodes"], r["measured_rate"], r["predicted_rate"],
+                          r["rounds_to_1e-8"], r["predicted_rounds_to_1e-8"]) for r in cons
+                         if r["topology"].split(":")[0] == topology)
+            rated = [p for p in pts if 0 < p[2] < 1 and p[1] == p[1]]
+            if rated:
+                left.plot([p[0] for p in rated], [1 - p[1] for p in rated], "o",
+                          color=colors[topology], label=topology)
+                left.plot([p[0] for p in rated], [1 - p[2] for p in rated], "-",
+                          color=colors[topology])
+            reached = [p for p in pts if p[3] == p[3] and p[4] == p[4]]
+            if reached:
+                right.plot([p[0] for p in reached], [p[3] + 1 for p in reached], "o",
+                           color=colors[topology], label=topology)
+                right.plot([p[0] for p in reached], [p[4] for p in reached], "-",
+                           color=colors[topology])
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("nodes")
+            ax.legend(fontsize=8)
+        left.set_ylabel("1 - per-round factor of the consensus distance")
+        left.set_title("rate: measured (dots), 1 - (1 - gap)^2 (lines)", fontsize=9)
+        right.set_ylabel("rounds until 1e-8 of the first distance")
+        right.set_title("rounds: measured (dots), from the gap (lines)", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "scale-consensus.png"))
+
+    traffic = [r for r in rows if r["kind"] == "traffic"]
+    for key, name, label in ([] if not traffic else [("bytes_per_node_round", "scale-bytes.png", "bytes per node per round"),
+                             ("time_per_round_s", "scale-time.png", "virtual seconds per round")]):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for case in sorted({(r["strategy"], r["topology"]) for r in traffic}):
+            pts = sorted((r["nodes"], r[key]) for r in traffic
+                         if (r["strategy"], r["topology"]) == case)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=" ".join(case))
+        if key == "bytes_per_node_round":
+            model = 10000 * 4
+            ns = sorted({r["nodes"] for r in traffic})
+            ax.plot(ns, [2 * model for _ in ns], ":", color="gray", label="2 models (ring degree)")
+            ax.plot(ns, [2 * (n - 1) / n * model for n in ns], "--", color="black",
+                    label="ring all-reduce 2(n-1)/n model")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", default="build")
+    p.add_argument("--out", required=True)
+    p.add_argument("--sizes", default="16,64,256")
+    p.add_argument("--topologies", default="ring,torus,exponential,one-peer-exponential,"
+                                           "random-regular:4")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--skip", default="", help="consensus and/or traffic")
+    p.add_argument("--plot", nargs="*", metavar="CSV",
+                   help="no runs: plot these scale.csv files (of earlier runs) together")
+    o = p.parse_args()
+    os.makedirs(o.out, exist_ok=True)
+    if o.plot:
+        rows = []
+        for path in o.plot:
+            with open(path) as f:
+                for r in csv.DictReader(f):
+                    rows.append({k: (v if k in ("kind", "strategy", "topology") else
+                                     float(v) if v != "" else float("nan"))
+                                 for k, v in r.items()})
+        # A case run in several files: the last file's row.
+        unique = {(r["kind"], r["strategy"], r["topology"], r["nodes"]): r for r in rows}
+        plots(list(unique.values()), o.out)
+        return
+    sizes = [int(s) for s in o.sizes.split(",")]
+    rows = []
+    if "consensus" not in o.skip:
+        rows += consensus_runs(o.build, sizes, o.topologies.split(","), o.seed)
+    if "traffic" not in o.skip:
+        rows += traffic_runs(o.build, sizes, o.seed)
+    keys = sorted({k for r in rows for k in r})
+    with open(os.path.join(o.out, "scale.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    plots(rows, o.out)
+
+
+if __name__ == "__main__":
+    main()
