@@ -83,6 +83,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
   auto step_ms = std::make_shared<double>(0.0);
   auto kills = std::make_shared<std::vector<std::string>>();
   auto pauses = std::make_shared<std::vector<std::string>>();
+  auto slow = std::make_shared<std::vector<std::string>>();
   // gossipd's waits, in its units (seconds) and with its defaults for the gossip family.
   struct Waits {
     double patience = 5, dead_after = 3, dead_after_floor = 0.5, heartbeat = 1, round_timeout = 30;
@@ -124,6 +125,9 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--pause", *pauses,
                   "NODE@ROUND:SECONDS: the node's trainer stops that long before the round's "
                   "step, while its node answers its peers (repeatable)");
+  app->add_option("--slow", *slow,
+                  "NODE:FACTOR: the node's steps take FACTOR times --step-time-ms (a "
+                  "straggler; repeatable)");
   app->add_option("--patience", waits->patience, "As gossipd's --patience (seconds)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -146,7 +150,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber);
   app->add_option("--out", *out, "Write rounds.csv into this directory");
   return Subcommand{
-      app, [o, links, out, step_ms, kills, pauses, waits]() {
+      app, [o, links, out, step_ms, kills, pauses, slow, waits]() {
         const auto ms = [](double s) {
           return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
         };
@@ -155,6 +159,17 @@ Subcommand add_simulate_command(CLI::App& parent) {
         o->dead_after_floor = ms(waits->dead_after_floor);
         o->heartbeat = ms(waits->heartbeat);
         o->round_timeout = ms(waits->round_timeout);
+        for (const std::string& w : *slow) {
+          unsigned node = 0;
+          double factor = 0;
+          char end = 0;
+          if (std::sscanf(w.c_str(), "%u:%lf%c", &node, &factor, &end) != 2) {
+            std::fprintf(stderr, "gossipctl simulate: --slow %s: expected NODE:FACTOR\n",
+                         w.c_str());
+            return kExitUsage;
+          }
+          o->slow[node] = factor;
+        }
         for (const std::string& p : *pauses) {
           unsigned node = 0;
           unsigned long long round = 0;

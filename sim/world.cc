@@ -125,6 +125,7 @@ class World {
     progress_ = &progress;
     const auto real_start = std::chrono::steady_clock::now();
     std::vector<SimClock::Task> tasks;
+    report_.finished.assign(o_.nodes, {});
     for (uint32_t i = 0; i < o_.nodes; ++i)
       tasks.push_back({fmt::format("node {}", i), [this, i] { run_node(i); }});
     clock_.run(std::move(tasks));
@@ -164,6 +165,8 @@ class World {
       // The step's compute, while the node answers its peers as the sync worker does
       // between jobs.
       Duration busy = o_.step_time;
+      if (const auto it = o_.slow.find(i); it != o_.slow.end())
+        busy = std::chrono::duration_cast<Duration>(busy * it->second);
       for (const auto& p : o_.pauses)
         if (p.node == i && p.round == r) busy += p.length;
       const TimePoint computed = clock_.now() + busy;
@@ -195,6 +198,7 @@ class World {
     s.squares += sq;
     ++s.nodes;
     s.last_time_s = seconds(clock_.elapsed());
+    report_.finished[i].push_back(s.last_time_s);
     s.wire += n.channel->traffic().totals().wire_sent;
     finish_complete();
   }
@@ -255,6 +259,10 @@ Result<Report> simulate(const WorldOptions& o,
   for (const auto& [node, round] : o.deaths)
     if (node >= o.nodes)
       return Status::invalid(fmt::format("--kill {}@{}: there is no node {}", node, round, node));
+  for (const auto& [node, factor] : o.slow)
+    if (node >= o.nodes || !(factor >= 0 && factor <= 1e6))
+      return Status::invalid(fmt::format(
+          "--slow {}:{}: a node below {} and a factor between 0 and 1e6", node, factor, o.nodes));
   for (const auto& p : o.pauses)
     if (p.node >= o.nodes)
       return Status::invalid(

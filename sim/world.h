@@ -42,6 +42,8 @@ struct WorldOptions {
   double heterogeneity = 1.0;  // the spread of the nodes' optima b_i (non-IID data)
   peers::LinkModel links;
   Duration step_time{0};  // virtual compute time of a round's local step
+  // Node -> how many times step_time its steps take (a straggler: 5; a faster GPU: 0.5).
+  std::map<uint32_t, double> slow;
   // The waits, as gossipd's options of the same names (docs/timeouts.md), and their
   // defaults for the gossip family.
   std::chrono::milliseconds patience{5000};
@@ -80,6 +82,8 @@ struct Report {
   uint64_t wire_bytes = 0;  // sent by every node in all
   uint64_t messages = 0;
   std::vector<std::string> failures;  // "node i: round r: why"
+  // finished[i][r]: the virtual seconds at which node i finished its round r.
+  std::vector<std::vector<double>> finished;
 };
 
 // Checks the options, builds the world and runs it. `progress` (if set) is called

@@ -65,6 +65,8 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--dead-after", "1", "--heartbeat", "1"},
           "--dead-after 1000 ms: at least two heartbeats");
   refused({"--kill", "x"}, "--kill x: expected NODE@ROUND");
+  refused({"--slow", "3"}, "--slow 3: expected NODE:FACTOR");
+  refused({"--slow", "7:5"}, "--slow 7:5: a node below 4");
 }
 
 }  // namespace
