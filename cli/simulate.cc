@@ -84,6 +84,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
   auto kills = std::make_shared<std::vector<std::string>>();
   auto pauses = std::make_shared<std::vector<std::string>>();
   auto slow = std::make_shared<std::vector<std::string>>();
+  auto partitions = std::make_shared<std::vector<std::string>>();
   // gossipd's waits, in its units (seconds) and with its defaults for the gossip family.
   struct Waits {
     double patience = 5, dead_after = 3, dead_after_floor = 0.5, heartbeat = 1, round_timeout = 30;
@@ -128,6 +129,10 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--slow", *slow,
                   "NODE:FACTOR: the node's steps take FACTOR times --step-time-ms (a "
                   "straggler; repeatable)");
+  app->add_option("--partition", *partitions,
+                  "FIRST-LAST@FROM-UNTIL: nodes FIRST..LAST are cut off from the others from "
+                  "FROM until UNTIL seconds of virtual time; what was sent across arrives when "
+                  "it heals (repeatable)");
   app->add_option("--patience", waits->patience, "As gossipd's --patience (seconds)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -150,7 +155,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber);
   app->add_option("--out", *out, "Write rounds.csv into this directory");
   return Subcommand{
-      app, [o, links, out, step_ms, kills, pauses, slow, waits]() {
+      app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits]() {
         const auto ms = [](double s) {
           return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
         };
@@ -159,6 +164,25 @@ Subcommand add_simulate_command(CLI::App& parent) {
         o->dead_after_floor = ms(waits->dead_after_floor);
         o->heartbeat = ms(waits->heartbeat);
         o->round_timeout = ms(waits->round_timeout);
+        std::vector<peers::Outage> outages;
+        for (const std::string& p : *partitions) {
+          unsigned first = 0, last = 0;
+          double from = 0, until = 0;
+          char end = 0;
+          if (std::sscanf(p.c_str(), "%u-%u@%lf-%lf%c", &first, &last, &from, &until, &end) != 4 ||
+              last < first || last - first > 1u << 20 || !(from >= 0 && until <= 1e9)) {
+            std::fprintf(stderr,
+                         "gossipctl simulate: --partition %s: expected FIRST-LAST@FROM-UNTIL "
+                         "(nodes, then seconds)\n",
+                         p.c_str());
+            return kExitUsage;
+          }
+          peers::Outage outage;
+          outage.from = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(from));
+          outage.until = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(until));
+          for (unsigned n = first; n <= last; ++n) outage.side.insert(n);
+          outages.push_back(std::move(outage));
+        }
         for (const std::string& w : *slow) {
           unsigned node = 0;
           double factor = 0;
@@ -206,6 +230,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
           o->links.all = *link;
           o->links.seed = o->seed;
         }
+        o->links.outages = std::move(outages);
         o->step_time =
             std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*step_ms / 1e3));
         std::unique_ptr<std::ofstream> csv;

@@ -19,12 +19,12 @@ bool LinkModel::instant() const {
   auto zero = [](const Link& l) {
     return l.latency == Duration::zero() && l.jitter == Duration::zero() && l.bytes_per_s <= 0;
   };
-  return zero(all) &&
+  return zero(all) && outages.empty() &&
          std::all_of(links.begin(), links.end(), [&](const auto& kv) { return zero(kv.second); });
 }
 
 MemoryHub::MemoryHub(Clock& clock, LinkModel links)
-    : clock_(clock), links_(std::move(links)), instant_(links_.instant()) {
+    : clock_(clock), links_(std::move(links)), instant_(links_.instant()), start_(clock_.now()) {
   // A bug, not an input: the real clock delivers at once and cannot delay.
   assert(instant_ || clock_.schedules());
 }
@@ -72,6 +72,9 @@ TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
     t = free;
   }
   t += link.latency;
+  for (const Outage& o : links_.outages)
+    if (now >= start_ + o.from && now < start_ + o.until && o.splits(from, to))
+      t = std::max(t, start_ + o.until + link.latency);  // held until it heals
   if (link.jitter > Duration::zero()) {
     const uint64_t n = sent_[{from, to}]++;
     SplitMix64 draw = SplitMix64::keyed(links_.seed, (uint64_t{from} << 32) | to, n);

@@ -36,10 +36,21 @@ struct Link {
   double bytes_per_s = 0;  // the sender's uplink; 0: no limit
 };
 
+// A partition: from `from` to `until` (after the hub's start) nothing crosses between
+// `side` and the other nodes. As with a switch that drops packets while the TCP
+// connections stay up, what was sent across meanwhile is not lost: it arrives, in
+// order, once the partition heals (plus the link's latency).
+struct Outage {
+  Duration from{0}, until{0};
+  std::set<uint32_t> side;
+  bool splits(uint32_t a, uint32_t b) const { return side.count(a) != side.count(b); }
+};
+
 struct LinkModel {
   Link all;                                             // every link but those below
   std::map<std::pair<uint32_t, uint32_t>, Link> links;  // (from, to)
-  uint64_t seed = 1;                                    // the jitter's draws
+  std::vector<Outage> outages;
+  uint64_t seed = 1;  // the jitter's draws
   const Link& between(uint32_t from, uint32_t to) const;
   bool instant() const;  // nothing delays any message
 };
@@ -88,7 +99,8 @@ class MemoryHub {
 
   Clock& clock_;
   const LinkModel links_;
-  const bool instant_;  // links_.instant(), asked once: the model never changes
+  const bool instant_;     // links_.instant(), asked once: the model never changes
+  const TimePoint start_;  // what outages count from
   std::mutex mu_;
   std::map<uint32_t, std::shared_ptr<Mailbox>> boxes_;
   std::set<uint32_t> cut_;

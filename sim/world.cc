@@ -259,6 +259,14 @@ Result<Report> simulate(const WorldOptions& o,
   for (const auto& [node, round] : o.deaths)
     if (node >= o.nodes)
       return Status::invalid(fmt::format("--kill {}@{}: there is no node {}", node, round, node));
+  for (const peers::Outage& p : o.links.outages) {
+    if (p.until <= p.from || p.side.empty())
+      return Status::invalid(
+          "--partition: a side of at least one node, and an end after its start");
+    for (uint32_t node : p.side)
+      if (node >= o.nodes)
+        return Status::invalid(fmt::format("--partition: there is no node {}", node));
+  }
   for (const auto& [node, factor] : o.slow)
     if (node >= o.nodes || !(factor >= 0 && factor <= 1e6))
       return Status::invalid(fmt::format(

@@ -150,9 +150,12 @@ TEST(Operations, StatusSaysHowLongTheTrainersWaitAndTheRoundsTake) {
     EXPECT_GT(st->last_round_payload_bytes, 0u) << "node " << i;
     EXPECT_LE(st->trainer_wait_seconds, st->trainer_attached_seconds) << "node " << i;
   }
-  const double wait0 = status[0].trainer_wait_seconds / status[0].trainer_attached_seconds;
   const double wait1 = status[1].trainer_wait_seconds / status[1].trainer_attached_seconds;
-  EXPECT_LT(wait0, 0.3) << "node 0's trainer computes; its rounds are quick";
+  // Both wait for the rounds themselves, which a loaded machine slows (under the
+  // sanitizers beside a build, node 0 waited 35 % of its time, past the 30 % this test
+  // once allowed); node 1 waits for node 0's 150 ms of compute on top, every step.
+  EXPECT_GT(status[1].trainer_wait_seconds - status[0].trainer_wait_seconds, 0.8 * kSteps * 0.150)
+      << "node 1's trainer waits for node 0's compute in every round";
   EXPECT_GT(wait1, 0.6) << "node 1's trainer waits for node 0 in every round";
   EXPECT_GT(status[1].round_seconds, status[0].round_seconds)
       << "node 1's rounds start 150 ms before node 0 joins them";

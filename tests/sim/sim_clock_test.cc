@@ -223,5 +223,53 @@ TEST(SimulatedLinks, AMessageArrivesAfterItsUplinkTimeAndLatencyInOrder) {
   EXPECT_EQ(b->traffic().totals().payload_recv, 5 * payload.size());
 }
 
+// A partition holds what crosses it until it heals, in order; within a side nothing
+// changes, and after the heal messages go straight again.
+TEST(SimulatedLinks, APartitionHoldsWhatCrossesItUntilItHeals) {
+  SimClock clock;
+  peers::LinkModel links;
+  links.all.latency = 1ms;
+  peers::Outage cut;
+  cut.from = 100ms;
+  cut.until = 500ms;
+  cut.side = {0, 1};
+  links.outages.push_back(cut);
+  peers::MemoryHub hub(clock, links);
+  auto a = hub.join(0, {1, 2});
+  auto b = hub.join(1, {0});
+  auto c = hub.join(2, {0});
+  peers::Router rb(*b), rc(*c);
+  std::vector<Duration> at_b;
+  std::vector<std::pair<uint64_t, Duration>> at_c;
+  auto sb = rb.subscribe({proto::Kind::kHeartbeat},
+                         [&](peers::Incoming&) { at_b.push_back(clock.elapsed()); });
+  auto sc = rc.subscribe({proto::Kind::kHeartbeat}, [&](peers::Incoming& in) {
+    at_c.emplace_back(in.round(), clock.elapsed());
+  });
+  clock.run({{"sender",
+              [&] {
+                // Round r at r x 150 ms: 0 before the cut, 1 and 2 during it, 4 after.
+                for (uint64_t r : {0, 1, 2, 4}) {
+                  clock.sleep_until(TimePoint(SimClock::kStart) + r * 150ms);
+                  ASSERT_TRUE(a->send(1, r, proto::Heartbeat{}).is_ok());
+                  ASSERT_TRUE(a->send(2, r, proto::Heartbeat{}).is_ok());
+                }
+              }},
+             {"receiver b",
+              [&] {
+                while (at_b.size() < 4 && clock.elapsed() < 10s) rb.poll(100ms);
+              }},
+             {"receiver c", [&] {
+                while (at_c.size() < 4 && clock.elapsed() < 10s) rc.poll(100ms);
+              }}});
+  ASSERT_EQ(at_b.size(), 4u);
+  EXPECT_EQ(at_b, (std::vector<Duration>{1ms, 151ms, 301ms, 601ms})) << "one side: no change";
+  ASSERT_EQ(at_c.size(), 4u);
+  EXPECT_EQ(at_c[0], std::make_pair(uint64_t{0}, Duration(1ms)));
+  EXPECT_EQ(at_c[1], std::make_pair(uint64_t{1}, Duration(501ms))) << "held until the heal";
+  EXPECT_EQ(at_c[2], std::make_pair(uint64_t{2}, Duration(501ms))) << "in order";
+  EXPECT_EQ(at_c[3], std::make_pair(uint64_t{4}, Duration(601ms)));
+}
+
 }  // namespace
 }  // namespace gossip::sim

@@ -66,6 +66,9 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
           "--dead-after 1000 ms: at least two heartbeats");
   refused({"--kill", "x"}, "--kill x: expected NODE@ROUND");
   refused({"--slow", "3"}, "--slow 3: expected NODE:FACTOR");
+  refused({"--partition", "0-1@5"}, "--partition 0-1@5: expected FIRST-LAST@FROM-UNTIL");
+  refused({"--partition", "2-9@1-2"}, "--partition: there is no node 4");
+  refused({"--partition", "0-1@3-2"}, "an end after its start");
   refused({"--slow", "7:5"}, "--slow 7:5: a node below 4");
 }
 
