@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -43,6 +45,7 @@ Result<double> with_unit(const std::string& key, const std::string& text,
 Result<Duration> duration_of(const std::string& key, const std::string& text) {
   auto s = with_unit(key, text, {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}});
   if (!s) return s.status();
+  if (*s > 1e6) return Status::invalid(fmt::format("{}={}: at most 1e6 s", key, text));
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*s));
 }
 
@@ -75,6 +78,33 @@ Result<peers::Link> parse_link(const std::string& spec) {
   }
   return link;
 }
+
+namespace {
+
+// A number of seconds (or a factor) from lo to hi, finite: a NaN passes CLI11's range
+// checks, and a huge one overflows the nanoseconds it becomes.
+CLI::Validator bounded(double lo, double hi, bool above_lo) {
+  return CLI::Validator(
+      [lo, hi, above_lo](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < lo ||
+            (above_lo && v == lo) || v > hi)
+          return fmt::format("{}: a number {} {} and at most {}", text, above_lo ? ">" : ">=", lo,
+                             hi);
+        return "";
+      },
+      "NUMBER");
+}
+
+// The node and round numbers of --kill, --pause, --slow and --partition: sscanf's %u
+// takes "-1" as 4294967295.
+bool has_negative(const std::string& text) {
+  return text.starts_with('-') || text.find("--") != std::string::npos ||
+         text.find("@-") != std::string::npos || text.find(":-") != std::string::npos;
+}
+
+}  // namespace
 
 Subcommand add_simulate_command(CLI::App& parent) {
   auto o = std::make_shared<sim::WorldOptions>();
@@ -121,7 +151,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--links", *links,
                   "Every link: latency=1ms,jitter=100us,bandwidth=1Gbit (the sender's uplink)");
-  app->add_option("--step-time-ms", *step_ms, "Virtual compute time of each round's local step");
+  app->add_option("--step-time-ms", *step_ms, "Virtual compute time of each round's local step")
+      ->check(bounded(0, 1e9, false));
   app->add_option("--kill", *kills, "NODE@ROUND: the node dies before that round (repeatable)");
   app->add_option("--pause", *pauses,
                   "NODE@ROUND:SECONDS: the node's trainer stops that long before the round's "
@@ -135,24 +166,24 @@ Subcommand add_simulate_command(CLI::App& parent) {
                   "it heals (repeatable)");
   app->add_option("--patience", waits->patience, "As gossipd's --patience (seconds)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(bounded(0, 1e6, true));
   app->add_option("--dead-after", waits->dead_after, "As gossipd's --dead-after (seconds)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(bounded(0, 1e6, true));
   app->add_option("--dead-after-factor", o->dead_after_factor,
                   "As gossipd's --dead-after-factor (0: always --dead-after)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(bounded(0, 1e6, false));
   app->add_option("--dead-after-floor", waits->dead_after_floor,
                   "As gossipd's --dead-after-floor (seconds)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(bounded(0, 1e6, true));
   app->add_option("--heartbeat", waits->heartbeat, "As gossipd's --heartbeat (seconds)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(bounded(0, 1e6, true));
   app->add_option("--round-timeout", waits->round_timeout, "As gossipd's --round-timeout (seconds)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(bounded(0, 1e6, true));
   app->add_option("--out", *out, "Write rounds.csv into this directory");
   return Subcommand{
       app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits]() {
@@ -169,12 +200,18 @@ Subcommand add_simulate_command(CLI::App& parent) {
           unsigned first = 0, last = 0;
           double from = 0, until = 0;
           char end = 0;
-          if (std::sscanf(p.c_str(), "%u-%u@%lf-%lf%c", &first, &last, &from, &until, &end) != 4 ||
-              last < first || last - first > 1u << 20 || !(from >= 0 && until <= 1e9)) {
+          if (has_negative(p) ||
+              std::sscanf(p.c_str(), "%u-%u@%lf-%lf%c", &first, &last, &from, &until, &end) != 4 ||
+              last < first || !(from >= 0 && from < until && until <= 1e6)) {
             std::fprintf(stderr,
                          "gossipctl simulate: --partition %s: expected FIRST-LAST@FROM-UNTIL "
-                         "(nodes, then seconds)\n",
+                         "(nodes, then seconds, FROM before UNTIL, at most 1e6)\n",
                          p.c_str());
+            return kExitUsage;
+          }
+          if (last >= o->nodes) {
+            std::fprintf(stderr, "gossipctl simulate: --partition %s: there is no node %u\n",
+                         p.c_str(), last);
             return kExitUsage;
           }
           peers::Outage outage;
@@ -187,7 +224,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
           unsigned node = 0;
           double factor = 0;
           char end = 0;
-          if (std::sscanf(w.c_str(), "%u:%lf%c", &node, &factor, &end) != 2) {
+          if (has_negative(w) || std::sscanf(w.c_str(), "%u:%lf%c", &node, &factor, &end) != 2) {
             std::fprintf(stderr, "gossipctl simulate: --slow %s: expected NODE:FACTOR\n",
                          w.c_str());
             return kExitUsage;
@@ -199,7 +236,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
           unsigned long long round = 0;
           double seconds = 0;
           char end = 0;
-          if (std::sscanf(p.c_str(), "%u@%llu:%lf%c", &node, &round, &seconds, &end) != 3 ||
+          if (has_negative(p) ||
+              std::sscanf(p.c_str(), "%u@%llu:%lf%c", &node, &round, &seconds, &end) != 3 ||
               !(seconds >= 0 && seconds < 1e6)) {
             std::fprintf(stderr,
                          "gossipctl simulate: --pause %s: expected NODE@ROUND:SECONDS (at most "
@@ -215,7 +253,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
           unsigned node = 0;
           unsigned long long round = 0;
           char end = 0;
-          if (std::sscanf(k.c_str(), "%u@%llu%c", &node, &round, &end) != 2) {
+          if (has_negative(k) || std::sscanf(k.c_str(), "%u@%llu%c", &node, &round, &end) != 2) {
             std::fprintf(stderr, "gossipctl simulate: --kill %s: expected NODE@ROUND\n", k.c_str());
             return kExitUsage;
           }

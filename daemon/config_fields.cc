@@ -572,8 +572,9 @@ const std::array<Field, 65>& fields() {
                   [](C& c, double v) { c.strategy.dead_after_s = v; }}},
       {"strategy.dead_after_factor", "--dead-after-factor", "F",
        "gossip and parameter servers: > 0 makes each peer's --dead-after its longest silence "
-       "over the last one to two minutes times F, at least --dead-after-floor and at most "
-       "--round-timeout (--dead-after until 8 silences were measured); 0: always --dead-after; "
+       "over the last one to two minutes times F, at least --dead-after-floor and two "
+       "--heartbeat periods and at most --round-timeout (--dead-after until 8 silences were "
+       "measured); 0: always --dead-after; "
        "auto: 3 for the gossip family, 0 for parameter servers",
        NumberSpec{{0, true, std::nullopt, /*or_auto=*/true},
                   [](const C& c) { return c.strategy.dead_after_factor; },

@@ -30,7 +30,8 @@ import time
 
 
 def simulate(build, args):
-    """Runs gossipctl simulate; returns (summary fields, rounds.csv rows, real seconds)."""
+    """Runs gossipctl simulate; returns (the summary's fields with the real seconds, the
+    rows of rounds.csv)."""
     with tempfile.TemporaryDirectory() as out:
         start = time.monotonic()
         p = subprocess.run([os.path.join(build, "bin", "gossipctl"), "simulate", *args,

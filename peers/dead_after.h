@@ -14,7 +14,7 @@
 // says nothing about it. The learnt bound fell to the 0.5 s floor when the first
 // gaps measured were a fast round's, under the 1 s heartbeat; a peer still waiting
 // was taken for dead, dropped from a round it then sent, and the mean moved
-// (GossipConsensus.ShrinksAtTheRateTheSpectralGapPredicts under the sanitizers).
+// (GossipConsensus.ATrainerPausingLongerThanAHeartbeatIsNotTakenForDead).
 
 #include <algorithm>
 #include <chrono>

@@ -72,9 +72,18 @@ TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
     t = free;
   }
   t += link.latency;
-  for (const Outage& o : links_.outages)
-    if (now >= start_ + o.from && now < start_ + o.until && o.splits(from, to))
-      t = std::max(t, start_ + o.until + link.latency);  // held until it heals
+  // Held until the partition heals, and then by any other partition between the two
+  // that holds by then (each can hold it once: the time only moves past its end).
+  TimePoint released = now;
+  for (bool held = true; held;) {
+    held = false;
+    for (const Outage& o : links_.outages)
+      if (released >= start_ + o.from && released < start_ + o.until && o.splits(from, to)) {
+        released = start_ + o.until;
+        held = true;
+      }
+  }
+  if (released > now) t = std::max(t, released + link.latency);
   if (link.jitter > Duration::zero()) {
     const uint64_t n = sent_[{from, to}]++;
     SplitMix64 draw = SplitMix64::keyed(links_.seed, (uint64_t{from} << 32) | to, n);

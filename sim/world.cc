@@ -267,24 +267,32 @@ Result<Report> simulate(const WorldOptions& o,
       if (node >= o.nodes)
         return Status::invalid(fmt::format("--partition: there is no node {}", node));
   }
+  const double step_s = std::chrono::duration<double>(o.step_time).count();
+  if (!(step_s >= 0 && step_s <= 1e6))
+    return Status::invalid(fmt::format("--step-time-ms {}: from 0 to 1e9", step_s * 1e3));
   for (const auto& [node, factor] : o.slow)
-    if (node >= o.nodes || !(factor >= 0 && factor <= 1e6))
-      return Status::invalid(fmt::format(
-          "--slow {}:{}: a node below {} and a factor between 0 and 1e6", node, factor, o.nodes));
+    if (node >= o.nodes || !(factor >= 0 && factor <= 1e6) || step_s * factor > 1e6)
+      return Status::invalid(
+          fmt::format("--slow {}:{}: a node below {}, and a factor between 0 and 1e6 whose "
+                      "steps take at most 1e6 s",
+                      node, factor, o.nodes));
   for (const auto& p : o.pauses)
     if (p.node >= o.nodes)
       return Status::invalid(
           fmt::format("--pause {}@{}: there is no node {}", p.node, p.round, p.node));
-  if (o.heartbeat.count() <= 0 || o.dead_after < 2 * o.heartbeat)
-    return Status::invalid(fmt::format(
-        "--dead-after {} ms: at least two heartbeats ({} ms each), and the heartbeat above 0",
-        o.dead_after.count(), o.heartbeat.count()));
+  if (o.heartbeat.count() <= 0)
+    return Status::invalid(fmt::format("--heartbeat {} ms: above 0", o.heartbeat.count()));
   if (o.model != "quadratic" && o.model != "mixing")
     return Status::invalid(
         fmt::format("--model '{}': one of quadratic, mixing (mlp is not simulated yet)", o.model));
   const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(o.strategy);
   if (!descriptor)
     return Status::invalid(fmt::format("--strategy '{}': no such strategy", o.strategy));
+  // As gossipd refuses it (daemon/config_check.cc): where heartbeats are what the bound
+  // watches.
+  if (descriptor->fabric != sgd::Fabric::kAllReduce && o.dead_after < 2 * o.heartbeat)
+    return Status::invalid(fmt::format("--dead-after {} ms: at least two heartbeats ({} ms each)",
+                                       o.dead_after.count(), o.heartbeat.count()));
   if (descriptor->fabric == sgd::Fabric::kServers || o.strategy == "sma")
     return Status::invalid(fmt::format(
         "--strategy {}: not simulated yet (the gossip family, local-sgd and allreduce are; "

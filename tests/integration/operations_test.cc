@@ -154,7 +154,7 @@ TEST(Operations, StatusSaysHowLongTheTrainersWaitAndTheRoundsTake) {
   // Both wait for the rounds themselves, which a loaded machine slows (under the
   // sanitizers beside a build, node 0 waited 35 % of its time, past the 30 % this test
   // once allowed); node 1 waits for node 0's 150 ms of compute on top, every step.
-  EXPECT_GT(status[1].trainer_wait_seconds - status[0].trainer_wait_seconds, 0.8 * kSteps * 0.150)
+  EXPECT_GT(status[1].trainer_wait_seconds - status[0].trainer_wait_seconds, 0.5 * kSteps * 0.150)
       << "node 1's trainer waits for node 0's compute in every round";
   EXPECT_GT(wait1, 0.6) << "node 1's trainer waits for node 0 in every round";
   EXPECT_GT(status[1].round_seconds, status[0].round_seconds)

@@ -271,5 +271,33 @@ TEST(SimulatedLinks, APartitionHoldsWhatCrossesItUntilItHeals) {
   EXPECT_EQ(at_c[3], std::make_pair(uint64_t{4}, Duration(601ms)));
 }
 
+// Two partitions between the same nodes, the second beginning before the first ends:
+// what the first held is then held by the second too.
+TEST(SimulatedLinks, WhatOnePartitionHeldTheNextOneHoldsToo) {
+  SimClock clock;
+  peers::LinkModel links;
+  links.all.latency = 1ms;
+  peers::Outage first, second;
+  first.from = 0ms;
+  first.until = 200ms;
+  first.side = {0, 1};
+  second.from = 100ms;
+  second.until = 400ms;
+  second.side = {0};
+  links.outages = {first, second};
+  peers::MemoryHub hub(clock, links);
+  auto a = hub.join(0, {2});
+  auto c = hub.join(2, {0});
+  peers::Router rc(*c);
+  Duration at{};
+  auto sc =
+      rc.subscribe({proto::Kind::kHeartbeat}, [&](peers::Incoming&) { at = clock.elapsed(); });
+  clock.run({{"sender", [&] { ASSERT_TRUE(a->send(2, 0, proto::Heartbeat{}).is_ok()); }},
+             {"receiver", [&] {
+                while (at == Duration{} && clock.elapsed() < 10s) rc.poll(100ms);
+              }}});
+  EXPECT_EQ(at, 401ms);
+}
+
 }  // namespace
 }  // namespace gossip::sim

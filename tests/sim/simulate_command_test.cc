@@ -67,8 +67,20 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--kill", "x"}, "--kill x: expected NODE@ROUND");
   refused({"--slow", "3"}, "--slow 3: expected NODE:FACTOR");
   refused({"--partition", "0-1@5"}, "--partition 0-1@5: expected FIRST-LAST@FROM-UNTIL");
-  refused({"--partition", "2-9@1-2"}, "--partition: there is no node 4");
-  refused({"--partition", "0-1@3-2"}, "an end after its start");
+  refused({"--partition", "2-9@1-2"}, "--partition 2-9@1-2: there is no node 9");
+  refused({"--partition", "0-1@3-2"}, "FROM before UNTIL");
+  refused({"--partition", "-1--1@1-2"}, "expected FIRST-LAST@FROM-UNTIL");  // not 4294967295
+  refused({"--partition", "0-1@inf-5"}, "FROM before UNTIL");
+  refused({"--pause", "0@-1:1"}, "--pause 0@-1:1: expected NODE@ROUND:SECONDS");
+  refused({"--kill", "-1@2"}, "--kill -1@2: expected NODE@ROUND");
+  // NaN passes a range check; a huge number overflows the nanoseconds it becomes.
+  refused({"--patience", "nan"}, "--patience: nan: a number > 0 and at most 1000000");
+  refused({"--round-timeout", "1e10"}, "--round-timeout: 1e10: a number > 0 and at most 1000000");
+  refused({"--dead-after-factor", "nan"},
+          "--dead-after-factor: nan: a number >= 0 and at most 1000000");
+  refused({"--step-time-ms", "-5"}, "--step-time-ms: -5: a number >= 0 and at most 1000000000");
+  refused({"--step-time-ms", "1e9", "--slow", "0:1e6"}, "whose steps take at most 1e6 s");
+  refused({"--links", "latency=1e300s"}, "latency=1e300s: at most 1e6 s");
   refused({"--slow", "7:5"}, "--slow 7:5: a node below 4");
 }
 

@@ -387,9 +387,10 @@ void ParameterServer::serve(Served& s) {
       replicate(s, false, 0, static_cast<uint32_t>(in.size()), next, mean);
       if (in.size() < workers)
         spdlog::warn(
-            "ps: shard {} clock {}: averaged {} of {} workers (the others were silent for "
-            "over {} ms)",
-            s.index, next, in.size(), workers, options_.dead_after.fixed.count());
+            "ps: shard {} clock {}: averaged {} of {} workers (the others were silent past "
+            "their dead-after bound, --dead-after or what --dead-after-factor learnt, and at "
+            "least two heartbeats)",
+            s.index, next, in.size(), workers);
     }
   }
   for (auto it = s.pulls.begin(); it != s.pulls.end();) {

@@ -57,7 +57,7 @@ void ParameterServer::tend_chain(Served& s) {
     spdlog::warn(
         "ps: shard {}: node {}, which fed this replica, has been silent for over {} ms; "
         "asking the chain for a snapshot",
-        s.index, *s.fed_by, options_.dead_after.fixed.count());
+        s.index, *s.fed_by, options_.dead_after.for_peer(control_.traffic(), *s.fed_by).count());
     s.synced = false;
   }
   if (s.synced) return;
