@@ -164,26 +164,21 @@ Subcommand add_simulate_command(CLI::App& parent) {
                   "FIRST-LAST@FROM-UNTIL: nodes FIRST..LAST are cut off from the others from "
                   "FROM until UNTIL seconds of virtual time; what was sent across arrives when "
                   "it heals (repeatable)");
-  app->add_option("--patience", waits->patience, "As gossipd's --patience (seconds)")
-      ->capture_default_str()
-      ->check(bounded(0, 1e6, true));
-  app->add_option("--dead-after", waits->dead_after, "As gossipd's --dead-after (seconds)")
-      ->capture_default_str()
-      ->check(bounded(0, 1e6, true));
+  // gossipd's waits, in seconds: above 0 (the floor too, as gossipd has it).
+  const auto wait = [&](const char* flag, double& seconds) {
+    app->add_option(flag, seconds, fmt::format("As gossipd's {} (seconds)", flag))
+        ->capture_default_str()
+        ->check(bounded(0, 1e6, true));
+  };
+  wait("--patience", waits->patience);
+  wait("--dead-after", waits->dead_after);
+  wait("--dead-after-floor", waits->dead_after_floor);
+  wait("--heartbeat", waits->heartbeat);
+  wait("--round-timeout", waits->round_timeout);
   app->add_option("--dead-after-factor", o->dead_after_factor,
                   "As gossipd's --dead-after-factor (0: always --dead-after)")
       ->capture_default_str()
       ->check(bounded(0, 1e6, false));
-  app->add_option("--dead-after-floor", waits->dead_after_floor,
-                  "As gossipd's --dead-after-floor (seconds)")
-      ->capture_default_str()
-      ->check(bounded(0, 1e6, true));
-  app->add_option("--heartbeat", waits->heartbeat, "As gossipd's --heartbeat (seconds)")
-      ->capture_default_str()
-      ->check(bounded(0, 1e6, true));
-  app->add_option("--round-timeout", waits->round_timeout, "As gossipd's --round-timeout (seconds)")
-      ->capture_default_str()
-      ->check(bounded(0, 1e6, true));
   app->add_option("--out", *out, "Write rounds.csv into this directory");
   return Subcommand{
       app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits]() {
