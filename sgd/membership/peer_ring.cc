@@ -765,7 +765,7 @@ Result<std::optional<uint64_t>> PeerRing::rejoin(uint64_t next_round, TimePoint 
   }
   // The round the members are at: their lower median, not the largest claim, so that
   // one member cannot send a rejoining node far ahead (a hijack).
-  const uint64_t members_next = std::max(next_round, lower_median(apply_view()));
+  const uint64_t members_next = std::max(next_round, lower_median(apply_view().next_rounds));
   if (members_next > next_round) return std::optional<uint64_t>(members_next);
   return std::optional<uint64_t>();
 }
@@ -806,7 +806,13 @@ void PeerRing::probe_outsiders() {
   for (uint32_t id : membership_.take_to_probe()) send_probe(id);
 }
 
-std::map<uint32_t, uint64_t> PeerRing::apply_view() {
+std::optional<uint32_t> PeerRing::result_sender(const Heard& heard, uint64_t freshest) {
+  for (const auto& [id, next] : heard.next_rounds)  // by id
+    if (next == freshest && !heard.asked_back.count(id)) return id;
+  return std::nullopt;
+}
+
+PeerRing::Heard PeerRing::apply_view() {
   RingMembership::Change change = membership_.decide();
   view_since_ = router_.clock().now();
   count_failure(Failure::kPeerLeftOut, change.lost.size());
@@ -857,18 +863,18 @@ std::map<uint32_t, uint64_t> PeerRing::apply_view() {
   // the median member makes it.
   const uint64_t freshest =
       std::max(next_round_, freshest_believed(change.next_rounds, next_round_));
-  if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest)
-    return change.next_rounds;
-  for (const auto& [id, next] : change.next_rounds)
-    if (next == freshest && id < control_.self()) return change.next_rounds;
-  for (const auto& [id, next] : change.next_rounds) {
+  Heard heard{std::move(change.next_rounds), std::move(change.asked_back)};
+  if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest) return heard;
+  if (const auto sender = result_sender(heard, freshest); sender && *sender < control_.self())
+    return heard;
+  for (const auto& [id, next] : heard.next_rounds) {
     if (next >= freshest) continue;
     spdlog::info("round {}: peer {} is behind (next round {}); sending it this node's result",
                  result_.round, id, next);
     if (Status st = result_.send(control_, id, layout_); !st)
       spdlog::warn("round {}: result to peer {}: {}", result_.round, id, st.message());
   }
-  return change.next_rounds;
+  return heard;
 }
 
 Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
@@ -883,7 +889,8 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
           fmt::format("round {}: the ring was still re-forming at the round's deadline", round));
     router_.poll(std::chrono::milliseconds(20));
   }
-  const auto next_rounds = apply_view();
+  const Heard heard = apply_view();
+  const auto& next_rounds = heard.next_rounds;
   // A member that completed this round is at round + 1; one that claims more is
   // believed only when the median member is past this round too (this node was left
   // out and catches up), never on its own word (finding 4 of the security review).
@@ -899,20 +906,20 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
                    round, id, next, median);
     }
   if (completed_elsewhere) {
-    // The member that sends the result, by the senders' rule (apply_view): the lowest
-    // id at the freshest believable round.
-    const uint64_t freshest = freshest_believed(next_rounds, round + 1);
-    std::optional<uint32_t> sender;
-    for (const auto& [id, next] : next_rounds)  // by id
-      if (next == freshest) {
-        sender = id;
-        break;
-      }
+    // The member that sends the result, by the senders' rule (apply_view).
+    const std::optional<uint32_t> sender =
+        result_sender(heard, freshest_believed(next_rounds, round + 1));
     const auto complete = [&] {
       auto c = sender ? fetch_->copies.find(*sender) : fetch_->copies.end();
       return c != fetch_->copies.end() && c->second.got == data.size();
     };
-    const auto give_up = std::min(options.deadline, router_.clock().now() + options_.reform_wait);
+    // No member that holds a result is at that round (those there asked back in):
+    // nothing will come, so the round runs again at once.
+    const auto give_up =
+        sender ? std::min(options.deadline, router_.clock().now() + options_.reform_wait)
+               : router_.clock().now();
+    if (!sender)
+      spdlog::info("round {}: the members past it asked back in and hold no result of it", round);
     while (!complete() && router_.clock().now() < give_up && !cancelled())
       router_.poll(std::min(until(router_.clock(), give_up), std::chrono::milliseconds(20)));
     for (const auto& [from, copy] : fetch_->copies) {
@@ -958,7 +965,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
         jump_to_ = taken->of_round + 1;
       }
       *took = true;
-    } else {
+    } else if (sender) {
       spdlog::warn(
           "round {}: a member completed it before the break, but no result of it was taken "
           "within {} ms; running the round again",

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -184,9 +185,19 @@ class PeerRing final : public AllReduce, public Membership {
   // The round the union of a merge runs first: the higher of the two sides' (each
   // side's lower median, so that one node cannot send the union far ahead).
   uint64_t merge_round(const RingMembership::Change& change) const;
+  // What a re-forming heard: every member's next round, and who asked back in.
+  struct Heard {
+    std::map<uint32_t, uint64_t> next_rounds;
+    std::set<uint32_t> asked_back;
+  };
   // Decides the re-forming, reconnects, and sends this node's last result to members
-  // that lost that round; returns the next round of every member heard.
-  std::map<uint32_t, uint64_t> apply_view();
+  // that lost that round.
+  Heard apply_view();
+  // The member that sends the result that takes a member to round `freshest`: the
+  // lowest id heard at that round, but not one that asked back in (a restarted
+  // process, a node left out), which holds no result. Senders and receivers apply the
+  // same rule, so exactly one sends and the receivers take only its copy.
+  static std::optional<uint32_t> result_sender(const Heard& heard, uint64_t freshest);
   // Waits for the re-forming to be decided; then, when a member completed `round`,
   // takes its result into data and sets *took.
   Status finish_reform(std::span<float> data, uint64_t round, const CollectiveOptions& options,
@@ -239,7 +250,7 @@ class PeerRing final : public AllReduce, public Membership {
   // can send it as soon as it heard our probe, before we finish re-forming, so the
   // copies are kept by sender until the view says which one the rule names (the
   // lowest id among the members that completed the freshest round, as the senders
-  // decide). Taking the first copy that came let any member plant a result: a scaled
+  // decide: result_sender). Taking the first copy that came let any member plant a result: a scaled
   // model was averaged in as the round's (finding 18 of docs/security.md).
   struct ResultCopy {
     uint64_t of_round = 0;  // the round of the result, from its first chunk

@@ -44,7 +44,7 @@ bool RingMembership::member(uint32_t id) const {
 
 bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
   if (reform_) return false;
-  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}, {}};
+  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}, {}, {}};
   return true;
 }
 
@@ -143,6 +143,7 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   const bool started = start(now, wait);
   auto& r = *reform_;
   r.heard[peer] = next_round;
+  if (joining) r.asked_back.insert(peer);
   r.highest_epoch = std::max(r.highest_epoch, epoch);
   // A member's merging probe brings this node into the merge (as long as it is not
   // asking back in: the members it hears take it in as a joiner).
@@ -230,6 +231,7 @@ RingMembership::Change RingMembership::decide() {
   assert(reform_);
   Change change;
   change.next_rounds = reform_->heard;
+  change.asked_back = reform_->asked_back;
   std::vector<uint32_t> ids{self_};
   for (const auto& [id, next] : reform_->heard) ids.push_back(id);  // members and joiners
   for (uint32_t id : order_.ids)

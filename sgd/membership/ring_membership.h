@@ -140,6 +140,9 @@ class RingMembership {
     std::vector<uint32_t> lost;                // members left out
     std::vector<uint32_t> joined;              // joiners taken in
     std::map<uint32_t, uint64_t> next_rounds;  // of every member heard
+    // Heard asking back in (a restarted process, a node left out): it holds no result
+    // of the ring's, so it is never the member that sends one (sgd/membership/peer_ring.h).
+    std::set<uint32_t> asked_back;
     // Members of another ring were taken in (a merge): the members' synchronization
     // points differ. `before`: this node's view before, self included.
     bool merged = false;
@@ -179,6 +182,7 @@ class RingMembership {
     bool merging = false;
     std::set<uint32_t> merged_in;  // outside the view, heard by a merging probe or offer
     std::map<uint32_t, uint64_t> merging_claims;  // members heard by a merging probe
+    std::set<uint32_t> asked_back;                // heard by a probe asking back in
   };
   // A merging probe from `peer` (an offer, or kMerging from outside the view) is
   // heard: it and what it lists are taken in.

@@ -295,9 +295,10 @@ struct Trio {
     router0 = std::make_unique<peers::Router>(*t[0]);
     for (uint32_t i = 1; i < 3; ++i) inbox[i] = std::make_unique<Inbox>(*t[i]);
   }
-  void probe(uint32_t from, uint64_t epoch, uint64_t next_round) {
+  void probe(uint32_t from, uint64_t epoch, uint64_t next_round, bool restarted = false) {
     proto::RingProbe probe;
     probe.epoch = epoch;
+    probe.restarted = restarted;
     ASSERT_TRUE(t[from]->send(0, next_round, probe));
   }
   // The next message of `kind` that node `at` receives from node 0, within 10 s.
@@ -378,6 +379,37 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   while (auto in = trio.inbox[1]->next(0ms))
     EXPECT_NE(in->kind(), proto::Kind::kStateChunk)
         << "node 1 completed the round: it gets no copy";
+}
+
+// The senders' rule named the lowest id at the freshest round, which may be a member
+// that asked back in (a restarted process that took a state at that round): it holds
+// no result and sent none, so node 0 waited a reform wait, refused the copy of the
+// member that did complete the round, and ran the round again over other inputs.
+TEST(ElasticPeerRing, AMemberThatAskedBackInIsNotTheOneThatSendsTheResult) {
+  ElasticNode node(5s, 64);
+  Trio& trio = node.trio;
+  std::vector<float> x(100, 1.0f);
+  Status st;
+  const auto t0 = Clock::now();
+  std::jthread round([&] {
+    CollectiveOptions o;
+    o.deadline = Clock::now() + 20s;
+    st = node.ring->all_reduce_mean(x, 3, o);
+  });
+  std::this_thread::sleep_for(200ms);
+  trio.probe(1, 0, 4, /*restarted=*/true);  // at round 4, lowest id, no result
+  trio.probe(2, 0, 4);                      // completed round 3
+  std::vector<float> result(100);
+  for (size_t k = 0; k < result.size(); ++k) result[k] = 1.0f + 0.01f * static_cast<float>(k);
+  OutgoingModel m;
+  m.kind = proto::Kind::kStateChunk;
+  ASSERT_TRUE(m.encode(result, 2, 3, 16, {}));
+  ASSERT_TRUE(m.send(*trio.t[2], 0, kLayout));
+  round.join();
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(x, result) << "node 2's result: node 1 asked back in and holds none";
+  EXPECT_LT(took, 4.0) << "taken as it came, not after the 5 s reform wait";
 }
 
 TEST(ElasticPeerRing, AMemberThatNeverAnnouncesItsRingIsLeftOutWithinTheRound) {
