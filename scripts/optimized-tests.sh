@@ -26,11 +26,18 @@
 #                    the documented single-node recipe, 6,000 steps: skipped without NDEBUG.
 #   Fuzz.Short       builds its own clang ASan+UBSan build (build-fuzz/) and fuzzes; the
 #                    corpus replays (Fuzz.Replay.*) run under ASan.
+#   DenseCodecsLarge.*, Topk.ApproximateCountWithinToleranceAndTopMagnitudes,
+#   CnnGradient.MatchesFiniteDifferences, MlpTraining.{ThreeHundredSteps..,AShard..}
+#                    arithmetic at scale (512 MB through a codec, 72 top-k selections of up
+#                    to 400k, a finite difference per CNN weight, 300 training steps):
+#                    156 s of test time in the sanitizer stage for code that the same files'
+#                    small cases run under ASan (CI run 14); optimized, a fifth of that.
 # shellcheck disable=SC2034
-optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$|^GossipTrain\.StandaloneRecipe'
+optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$|^GossipTrain\.StandaloneRecipe|^DenseCodecsLarge\.|^Topk\.ApproximateCountWithinTolerance|^CnnGradient\.MatchesFiniteDifferences$|^MlpTraining\.(ThreeHundredSteps|AShardTrainsToo)'
 # What those tests need built: the programs they drive, the C ABI, their test binaries;
 # and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
 # shellcheck disable=SC2034
 optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_test
                    attacks_test gossip-attacker gossipd-byzantine sync_trainer compression_bench
-                   ring_bench deploy_test gossip_train_cli_test)
+                   ring_bench deploy_test gossip_train_cli_test compression_dense_codecs_test
+                   compression_sparse_codecs_test trainer_cnn_test trainer_training_test)
