@@ -333,6 +333,7 @@ std::chrono::milliseconds Admission::pong_wait() const {
 }
 
 void Admission::tick() {
+  if (!pending_.empty()) settle_pending();
   if (proposal_) settle_proposal();
   if (parked_.empty()) return;
   if (std::chrono::steady_clock::now() < pinged_ + pong_wait() && !pings_answered()) return;
@@ -612,23 +613,32 @@ void Admission::on_propose(uint32_t from, uint32_t id, const peers::Peer& told) 
 
 void Admission::forget(uint32_t peer, std::function<void(Status)> done) {
   if (auto why = keeps(peer)) return done(Status::invalid(*why));
-  if (proposal_)
-    return done(Status::invalid(
+  const auto settling = [&] {
+    return Status::invalid(
         fmt::format("node {} is settling another proposal (id {}); try again in a few seconds",
-                    router_.self(), proposal_->id)));
-  Proposal p;
-  p.id = peer;
-  p.forgotten = std::move(done);
-  p.accepted = {router_.self()};
-  p.until = std::chrono::steady_clock::now() + kProposalWait;
-  const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
-                               [&](const peers::Peer& q) { return q.id == peer; });
-  p.joiner.endpoint = it->endpoint;
-  proposal_ = std::move(p);
-  for (const auto& q : router_.peers())
-    if (!q.banned && counts(q.id) && q.id != peer)
-      send_member(q.id, {proto::Member::kForget, peer, epoch_}, it->endpoint);
-  settle_proposal();
+                    router_.self(), proposal_->id));
+  };
+  if (proposal_) return done(settling());
+  if (pending_.size() >= kMaxPending) return done(busy());
+  when_heard(peer,
+             [this, peer, settling, done = std::move(done)](std::optional<uint64_t> heard) mutable {
+               if (heard) return done(Status::invalid(lives(peer, *heard)));
+               if (auto why = keeps(peer)) return done(Status::invalid(*why));  // changed meanwhile
+               if (proposal_) return done(settling());
+               Proposal p;
+               p.id = peer;
+               p.forgotten = std::move(done);
+               p.accepted = {router_.self()};
+               p.until = std::chrono::steady_clock::now() + kProposalWait;
+               const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
+                                            [&](const peers::Peer& q) { return q.id == peer; });
+               p.joiner.endpoint = it->endpoint;
+               proposal_ = std::move(p);
+               for (const auto& q : router_.peers())
+                 if (!q.banned && counts(q.id) && q.id != peer)
+                   send_member(q.id, {proto::Member::kForget, peer, epoch_}, it->endpoint);
+               settle_proposal();
+             });
 }
 
 std::optional<std::string> Admission::keeps(uint32_t id) const {
@@ -637,13 +647,60 @@ std::optional<std::string> Admission::keeps(uint32_t id) const {
   if (std::none_of(peers.begin(), peers.end(), [&](const peers::Peer& p) { return p.id == id; }))
     return fmt::format("node {} is not a member here", id);
   if (forgotten_.count(id)) return fmt::format("node {} is forgotten already", id);
-  const uint64_t silent = router_.transport().traffic().silent_ms(id);
-  if (silent <= static_cast<uint64_t>(options_.dead_after.count()))
-    return fmt::format(
-        "node {} is alive here (heard {} ms ago): a member that lives is not "
-        "forgotten; stop it first (gossipctl leave)",
-        id, silent);
   return std::nullopt;
+}
+
+std::string Admission::lives(uint32_t id, uint64_t heard_ms) {
+  return fmt::format(
+      "node {} is alive here (heard {} ms ago): a member that lives is not "
+      "forgotten; stop it first (gossipctl leave)",
+      id, heard_ms);
+}
+
+Status Admission::busy() const {
+  return Status::invalid(fmt::format(
+      "node {} is asking {} members whether they live already; try again in a few seconds",
+      router_.self(), kMaxPending));
+}
+
+uint64_t Admission::silent_or_zero(uint32_t id) const {
+  const uint64_t silent = router_.transport().traffic().silent_ms(id);
+  return silent == proto::ipc::kNeverHeard ? 0 : silent;
+}
+
+void Admission::when_heard(uint32_t id, std::function<void(std::optional<uint64_t>)> then) {
+  const uint64_t silent = router_.transport().traffic().silent_ms(id);
+  if (silent <= static_cast<uint64_t>(options_.dead_after.count())) return then(silent);
+  // Callers refuse before this; unknown is taken for alive, never for gone.
+  if (pending_.size() >= kMaxPending) return then(silent_or_zero(id));
+  spdlog::info("node {} is silent here ({}): asking it whether it lives", id,
+               silent == proto::ipc::kNeverHeard ? std::string("never heard")
+                                                 : fmt::format("{} ms", silent));
+  (void)router_.transport().send(id, 0, proto::Inspect{proto::Inspect::kPing, 0, 0, 0});
+  pending_.push_back({id, std::chrono::steady_clock::now(), std::move(then)});
+}
+
+void Admission::settle_pending() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Pending> ready;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const auto waited = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - it->pinged).count());
+    const uint64_t silent = router_.transport().traffic().silent_ms(it->id);
+    if (silent <= waited || now >= it->pinged + pong_wait()) {
+      ready.push_back(std::move(*it));
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Run after the list is settled: a callback may ask again.
+  for (auto& p : ready) {
+    const uint64_t silent = router_.transport().traffic().silent_ms(p.id);
+    const auto waited = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - p.pinged).count());
+    p.then(silent <= waited ? std::optional<uint64_t>(silent) : std::nullopt);
+  }
 }
 
 void Admission::on_forget(uint32_t from, uint32_t id) {
@@ -654,7 +711,16 @@ void Admission::on_forget(uint32_t from, uint32_t id) {
       send_member(from, {proto::Member::kDecline, id, epoch_}, *why);
     return;
   }
-  send_member(from, {proto::Member::kAccept, id, epoch_}, "forget");
+  if (pending_.size() >= kMaxPending) {
+    send_member(from, {proto::Member::kDecline, id, epoch_}, busy().message());
+    return;
+  }
+  when_heard(id, [this, from, id](std::optional<uint64_t> heard) {
+    if (heard)
+      send_member(from, {proto::Member::kDecline, id, epoch_}, lives(id, *heard));
+    else
+      send_member(from, {proto::Member::kAccept, id, epoch_}, "forget");
+  });
 }
 
 void Admission::on_forgotten(uint32_t from, uint32_t id) {
@@ -670,18 +736,26 @@ void Admission::on_forgotten(uint32_t from, uint32_t id) {
       forgotten_.count(id))
     return;
   // A member's word is not enough while this node hears the node itself (a forget is
-  // accepted only by members that do not): a liar would shrink the majority.
-  if (const uint64_t silent = router_.transport().traffic().silent_ms(id);
-      silent <= static_cast<uint64_t>(options_.dead_after.count())) {
+  // accepted only by members that do not): a liar would shrink the majority. This node
+  // may not watch that node (heartbeats go to neighbors), so it asks it first.
+  if (pending_.size() >= kMaxPending) {
     router_.transport().note_dropped(
-        from, fmt::format("a forgotten of node {}, which this node heard {} ms ago", id, silent));
+        from, fmt::format("a forgotten of node {}: {}", id, busy().message()));
     return;
   }
-  forgotten_.insert(id);
-  spdlog::warn(
-      "node {} is forgotten (told by node {}): it no longer counts toward the majority "
-      "({} members count)",
-      id, from, counted_members());
+  when_heard(id, [this, from, id](std::optional<uint64_t> heard) {
+    if (heard) {
+      router_.transport().note_dropped(
+          from, fmt::format("a forgotten of node {}, which this node heard {} ms ago", id, *heard));
+      return;
+    }
+    if (forgotten_.count(id)) return;
+    forgotten_.insert(id);
+    spdlog::warn(
+        "node {} is forgotten (told by node {}): it no longer counts toward the majority "
+        "({} members count)",
+        id, from, counted_members());
+  });
 }
 
 void Admission::on_vote(uint32_t from, const proto::Member& m, const std::string& text) {

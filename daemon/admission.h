@@ -180,8 +180,19 @@ class Admission {
   void on_vote(uint32_t from, const proto::Member& m, const std::string& text);
   void on_forget(uint32_t from, uint32_t id);
   void on_forgotten(uint32_t from, uint32_t id);
-  // Why this node would not forget `id` (it is not a member, or it hears it), or nullopt.
+  // Why this node would not forget `id` (it is itself, not a member, or forgotten), or
+  // nullopt; whether it lives is when_heard()'s.
   std::optional<std::string> keeps(uint32_t id) const;
+  static std::string lives(uint32_t id, uint64_t heard_ms);
+  // Whether `id` lives: heard within --dead-after, or answering a ping within
+  // pong_wait(). A node hears heartbeats only from its neighbors and the coordinators
+  // (sgd/overlay/neighbor_exchange.h), so a silence says nothing of any other member:
+  // that one is pinged. `then` gets how long ago it was heard, or nullopt (at once
+  // when kMaxPending checks wait already), from tick().
+  void when_heard(uint32_t id, std::function<void(std::optional<uint64_t>)> then);
+  void settle_pending();
+  Status busy() const;                         // kMaxPending checks wait already
+  uint64_t silent_or_zero(uint32_t id) const;  // for a check taken for alive unasked
   // The members that count toward a majority: every listed one, this node included,
   // but the forgotten.
   size_t counted_members() const;
@@ -240,6 +251,15 @@ class Admission {
   static constexpr size_t kMaxPromises = 64;
   static constexpr size_t kMaxParked = 16;
   std::chrono::milliseconds pong_wait() const;  // half --dead-after, 0.3 to 1 s
+  struct Pending {                              // when_heard()'s
+    uint32_t id = 0;
+    std::chrono::steady_clock::time_point pinged{};
+    std::function<void(std::optional<uint64_t>)> then;
+  };
+  std::vector<Pending> pending_;
+  // Forgets from members each hold one until their ping is answered: a flood of them
+  // holds no more than this.
+  static constexpr size_t kMaxPending = 64;
   std::chrono::steady_clock::time_point pinged_{};
   std::vector<uint32_t> pinged_ids_;
   std::chrono::steady_clock::time_point waits_logged_{};

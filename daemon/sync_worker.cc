@@ -362,6 +362,7 @@ Status SyncWorker::make_strategy(const DaemonConfig& config, const DaemonHooks& 
   limits.max_rounds_buffered = std::min<uint64_t>(
       limits.max_rounds_ahead, 4 + std::max<uint64_t>(2 * sc.staleness, delayed_lead));
   exchange_ = std::make_unique<sgd::NeighborExchange>(*router_, codec, pool_.get(), limits);
+  exchange_->watched_over(overlay_.get());
   membership_ = exchange_.get();
   r.exchange = exchange_.get();
   r.overlay = overlay_.get();

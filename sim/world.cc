@@ -82,6 +82,7 @@ class World {
       sgd::StrategyResources r;
       if (descriptor.fabric == sgd::Fabric::kOverlay) {
         n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
+        n.exchange->watched_over(overlay_.get());
         r.exchange = n.exchange.get();
         r.overlay = overlay_.get();
       } else {

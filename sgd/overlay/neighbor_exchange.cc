@@ -67,6 +67,7 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
                             proto::Kind::kCopyRequest, proto::Kind::kModelChunk},
                            [this](peers::Incoming& in) { dispatch(in); })) {
   limits_.dead_after.heartbeat = limits_.heartbeat;  // a silence under two says nothing
+  started_ = router_.clock().now();
 }
 
 void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
@@ -79,8 +80,47 @@ void NeighborExchange::beat(uint64_t next_round) {
   if (now - last_beat_ < limits_.heartbeat) return;
   last_beat_ = now;
   // A full queue to a dead peer is expected; its silence is what we detect.
-  for (const auto& p : transport_.peers())
-    (void)transport_.send(p.id, next_round, proto::Heartbeat{});
+  for (uint32_t id : watchers(next_round))
+    (void)transport_.send(id, next_round, proto::Heartbeat{});
+}
+
+std::vector<uint32_t> NeighborExchange::watchers(uint64_t next_round) const {
+  const auto& peers = transport_.peers();  // by id
+  const uint32_t self = transport_.self();
+  std::vector<uint32_t> out;
+  // The coordinators: this node is one while fewer than kCoordinators ids below it live
+  // (they beat every member, so every member counts them alike). One never heard is
+  // taken to live for a dead-after from this node's start, as it may start later:
+  // otherwise every node would beat every peer first, n^2 heartbeats at once.
+  const bool starting = router_.clock().now() - started_ < limits_.dead_after.fixed;
+  for (const auto& p : peers) {
+    if (p.id > self || out.size() == kCoordinators) break;
+    if (p.banned) continue;
+    const uint64_t silent = transport_.traffic().silent_ms(p.id);
+    if (silent == proto::ipc::kNeverHeard
+            ? starting
+            : !limits_.dead_after.dead(transport_.traffic(), p.id, silent))
+      out.push_back(p.id);
+  }
+  const auto all = [&] { return peers::ids_of(peers); };
+  if (out.size() < kCoordinators || !overlay_) return all();
+  // The neighbors over a period of the graph of every round from next_round on: the
+  // graph now, and the one a join scheduled for a later round.
+  const auto add_period = [&](const peers::Topology& t, uint64_t from) {
+    const uint64_t period = t.period();
+    if (self >= t.size() || period == 0 || period > kMaxWatchedPeriod) return false;
+    for (uint64_t r = from; r < from + period; ++r) {
+      for (uint32_t id : t.out_neighbors(self, r)) out.push_back(id);
+      for (uint32_t id : t.in_neighbors(self, r)) out.push_back(id);
+    }
+    return true;
+  };
+  if (!add_period(overlay_->at(next_round), next_round) ||
+      !add_period(overlay_->latest(), std::max(next_round, overlay_->latest_from())))
+    return all();
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 void NeighborExchange::request_copy(uint32_t peer, uint64_t next_round) {

@@ -17,7 +17,15 @@
 // gets a hello instead of the model: we are alive, wait for us again.
 //
 // Liveness: every node sends heartbeats while it waits, so a neighbor that dies is
-// dropped from the round within `dead_after` even when it had delivered before. A
+// dropped from the round within `dead_after` even when it had delivered before.
+// Heartbeats go only to the peers that read this node's silence (watchers()): its
+// neighbors in the graph's coming period, whichever way the edge points (a sender
+// reads it too: it greets a peer presumed dead instead of sending the model), and
+// the coordinators, the two lowest live ids, which every member must hear to ask for
+// its first round (daemon/admission.h); a coordinator beats every member. So a node
+// sends O(degree) heartbeats a period, not one to each of n - 1 peers; a graph
+// drawn afresh every round (random-regular) or with a longer period than
+// kMaxWatchedPeriod still beats every peer. A
 // neighbor that sent a later round but not this one has moved on without us (it
 // took us for absent): it is not waited for, nor is one that greeted us in a round
 // instead of sending its model (it took us for gone), nor one whose heartbeat says it
@@ -41,6 +49,7 @@
 #include "sgd/membership/membership.h"
 #include "sgd/membership/state_transfer.h"
 #include "sgd/overlay/outgoing_model.h"
+#include "sgd/overlay/overlay.h"
 #include "sgd/strategy.h"
 
 namespace gossip::sgd {
@@ -101,8 +110,14 @@ class NeighborExchange final : public Membership {
   // The round this node's neighbors have moved on to, when the last round found
   // every source ahead of it; 0 otherwise.
   uint64_t catch_up_round() const { return catch_up_round_; }
-  // Sends a heartbeat to every peer when the last one is `heartbeat` old.
+  // Sends a heartbeat to the watchers when the last one is `heartbeat` old.
   void beat(uint64_t next_round);
+  // The graph whose neighbors watch this node; until it is set, every peer does.
+  void watched_over(const Overlay* overlay) { overlay_ = overlay; }
+  // The peers that read this node's silence from `next_round` on (see the top), by id.
+  std::vector<uint32_t> watchers(uint64_t next_round) const;
+  static constexpr uint64_t kMaxWatchedPeriod = 64;
+  static constexpr size_t kCoordinators = 2;
 
   // CHOCO's resynchronization (sgd/strategies/choco/choco_sgd.h). Until this is called, a public
   // copy (tensor kPublicCopyTensor) or a copy-request from a peer is refused as another strategy's
@@ -200,6 +215,8 @@ class NeighborExchange final : public Membership {
   bool public_copies_ = false;
   uint64_t catch_up_round_ = 0;
   TimePoint last_beat_{};
+  const Overlay* overlay_ = nullptr;
+  TimePoint started_{};
   uint64_t next_round_ = 0;  // where dispatch() files what arrives
   Live* live_ = nullptr;     // during receive()
   StateTransfer state_;

@@ -340,6 +340,23 @@ TEST(Churn, ForgottenMembersNoLongerCountTowardTheMajority) {
   EXPECT_NE(joiner.log().find("joined as node 5 of"), std::string::npos) << joiner.log();
 }
 
+// Heartbeats go only to a node's neighbors and the coordinators (the two lowest ids),
+// so on a ring of six node 5 does not hear node 3, which lives. Taking that silence for
+// death, node 5 proposed to forget node 3, and the members that do not watch it either
+// accepted (on a ring of eleven or more, a majority; here the watchers' declines came
+// first). Node 5 now asks node 3 first, hears its answer, and refuses; so does any
+// member asked to forget a node it does not hear.
+TEST(Churn, ALiveMemberThatThisNodeDoesNotWatchIsNotForgotten) {
+  Cluster cluster(6, ring_flags({"--strategy", "gossip"}));
+  cluster.start_all();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past --dead-after 1
+  ChildProcess p({binary("gossipctl"), "forget", "3", "--node", cluster.ipc_endpoint(5)},
+                 cluster.run_dir() / "forget-3.log");
+  EXPECT_EQ(p.wait(std::chrono::seconds(20)), 1) << p.log() << cluster.log(5);
+  EXPECT_NE(p.log().find("node 3 is alive here"), std::string::npos) << p.log();
+  EXPECT_TRUE(log_has(cluster, 5, "node 3 is silent here")) << cluster.log(5);
+}
+
 // A forget lasts past a restart: the daemon's checkpoint keeps the members it forgot,
 // and one restarted from it does not count them toward the majority again (it did
 // before: a restarted member took every node of its peer list for a member).

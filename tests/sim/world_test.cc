@@ -151,6 +151,37 @@ TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
   EXPECT_EQ(run(o).rounds[4].time_s, report.rounds[4].time_s);
 }
 
+// Heartbeats go to a node's neighbors over the graph's period and to the two
+// coordinators, which beat everyone: what a node sends grows with its watchers, not
+// with n. Before, every node beat every peer: 20 rounds of 100 ms under a 50 ms
+// heartbeat were 4,358 messages a node at n = 128 (34 beats of 127), 550 at n = 16.
+TEST(Simulation, TheMessagesANodeSendsGrowWithItsNeighborsNotWithTheCluster) {
+  const auto per_node = [](uint32_t n, const char* topology) {
+    WorldOptions o;
+    o.nodes = n;
+    o.topology = topology;
+    o.numel = 100;
+    o.rounds = 20;
+    o.step_time = 100ms;
+    o.links.all.latency = 1ms;
+    o.heartbeat = 50ms;
+    o.dead_after = 200ms;
+    const Report report = run(o);
+    EXPECT_EQ(report.rounds.size(), 20u);
+    return static_cast<double>(report.messages) / n;
+  };
+  constexpr double kBeats = 40, kCoordinators = 2 * kBeats;  // their share of beating all
+  // A ring: 40 models, 40 beats to 2 neighbors and 2 coordinators. At n = 16 more
+  // nodes have a coordinator for a neighbor (one watcher fewer), hence the 20 %.
+  const double ring16 = per_node(16, "ring"), ring128 = per_node(128, "ring");
+  EXPECT_LT(ring128, 1.2 * ring16) << "n = 16: " << ring16 << ", n = 128: " << ring128;
+  EXPECT_LT(ring128, 40 + kBeats * 4 + kCoordinators) << "messages a node sent";
+  // One-peer exponential: 20 models; its neighbors change every round, over a period
+  // of log2 n rounds, so the watchers are the 2 log2 n peers of the period.
+  const double one = per_node(128, "one-peer-exponential");
+  EXPECT_LT(one, 20 + kBeats * (2 * 7 + 2) + kCoordinators) << "messages a node sent";
+}
+
 // Virtual-time twin of GossipConsensus.ATrainerPausingLongerThanAHeartbeatIsNotTakenForDead
 // (gossipd's defaults: heartbeat 1 s, dead-after learnt as 3 times the longest silence,
 // floor 0.5 s): after fast rounds, node 3's trainer stops for 1.6 s. Its neighbors
