@@ -333,7 +333,7 @@ std::chrono::milliseconds Admission::pong_wait() const {
 }
 
 void Admission::tick() {
-  if (!pending_.empty()) settle_pending();
+  if (!checks_.empty()) settle_checks();
   if (proposal_) settle_proposal();
   if (parked_.empty()) return;
   if (std::chrono::steady_clock::now() < pinged_ + pong_wait() && !pings_answered()) return;
@@ -611,34 +611,42 @@ void Admission::on_propose(uint32_t from, uint32_t id, const peers::Peer& told) 
   send_member(from, {proto::Member::kAccept, id, epoch_}, told.endpoint);
 }
 
+Status Admission::settling() const {
+  return Status::invalid(
+      fmt::format("node {} is settling another proposal (id {}); try again in a few seconds",
+                  router_.self(), proposal_->id));
+}
+
 void Admission::forget(uint32_t peer, std::function<void(Status)> done) {
   if (auto why = keeps(peer)) return done(Status::invalid(*why));
-  const auto settling = [&] {
-    return Status::invalid(
-        fmt::format("node {} is settling another proposal (id {}); try again in a few seconds",
-                    router_.self(), proposal_->id));
-  };
   if (proposal_) return done(settling());
-  if (pending_.size() >= kMaxPending) return done(busy());
-  when_heard(peer,
-             [this, peer, settling, done = std::move(done)](std::optional<uint64_t> heard) mutable {
-               if (heard) return done(Status::invalid(lives(peer, *heard)));
-               if (auto why = keeps(peer)) return done(Status::invalid(*why));  // changed meanwhile
-               if (proposal_) return done(settling());
-               Proposal p;
-               p.id = peer;
-               p.forgotten = std::move(done);
-               p.accepted = {router_.self()};
-               p.until = std::chrono::steady_clock::now() + kProposalWait;
-               const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
-                                            [&](const peers::Peer& q) { return q.id == peer; });
-               p.joiner.endpoint = it->endpoint;
-               proposal_ = std::move(p);
-               for (const auto& q : router_.peers())
-                 if (!q.banned && counts(q.id) && q.id != peer)
-                   send_member(q.id, {proto::Member::kForget, peer, epoch_}, it->endpoint);
-               settle_proposal();
-             });
+  if (!asked(peer, router_.self()))
+    return done(Status::invalid(fmt::format(
+        "node {} is asking node {} whether it lives already; try again in a few seconds",
+        router_.self(), peer)));
+  when_heard(peer, [this, peer, done = std::move(done)](std::optional<uint64_t> heard) mutable {
+    if (heard) return done(Status::invalid(lives(peer, *heard)));
+    propose_forget(peer, std::move(done));
+  });
+}
+
+void Admission::propose_forget(uint32_t peer, std::function<void(Status)> done) {
+  if (auto why = keeps(peer)) return done(Status::invalid(*why));  // it changed meanwhile
+  if (proposal_) return done(settling());
+  Proposal p;
+  p.id = peer;
+  p.forgotten = std::move(done);
+  p.accepted = {router_.self()};
+  // A member that does not hear the node asks it, for up to a --dead-after, first.
+  p.until = std::chrono::steady_clock::now() + kProposalWait + options_.dead_after;
+  const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
+                               [&](const peers::Peer& q) { return q.id == peer; });
+  p.joiner.endpoint = it->endpoint;
+  proposal_ = std::move(p);
+  for (const auto& q : router_.peers())
+    if (!q.banned && counts(q.id) && q.id != peer)
+      send_member(q.id, {proto::Member::kForget, peer, epoch_}, it->endpoint);
+  settle_proposal();
 }
 
 std::optional<std::string> Admission::keeps(uint32_t id) const {
@@ -657,53 +665,59 @@ std::string Admission::lives(uint32_t id, uint64_t heard_ms) {
       id, heard_ms);
 }
 
-Status Admission::busy() const {
-  return Status::invalid(fmt::format(
-      "node {} is asking {} members whether they live already; try again in a few seconds",
-      router_.self(), kMaxPending));
-}
-
-uint64_t Admission::silent_or_zero(uint32_t id) const {
-  const uint64_t silent = router_.transport().traffic().silent_ms(id);
-  return silent == proto::ipc::kNeverHeard ? 0 : silent;
-}
+bool Admission::asked(uint32_t id, uint32_t by) { return checks_[id].askers.insert(by).second; }
 
 void Admission::when_heard(uint32_t id, std::function<void(std::optional<uint64_t>)> then) {
   const uint64_t silent = router_.transport().traffic().silent_ms(id);
-  if (silent <= static_cast<uint64_t>(options_.dead_after.count())) return then(silent);
-  // Callers refuse before this; unknown is taken for alive, never for gone.
-  if (pending_.size() >= kMaxPending) return then(silent_or_zero(id));
+  Check& c = checks_[id];
+  if (silent <= static_cast<uint64_t>(options_.dead_after.count())) {
+    if (c.then.empty()) checks_.erase(id);
+    return then(silent);
+  }
+  c.then.push_back(std::move(then));
+  if (c.then.size() > 1) return;  // its ping is out already
   spdlog::info("node {} is silent here ({}): asking it whether it lives", id,
                silent == proto::ipc::kNeverHeard ? std::string("never heard")
                                                  : fmt::format("{} ms", silent));
+  c.since = std::chrono::steady_clock::now();
+  c.pinged = c.since;
   (void)router_.transport().send(id, 0, proto::Inspect{proto::Inspect::kPing, 0, 0, 0});
-  pending_.push_back({id, std::chrono::steady_clock::now(), std::move(then)});
 }
 
-void Admission::settle_pending() {
+void Admission::settle_checks() {
+  using Then = std::function<void(std::optional<uint64_t>)>;
   const auto now = std::chrono::steady_clock::now();
-  std::vector<Pending> ready;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    const auto waited = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - it->pinged).count());
-    const uint64_t silent = router_.transport().traffic().silent_ms(it->id);
-    if (silent <= waited || now >= it->pinged + pong_wait()) {
-      ready.push_back(std::move(*it));
-      it = pending_.erase(it);
-    } else {
-      ++it;
+  std::vector<std::pair<std::optional<uint64_t>, std::vector<Then>>> ready;
+  for (auto it = checks_.begin(); it != checks_.end();) {
+    Check& c = it->second;
+    if (c.then.empty()) {  // no check runs: its askers may ask again
+      it = checks_.erase(it);
+      continue;
     }
-  }
-  // Run after the list is settled: a callback may ask again.
-  for (auto& p : ready) {
-    const uint64_t silent = router_.transport().traffic().silent_ms(p.id);
     const auto waited = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - p.pinged).count());
-    p.then(silent <= waited ? std::optional<uint64_t>(silent) : std::nullopt);
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - c.since).count());
+    const uint64_t silent = router_.transport().traffic().silent_ms(it->first);
+    // Alive: heard since the first ping. Gone: silent through a whole --dead-after of
+    // pings, as a neighbor must be to be presumed dead.
+    if (silent <= waited || now >= c.since + options_.dead_after) {
+      ready.emplace_back(silent <= waited ? std::optional<uint64_t>(silent) : std::nullopt,
+                         std::move(c.then));
+      it = checks_.erase(it);
+      continue;
+    }
+    if (now >= c.pinged + pong_wait()) {  // a ping lost, or the node was busy: again
+      c.pinged = now;
+      (void)router_.transport().send(it->first, 0, proto::Inspect{proto::Inspect::kPing, 0, 0, 0});
+    }
+    ++it;
   }
+  // Run after the map is settled: a callback may ask again.
+  for (auto& [heard, thens] : ready)
+    for (auto& then : thens) then(heard);
 }
 
 void Admission::on_forget(uint32_t from, uint32_t id) {
+  if (!counts(from)) return;  // a forgotten member has no say (its votes are not counted)
   if (auto why = keeps(id)) {
     if (forgotten_.count(id))  // it asks again: the same answer as the first time
       send_member(from, {proto::Member::kAccept, id, epoch_}, "forget");
@@ -711,10 +725,7 @@ void Admission::on_forget(uint32_t from, uint32_t id) {
       send_member(from, {proto::Member::kDecline, id, epoch_}, *why);
     return;
   }
-  if (pending_.size() >= kMaxPending) {
-    send_member(from, {proto::Member::kDecline, id, epoch_}, busy().message());
-    return;
-  }
+  if (!asked(id, from)) return;  // it asked already: one answer, when the check ends
   when_heard(id, [this, from, id](std::optional<uint64_t> heard) {
     if (heard)
       send_member(from, {proto::Member::kDecline, id, epoch_}, lives(id, *heard));
@@ -724,6 +735,7 @@ void Admission::on_forget(uint32_t from, uint32_t id) {
 }
 
 void Admission::on_forgotten(uint32_t from, uint32_t id) {
+  if (!counts(from)) return;
   if (id == router_.self()) {
     spdlog::error(
         "node {} says the members forgot this node, which lives: it no longer counts "
@@ -738,11 +750,7 @@ void Admission::on_forgotten(uint32_t from, uint32_t id) {
   // A member's word is not enough while this node hears the node itself (a forget is
   // accepted only by members that do not): a liar would shrink the majority. This node
   // may not watch that node (heartbeats go to neighbors), so it asks it first.
-  if (pending_.size() >= kMaxPending) {
-    router_.transport().note_dropped(
-        from, fmt::format("a forgotten of node {}: {}", id, busy().message()));
-    return;
-  }
+  if (!asked(id, kToldForgotten)) return;  // one check at a time decides
   when_heard(id, [this, from, id](std::optional<uint64_t> heard) {
     if (heard) {
       router_.transport().note_dropped(

@@ -117,7 +117,8 @@ class Admission {
   // gossipctl forget: proposes to the members that `peer`, gone for good, no longer
   // counts toward the majority (of ids and of forgets). Every member that does not
   // hear it either accepts; once more than half of those that count accepted, every
-  // member is told and `done` gets ok; else `done` gets why not, within 2 s.
+  // member is told and `done` gets ok; else `done` gets why not, within 2 s and a
+  // --dead-after (members that do not hear the node ask it first: when_heard()).
   void forget(uint32_t peer, std::function<void(Status)> done);
   // The members this node no longer counts (forgotten).
   const std::set<uint32_t>& forgotten() const { return forgotten_; }
@@ -184,15 +185,20 @@ class Admission {
   // nullopt; whether it lives is when_heard()'s.
   std::optional<std::string> keeps(uint32_t id) const;
   static std::string lives(uint32_t id, uint64_t heard_ms);
-  // Whether `id` lives: heard within --dead-after, or answering a ping within
-  // pong_wait(). A node hears heartbeats only from its neighbors and the coordinators
-  // (sgd/overlay/neighbor_exchange.h), so a silence says nothing of any other member:
-  // that one is pinged. `then` gets how long ago it was heard, or nullopt (at once
-  // when kMaxPending checks wait already), from tick().
+  Status settling() const;  // while proposal_ is set
+  void propose_forget(uint32_t peer, std::function<void(Status)> done);
+  // Whether `id` lives: heard within --dead-after, or answering one of the pings sent
+  // every pong_wait() for up to --dead-after. A node hears heartbeats only from its
+  // neighbors and the coordinators (sgd/overlay/neighbor_exchange.h), so a silence says
+  // nothing of any other member: that one is asked. `then` gets how long ago it was
+  // heard, or nullopt, from tick(); checks of one node share its pings.
   void when_heard(uint32_t id, std::function<void(std::optional<uint64_t>)> then);
-  void settle_pending();
-  Status busy() const;                         // kMaxPending checks wait already
-  uint64_t silent_or_zero(uint32_t id) const;  // for a check taken for alive unasked
+  void settle_checks();
+  // False when `by` (a member; self for gossipctl forget; kToldForgotten for a
+  // forgotten message) asked about `id` already while its check runs: a member that
+  // repeats a forget gets one answer, so a flood of them holds one check per node.
+  bool asked(uint32_t id, uint32_t by);
+  static constexpr uint32_t kToldForgotten = UINT32_MAX;
   // The members that count toward a majority: every listed one, this node included,
   // but the forgotten.
   size_t counted_members() const;
@@ -251,15 +257,12 @@ class Admission {
   static constexpr size_t kMaxPromises = 64;
   static constexpr size_t kMaxParked = 16;
   std::chrono::milliseconds pong_wait() const;  // half --dead-after, 0.3 to 1 s
-  struct Pending {                              // when_heard()'s
-    uint32_t id = 0;
-    std::chrono::steady_clock::time_point pinged{};
-    std::function<void(std::optional<uint64_t>)> then;
+  struct Check {                                // when_heard()'s, per node asked about
+    std::chrono::steady_clock::time_point since{}, pinged{};
+    std::vector<std::function<void(std::optional<uint64_t>)>> then;
+    std::set<uint32_t> askers;
   };
-  std::vector<Pending> pending_;
-  // Forgets from members each hold one until their ping is answered: a flood of them
-  // holds no more than this.
-  static constexpr size_t kMaxPending = 64;
+  std::map<uint32_t, Check> checks_;
   std::chrono::steady_clock::time_point pinged_{};
   std::vector<uint32_t> pinged_ids_;
   std::chrono::steady_clock::time_point waits_logged_{};

@@ -75,7 +75,7 @@ void TrafficCounters::count_recv(uint32_t peer, uint64_t payload, uint64_t wire,
     c->gaps.store(0, kRelaxed);
     c->gap_epoch_ns.store(now, kRelaxed);
   }
-  if (last < 0 || starts) return;
+  if (last < 0 || starts || c->skip_gap.exchange(false, kRelaxed)) return;
   c->gap_max_ns.store(std::max(c->gap_max_ns.load(kRelaxed), now - last), kRelaxed);
   c->gaps.fetch_add(1, kRelaxed);
 }
@@ -85,6 +85,15 @@ uint64_t TrafficCounters::longest_gap_ms(uint32_t peer) const {
   return static_cast<uint64_t>(
              std::max(c->gap_max_ns.load(kRelaxed), c->gap_last_max_ns.load(kRelaxed))) /
          1'000'000;
+}
+
+void TrafficCounters::forget_gaps(uint32_t peer) const {
+  const auto* c = find(peer);
+  c->gap_max_ns.store(0, kRelaxed);
+  c->gap_last_max_ns.store(0, kRelaxed);
+  c->gaps.store(0, kRelaxed);
+  c->gaps_last.store(0, kRelaxed);
+  c->skip_gap.store(true, kRelaxed);
 }
 
 uint64_t TrafficCounters::gaps(uint32_t peer) const {

@@ -31,11 +31,14 @@ struct PeerCounters {
   // gap epoch (peers/dead_after.h), and how many silences those epochs counted. A ring
   // transport's thread counts its left neighbor too: a race between the two loses at
   // most one gap, which is harmless to a maximum.
-  std::atomic<int64_t> gap_epoch_ns{-1};
-  std::atomic<int64_t> gap_max_ns{0}, gap_last_max_ns{0};
-  std::atomic<uint64_t> gaps{0}, gaps_last{0};
-  std::atomic<bool> link_up{false};      // the outgoing link is connected, its handshake done
-  std::atomic<bool> link_was_up{false};  // it has been, at least once
+  // Mutable: what the table learnt of the peer, which a reader may tell it to forget
+  // (forget_gaps), not what was counted.
+  mutable std::atomic<int64_t> gap_epoch_ns{-1};
+  mutable std::atomic<int64_t> gap_max_ns{0}, gap_last_max_ns{0};
+  mutable std::atomic<uint64_t> gaps{0}, gaps_last{0};
+  mutable std::atomic<bool> skip_gap{false};  // the next silence is not learnt
+  std::atomic<bool> link_up{false};           // the outgoing link is connected, its handshake done
+  std::atomic<bool> link_was_up{false};       // it has been, at least once
 };
 
 // A kind whose arrival says its sender (re)started.
@@ -64,6 +67,10 @@ class TrafficCounters {
   // kGapEpoch, and how many silences that counts.
   uint64_t longest_gap_ms(uint32_t peer) const;
   uint64_t gaps(uint32_t peer) const;
+  // The silences learnt of the peer, and the one under way, no longer count: it
+  // starts sending to this node now (a gossip peer that becomes a neighbor, which
+  // heartbeats only its neighbors), so its silences before say nothing of its link.
+  void forget_gaps(uint32_t peer) const;
   static constexpr int64_t kGapEpochNs = 60'000'000'000;
   // Whether the channel's outgoing link to the peer is up (the transport says so).
   void set_link_up(uint32_t peer, bool up);

@@ -32,7 +32,7 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // version 7 ring-probe's `merge`, version 8 ps-params' `clock`, the envelope's `epoch`
 // and the member kind `sync`, version 9 the kind ring-norms, version 10 ring-address's
 // `transport`.
-inline constexpr uint32_t kWireVersion = 10;
+inline constexpr uint32_t kWireVersion = 11;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -236,6 +236,8 @@ struct StateChunk {
 // partition that healed): kOffer, from a live ring to a node outside it that it may
 // merge with (the list is the sender's view); kMerging, a re-forming that merges two
 // rings, or that runs before the union's first round (the list is the union).
+// `holds_result`: the sender holds the result of the round before its next round, so
+// it may be the member that sends that result to members behind (sgd/membership/peer_ring.h).
 struct RingProbe {
   static constexpr Kind kKind = Kind::kRingProbe;
   enum Merge : uint8_t { kReform = 0, kOffer = 1, kMerging = 2 };
@@ -244,10 +246,11 @@ struct RingProbe {
   bool restarted = false;  // it restarted and asks back in
   uint64_t members = 0;
   uint8_t merge = kReform;
+  bool holds_result = false;
   template <class F>
   void fields(F&& f) {
     f("epoch", epoch), f("view", view), f("restarted", restarted), f("members", members),
-        f("merge", merge);
+        f("merge", merge), f("holds_result", holds_result);
   }
 };
 

@@ -254,7 +254,7 @@ void PeerRing::absorb(const peers::Incoming& in) {
         const size_t view_before = membership_.members().size();
         const auto effect =
             membership_.on_probe(in.peer, h.epoch, in.round(), router_.clock().now(),
-                                 options_.reform_wait, joining, their_view, merge);
+                                 options_.reform_wait, joining, their_view, merge, h.holds_result);
         const bool left_out = membership_.members().size() < view_before;
         if (left_out)
           spdlog::warn(
@@ -789,8 +789,12 @@ void PeerRing::send_probe(uint32_t to, bool offer) {
                      : !membership_.rejoining() && (membership_.merging() || merge_round_)
                          ? proto::RingProbe::kMerging
                          : proto::RingProbe::kReform;
-  const proto::RingProbe probe{membership_.epoch(), membership_.view_id(), membership_.rejoining(),
-                               ids.size(), merge};
+  const proto::RingProbe probe{membership_.epoch(),
+                               membership_.view_id(),
+                               membership_.rejoining(),
+                               ids.size(),
+                               merge,
+                               has_result_ && result_.round + 1 == next_round_};
   auto members = std::make_shared<std::vector<std::byte>>(4 * ids.size());
   for (size_t i = 0; i < ids.size(); ++i) compression::store_le32(members->data() + 4 * i, ids[i]);
   (void)control_.send_shared(to, next_round_, probe, std::move(members));
@@ -808,7 +812,7 @@ void PeerRing::probe_outsiders() {
 
 std::optional<uint32_t> PeerRing::result_sender(const Heard& heard, uint64_t freshest) {
   for (const auto& [id, next] : heard.next_rounds)  // by id
-    if (next == freshest && !heard.asked_back.count(id)) return id;
+    if (next == freshest && !heard.without_result.count(id)) return id;
   return std::nullopt;
 }
 
@@ -863,7 +867,7 @@ PeerRing::Heard PeerRing::apply_view() {
   // the median member makes it.
   const uint64_t freshest =
       std::max(next_round_, freshest_believed(change.next_rounds, next_round_));
-  Heard heard{std::move(change.next_rounds), std::move(change.asked_back)};
+  Heard heard{std::move(change.next_rounds), std::move(change.without_result)};
   if (!has_result_ || next_round_ != freshest || result_.round + 1 != freshest) return heard;
   if (const auto sender = result_sender(heard, freshest); sender && *sender < control_.self())
     return heard;
@@ -918,8 +922,7 @@ Status PeerRing::finish_reform(std::span<float> data, uint64_t round,
     const auto give_up =
         sender ? std::min(options.deadline, router_.clock().now() + options_.reform_wait)
                : router_.clock().now();
-    if (!sender)
-      spdlog::info("round {}: the members past it asked back in and hold no result of it", round);
+    if (!sender) spdlog::info("round {}: the members past it hold no result of it", round);
     while (!complete() && router_.clock().now() < give_up && !cancelled())
       router_.poll(std::min(until(router_.clock(), give_up), std::chrono::milliseconds(20)));
     for (const auto& [from, copy] : fetch_->copies) {

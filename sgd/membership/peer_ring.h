@@ -185,18 +185,19 @@ class PeerRing final : public AllReduce, public Membership {
   // The round the union of a merge runs first: the higher of the two sides' (each
   // side's lower median, so that one node cannot send the union far ahead).
   uint64_t merge_round(const RingMembership::Change& change) const;
-  // What a re-forming heard: every member's next round, and who asked back in.
+  // What a re-forming heard: every member's next round, and those whose probe said
+  // they hold no result of the round before it.
   struct Heard {
     std::map<uint32_t, uint64_t> next_rounds;
-    std::set<uint32_t> asked_back;
+    std::set<uint32_t> without_result;
   };
   // Decides the re-forming, reconnects, and sends this node's last result to members
   // that lost that round.
   Heard apply_view();
   // The member that sends the result that takes a member to round `freshest`: the
-  // lowest id heard at that round, but not one that asked back in (a restarted
-  // process, a node left out), which holds no result. Senders and receivers apply the
-  // same rule, so exactly one sends and the receivers take only its copy.
+  // lowest id heard at that round whose probe said it holds that result (a restarted
+  // process, a node left out or one that merged holds none). Senders and receivers
+  // apply the same rule to what they heard; the receivers take only its copy.
   static std::optional<uint32_t> result_sender(const Heard& heard, uint64_t freshest);
   // Waits for the re-forming to be decided; then, when a member completed `round`,
   // takes its result into data and sets *took.

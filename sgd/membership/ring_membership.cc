@@ -53,8 +53,9 @@ void RingMembership::vouch_for(std::span<const uint32_t> their_view) {
   for (uint32_t id : their_view) {
     if (id == self_ || member(id) || !configured(id) || !r.vouched.insert(id).second) continue;
     if (auto p = r.pending.find(id); p != r.pending.end()) {
-      r.heard[id] = p->second.second;
-      r.highest_epoch = std::max(r.highest_epoch, p->second.first);
+      r.heard[id] = p->second.next_round;
+      if (!p->second.holds_result) r.without_result.insert(id);
+      r.highest_epoch = std::max(r.highest_epoch, p->second.epoch);
       if (r.merging) r.merged_in.insert(id);
       r.pending.erase(p);
     }
@@ -64,11 +65,16 @@ void RingMembership::vouch_for(std::span<const uint32_t> their_view) {
 RingMembership::Probe RingMembership::hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round,
                                                  Clock::time_point now,
                                                  std::chrono::milliseconds wait,
-                                                 std::span<const uint32_t> their_view) {
+                                                 std::span<const uint32_t> their_view,
+                                                 bool holds_result) {
   const bool started = start(now, wait);
   auto& r = *reform_;
   r.merging = true;
   r.heard[peer] = next_round;
+  if (holds_result)
+    r.without_result.erase(peer);
+  else
+    r.without_result.insert(peer);
   r.highest_epoch = std::max(r.highest_epoch, epoch);
   if (!member(peer)) r.merged_in.insert(peer);
   vouch_for(their_view);
@@ -97,7 +103,8 @@ std::vector<uint32_t> RingMembership::probe_list() const {
 RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round,
                                                Clock::time_point now,
                                                std::chrono::milliseconds wait, bool joining,
-                                               std::span<const uint32_t> their_view, Merge merge) {
+                                               std::span<const uint32_t> their_view, Merge merge,
+                                               bool holds_result) {
   const auto lists = [&](uint32_t id) {
     return std::find(their_view.begin(), their_view.end(), id) != their_view.end();
   };
@@ -127,13 +134,13 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
                        std::none_of(their_view.begin(), their_view.end(),
                                     [&](uint32_t id) { return id == self_ || member(id); });
     if (!may_merge() || !apart) return Probe::kIgnored;
-    return hear_merge(peer, epoch, next_round, now, wait, their_view);
+    return hear_merge(peer, epoch, next_round, now, wait, their_view, holds_result);
   }
   if (merge == Merge::kMerging && may_merge() && lists(self_))
-    return hear_merge(peer, epoch, next_round, now, wait, their_view);
+    return hear_merge(peer, epoch, next_round, now, wait, their_view, holds_result);
   const bool vouched = reform_ && reform_->vouched.count(peer) > 0;
   if (peer != self_ && reform_ && !member(peer) && !vouched && !joining && configured(peer)) {
-    reform_->pending[peer] = {epoch, next_round};
+    reform_->pending[peer] = {epoch, next_round, holds_result};
     return Probe::kIgnored;
   }
   if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining) && !vouched) ||
@@ -143,7 +150,10 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
   const bool started = start(now, wait);
   auto& r = *reform_;
   r.heard[peer] = next_round;
-  if (joining) r.asked_back.insert(peer);
+  if (holds_result)
+    r.without_result.erase(peer);
+  else
+    r.without_result.insert(peer);
   r.highest_epoch = std::max(r.highest_epoch, epoch);
   // A member's merging probe brings this node into the merge (as long as it is not
   // asking back in: the members it hears take it in as a joiner).
@@ -231,7 +241,7 @@ RingMembership::Change RingMembership::decide() {
   assert(reform_);
   Change change;
   change.next_rounds = reform_->heard;
-  change.asked_back = reform_->asked_back;
+  change.without_result = reform_->without_result;
   std::vector<uint32_t> ids{self_};
   for (const auto& [id, next] : reform_->heard) ids.push_back(id);  // members and joiners
   for (uint32_t id : order_.ids)

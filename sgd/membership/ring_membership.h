@@ -100,9 +100,11 @@ class RingMembership {
   // ignored).
   // `merge`: an offer is heard only from a ring apart from this one, a merging
   // probe from outside the view only when it lists this node.
+  // `holds_result`: the probe says its sender holds its last round's result.
   Probe on_probe(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
                  std::chrono::milliseconds wait, bool joining = false,
-                 std::span<const uint32_t> their_view = {}, Merge merge = Merge::kNone);
+                 std::span<const uint32_t> their_view = {}, Merge merge = Merge::kNone,
+                 bool holds_result = false);
   // The configured peers outside the view that a live ring offers a merge to: none
   // while re-forming, asking back in, or alone.
   std::vector<uint32_t> offers() const;
@@ -140,9 +142,10 @@ class RingMembership {
     std::vector<uint32_t> lost;                // members left out
     std::vector<uint32_t> joined;              // joiners taken in
     std::map<uint32_t, uint64_t> next_rounds;  // of every member heard
-    // Heard asking back in (a restarted process, a node left out): it holds no result
-    // of the ring's, so it is never the member that sends one (sgd/membership/peer_ring.h).
-    std::set<uint32_t> asked_back;
+    // Members whose probe said they hold no result of the round before their next
+    // (restarted, left out, merged): never the member that sends one
+    // (sgd/membership/peer_ring.h).
+    std::set<uint32_t> without_result;
     // Members of another ring were taken in (a merge): the members' synchronization
     // points differ. `before`: this node's view before, self included.
     bool merged = false;
@@ -177,17 +180,22 @@ class RingMembership {
     std::set<uint32_t> probed;           // outside the view, sent our probe
     // Configured peers outside the view whose probe came before a member vouched for
     // them: heard once one does (the probe is not sent twice).
-    std::map<uint32_t, std::pair<uint64_t, uint64_t>> pending;  // -> epoch, next round
-    std::set<uint32_t> gone;                                    // members that said bye
+    struct Pending {
+      uint64_t epoch = 0, next_round = 0;
+      bool holds_result = false;
+    };
+    std::map<uint32_t, Pending> pending;
+    std::set<uint32_t> gone;  // members that said bye
     bool merging = false;
     std::set<uint32_t> merged_in;  // outside the view, heard by a merging probe or offer
     std::map<uint32_t, uint64_t> merging_claims;  // members heard by a merging probe
-    std::set<uint32_t> asked_back;                // heard by a probe asking back in
+    std::set<uint32_t> without_result;            // their last probe said so
   };
   // A merging probe from `peer` (an offer, or kMerging from outside the view) is
   // heard: it and what it lists are taken in.
   Probe hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
-                   std::chrono::milliseconds wait, std::span<const uint32_t> their_view);
+                   std::chrono::milliseconds wait, std::span<const uint32_t> their_view,
+                   bool holds_result);
   void vouch_for(std::span<const uint32_t> their_view);
   // An offer from `peer`, a member of this node's view, that does not list this node:
   // their ring went on without it.

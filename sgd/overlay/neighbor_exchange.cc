@@ -80,8 +80,16 @@ void NeighborExchange::beat(uint64_t next_round) {
   if (now - last_beat_ < limits_.heartbeat) return;
   last_beat_ = now;
   // A full queue to a dead peer is expected; its silence is what we detect.
-  for (uint32_t id : watchers(next_round))
+  std::vector<uint32_t> now_watched = watchers(next_round);
+  for (uint32_t id : now_watched) {
     (void)transport_.send(id, next_round, proto::Heartbeat{});
+    // A peer that watches this node from now on (a neighbor after a join, a new
+    // coordinator) beats it from now on too: its silences so far were a non-neighbor's,
+    // and learnt from, they would let it be silent up to the round timeout.
+    if (!watched_.empty() && !std::binary_search(watched_.begin(), watched_.end(), id))
+      transport_.traffic().forget_gaps(id);
+  }
+  watched_ = std::move(now_watched);
 }
 
 std::vector<uint32_t> NeighborExchange::watchers(uint64_t next_round) const {
@@ -104,8 +112,8 @@ std::vector<uint32_t> NeighborExchange::watchers(uint64_t next_round) const {
   }
   const auto all = [&] { return peers::ids_of(peers); };
   if (out.size() < kCoordinators || !overlay_) return all();
-  // The neighbors over a period of the graph of every round from next_round on: the
-  // graph now, and the one a join scheduled for a later round.
+  // The neighbors over a period of each graph of the rounds from next_round on: the
+  // graph now, and those that joins scheduled for later rounds.
   const auto add_period = [&](const peers::Topology& t, uint64_t from) {
     const uint64_t period = t.period();
     if (self >= t.size() || period == 0 || period > kMaxWatchedPeriod) return false;
@@ -115,9 +123,8 @@ std::vector<uint32_t> NeighborExchange::watchers(uint64_t next_round) const {
     }
     return true;
   };
-  if (!add_period(overlay_->at(next_round), next_round) ||
-      !add_period(overlay_->latest(), std::max(next_round, overlay_->latest_from())))
-    return all();
+  for (const auto& [from, topology] : overlay_->from(next_round))
+    if (!add_period(*topology, from)) return all();
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

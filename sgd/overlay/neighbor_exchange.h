@@ -216,6 +216,7 @@ class NeighborExchange final : public Membership {
   uint64_t catch_up_round_ = 0;
   TimePoint last_beat_{};
   const Overlay* overlay_ = nullptr;
+  std::vector<uint32_t> watched_;  // the last beat's watchers, by id
   TimePoint started_{};
   uint64_t next_round_ = 0;  // where dispatch() files what arrives
   Live* live_ = nullptr;     // during receive()

@@ -17,6 +17,14 @@ const peers::Topology& Overlay::at(uint64_t round) const {
   return *std::prev(it)->topology;
 }
 
+std::vector<std::pair<uint64_t, const peers::Topology*>> Overlay::from(uint64_t round) const {
+  std::vector<std::pair<uint64_t, const peers::Topology*>> out;
+  for (size_t i = 0; i < epochs_.size(); ++i)
+    if (i + 1 == epochs_.size() || epochs_[i + 1].from > round)
+      out.emplace_back(std::max(round, epochs_[i].from), epochs_[i].topology.get());
+  return out;
+}
+
 Result<std::unique_ptr<peers::Topology>> Overlay::make(uint32_t nodes) const {
   if (nodes - latest().size() > kMaxGrowth)
     return Status::invalid(fmt::format("node {} is more than {} ids past the overlay's {} nodes",

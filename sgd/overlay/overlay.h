@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -28,6 +29,8 @@ class Overlay {
 
   const peers::Topology& at(uint64_t round) const;
   const peers::Topology& latest() const { return *epochs_.back().topology; }
+  // Every topology that holds at `round` or later, each with the first such round.
+  std::vector<std::pair<uint64_t, const peers::Topology*>> from(uint64_t round) const;
   // The round from which latest() holds.
   uint64_t latest_from() const { return epochs_.back().from; }
 

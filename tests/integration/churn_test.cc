@@ -330,8 +330,15 @@ TEST(Churn, ForgottenMembersNoLongerCountTowardTheMajority) {
     ASSERT_EQ(rc, 0) << log << cluster.log(0);
     EXPECT_NE(log.find("is forgotten by the members"), std::string::npos) << log;
   }
-  for (int i : {1, 2})
+  // A member told asks node 3 itself first, for up to a --dead-after (it does not
+  // watch it: heartbeats go to neighbors).
+  for (int i : {1, 2}) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!log_has(cluster, i, "node 3 is forgotten (told by node 0)") &&
+           std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_TRUE(log_has(cluster, i, "node 3 is forgotten (told by node 0)")) << cluster.log(i);
+  }
   cluster.daemon(2).signal(SIGKILL);
   ASSERT_GE(cluster.daemon(2).wait(std::chrono::seconds(5)), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

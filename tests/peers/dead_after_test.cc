@@ -46,6 +46,27 @@ TEST(DeadAfter, FollowsThePeersLongestSilenceOnceMeasured) {
   EXPECT_EQ(fixed.for_peer(t, 7), 3000ms) << "factor 0: --dead-after";
 }
 
+// A gossip peer heartbeats only its neighbors: one that becomes a neighbor (a join, a
+// new coordinator) had long silences here, which would set its bound near the
+// ceiling. Once forgotten, they and the silence under way are not learnt from.
+TEST(DeadAfter, ForgottenSilencesAreNotLearntFrom) {
+  TrafficCounters t({7});
+  DeadAfter d(3000ms);
+  d.factor = 3;
+  d.floor = 50ms;
+  d.ceiling = 60000ms;
+  t.count_recv(7, 0, 64);
+  messages(t, 8, 100ms);
+  ASSERT_GE(d.for_peer(t, 7), 300ms);
+  t.forget_gaps(7);
+  EXPECT_EQ(t.gaps(7), 0u);
+  EXPECT_EQ(d.for_peer(t, 7), 3000ms) << "nothing measured: --dead-after";
+  std::this_thread::sleep_for(250ms);
+  messages(t, 9, 5ms);  // the first ends the 250 ms silence under way: not learnt
+  EXPECT_EQ(t.gaps(7), 8u);
+  EXPECT_LT(d.for_peer(t, 7), 400ms) << "3 times about 5 ms, not 3 times 250 ms";
+}
+
 TEST(DeadAfter, IsBoundedByTheFloorAndTheCeiling) {
   TrafficCounters t({7});
   t.count_recv(7, 0, 64);

@@ -166,6 +166,8 @@ TEST(WireHeader, EveryKindRoundTrips) {
   EXPECT_EQ(p.merge, RingProbe::kReform);
   EXPECT_EQ(round_trip(RingProbe{4, 12, false, 2, RingProbe::kMerging}, 8).merge,
             RingProbe::kMerging);
+  EXPECT_FALSE(p.holds_result);
+  EXPECT_TRUE(round_trip(RingProbe{4, 12, false, 2, RingProbe::kReform, true}, 8).holds_result);
   const RingNorms norms = round_trip(RingNorms{12, 5}, 20);
   EXPECT_EQ(norms.view, 12u);
   EXPECT_EQ(norms.chunks, 5u);
@@ -480,14 +482,22 @@ TEST(WireHeader, BodyFieldsHaveTheirTypes) {
                    fmt::format("model-chunk field '{}' is not an unsigned integer", names[k]));
   }
   // A boolean is a boolean, not a number.
-  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), u(1), u(0), u(0)})),
-                 "ring-probe field 'restarted' is not a boolean");
-  EXPECT_TRUE(
-      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true), u(0), u(0)}))
-          .is_ok());
   EXPECT_REFUSED(
-      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(false), u(0), u(3)})),
-      "ring-probe of unknown merge=3");
+      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), u(1), u(0), u(0), boolean(true)})),
+      "ring-probe field 'restarted' is not a boolean");
+  EXPECT_REFUSED(
+      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true), u(0), u(0), u(1)})),
+      "ring-probe field 'holds_result' is not a boolean");
+  EXPECT_TRUE(decode(head_of(envelope(Kind::kRingProbe, 0),
+                             {u(1), u(2), boolean(true), u(0), u(0), boolean(false)}))
+                  .is_ok());
+  EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingProbe, 0),
+                                {u(1), u(2), boolean(false), u(0), u(3), boolean(true)})),
+                 "ring-probe of unknown merge=3");
+  // A version 10 probe (five fields) is refused, naming the count.
+  EXPECT_REFUSED(
+      decode(head_of(envelope(Kind::kRingProbe, 0), {u(1), u(2), boolean(true), u(0), u(0)})),
+      "ring-probe body must be an array of 6 fields");
   // Ring norms: as many floats as chunks, and some.
   EXPECT_REFUSED(decode(head_of(envelope(Kind::kRingNorms, 16), {u(1), u(5)})),
                  "ring-norms of 5 chunks with a payload of 16 bytes");

@@ -295,10 +295,12 @@ struct Trio {
     router0 = std::make_unique<peers::Router>(*t[0]);
     for (uint32_t i = 1; i < 3; ++i) inbox[i] = std::make_unique<Inbox>(*t[i]);
   }
-  void probe(uint32_t from, uint64_t epoch, uint64_t next_round, bool restarted = false) {
+  void probe(uint32_t from, uint64_t epoch, uint64_t next_round, bool restarted = false,
+             bool holds_result = true) {
     proto::RingProbe probe;
     probe.epoch = epoch;
     probe.restarted = restarted;
+    probe.holds_result = holds_result;
     ASSERT_TRUE(t[from]->send(0, next_round, probe));
   }
   // The next message of `kind` that node `at` receives from node 0, within 10 s.
@@ -382,9 +384,10 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
 }
 
 // The senders' rule named the lowest id at the freshest round, which may be a member
-// that asked back in (a restarted process that took a state at that round): it holds
-// no result and sent none, so node 0 waited a reform wait, refused the copy of the
-// member that did complete the round, and ran the round again over other inputs.
+// that holds no result (a restarted process that took a state at that round, asking
+// back in): it sent none, so node 0 waited a reform wait, refused the copy of the
+// member that did complete the round, and ran the round again over other inputs. The
+// probe now says whether its sender holds the result (wire version 11).
 TEST(ElasticPeerRing, AMemberThatAskedBackInIsNotTheOneThatSendsTheResult) {
   ElasticNode node(5s, 64);
   Trio& trio = node.trio;
@@ -397,8 +400,8 @@ TEST(ElasticPeerRing, AMemberThatAskedBackInIsNotTheOneThatSendsTheResult) {
     st = node.ring->all_reduce_mean(x, 3, o);
   });
   std::this_thread::sleep_for(200ms);
-  trio.probe(1, 0, 4, /*restarted=*/true);  // at round 4, lowest id, no result
-  trio.probe(2, 0, 4);                      // completed round 3
+  trio.probe(1, 0, 4, /*restarted=*/true, /*holds_result=*/false);  // lowest id at 4
+  trio.probe(2, 0, 4);                                              // completed round 3
   std::vector<float> result(100);
   for (size_t k = 0; k < result.size(); ++k) result[k] = 1.0f + 0.01f * static_cast<float>(k);
   OutgoingModel m;
@@ -408,7 +411,7 @@ TEST(ElasticPeerRing, AMemberThatAskedBackInIsNotTheOneThatSendsTheResult) {
   round.join();
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_TRUE(st) << st.message();
-  EXPECT_EQ(x, result) << "node 2's result: node 1 asked back in and holds none";
+  EXPECT_EQ(x, result) << "node 2's result: node 1 holds none";
   EXPECT_LT(took, 4.0) << "taken as it came, not after the 5 s reform wait";
 }
 

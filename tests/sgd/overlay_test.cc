@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace gossip::sgd {
 namespace {
 
@@ -24,6 +27,23 @@ TEST(Overlay, ARoundGetsTheGraphOfTheMembersItsJoinsLeftItWith) {
   // Node 3's ring neighbors: 0 before the join, the joiner 4 from its first round.
   EXPECT_EQ(o.at(9).out_neighbors(3, 9), (std::vector<uint32_t>{0, 2}));
   EXPECT_EQ(o.at(10).out_neighbors(3, 10), (std::vector<uint32_t>{2, 4}));
+}
+
+// What a node's heartbeats must cover (NeighborExchange::watchers): every graph from a
+// round on, the middle ones of two joins scheduled ahead included.
+TEST(Overlay, FromARoundGivesEveryGraphThatHoldsFromItOn) {
+  Overlay o = overlay_of("ring", 4);
+  ASSERT_TRUE(o.grow(5, 10).is_ok());
+  ASSERT_TRUE(o.grow(6, 11).is_ok());
+  const auto sizes = [&](uint64_t round) {
+    std::vector<std::pair<uint64_t, uint32_t>> out;
+    for (const auto& [first, t] : o.from(round)) out.emplace_back(first, t->size());
+    return out;
+  };
+  using V = std::vector<std::pair<uint64_t, uint32_t>>;
+  EXPECT_EQ(sizes(3), (V{{3, 4}, {10, 5}, {11, 6}}));
+  EXPECT_EQ(sizes(10), (V{{10, 5}, {11, 6}}));
+  EXPECT_EQ(sizes(40), (V{{40, 6}}));
 }
 
 TEST(Overlay, AnAddHeardAgainOrLateChangesNoRoundAlreadyGiven) {
