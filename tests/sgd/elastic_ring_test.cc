@@ -312,6 +312,14 @@ struct Trio {
   }
 };
 
+// A round's result, as a member that completed it sends it to one behind (node 0).
+void send_result(peers::ZmqTransport& t, uint32_t self, uint64_t round, std::vector<float> values) {
+  OutgoingModel m;
+  m.kind = proto::Kind::kStateChunk;
+  ASSERT_TRUE(m.encode(values, self, round, 16, {}));
+  ASSERT_TRUE(m.send(t, 0, kLayout));
+}
+
 // Node 0's elastic ring over the trio's transport 0 and a TCP fabric of its own.
 struct ElasticNode {
   Trio trio;
@@ -351,10 +359,7 @@ TEST(ElasticPeerRing, AMemberBehindTakesTheResultOfOneThatCompletedTheRound) {
   std::vector<float> result(100);
   // In scale with node 0's own model (a mean of the members' models is): at most twice its norm.
   for (size_t k = 0; k < result.size(); ++k) result[k] = 1.0f + 0.01f * static_cast<float>(k);
-  OutgoingModel m;
-  m.kind = proto::Kind::kStateChunk;
-  ASSERT_TRUE(m.encode(result, 1, 3, 16, {}));
-  ASSERT_TRUE(m.send(*trio.t[1], 0, kLayout));
+  send_result(*trio.t[1], 1, 3, result);
   round.join();
   ASSERT_TRUE(st) << st.message();
   EXPECT_EQ(x, result) << "the round's result, not a second round over other inputs";
@@ -404,10 +409,7 @@ TEST(ElasticPeerRing, AMemberThatAskedBackInIsNotTheOneThatSendsTheResult) {
   trio.probe(2, 0, 4);                                              // completed round 3
   std::vector<float> result(100);
   for (size_t k = 0; k < result.size(); ++k) result[k] = 1.0f + 0.01f * static_cast<float>(k);
-  OutgoingModel m;
-  m.kind = proto::Kind::kStateChunk;
-  ASSERT_TRUE(m.encode(result, 2, 3, 16, {}));
-  ASSERT_TRUE(m.send(*trio.t[2], 0, kLayout));
+  send_result(*trio.t[2], 2, 3, result);
   round.join();
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_TRUE(st) << st.message();
@@ -460,12 +462,8 @@ TEST(ElasticPeerRing, OneMembersFarFutureResultIsNotTaken) {
   });
   std::this_thread::sleep_for(200ms);
   std::vector<float> planted(100, 1e4f);
-  for (uint64_t claimed : {uint64_t{1000000}, uint64_t{40}}) {  // beyond, and within, the lead
-    OutgoingModel m;
-    m.kind = proto::Kind::kStateChunk;
-    ASSERT_TRUE(m.encode(planted, 1, claimed - 1, 16, {}));
-    ASSERT_TRUE(m.send(*trio.t[1], 0, kLayout));
-  }
+  for (uint64_t claimed : {uint64_t{1000000}, uint64_t{40}})  // beyond, and within, the lead
+    send_result(*trio.t[1], 1, claimed - 1, planted);
   trio.probe(1, 0, 1000000);
   trio.probe(2, 0, 3);
   round.join();
@@ -488,10 +486,7 @@ TEST(ElasticPeerRing, AResultIsTakenOnlyFromTheMemberTheRuleNamesAndInScale) {
   std::vector<float> scaled = result;
   for (float& v : scaled) v *= 1e4f;
   const auto send = [](peers::ZmqTransport& t, std::vector<float> values) {
-    OutgoingModel m;
-    m.kind = proto::Kind::kStateChunk;
-    ASSERT_TRUE(m.encode(values, 1, 3, 16, {}));
-    ASSERT_TRUE(m.send(t, 0, kLayout));
+    send_result(t, 1, 3, std::move(values));
   };
   const auto round_with = [&](const std::vector<float>& from2, const std::vector<float>* from1,
                               Status* st, bool deltas = false) {
