@@ -142,6 +142,7 @@ class Cluster:
         return [str(o.bin / "gossip-train"), "--endpoint", f"ipc://{self.socket_path(i)}",
                 "--node", str(i), "--nodes", str(max(o.nodes, i + 1)), "--steps", str(o.steps),
                 "--seed", str(o.seed), "--batch", str(o.batch), "--lr", str(o.lr),
+                "--lr-schedule", o.lr_schedule,
                 "--eval-every", "0", "--save-model", str(self.out / f"node-{i}.model"),
                 "--result", str(self.out / f"node-{i}.json"), "--timeout-s", str(o.timeout)]
 
@@ -367,6 +368,10 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+                   help="the trainers' (gossip-train --lr-schedule); cosine ends each run at a low-noise "
+                        "point, so that the gap measures the churn rather than where SGD's noise left the "
+                        "last step")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--strategy", default="gossip")
     # Passed to gossipd only when given (its defaults otherwise); gossipd refuses one that

@@ -184,6 +184,11 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
     out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_min.count()));
     out->socket.set(zmq::sockopt::reconnect_ivl_max,
                     static_cast<int>(options_.reconnect_max.count()));
+    out->socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.link_ping.count()));
+    out->socket.set(zmq::sockopt::heartbeat_timeout,
+                    static_cast<int>(options_.link_silence.count()));
+    out->socket.set(zmq::sockopt::connect_timeout,
+                    static_cast<int>(options_.connect_timeout.count()));
     out->socket.set(zmq::sockopt::sndbuf, options_.socket_buffer_bytes);
     out->socket.set(zmq::sockopt::linger, static_cast<int>(options_.linger.count()));
     // What the link does (connected, refused our key...), for gossipctl doctor.

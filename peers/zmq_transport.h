@@ -32,6 +32,16 @@ namespace gossip::peers {
 struct TransportOptions {
   std::chrono::milliseconds reconnect_min{100};
   std::chrono::milliseconds reconnect_max{1000};
+  // A link that hears nothing back (not even ZMTP's pong) for `link_silence` after a
+  // ping is closed and connected afresh, each try bounded by `connect_timeout`. Without
+  // them a link cut by a failed switch waited on TCP's retransmission backoff: after a
+  // 10 s cut the links came back one by one over the next 0 to 7 s, and two elastic
+  // rings merged over the half they reached, then again (Experiments.PartitionHeals).
+  // The silence is long enough for a ping queued behind a full send buffer (4 MB) on a
+  // 10 Mbit/s link.
+  std::chrono::milliseconds link_ping{1000};
+  std::chrono::milliseconds link_silence{5000};
+  std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds linger{250};  // how long closing tries to flush a last message (bye)
   int socket_buffer_bytes = 4 << 20;
   // This daemon's CURVE secret key (Z85). Set: every peer needs its public key, the

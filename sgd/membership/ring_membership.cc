@@ -143,8 +143,19 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
     reform_->pending[peer] = {epoch, next_round, holds_result};
     return Probe::kIgnored;
   }
+  // A member's merging probe of an older epoch is heard only when it lists a node
+  // outside this view (it merged with them first). One that lists no other node is
+  // of a re-forming this node has decided already: a late copy (a merging node probes
+  // again when the union grows). Heard, each such copy started another re-forming,
+  // whose probes came late in turn: six re-formings in 30 ms after a partition healed,
+  // every connect of the union's first round refused, until the round's deadline
+  // (Experiments.PartitionHeals, CI).
+  const bool brings_news = merge == Merge::kMerging &&
+                           std::any_of(their_view.begin(), their_view.end(), [&](uint32_t id) {
+                             return id != self_ && !member(id) && configured(id);
+                           });
   if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining) && !vouched) ||
-      (member(peer) && epoch < epoch_ && merge != Merge::kMerging))
+      (member(peer) && epoch < epoch_ && !brings_news))
     return Probe::kIgnored;
   if (rejoining_ && joining) return Probe::kIgnored;
   const bool started = start(now, wait);

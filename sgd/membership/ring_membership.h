@@ -38,9 +38,10 @@
 // other and they decide one view. The nodes that decide a view with members of
 // another ring learn it (Change::merged): their synchronization points differ, and
 // the union's first round averages the models themselves (sgd/membership/peer_ring.h). A
-// member's merging probe is heard at an epoch older than this node's too: where links
-// came back one by one, a member may have merged with nodes of a higher epoch before
-// the others, and must hear them again. A node
+// member's merging probe that lists nodes outside this view is heard at an epoch older
+// than this node's too: where links came back one by one, a member may have merged
+// with nodes of a higher epoch before the others, and must hear them again (one that
+// lists no such node is a late copy of a re-forming decided already). A node
 // alone in its view merges by no offer: it was left out, and asks back in by taking a
 // member's state, as a restarted node does; nor does a node asking back in.
 //

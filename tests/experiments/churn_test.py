@@ -27,6 +27,8 @@ import tempfile
 import unittest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+import run_logs  # noqa: E402
 BUILD = ROOT / "build"
 
 
@@ -60,12 +62,7 @@ class ChurnRun(unittest.TestCase):
                 nodes[f.stem] = json.loads(f.read_text()).get("accuracy_local")
             except (OSError, ValueError) as e:
                 nodes[f.stem] = f"unreadable: {e}"
-        lines = []
-        for f in sorted(out.glob("gossipd-*.log")):
-            lines += [f"{f.stem}: {line}" for line in f.read_text(errors="replace").splitlines()
-                      if "[warning]" in line or "[error]" in line]
-        lines.sort(key=lambda line: line.split(": ", 1)[1][:23])
-        return f"\nthe nodes' own accuracies: {nodes}\n" + "\n".join(lines[-60:])
+        return f"\nthe nodes' own accuracies: {nodes}\n" + run_logs.merged_warnings(out)
 
 
 class Churn(ChurnRun):
@@ -113,7 +110,14 @@ class ElasticRingChurn(ChurnRun):
 
 
 class ElasticRingRestartChurn(ChurnRun):
-    ARGS = ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4"]
+    # A cosine schedule: at a constant learning rate the last step's test accuracy
+    # moves by a point between steps 50 apart, and where the kills fall (the load of
+    # the machine) moved the churn run's last step with it: gaps of 0.22 to 0.74 over
+    # five first-kill times with one core busy, 1.01 and 1.04 in two CI runs. With the
+    # rate decayed to 0 the same five gave -0.04 to 0.05 (2026-12-06): the gap is the
+    # churn's, not SGD's noise.
+    ARGS = ["--strategy", "local-sgd", "--transport", "tcp", "--elastic", "on", "--period", "4",
+            "--lr-schedule", "cosine"]
 
     def test_restarted_nodes_rejoin_and_every_trainer_finishes(self):
         self.assertGreaterEqual(self.report["kills"], 3, f"{self.report}\n{self.log[-2000:]}")
@@ -123,8 +127,7 @@ class ElasticRingRestartChurn(ChurnRun):
         self.assertEqual(self.report["unlogged"], [], self.log)
 
     def test_average_model_is_within_one_point_of_the_undisturbed_run(self):
-        # 0.0 to 0.25 points in six runs here (2026-12-05); 1.04 once in a CI run here,
-        # which kept no more than the report: hence the evidence on a failure.
+        # The evidence (each node's accuracy, the daemons' warnings) only on a failure.
         self.assertGreater(self.report["undisturbed"]["average_accuracy"], 0.84)
         gap = self.report["accuracy_gap"]
         if gap > 1.0:  # the evidence reads every daemon's log: only for a failure
@@ -139,6 +142,5 @@ if __name__ == "__main__":
     BUILD = pathlib.Path(args.build)
     if not args.long and not any(not a.startswith("-") for a in rest):
         rest.append("ElasticRingRestartChurn")
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/: ctest_unittest
-    import ctest_unittest
+    import ctest_unittest  # tests/, on the path above
     ctest_unittest.run([sys.argv[0]] + rest)

@@ -31,6 +31,8 @@ import unittest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
 import testbed  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
+import run_logs  # noqa: E402
 
 BUILD = ROOT / "build"
 
@@ -66,9 +68,13 @@ class PartitionHeals(unittest.TestCase):
                      "--out", tmp, "--timeout", "120", "--", *args],
                     capture_output=True, text=True, timeout=600)
                 if done.returncode != 0:
-                    # The run's logs go with its directory: their ends are the evidence.
-                    logs = "".join(f"\n--- {p.name} (end) ---\n" + p.read_text(errors="replace")[-2000:]
-                                   for p in sorted(pathlib.Path(tmp).glob("*.log")))
+                    # The run's logs go with its directory: the daemons' warnings in
+                    # time order (a re-forming storm reads across the nodes), and the
+                    # trainers' ends, are the evidence.
+                    logs = "\n--- the daemons' warnings and errors, in time order ---\n" + \
+                        run_logs.merged_warnings(tmp, last=150) + "".join(
+                            f"\n--- {p.name} (end) ---\n" + p.read_text(errors="replace")[-600:]
+                            for p in sorted(pathlib.Path(tmp).glob("trainer-*.log")))
                     cls.failures[name] = (f"partition.py exited {done.returncode}:\n{done.stdout}\n"
                                           f"{done.stderr[-3000:]}{logs}")
                     print(f"\n{name}: {cls.failures[name]}", file=sys.stderr)
@@ -135,6 +141,5 @@ if __name__ == "__main__":
     if SKIP:
         print(f"skipped: {SKIP}", file=sys.stderr)
         sys.exit(77)
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/: ctest_unittest
-    import ctest_unittest
+    import ctest_unittest  # tests/, on the path above
     ctest_unittest.run([sys.argv[0]] + rest)

@@ -252,5 +252,41 @@ TEST(RingMerge, AReformingOfOneRingIsNoMerge) {
   EXPECT_FALSE(change.merged);
 }
 
+// A union that still owes its first round re-forms with merging probes, and a node
+// probes again when its union grows: a copy can reach a member after it decided that
+// re-forming. Heard, each late copy started another re-forming whose probes came late
+// in turn: six re-formings in 30 ms after a heal, every connect of the union's first
+// round refused until the round's deadline (Experiments.PartitionHeals, CI).
+TEST(RingMerge, ALateCopyOfAMergingProbeStartsNoReforming) {
+  for (uint32_t seed = 0; seed < 50; ++seed) {
+    SCOPED_TRACE(seed);
+    ProbeWorld w(7);
+    w.split(6, 1, 0);  // the union of 0-5 at epoch 1; 6 is configured, outside
+    w.nodes[0].start(w.t0, w.wait);
+    std::vector<ProbeWorld::Message> copies;
+    for (uint32_t to = 1; to < 6; ++to)
+      copies.push_back(
+          {0, to, w.nodes[0].epoch(), false, w.nodes[0].probe_list(), Merge::kMerging});
+    w.queue = copies;
+    std::mt19937 rng(seed);
+    w.run(rng);  // node 6, outside, does not re-form
+    for (uint32_t id = 0; id < 6; ++id) {
+      ASSERT_TRUE(w.nodes[id].ready(w.t0)) << "node " << id;
+      w.nodes[id].decide();
+    }
+    for (const auto& copy : copies) {
+      EXPECT_EQ(w.deliver(copy), Probe::kIgnored) << "to node " << copy.to;
+      EXPECT_FALSE(w.nodes[copy.to].reforming()) << "node " << copy.to;
+    }
+    EXPECT_TRUE(w.queue.empty());
+    for (uint32_t id = 0; id < 6; ++id) EXPECT_EQ(w.nodes[id].epoch(), 2u) << "node " << id;
+    // A member's merging probe of the older epoch that lists a node outside the view
+    // (it merged with node 6 first) is heard.
+    EXPECT_EQ(w.nodes[2].on_probe(1, 1, 9, w.t0, w.wait, false,
+                                  std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}, Merge::kMerging),
+              Probe::kStarted);
+  }
+}
+
 }  // namespace
 }  // namespace gossip::sgd
