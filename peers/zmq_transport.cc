@@ -149,7 +149,7 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     t->watchdog_ = std::make_unique<InboundWatchdog>(
         InboundWatchdog::wire_bytes(proto::kMaxPayloadBytes, curve) +
             InboundWatchdog::wire_bytes(proto::kMaxHeaderBytes, curve) + (64 << 10),
-        curve);
+        curve, kPingBytesPerSecond);
     t->inbound_.bind(listen);
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot listen on {}: {}", listen, e.what()));

@@ -39,6 +39,8 @@ struct TransportOptions {
   // rings merged over the half they reached, then again (Experiments.PartitionHeals).
   // The silence is long enough for a ping queued behind a full send buffer (4 MB) on a
   // 10 Mbit/s link.
+  // A ZMTP ping is 9 bytes on the wire, 42 under CURVE; the inbound watchdog allows
+  // kPingBytesPerSecond for them, which covers pings every 1 s.
   std::chrono::milliseconds link_ping{1000};
   std::chrono::milliseconds link_silence{5000};
   std::chrono::milliseconds connect_timeout{1000};
@@ -55,6 +57,9 @@ struct TransportOptions {
   // shares a number with (ROUTER keeps one connection per routing id) nor speaks for it.
   std::string run_id;
 };
+
+// What a peer's pings may take a second on a link into this node (InboundWatchdog).
+inline constexpr uint64_t kPingBytesPerSecond = 64;
 
 class ZmqTransport final : public PeerChannel {
  public:

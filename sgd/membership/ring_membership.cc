@@ -66,10 +66,19 @@ RingMembership::Probe RingMembership::hear_merge(uint32_t peer, uint64_t epoch, 
                                                  Clock::time_point now,
                                                  std::chrono::milliseconds wait,
                                                  std::span<const uint32_t> their_view,
-                                                 bool holds_result) {
+                                                 bool holds_result, bool offer) {
   const bool started = start(now, wait);
   auto& r = *reform_;
   r.merging = true;
+  if (offer) {
+    // An offer is vouched for, not heard: it may have waited in a queue for as long as
+    // the link was cut, and its round is the round it was sent at. The offerer's own
+    // probe, which answers ours, brings its round now; taken from the offer, the two
+    // sides agreed on different first rounds of the union (200 and 206) and re-formed
+    // once more.
+    vouch_for(their_view);
+    return started ? Probe::kStarted : Probe::kHeard;
+  }
   r.heard[peer] = next_round;
   if (holds_result)
     r.without_result.erase(peer);
@@ -134,10 +143,11 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
                        std::none_of(their_view.begin(), their_view.end(),
                                     [&](uint32_t id) { return id == self_ || member(id); });
     if (!may_merge() || !apart) return Probe::kIgnored;
-    return hear_merge(peer, epoch, next_round, now, wait, their_view, holds_result);
+    return hear_merge(peer, epoch, next_round, now, wait, their_view, holds_result, /*offer=*/true);
   }
   if (merge == Merge::kMerging && may_merge() && lists(self_))
-    return hear_merge(peer, epoch, next_round, now, wait, their_view, holds_result);
+    return hear_merge(peer, epoch, next_round, now, wait, their_view, holds_result,
+                      /*offer=*/false);
   const bool vouched = reform_ && reform_->vouched.count(peer) > 0;
   if (peer != self_ && reform_ && !member(peer) && !vouched && !joining && configured(peer)) {
     reform_->pending[peer] = {epoch, next_round, holds_result};

@@ -31,19 +31,20 @@
 // Two rings that trained apart (a partition that healed) merge. A live ring offers
 // itself now and then to the configured peers outside its view (offers()); a node of
 // another ring of two or more, whose view shares no node with the offer's, starts a
-// merging re-forming: it hears the offerer and vouches for its members. A merging
-// node's probes list the union it expects (its view and the outsiders it vouched for
-// or heard) and say so (kMerging), and such a probe from outside the view that lists
-// this node brings it into the merge too, so every node of both rings hears every
-// other and they decide one view. The nodes that decide a view with members of
-// another ring learn it (Change::merged): their synchronization points differ, and
-// the union's first round averages the models themselves (sgd/membership/peer_ring.h). A
-// member's merging probe that lists nodes outside this view is heard at an epoch older
-// than this node's too: where links came back one by one, a member may have merged
-// with nodes of a higher epoch before the others, and must hear them again (one that
-// lists no such node is a late copy of a re-forming decided already). A node
-// alone in its view merges by no offer: it was left out, and asks back in by taking a
-// member's state, as a restarted node does; nor does a node asking back in.
+// merging re-forming: it vouches for the offerer and its members (the offer may be old;
+// the offerer's probe, which answers, is heard). A merging node's probes list the union
+// it expects (its view and the outsiders it vouched for or heard) and say so
+// (kMerging), and such a probe from outside the view that lists this node brings it
+// into the merge too, so every node of both rings hears every other and they decide one
+// view. The nodes that decide a view with members of another ring learn it
+// (Change::merged): their synchronization points differ, and the union's first round
+// averages the models themselves (sgd/membership/peer_ring.h). A member's merging probe
+// that lists nodes outside this view is heard at an epoch older than this node's too:
+// where links came back one by one, a member may have merged with nodes of a higher
+// epoch before the others, and must hear them again (one that lists no such node is a
+// late copy of a re-forming decided already). A node alone in its view merges by no
+// offer: it was left out, and asks back in by taking a member's state, as a restarted
+// node does; nor does a node asking back in.
 //
 // Nodes that the others left out may not know it yet: their view still holds the
 // others, who ignore their probes and never send them a ring address for it. An
@@ -192,11 +193,12 @@ class RingMembership {
     std::map<uint32_t, uint64_t> merging_claims;  // members heard by a merging probe
     std::set<uint32_t> without_result;            // their last probe said so
   };
-  // A merging probe from `peer` (an offer, or kMerging from outside the view) is
-  // heard: it and what it lists are taken in.
+  // A merging probe from `peer` (an offer, or kMerging from outside the view) starts a
+  // merging re-forming: what it lists is vouched for, and `peer` heard (an offer's
+  // sender only vouched for: its own probe is waited for).
   Probe hear_merge(uint32_t peer, uint64_t epoch, uint64_t next_round, Clock::time_point now,
                    std::chrono::milliseconds wait, std::span<const uint32_t> their_view,
-                   bool holds_result);
+                   bool holds_result, bool offer);
   void vouch_for(std::span<const uint32_t> their_view);
   // An offer from `peer`, a member of this node's view, that does not list this node:
   // their ring went on without it.

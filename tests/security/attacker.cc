@@ -32,7 +32,8 @@
 //   gossip-attacker merge-offer --target EP --as-node N --id I --round R [--count K]
 //     Poses as node N of a plain cluster whose nodes N and I are not running, and
 //     offers the elastic ring at --target a merge with a ring [N, I] that claims to be
-//     at round R (a ring-probe with merge = offer), K times, 200 ms apart.
+//     at round R (a ring-probe with merge = offer), and answers as an offerer does (a
+//     merging probe listing every id up to its own, at round R), K times, 200 ms apart.
 //
 //   gossip-attacker ring-replay --listen PORT --target PORT --capture FILE [--seconds S]
 //     A man in the middle on one ring link (loopback): takes the connection the
@@ -58,6 +59,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -467,17 +469,30 @@ int merge_offer(const std::string& target, int as_node, uint32_t other, uint64_t
   using gossip::proto::RingProbe;
   zmq::context_t context;
   zmq::socket_t out = dealer_as(context, target, as_node);
-  const uint32_t view[2] = {static_cast<uint32_t>(as_node), other};
-  std::string members(sizeof(view), '\0');
-  for (size_t i = 0; i < 2; ++i)
-    for (int b = 0; b < 4; ++b)
-      members[4 * i + b] = static_cast<char>((view[i] >> (8 * b)) & 0xff);  // little-endian
-  for (int i = 0; i < count; ++i) {
+  const auto encode = [](const std::vector<uint32_t>& ids) {
+    std::string out(4 * ids.size(), '\0');
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int b = 0; b < 4; ++b)
+        out[4 * i + b] = static_cast<char>((ids[i] >> (8 * b)) & 0xff);  // little-endian
+    return out;
+  };
+  const std::string view = encode({static_cast<uint32_t>(as_node), other});
+  // The union it claims to merge into: every id up to its own.
+  std::vector<uint32_t> all;
+  for (uint32_t id = 0; id <= std::max(static_cast<uint32_t>(as_node), other); ++id)
+    all.push_back(id);
+  const std::string union_ids = encode(all);
+  const auto send = [&](RingProbe probe, const std::string& members) {
     const std::string head =
-        gossip::proto::encode_head(static_cast<uint32_t>(as_node), round,
-                                   RingProbe{7, 7, false, 2, RingProbe::kOffer}, members.size());
+        gossip::proto::encode_head(static_cast<uint32_t>(as_node), round, probe, members.size());
     (void)out.send(zmq::buffer(head), zmq::send_flags::sndmore);
     (void)out.send(zmq::buffer(members));
+  };
+  for (int i = 0; i < count; ++i) {
+    send(RingProbe{7, 7, false, 2, RingProbe::kOffer}, view);
+    // An offer is only vouched for; its sender is heard by the merging probe with
+    // which it answers the target's, as a real offerer does.
+    send(RingProbe{7, 7, false, all.size(), RingProbe::kMerging}, union_ids);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::printf("sent %d merge offers claiming round %llu\n", count,

@@ -175,11 +175,12 @@ TEST(JoinAttack, AnAddOfAKnownIdWithAnotherEndpointChangesNothingAndIsSaid) {
 
 // A forged merge offer (sgd/membership/ring_membership.h), from a process posing as node 3 of an
 // elastic ring of five configured nodes of which nodes 0-2 run: a ring [3, 4] at round
-// 10^9. Node 0 merges with it, but a side of one heard node may claim at most 64
-// rounds past this side's, and the trainers' step moves with the round; the liar runs
-// no round, is left out, and nodes 1 and 2 align on node 0's union round (it says so
-// in its merging probes) rather than run rounds apart from it. Every trainer keeps
-// syncing, and the three replicas stay one.
+// 10^9, and the merging probe with which an offerer answers, at that round (an offer
+// alone is only vouched for, and its round not heard). Node 0 merges with it, but a side of one
+// heard node may claim at most 64 rounds past this side's, and the trainers' step moves with the
+// round; the liar runs no round, is left out, and nodes 1 and 2 align on node 0's union round (it
+// says so in its merging probes) rather than run rounds apart from it. Every trainer keeps syncing,
+// and the three replicas stay one.
 TEST(MergeAttack, AForgedOfferCannotSendTheRingFarAheadNorSplitIt) {
   Cluster cluster(5, {"--period", "1", "--transport", "tcp", "--elastic", "on", "--dead-after", "1",
                       "--round-timeout", "10"});

@@ -160,6 +160,31 @@ TEST(RingMerge, AStaleOrForeignOfferLeavesTheViewAlone) {
   EXPECT_TRUE(m.alone());
 }
 
+// An offer sent while the link was cut arrives after the heal with the round it was
+// sent at. The union's first round is agreed from the offerer's own probe, which
+// answers this node's: from the offer, the two sides took different first rounds
+// (200 and 206) and re-formed once more (experiments/partition.py).
+TEST(RingMerge, AnOfferIsVouchedForAndItsSendersOwnProbeGivesItsRound) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RingMembership m(0, {1, 2, 3, 4, 5}, /*admit_joiners=*/true);
+  m.start(t0, 1s);
+  for (uint32_t id : {1u, 2u}) m.on_probe(id, 0, 200, t0, 1s);
+  m.decide();  // {0, 1, 2} at epoch 1
+  const std::vector<uint32_t> theirs{3, 4, 5};
+  ASSERT_EQ(m.on_probe(3, 1, 76, t0, 1s, false, theirs, Merge::kOffer), Probe::kStarted);
+  EXPECT_TRUE(m.merging());
+  const std::vector<uint32_t> union_{0, 1, 2, 3, 4, 5};
+  for (uint32_t id : {1u, 2u}) m.on_probe(id, 1, 200, t0, 1s, false, union_, Merge::kMerging);
+  for (uint32_t id : {4u, 5u}) m.on_probe(id, 1, 206, t0, 1s, false, union_, Merge::kMerging);
+  EXPECT_FALSE(m.ready(t0)) << "node 3 was vouched for by its offer, not heard";
+  m.on_probe(3, 1, 206, t0, 1s, false, union_, Merge::kMerging);
+  ASSERT_TRUE(m.ready(t0));
+  const auto change = m.decide();
+  EXPECT_EQ(m.members(), union_);
+  EXPECT_TRUE(change.merged);
+  EXPECT_EQ(change.next_rounds.at(3), 206u) << "the round of its probe, not of its offer";
+}
+
 TEST(RingMerge, AnOfferFromARingThatSharesANodeIsNoOtherRing) {
   const auto t0 = std::chrono::steady_clock::now();
   RingMembership m(4, {0, 1, 2, 3, 5}, /*admit_joiners=*/true);
