@@ -68,13 +68,8 @@ int64_t InboundWatchdog::held(int fd) const {
   int queued = 0;
   if (::ioctl(fd, SIOCINQ, &queued) != 0) return -1;
   const uint64_t read = info.tcpi_bytes_received - static_cast<uint64_t>(queued);
-  const auto age = std::chrono::steady_clock::now() - it->second.since;
-  const uint64_t pings =
-      ping_bytes_per_s_ *
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(age).count() + 1);
-  const uint64_t accounted = it->second.delivered + pings;
   // Fewer bytes read than delivered: the two calls raced a read; nothing is held.
-  return read > accounted ? static_cast<int64_t>(read - accounted) : 0;
+  return read > it->second.delivered ? static_cast<int64_t>(read - it->second.delivered) : 0;
 }
 
 }  // namespace gossip::peers

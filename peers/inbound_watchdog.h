@@ -26,13 +26,8 @@ namespace gossip::peers {
 class InboundWatchdog {
  public:
   // `limit`: the most one connection may hold undelivered; `curve`: parts arrive as
-  // CURVE MESSAGE commands, whose wire size differs. `ping_bytes_per_s`: what the
-  // peer's ZMTP pings may take a second (peers/zmq_transport.h, link_ping): libzmq
-  // reads and answers them without handing anything over, so they are counted as read
-  // and never as delivered. Without the allowance a link's pings would add up to the
-  // limit and have it cut after weeks.
-  InboundWatchdog(uint64_t limit, bool curve, uint64_t ping_bytes_per_s = 0)
-      : limit_(limit), curve_(curve), ping_bytes_per_s_(ping_bytes_per_s) {}
+  // CURVE MESSAGE commands, whose wire size differs.
+  InboundWatchdog(uint64_t limit, bool curve) : limit_(limit), curve_(curve) {}
 
   // From the socket monitor: a connection was accepted, or is gone.
   void accepted(int fd);
@@ -89,13 +84,11 @@ class InboundWatchdog {
   struct Connection {
     sockaddr_storage local{}, remote{};  // to tell a reused descriptor from ours
     uint64_t delivered = 0;
-    std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
   };
   bool still_ours(int fd, const Connection& c) const;
 
   uint64_t limit_;
   bool curve_;
-  uint64_t ping_bytes_per_s_;
   std::map<int, Connection> connections_;
 };
 

@@ -149,7 +149,7 @@ Result<std::unique_ptr<ZmqTransport>> ZmqTransport::create(uint32_t self, const 
     t->watchdog_ = std::make_unique<InboundWatchdog>(
         InboundWatchdog::wire_bytes(proto::kMaxPayloadBytes, curve) +
             InboundWatchdog::wire_bytes(proto::kMaxHeaderBytes, curve) + (64 << 10),
-        curve, kPingBytesPerSecond);
+        curve);
     t->inbound_.bind(listen);
   } catch (const zmq::error_t& e) {
     return Status::io_error(fmt::format("cannot listen on {}: {}", listen, e.what()));
@@ -184,9 +184,7 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
     out->socket.set(zmq::sockopt::reconnect_ivl, static_cast<int>(options_.reconnect_min.count()));
     out->socket.set(zmq::sockopt::reconnect_ivl_max,
                     static_cast<int>(options_.reconnect_max.count()));
-    out->socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.link_ping.count()));
-    out->socket.set(zmq::sockopt::heartbeat_timeout,
-                    static_cast<int>(options_.link_silence.count()));
+    out->socket.set(zmq::sockopt::tcp_maxrt, static_cast<int>(options_.link_silence.count()));
     out->socket.set(zmq::sockopt::connect_timeout,
                     static_cast<int>(options_.connect_timeout.count()));
     out->socket.set(zmq::sockopt::sndbuf, options_.socket_buffer_bytes);

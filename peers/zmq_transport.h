@@ -32,16 +32,15 @@ namespace gossip::peers {
 struct TransportOptions {
   std::chrono::milliseconds reconnect_min{100};
   std::chrono::milliseconds reconnect_max{1000};
-  // A link that hears nothing back (not even ZMTP's pong) for `link_silence` after a
-  // ping is closed and connected afresh, each try bounded by `connect_timeout`. Without
-  // them a link cut by a failed switch waited on TCP's retransmission backoff: after a
-  // 10 s cut the links came back one by one over the next 0 to 7 s, and two elastic
-  // rings merged over the half they reached, then again (Experiments.PartitionHeals).
-  // The silence is long enough for a ping queued behind a full send buffer (4 MB) on a
-  // 10 Mbit/s link.
-  // A ZMTP ping is 9 bytes on the wire, 42 under CURVE; the inbound watchdog allows
-  // kPingBytesPerSecond for them, which covers pings every 1 s.
-  std::chrono::milliseconds link_ping{1000};
+  // A link whose sent bytes go unacknowledged for `link_silence` (TCP_USER_TIMEOUT) is
+  // closed and connected afresh, each try bounded by `connect_timeout`. Without them a
+  // link cut by a failed switch waited on TCP's retransmission back-off: after a 10 s
+  // cut the links came back one by one over the next 0 to 7 s, and two elastic rings
+  // merged over the half they reached, then again (Experiments.PartitionHeals). Only
+  // unacknowledged data counts: a slow link that makes progress, however full its
+  // buffers, is never cut, and an idle one needs nothing (its next send goes through).
+  // ZMTP heartbeats did the same at a ping a second on every link (O(n) a node), and cut
+  // slow links whose buffers took longer than the timeout to drain.
   std::chrono::milliseconds link_silence{5000};
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds linger{250};  // how long closing tries to flush a last message (bye)
@@ -57,9 +56,6 @@ struct TransportOptions {
   // shares a number with (ROUTER keeps one connection per routing id) nor speaks for it.
   std::string run_id;
 };
-
-// What a peer's pings may take a second on a link into this node (InboundWatchdog).
-inline constexpr uint64_t kPingBytesPerSecond = 64;
 
 class ZmqTransport final : public PeerChannel {
  public:

@@ -44,7 +44,9 @@ bool RingMembership::member(uint32_t id) const {
 
 bool RingMembership::start(Clock::time_point now, std::chrono::milliseconds wait) {
   if (reform_) return false;
-  reform_ = Reform{now + wait, epoch_, {}, {}, {}, {}, {}, false, {}, {}, {}};
+  reform_.emplace();
+  reform_->until = now + wait;
+  reform_->highest_epoch = epoch_;
   return true;
 }
 
@@ -54,6 +56,7 @@ void RingMembership::vouch_for(std::span<const uint32_t> their_view) {
     if (id == self_ || member(id) || !configured(id) || !r.vouched.insert(id).second) continue;
     if (auto p = r.pending.find(id); p != r.pending.end()) {
       r.heard[id] = p->second.next_round;
+      r.heard_epoch[id] = p->second.epoch;
       if (!p->second.holds_result) r.without_result.insert(id);
       r.highest_epoch = std::max(r.highest_epoch, p->second.epoch);
       if (r.merging) r.merged_in.insert(id);
@@ -80,6 +83,7 @@ RingMembership::Probe RingMembership::hear_merge(uint32_t peer, uint64_t epoch, 
     return started ? Probe::kStarted : Probe::kHeard;
   }
   r.heard[peer] = next_round;
+  r.heard_epoch[peer] = epoch;
   if (holds_result)
     r.without_result.erase(peer);
   else
@@ -153,24 +157,24 @@ RingMembership::Probe RingMembership::on_probe(uint32_t peer, uint64_t epoch, ui
     reform_->pending[peer] = {epoch, next_round, holds_result};
     return Probe::kIgnored;
   }
-  // A member's merging probe of an older epoch is heard only when it lists a node
-  // outside this view (it merged with them first). One that lists no other node is
-  // of a re-forming this node has decided already: a late copy (a merging node probes
-  // again when the union grows). Heard, each such copy started another re-forming,
-  // whose probes came late in turn: six re-formings in 30 ms after a partition healed,
-  // every connect of the union's first round refused, until the round's deadline
+  // A member's merging probe of an older epoch is heard (it may have merged with others
+  // first), unless it is a late copy: of an epoch no newer than the probe of that member
+  // this node heard last. A node's epoch grows with each re-forming it decides, so such
+  // a probe is of a re-forming this node has decided already (a merging node probes
+  // again when its union grows). Heard, each late copy started another re-forming, whose
+  // probes came late in turn: six re-formings in 30 ms after a partition healed, every
+  // connect of the union's first round refused, until the round's deadline
   // (Experiments.PartitionHeals, CI).
-  const bool brings_news = merge == Merge::kMerging &&
-                           std::any_of(their_view.begin(), their_view.end(), [&](uint32_t id) {
-                             return id != self_ && !member(id) && configured(id);
-                           });
+  const auto last = last_heard_epoch_.find(peer);
+  const bool late_copy = last != last_heard_epoch_.end() && epoch <= last->second;
   if (peer == self_ || (!member(peer) && !joiner(peer, epoch, joining) && !vouched) ||
-      (member(peer) && epoch < epoch_ && !brings_news))
+      (member(peer) && epoch < epoch_ && (merge != Merge::kMerging || late_copy)))
     return Probe::kIgnored;
   if (rejoining_ && joining) return Probe::kIgnored;
   const bool started = start(now, wait);
   auto& r = *reform_;
   r.heard[peer] = next_round;
+  r.heard_epoch[peer] = epoch;
   if (holds_result)
     r.without_result.erase(peer);
   else
@@ -270,6 +274,8 @@ RingMembership::Change RingMembership::decide() {
   for (const auto& [id, next] : reform_->heard)
     if (!member(id)) change.joined.push_back(id);
   change.before = order_.ids;
+  for (const auto& [id, e] : reform_->heard_epoch)
+    last_heard_epoch_[id] = std::max(last_heard_epoch_[id], e);
   for (const auto& [id, next] : reform_->merging_claims)
     if (reform_->heard.count(id)) change.merging_claims[id] = reform_->heard.at(id);
   change.merged = std::any_of(reform_->merged_in.begin(), reform_->merged_in.end(),

@@ -39,10 +39,10 @@
 // view. The nodes that decide a view with members of another ring learn it
 // (Change::merged): their synchronization points differ, and the union's first round
 // averages the models themselves (sgd/membership/peer_ring.h). A member's merging probe
-// that lists nodes outside this view is heard at an epoch older than this node's too:
-// where links came back one by one, a member may have merged with nodes of a higher
-// epoch before the others, and must hear them again (one that lists no such node is a
-// late copy of a re-forming decided already). A node alone in its view merges by no
+// is heard at an epoch older than this node's too: where links came back one by one, a
+// member may have merged with nodes of a higher epoch before the others, and must hear
+// them again; but not a late copy, of an epoch no newer than that member's probe this
+// node last decided on. A node alone in its view merges by no
 // offer: it was left out, and asks back in by taking a member's state, as a restarted
 // node does; nor does a node asking back in.
 //
@@ -177,9 +177,10 @@ class RingMembership {
   struct Reform {
     Clock::time_point until;
     uint64_t highest_epoch = 0;
-    std::map<uint32_t, uint64_t> heard;  // member -> its next round
-    std::set<uint32_t> vouched;          // outside the view, listed by a member heard
-    std::set<uint32_t> probed;           // outside the view, sent our probe
+    std::map<uint32_t, uint64_t> heard;        // member -> its next round
+    std::map<uint32_t, uint64_t> heard_epoch;  // member -> the epoch it probed at
+    std::set<uint32_t> vouched;                // outside the view, listed by a member heard
+    std::set<uint32_t> probed;                 // outside the view, sent our probe
     // Configured peers outside the view whose probe came before a member vouched for
     // them: heard once one does (the probe is not sent twice).
     struct Pending {
@@ -208,6 +209,9 @@ class RingMembership {
   bool configured(uint32_t id) const;
   std::optional<Reform> reform_;
   bool rejoining_ = false;
+  // Each peer's epoch in the last probe of it this node decided on: a merging probe no
+  // newer is a late copy (on_probe()).
+  std::map<uint32_t, uint64_t> last_heard_epoch_;
 };
 
 }  // namespace gossip::sgd

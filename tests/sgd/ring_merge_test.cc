@@ -305,12 +305,28 @@ TEST(RingMerge, ALateCopyOfAMergingProbeStartsNoReforming) {
     }
     EXPECT_TRUE(w.queue.empty());
     for (uint32_t id = 0; id < 6; ++id) EXPECT_EQ(w.nodes[id].epoch(), 2u) << "node " << id;
-    // A member's merging probe of the older epoch that lists a node outside the view
-    // (it merged with node 6 first) is heard.
-    EXPECT_EQ(w.nodes[2].on_probe(1, 1, 9, w.t0, w.wait, false,
-                                  std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}, Merge::kMerging),
-              Probe::kStarted);
   }
+}
+
+// Links come back one by one: node 0 decided epoch 10 having heard node 1 at epoch 3;
+// node 1, cut from the others meanwhile, decided epoch 4 and now re-forms. Its merging
+// probe is older than node 0's epoch but newer than the one node 0 heard: fresh, and
+// heard (without it node 0 left node 1 out). A copy of the epoch-3 probe is not.
+TEST(RingMerge, AnOlderMergingProbeIsHeardUnlessNodeZeroHeardThatEpochOfItsSender) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<uint32_t> all{0, 1, 2, 3};
+  RingMembership m(0, {1, 2, 3}, /*admit_joiners=*/true);
+  m.start(t0, 1s);
+  m.on_probe(1, 3, 9, t0, 1s, false, all, Merge::kMerging);
+  for (uint32_t id : {2u, 3u}) m.on_probe(id, 9, 9, t0, 1s, false, all, Merge::kMerging);
+  ASSERT_TRUE(m.ready(t0));
+  m.decide();
+  ASSERT_EQ(m.epoch(), 10u);
+  EXPECT_EQ(m.on_probe(1, 3, 9, t0, 1s, false, all, Merge::kMerging), Probe::kIgnored)
+      << "a late copy";
+  EXPECT_FALSE(m.reforming());
+  EXPECT_EQ(m.on_probe(1, 4, 12, t0, 1s, false, all, Merge::kMerging), Probe::kStarted)
+      << "node 1's probe of a re-forming since";
 }
 
 }  // namespace
