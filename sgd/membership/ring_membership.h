@@ -42,9 +42,9 @@
 // is heard at an epoch older than this node's too: where links came back one by one, a
 // member may have merged with nodes of a higher epoch before the others, and must hear
 // them again; but not a late copy, of an epoch no newer than that member's probe this
-// node last decided on. A node alone in its view merges by no
-// offer: it was left out, and asks back in by taking a member's state, as a restarted
-// node does; nor does a node asking back in.
+// node last decided on. A node alone in its view merges by no offer: it was left out,
+// and asks back in by taking a member's state, as a restarted node does; nor does a
+// node asking back in.
 //
 // Nodes that the others left out may not know it yet: their view still holds the
 // others, who ignore their probes and never send them a ring address for it. An
