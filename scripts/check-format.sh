@@ -9,10 +9,17 @@ if [[ "${1:-}" == --fix ]]; then
   clang-format -i "${files[@]}"
   exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-  clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# A hundred files per clang-format, two at a time: one process per file took 50 s of
+# CI's time (2026-12-06), most of it starting clang-format 800 times.
+rc=0
+out=$(printf '%s\0' "${files[@]}" | xargs -0 -n 100 -P 2 clang-format --dry-run --Werror 2>&1) || rc=$?
+mapfile -t bad < <(grep -oE '^[^:]+:[0-9]+:[0-9]+: error: code should be clang-formatted' <<< "$out" |
+                   cut -d: -f1 | sort -u)
+if [[ $rc -ne 0 && ${#bad[@]} -eq 0 ]]; then
+  echo "check-format: clang-format failed:" >&2
+  echo "$out" >&2
+  exit 1
+fi
 if [[ ${#bad[@]} -gt 0 ]]; then
   echo "check-format: ${#bad[@]} file(s) not formatted by .clang-format (scripts/check-format.sh --fix):" >&2
   printf '  %s\n' "${bad[@]}" >&2

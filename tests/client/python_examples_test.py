@@ -3,8 +3,9 @@
 `gossipctl run` per node, on loopback, on the real Fashion-MNIST. The CNN trains to
 a real accuracy (on 2,000 of the test images: the 10,000 take a CPU core 12 s per
 node); the torchvision model (Debian's python3-torchvision; skipped with the
-reason where it is missing) runs three steps end to end, since ResNet-18 on two CPU
-cores takes minutes per hundred steps. Exit code 77 where python3-torch is missing.
+reason where it is missing) runs three steps of batch 8 end to end, since ResNet-18
+on two CPU cores takes minutes per hundred steps (batch 64: 5 s more for nothing more
+checked). Exit code 77 where python3-torch is missing.
 
     /usr/bin/python3 tests/client/python_examples_test.py --build build
 """
@@ -56,7 +57,7 @@ class Examples(unittest.TestCase):
             self.skipTest(f"python3-torchvision is missing ({e})")
         codes, outs = run_example(["--strategy", "allreduce"],
                                   [str(ROOT / "examples" / "torchvision_fashion_mnist.py"), "--steps", "3",
-                                   "--test-images", "100"], 300)
+                                   "--batch", "8", "--test-images", "100"], 300)
         self.assertEqual(codes, [0, 0], "\n".join(o[-3000:] for o in outs))
         acc = accuracies(outs)
         self.assertEqual(len(acc), 2, outs)
