@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang in build-fuzz/ and fuzzes each for a while.
 #
-#   fuzz/run.sh [--seconds N] [--target NAME] [--jobs J]
+#   fuzz/run.sh [--seconds N] [--target NAME] [--jobs J] [--build-only]
 #
 #   --seconds N   time per target (default 60); ctest's Fuzz.Short uses 10
 #   --target NAME one of: wire_header codec_decode ipc_message config state_transfer initial_model
 #                 (default: all)
 #   --jobs J      parallel compile jobs (default 2)
+#   --build-only  build the targets and stop (scripts/test.sh, ahead of Fuzz.Short)
 #
 # Each target starts from fuzz/corpus/<target>/ and fuzz/regressions/<target>/ (read
 # only) and keeps what it finds in build-fuzz/fuzz-corpus/<target>/. A crash, a
@@ -23,13 +24,15 @@ all_targets=(wire_header codec_decode ipc_message inspect_report config state_tr
 seconds=60
 jobs=2
 targets=()
+build_only=""
 
-usage() { sed -n '4,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '4,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) [ $# -ge 2 ] || usage; seconds="$2"; shift 2 ;;
     --target) [ $# -ge 2 ] || usage; targets+=("$2"); shift 2 ;;
     --jobs) [ $# -ge 2 ] || usage; jobs="$2"; shift 2 ;;
+    --build-only) build_only=1; shift ;;
     -h|--help) usage ;;
     *) echo "fuzz/run.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -84,6 +87,7 @@ if ! ninja -C "$build" -j "$jobs" "${ninja_targets[@]}" >"$probe/build.log" 2>&1
   exit 1
 fi
 echo "fuzz/run.sh: built ${ninja_targets[*]} in $((SECONDS - start)) s"
+[[ -z "$build_only" ]] || exit 0
 
 mkdir -p "$build/fuzz-logs"
 # Leaks count as findings; UBSan stops at the first report (GOSSIP_SANITIZE builds with

@@ -4,7 +4,8 @@
 #      (mkdocs.yml) builds with --strict and every page in its nav;
 #   1. scripts/test-sanitizers.sh: build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer
 #      + LeakSanitizer) and every unit and integration test under it;
-#   2. build/ (optimized), only what the rest needs, and build-pkg/ (the Debian packages);
+#   2. build/ (optimized), only what the rest needs, and build-pkg/ (the Debian packages),
+#      both built beside stage 1 at the lowest priority, in the CPU time it leaves idle;
 #      the timed training runs, the experiments, the Python client, the deployment and
 #      package tests and the fuzzing smoke test on them (scripts/optimized-tests.sh).
 # Each test runs once, so the suite fits CI's time on two cores.
@@ -33,20 +34,31 @@ if [[ "${GOSSIP_SKIP_SANITIZERS:-}" == 1 ]]; then
 fi
 # Both stages' ctest lines, for the one count at the end.
 log=$(mktemp -t gossip-test-XXXXXX)
-trap 'rm -f "$log"' EXIT
-bash scripts/test-sanitizers.sh | tee "$log"
-sanitized=$SECONDS
+built_log=$(mktemp -t gossip-build-XXXXXX)
+# The optimized build and the packages' build go on beside the sanitizer stage at the
+# lowest priority, so that they take only the CPU the stage leaves idle: its tests wait
+# on sockets and deadlines a fifth of the time (docs/testing.md, "Time"), and so does
+# its build while it links. A process group of their own, stopped if the script stops.
 targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
-bash scripts/build.sh "${targets[@]}"
-# The Debian packages, for Install.DebianPackagesInstallAndRemove: the same compile lines
-# as build/, so ccache serves nearly every object and this costs the links and cpack.
-bash scripts/build-packages.sh
+# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang).
+setsid nice -n 19 bash -c 'bash scripts/build.sh "$@" && bash scripts/build-packages.sh &&
+  { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; }' \
+  build "${targets[@]}" >"$built_log" 2>&1 &
+builder=$!
+trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true; rm -f "$log" "$built_log"' EXIT
+bash scripts/test-sanitizers.sh | tee "$log"
+sanitized=$SECONDS
+# The Debian packages are for Install.DebianPackagesInstallAndRemove: the same compile
+# lines as build/, so ccache serves nearly every object and they cost the links and cpack.
+wait "$builder" || { cat "$built_log" >&2; echo "test.sh: the optimized build failed" >&2; exit 1; }
+builder=""
+tail -n 3 "$built_log"
 built=$SECONDS
 bash scripts/seed-test-costs.sh build
 (cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests") | tee -a "$log"
 echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \
-  "$((built - sanitized)) s, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"
+  "$((built - sanitized)) s more, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"
 # A failure stops the script above (pipefail), so what is left passed or was skipped.
 passed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed ' "$log" || true)
 skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped ' "$log" || true)
