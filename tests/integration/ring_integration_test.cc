@@ -106,7 +106,8 @@ TEST(ClusterHarness, APortTakenBeforeItsDaemonBindsItStartsTheClusterOnNewPorts)
 
 TEST_P(RingProcesses, EveryNodeHoldsTheMean) { expect_mean_on_every_node(GetParam(), 1000003); }
 
-INSTANTIATE_TEST_SUITE_P(Nodes, RingProcesses, ::testing::Values(2, 3, 4, 8));
+INSTANTIATE_TEST_SUITE_P(Nodes, RingProcesses, ::testing::Values(2, 3, 4, 8),
+                         ::testing::PrintToStringParamName());
 
 TEST(RingProcesses, SixtyFourMebibytesOnTwoNodes) {
   expect_mean_on_every_node(2, (uint64_t{64} << 20) / 4);

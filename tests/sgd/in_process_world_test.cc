@@ -9,6 +9,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -190,7 +191,13 @@ TEST_P(Dpsgd_InProcess, IsTheMixingMatrixRoundAfterRound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, Dpsgd_InProcess,
-                         ::testing::Values("ring", "complete", "exponential", "random-regular:3"));
+                         ::testing::Values("ring", "complete", "exponential", "random-regular:3"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
 
 // Random N(0, 1) starts, as the process-based consensus tests had them.
 void random_start(World& w, uint32_t nodes) {

@@ -9,6 +9,7 @@
 
 #include <Eigen/Eigenvalues>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -80,7 +81,15 @@ TEST_P(SpectralGap, ConsensusContractsByTheSecondEigenvalueSquared) {
 INSTANTIATE_TEST_SUITE_P(Graphs, SpectralGap,
                          ::testing::Values(std::tuple{"ring", 16u}, std::tuple{"ring", 32u},
                                            std::tuple{"torus:4x8", 32u},
-                                           std::tuple{"exponential", 32u}));
+                                           std::tuple{"exponential", 32u}),
+                         // Named for the graph: gtest's default printed the string's
+                         // address, a name that changed from build to build.
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name + "_" + std::to_string(std::get<1>(info.param));
+                         });
 
 WorldOptions busy_world() {
   WorldOptions o;
