@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 [[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh
 export NO_INSTALL=1
+# One OpenBLAS thread per process (torch's matrix products, install-deps.sh): the tests
+# run many trainers on two cores, and each would otherwise start a second, spinning one.
+export OPENBLAS_NUM_THREADS=1
 bash scripts/check-format.sh
 # The documentation site (mkdocs.yml): --strict fails on a broken link; a page left out
 # of the nav is only an INFO line in Debian's mkdocs 1.4, so that is checked here.
@@ -38,20 +41,29 @@ built_log=$(mktemp -t gossip-build-XXXXXX)
 # The optimized build and the packages' build go on beside the sanitizer stage at the
 # lowest priority, so that they take only the CPU the stage leaves idle: its tests wait
 # on sockets and deadlines a fifth of the time (docs/testing.md, "Time"), and so does
-# its build while it links. A process group of their own, stopped if the script stops.
+# its build while it links. A process group of their own, stopped by the trap if this
+# script stops, and by their own watch of it if it is killed outright.
 targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
-# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang).
-setsid nice -n 19 bash -c 'bash scripts/build.sh "$@" && bash scripts/build-packages.sh &&
-  { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; }' \
-  build "${targets[@]}" >"$built_log" 2>&1 &
-builder=$!
+builder=""
 trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true; rm -f "$log" "$built_log"' EXIT
+# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang).
+setsid nice -n 19 bash -c '
+  parent=$1; shift
+  (while kill -0 "$parent" 2>/dev/null; do sleep 2; done; kill -- -$$) &
+  bash scripts/build.sh "$@" && bash scripts/build-packages.sh &&
+    { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; }' \
+  build $$ "${targets[@]}" >"$built_log" 2>&1 &
+builder=$!
 bash scripts/test-sanitizers.sh | tee "$log"
 sanitized=$SECONDS
 # The Debian packages are for Install.DebianPackagesInstallAndRemove: the same compile
 # lines as build/, so ccache serves nearly every object and they cost the links and cpack.
-wait "$builder" || { cat "$built_log" >&2; echo "test.sh: the optimized build failed" >&2; exit 1; }
+wait "$builder" || {
+  cat "$built_log" >&2
+  echo "test.sh: the optimized build, the packages' or Fuzz.Short's failed (above)" >&2
+  exit 1
+}
 builder=""
 tail -n 3 "$built_log"
 built=$SECONDS
