@@ -60,10 +60,12 @@ bool log_has(const Cluster& c, int node, const std::string& text) {
 }
 
 // A 4-node ring of `strategy` whose deaths are found by heartbeat (1 s), far below the
-// patience (30 s): a round that ends within a few seconds of a kill shows it.
-std::vector<std::string> ring_flags(std::vector<std::string> strategy) {
+// patience (30 s): a round that ends within a few seconds of a kill shows it. A joiner
+// waits `join_wait` seconds for its neighbors' offers (less where every one answers).
+std::vector<std::string> ring_flags(std::vector<std::string> strategy,
+                                    const char* join_wait = "1") {
   for (const char* f : {"--topology", "ring", "--heartbeat", "0.2", "--dead-after", "1",
-                        "--patience", "30", "--join-wait", "1"})
+                        "--patience", "30", "--join-wait", join_wait})
     strategy.emplace_back(f);
   return strategy;
 }
@@ -89,7 +91,10 @@ void kill_node(Cluster& c, std::vector<std::unique_ptr<Node>>& nodes, int i) {
 }
 
 TEST(Churn, DeadNeighborIsDroppedByHeartbeatAndARestartedNodeTakesALiveModel) {
-  Cluster cluster(4, ring_flags({"--strategy", "gossip"}));
+  // Both neighbors' offers are needed to take the lowest id's (below); with a 1 s wait,
+  // under the sanitizers beside a build, node 0's came after it and node 3 rightly took
+  // node 2's, the only one it had (2026-12-06). The wait ends once both have answered.
+  Cluster cluster(4, ring_flags({"--strategy", "gossip"}, "5"));
   cluster.start_all();
   auto nodes = attach_all(cluster, 4, [](int i, size_t) { return static_cast<float>(i); });
   ASSERT_EQ(nodes.size(), 4u);
