@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -26,6 +25,7 @@
 #include "compression/cuda/device_error_feedback.h"
 #include "compression/error_feedback.h"
 #include "compression/sparse_encoding.h"
+#include "tests/param_name.h"
 
 namespace gossip::compression::cuda {
 
@@ -193,9 +193,7 @@ std::vector<DeviceCodecParams> all_codecs() {
 std::string param_name(const testing::TestParamInfo<DeviceCodecParams>& info) {
   std::string s = spec_of(info.param);
   if (info.param.id == CodecId::kQsgd) s += "_bucket" + std::to_string(info.param.bucket);
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
+  return gtest_param_name(s);
 }
 
 // The CPU payload the device must reproduce: for topk:approx, the exact selection

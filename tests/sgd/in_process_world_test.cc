@@ -9,7 +9,6 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -27,6 +26,7 @@
 #include "peers/router.h"
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/registry.h"
+#include "tests/param_name.h"
 
 namespace gossip::sgd {
 namespace {
@@ -192,12 +192,7 @@ TEST_P(Dpsgd_InProcess, IsTheMixingMatrixRoundAfterRound) {
 
 INSTANTIATE_TEST_SUITE_P(Topologies, Dpsgd_InProcess,
                          ::testing::Values("ring", "complete", "exponential", "random-regular:3"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return gtest_param_name(info.param); });
 
 // Random N(0, 1) starts, as the process-based consensus tests had them.
 void random_start(World& w, uint32_t nodes) {

@@ -9,7 +9,6 @@
 
 #include <Eigen/Eigenvalues>
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -17,6 +16,7 @@
 
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
+#include "tests/param_name.h"
 
 namespace gossip::sim {
 namespace {
@@ -85,10 +85,8 @@ INSTANTIATE_TEST_SUITE_P(Graphs, SpectralGap,
                          // Named for the graph: gtest's default printed the string's
                          // address, a name that changed from build to build.
                          [](const auto& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& c : name)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return name + "_" + std::to_string(std::get<1>(info.param));
+                           return gtest_param_name(std::get<0>(info.param)) + "_" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 WorldOptions busy_world() {
