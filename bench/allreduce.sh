@@ -6,6 +6,7 @@
 #   bench/allreduce.sh --ranks 2 --sizes 1M,16M --runs 1 # a quick look
 #   bench/allreduce.sh --algorithms ring,auto            # only these of ours
 #   bench/allreduce.sh --algorithms ring,ring-sealed --only-ours   # the cost of sealing (CURVE)
+#   bench/allreduce.sh --algorithms auto,auto-spin20 --only-ours    # waits that busy-poll 20 us
 #   bench/allreduce.sh --write-table FILE                # auto's table from this run (--allreduce-table)
 #   NO_INSTALL=1 NO_BUILD=1 BUILD_DIR=build-bench bench/allreduce.sh   # no apt-get, no ninja
 #
@@ -112,9 +113,11 @@ run_ranks() {
   mkdir -p "$dir"
   local mine=()
   for ((r = 0; r < n; r++)); do
-    local extra=()
-    [[ "$prog" == ring_bench ]] && extra=(--chunk-bytes "$chunk_bytes" --algorithm "${algorithm%-sealed}")
-    [[ "$algorithm" == *-sealed ]] && extra+=(--sealed)
+    # ALGORITHM[-sealed][-spinUS]: sealed links; waits that busy-poll US microseconds.
+    local extra=() base="$algorithm"
+    if [[ "$base" == *-spin* ]]; then extra+=(--busy-poll-us "${base##*-spin}"); base="${base%-spin*}"; fi
+    if [[ "$base" == *-sealed ]]; then extra+=(--sealed); base="${base%-sealed}"; fi
+    [[ "$prog" == ring_bench ]] && extra+=(--chunk-bytes "$chunk_bytes" --algorithm "$base")
     if [[ $r -eq 0 ]]; then
       timeout -k 5 "$launch_timeout" "$bin/$prog" --rank "$r" --size "$n" --dir "$dir" \
         --sizes "$sizes" --reps "$reps" --warmup "$warmup" "${extra[@]}" \
@@ -203,6 +206,7 @@ def size(b):
 def ms(s):
     return "—" if s is None else (f"{s * 1e3:.3f} ms" if s < 0.01 else f"{s * 1e3:.1f} ms")
 runs = max((len(v) for v in cells.values()), default=0)
+FIXED = {"ring", "tree", "butterfly", "master"}  # ours without variants: --write-table's choices
 head = " | ".join(ours)
 print(f"\n| size | ranks | {head} | OpenMPI | Gloo | fastest fixed | auto / best of MPI, Gloo |")
 print("| --- | --- | " + " | ".join("---" for _ in ours) + " | --- | --- | --- | --- |")
@@ -211,7 +215,7 @@ for n in sorted({k[1] for k in cells}):
     for b in sorted({k[2] for k in cells if k[1] == n}):
         mine = {a: t("gossipd-" + a, n, b) for a in ours}
         m, g = t("openmpi", n, b), t("gloo", n, b)
-        fastest = min(((v, a) for a, v in mine.items() if v and a != "auto" and not a.endswith("-sealed")), default=(None, None))
+        fastest = min(((v, a) for a, v in mine.items() if v and a in FIXED), default=(None, None))
         if fastest[1]:
             choices.setdefault(n, []).append((b, fastest[1]))
         best = min([x for x in (m, g) if x is not None], default=None)
@@ -238,6 +242,27 @@ if sealed:
 print("auto / best: the better of OpenMPI and Gloo's time over auto's (goal: >= 1.0x, and >= 1.3x at 64 MiB and above).")
 if uni:
     print(f"iperf3 loopback TCP, one stream: {uni:.2f} GB/s" + (f"; --bidir: {bidir:.2f} GB/s each way" if bidir else "") + ".")
+    for n in sorted({k[1] for k in cells}):
+        ring = t("gossipd-ring", n, 64 << 20)
+        if ring:
+            bus = 2 * (n - 1) / n * (64 << 20) / ring / 1e9
+            print(f"The ring at 64 MiB, {n} ranks: {bus:.2f} GB/s of bus bandwidth, {bus / uni * 100:.0f} % of one iperf3 stream (goal: 60 %).")
+# Where rank 0's call goes (ring_bench's channel counters), the run of median time.
+probes = {}
+for r in rows:
+    if "per_call_us" in r:
+        probes.setdefault((r["impl"], r["ranks"], r["bytes"]), []).append(r)
+if probes:
+    print("\n| ours | size | ranks | call | asleep | spinning | in sendmsg | in recv | the rest | sendmsg / recv (empty) / ppoll per call |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    def us(v):
+        return f"{v:.0f} µs" if v >= 100 else f"{v:.1f} µs"
+    for (impl, n, b) in sorted(probes, key=lambda k: (k[0], k[1], k[2])):
+        runs_of = sorted(probes[(impl, n, b)], key=lambda r: r["median_s"])
+        p = runs_of[len(runs_of) // 2]
+        c, k = p["per_call_us"], p["syscalls_per_call"]
+        print(f"| {impl[len('gossipd-'):]} | {size(b)} | {n} | {us(c['wall'])} | {us(c['sleep'])} | {us(c['spin'])} | {us(c['send'])} | {us(c['recv'])} | {us(c['other'])} | {k['sendmsg']:.1f} / {k['recv']:.1f} ({k['recv_empty']:.1f}) / {k['ppoll']:.1f} |")
+    print("\nPer call, rank 0, mean over the timed calls: asleep in ppoll (waiting for a peer or the kernel), busy-polling, in the system calls that move bytes, and the rest (reducing, copying, sealing, bookkeeping).")
 if table_out:
     with open(table_out, "w") as f:
         f.write("# --allreduce-table: RANKS BYTES ALGORITHM, first row that bounds both wins\n")

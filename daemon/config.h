@@ -89,6 +89,9 @@ struct StrategyConfig {
   std::string allreduce_algorithm = "auto";
   // auto's table (sgd/collectives/choice.h); "": the built-in one.
   std::string allreduce_table;
+  // Microseconds a wait of the tcp ring retries before it sleeps (peers/ring_channel.h);
+  // at most 10 ms, since the spin does not look at the deadline or the cancel flag.
+  uint64_t ring_busy_poll_us = 0;
   // Top-k codecs over the ring transports: "reduce-scatter" (re-selected at every
   // hop), "all-gather" (every node's top-k to every node), or "auto" (the
   // reduce-scatter from 3 nodes on; sgd/collectives/ring_all_reduce.h).

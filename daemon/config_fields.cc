@@ -218,9 +218,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 65>& fields() {
+const std::array<Field, 66>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 65> kFields = {{
+  static const std::array<Field, 66> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -403,6 +403,13 @@ const std::array<Field, 65>& fields() {
        TextSpec{kAllReduceAlgorithms, "", nullptr,
                 [](const C& c) -> const std::string& { return c.strategy.allreduce_algorithm; },
                 [](C& c, std::string v) { c.strategy.allreduce_algorithm = std::move(v); }}},
+      {"strategy.ring_busy_poll", "--ring-busy-poll", "MICROSECONDS",
+       "a wait of the tcp all-reduces retries for this long before it sleeps, so that a message "
+       "that comes within it costs no wake-up; for nodes whose daemon has a core to spare, not "
+       "for ranks that share cores; 0: sleep at once; at most 10 ms",
+       IntegerSpec{{0, 10'000, 1},
+                   [](const C& c) -> uint64_t { return c.strategy.ring_busy_poll_us; },
+                   [](C& c, uint64_t v) { c.strategy.ring_busy_poll_us = v; }}},
       {"strategy.sparse_allreduce", "--sparse-allreduce", "MODE",
        "top-k codecs (and their chains) over the tcp or rdma ring: reduce-scatter (every hop "
        "adds its own and re-selects the top-k, about 2k(n-1)/n entries sent per node), "

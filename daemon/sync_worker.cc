@@ -191,6 +191,7 @@ Status SyncWorker::make_all_reduce(const DaemonConfig& config,
   peers::RingTransportOptions ro;
   ro.listen_host = peers::endpoint_host(config.listen);
   ro.traffic = &transport_->traffic_counters();
+  ro.busy_poll = std::chrono::microseconds(sc.ring_busy_poll_us);
   if (name == "auto") {
     // RDMA where this build has it and a device answers, TCP otherwise.
     auto rdma = peers::make_ring_transport("rdma", ro);

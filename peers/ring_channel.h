@@ -47,6 +47,23 @@ struct WaitOptions {
   }
 };
 
+// Where a channel's time went, summed since it was made: the system calls that move
+// bytes and the sleeps between them. What a call spends outside them is the caller's
+// (reducing, copying, sealing). The TCP channel counts; others leave it zero. Read by
+// bench/allreduce's per-call breakdown.
+struct ChannelTimes {
+  uint64_t send_calls = 0;  // sendmsg
+  uint64_t send_ns = 0;
+  uint64_t recv_calls = 0;  // recv, those that found nothing included
+  uint64_t recv_ns = 0;
+  uint64_t empty_recvs = 0;  // of recv_calls: nothing there yet (EAGAIN)
+  uint64_t sleeps = 0;       // ppoll: waiting for the peer or the kernel
+  uint64_t sleep_ns = 0;
+  uint64_t spin_ns = 0;  // busy-polling before a sleep (RingTransportOptions::busy_poll)
+  ChannelTimes& operator+=(const ChannelTimes& o);
+};
+ChannelTimes operator-(ChannelTimes a, const ChannelTimes& b);
+
 class RingChannel {
  public:
   virtual ~RingChannel() = default;
@@ -70,6 +87,9 @@ class RingChannel {
   // Fails, and poisons the channel, only as a wait would (a broken connection, a
   // message that does not fit); never for lack of time.
   virtual Status poke() { return Status::ok(); }
+
+  // What this channel's calls have spent, and where (a wrapper answers its inner channel's).
+  virtual ChannelTimes times() const { return {}; }
 
   // The receivers' nonces of this channel's two connections (peers/ring_hello.h): the
   // one this node gave its left neighbor, which binds what comes from it, and the one
@@ -137,6 +157,11 @@ struct RingTransportOptions {
   uint16_t port = 0;                      // 0: any free port
   int socket_buffer_bytes = 4 << 20;
   TrafficCounters* traffic = nullptr;  // counts payload and wire bytes per peer
+  // A wait retries its non-blocking system calls this long before it sleeps in ppoll:
+  // a message that comes within it costs no wake-up. Worth it where each rank has a
+  // core of its own; where ranks share cores, a spinning rank takes the core of the
+  // one it waits for (bench/allreduce/README.md, "Busy-poll"). TCP only.
+  std::chrono::microseconds busy_poll{0};
 };
 
 // The transports this build has, by name ("tcp"; "rdma" where rdma-core was found

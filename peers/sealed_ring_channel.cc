@@ -191,6 +191,8 @@ class SealedRingChannel final : public RingChannel {
     return check(inner_->poke());
   }
 
+  ChannelTimes times() const override { return inner_->times(); }
+
  private:
   struct Recv {
     uint64_t tag;

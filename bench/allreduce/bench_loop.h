@@ -95,12 +95,20 @@ inline double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+// Where an implementation's calls spend their time, for the JSON line: `start()` before
+// the timed calls, `report(reps, seconds)` after them returns fields to append (each
+// starting with a comma). ring_bench reads its channels' counters (peers/ring_channel.h).
+struct Probe {
+  std::function<void()> start;
+  std::function<std::string(int reps, double seconds)> report;
+};
+
 // Runs the loop. `allreduce(data)` reduces in place and returns false on failure
 // (after printing why); `barrier()` likewise. `extra` is appended to each JSON line
 // (e.g. ",\"chunk_bytes\":1048576"). Returns the process exit code.
 inline int run_loop(const char* impl, const LoopOptions& o, const std::string& extra,
                     const std::function<bool(std::vector<float>&)>& allreduce,
-                    const std::function<bool()>& barrier) {
+                    const std::function<bool()>& barrier, const Probe& probe = {}) {
   const auto pick = [](const std::vector<int>& v, size_t i) {
     return v.empty() ? 1 : v[std::min(i, v.size() - 1)];
   };
@@ -131,6 +139,7 @@ inline int run_loop(const char* impl, const LoopOptions& o, const std::string& e
     std::vector<double> times;
     times.reserve(static_cast<size_t>(reps));
     const auto cpu0 = thread_cpu();
+    if (probe.start) probe.start();
     const auto loop0 = Clock::now();
     for (int i = 0; i < reps; ++i) {
       const auto t0 = Clock::now();
@@ -138,6 +147,7 @@ inline int run_loop(const char* impl, const LoopOptions& o, const std::string& e
       times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
     const double loop_s = std::chrono::duration<double>(Clock::now() - loop0).count();
+    const std::string probed = probe.report ? probe.report(reps, loop_s) : "";
     const auto cpu1 = thread_cpu();
     if (o.rank != 0) continue;
 
@@ -158,10 +168,10 @@ inline int run_loop(const char* impl, const LoopOptions& o, const std::string& e
     cpu += "}";
     std::printf(
         "{\"impl\":\"%s\",\"ranks\":%d,\"bytes\":%llu,\"reps\":%d,\"median_s\":%.9f,"
-        "\"min_s\":%.9f,\"mean_s\":%.9f,\"busbw_gbs\":%.4f,\"cpu_user_sys_per_call\":%s%s}\n",
+        "\"min_s\":%.9f,\"mean_s\":%.9f,\"busbw_gbs\":%.4f,\"cpu_user_sys_per_call\":%s%s%s}\n",
         impl, o.size, static_cast<unsigned long long>(bytes), reps, med,
         *std::min_element(times.begin(), times.end()), loop_s / reps, busbw, cpu.c_str(),
-        extra.c_str());
+        probed.c_str(), extra.c_str());
     std::fflush(stdout);
   }
   return barrier() ? 0 : 1;

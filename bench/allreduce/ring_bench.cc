@@ -4,6 +4,7 @@
 //   ring_bench --rank 0 --size 4 --dir /tmp/rdv --sizes 4K,1M,16M --reps 50,20,10 --warmup 2
 //   ring_bench --algorithm butterfly ...      # tree, butterfly, master; or auto
 //   ring_bench --sealed ...                   # every link sealed (AES-256-GCM), as under CURVE
+//   ring_bench --busy-poll-us 20 ...          # waits spin 20 us before they sleep
 //
 // Rendezvous through files: each rank listens on 127.0.0.1 (any free port), writes
 // the port to DIR/<rank>.port (write, then rename, so a reader never sees half a
@@ -92,6 +93,10 @@ int main(int argc, char** argv) {
       "--socket-buffer", socket_buffer,
       "SO_SNDBUF / SO_RCVBUF in bytes (RingTransportOptions; 0: the kernel's autotuning)");
   app.add_option("--timeout", timeout_s, "seconds for the rendezvous and for each call");
+  unsigned busy_poll_us = 0;
+  app.add_option("--busy-poll-us", busy_poll_us,
+                 "microseconds a wait retries before it sleeps (RingTransportOptions::busy_poll)")
+      ->check(CLI::Range(0, 10'000));
   std::string algorithm = "ring", table_file;
   app.add_option("--algorithm", algorithm, "ring, tree, butterfly, master, or auto");
   app.add_option("--table", table_file,
@@ -114,6 +119,7 @@ int main(int argc, char** argv) {
   gossip::peers::RingTransportOptions to;
   to.listen_host = "127.0.0.1";
   to.socket_buffer_bytes = socket_buffer;
+  to.busy_poll = std::chrono::microseconds(busy_poll_us);
   auto transport = gossip::peers::make_ring_transport("tcp", to);
   if (!transport.is_ok()) return fail(transport.status());
   if (Status st = publish_port(dir, o.rank, (*transport)->port()); !st.is_ok()) return fail(st);
@@ -228,7 +234,39 @@ int main(int argc, char** argv) {
   const std::string extra = ",\"chunk_bytes\":" + std::to_string(chunk_bytes) +
                             ",\"depth\":" + std::to_string(depth) +
                             ",\"gather_below\":" + std::to_string(gather_below) +
-                            ",\"socket_buffer\":" + std::to_string(socket_buffer);
-  const std::string impl = "gossipd-" + algorithm + (sealed ? "-sealed" : "");
-  return gossip::bench::run_loop(impl.c_str(), o, extra, allreduce, barrier);
+                            ",\"socket_buffer\":" + std::to_string(socket_buffer) +
+                            ",\"busy_poll_us\":" + std::to_string(busy_poll_us);
+  // Where rank 0's calls go: its channels' system calls and sleeps; the rest is the
+  // call's own work (reducing, copying, sealing, bookkeeping).
+  const auto channel_times = [&] {
+    gossip::peers::ChannelTimes t;
+    if (channel) t += channel->times();
+    for (const auto& ch : mesh) t += ch->times();
+    return t;
+  };
+  gossip::peers::ChannelTimes before;
+  const gossip::bench::Probe probe{
+      .start = [&] { before = channel_times(); },
+      .report =
+          [&](int reps, double seconds) {
+            const gossip::peers::ChannelTimes t = channel_times() - before;
+            const double per = 1e-3 / reps;  // ns in all -> us per call
+            const double wall = seconds * 1e6 / reps;
+            const double sleep = t.sleep_ns * per, spin = t.spin_ns * per;
+            const double send = t.send_ns * per, recv = t.recv_ns * per;
+            char buf[400];
+            std::snprintf(
+                buf, sizeof buf,
+                ",\"per_call_us\":{\"wall\":%.2f,\"sleep\":%.2f,\"spin\":%.2f,"
+                "\"send\":%.2f,\"recv\":%.2f,\"other\":%.2f},"
+                "\"syscalls_per_call\":{\"sendmsg\":%.2f,\"recv\":%.2f,"
+                "\"recv_empty\":%.2f,\"ppoll\":%.2f}",
+                wall, sleep, spin, send, recv, wall - sleep - spin - send - recv,
+                static_cast<double>(t.send_calls) / reps, static_cast<double>(t.recv_calls) / reps,
+                static_cast<double>(t.empty_recvs) / reps, static_cast<double>(t.sleeps) / reps);
+            return std::string(buf);
+          }};
+  const std::string impl = "gossipd-" + algorithm + (sealed ? "-sealed" : "") +
+                           (busy_poll_us ? "-spin" + std::to_string(busy_poll_us) : "");
+  return gossip::bench::run_loop(impl.c_str(), o, extra, allreduce, barrier, probe);
 }

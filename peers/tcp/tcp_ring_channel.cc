@@ -38,11 +38,13 @@ bool would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK; }
 
 class TcpRingChannel final : public RingChannel {
  public:
-  TcpRingChannel(uint32_t left, int left_fd, uint32_t right, int right_fd, TrafficCounters* traffic)
+  TcpRingChannel(uint32_t left, int left_fd, uint32_t right, int right_fd, TrafficCounters* traffic,
+                 std::chrono::microseconds busy_poll)
       : RingChannel(left, right),
         left_fd_(left_fd),
         right_fd_(right_fd),
         traffic_(traffic),
+        busy_poll_(busy_poll),
         stage_(kStageBytes) {
     for (int fd : {left_fd_, right_fd_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
@@ -89,6 +91,8 @@ class TcpRingChannel final : public RingChannel {
         });
   }
 
+  ChannelTimes times() const override { return times_; }
+
  private:
   struct Send {
     Frame frame;
@@ -102,15 +106,26 @@ class TcpRingChannel final : public RingChannel {
   };
 
   // Progresses both directions until `done()`, a failure, the deadline or the cancel flag.
+  // With busy_poll_, the first turns retry at once, for that long, before any sleep.
   template <class Done, class What>
   Status wait_until(const WaitOptions& wait, Done done, What what) {
     if (!failure_.is_ok()) return failure_;
+    Clock::time_point spin_end{};
     for (;;) {
       GOSSIP_RETURN_IF_ERROR(check(flush_sends()));
       GOSSIP_RETURN_IF_ERROR(check(fill_recvs()));
-      if (done()) return Status::ok();
+      if (done()) {
+        spinning_ = false;
+        return Status::ok();
+      }
+      auto now = Clock::now();
+      if (busy_poll_.count() > 0) {
+        if (spin_end == Clock::time_point{}) spin_end = now + busy_poll_;
+        spinning_ = now < spin_end;
+        if (spinning_) continue;  // the deadline is seconds away; the spin, microseconds
+      }
       if (wait.cancelled()) return fail(Status::closed(what() + ": cancelled"));
-      const auto now = Clock::now();
+      now = Clock::now();
       if (now >= wait.deadline) return fail(Status::timeout(what()));
       std::array<pollfd, 2> fds{};
       nfds_t n = 0;
@@ -122,8 +137,26 @@ class TcpRingChannel final : public RingChannel {
                         .tv_nsec = static_cast<long>(nap.count() % 1'000'000'000)};
       // Wakes on readiness, a closed peer (POLLHUP/POLLERR) or the nap's end; the
       // next turn's system calls tell which.
-      ::ppoll(fds.data(), n, &ts, nullptr);
+      timed(times_.sleeps, times_.sleep_ns, [&] { return ::ppoll(fds.data(), n, &ts, nullptr); });
     }
+  }
+
+  // Runs one system call, adding its count and time to `calls` and `ns` (or to the
+  // spin's time, while busy-polling).
+  template <class Call>
+  auto timed(uint64_t& calls, uint64_t& ns, Call call) {
+    const auto t0 = Clock::now();
+    auto r = call();
+    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+    ++calls;
+    (spinning_ ? times_.spin_ns : ns) += static_cast<uint64_t>(took.count());
+    return r;
+  }
+  ssize_t timed_recv(std::byte* into, size_t bytes) {
+    const ssize_t r = timed(times_.recv_calls, times_.recv_ns,
+                            [&] { return ::recv(left_fd_, into, bytes, MSG_DONTWAIT); });
+    if (r < 0 && would_block(errno)) ++times_.empty_recvs;
+    return r;
   }
 
   // Hands the kernel as many queued frames as it takes now.
@@ -146,7 +179,9 @@ class TcpRingChannel final : public RingChannel {
       msghdr msg{};
       msg.msg_iov = iov.data();
       msg.msg_iovlen = n;
-      const ssize_t w = ::sendmsg(right_fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t w = timed(times_.send_calls, times_.send_ns, [&] {
+        return ::sendmsg(right_fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      });
       if (w < 0) {
         if (errno == EINTR) continue;
         if (would_block(errno)) return Status::ok();
@@ -202,8 +237,7 @@ class TcpRingChannel final : public RingChannel {
         rx_filled_ += k;
       }
       if (rx_filled_ < total) {
-        const ssize_t r =
-            ::recv(left_fd_, op.buffer.data() + rx_filled_, total - rx_filled_, MSG_DONTWAIT);
+        const ssize_t r = timed_recv(op.buffer.data() + rx_filled_, total - rx_filled_);
         if (r == 0) return Status::io_error(closed_message(left(), "left"));
         if (r < 0) {
           if (errno == EINTR) continue;
@@ -233,7 +267,7 @@ class TcpRingChannel final : public RingChannel {
     }
     want = std::min(want - std::min(want, stage_end_), stage_.size() - stage_end_);
     for (;;) {
-      const ssize_t r = ::recv(left_fd_, stage_.data() + stage_end_, want, MSG_DONTWAIT);
+      const ssize_t r = timed_recv(stage_.data() + stage_end_, want);
       if (r > 0) {
         stage_end_ += static_cast<size_t>(r);
         return static_cast<size_t>(r);
@@ -284,7 +318,10 @@ class TcpRingChannel final : public RingChannel {
   int left_fd_;   // we read
   int right_fd_;  // we write
   TrafficCounters* traffic_;
+  std::chrono::microseconds busy_poll_;
   Status failure_;
+  ChannelTimes times_;
+  bool spinning_ = false;  // in a wait's busy-poll: its system calls count as spin time
 
   std::deque<Send> sends_;  // the front one is partly written (sent_ bytes)
   size_t sent_ = 0;
@@ -302,8 +339,9 @@ class TcpRingChannel final : public RingChannel {
 }  // namespace
 
 std::unique_ptr<RingChannel> make_tcp_ring_channel(uint32_t left, int left_fd, uint32_t right,
-                                                   int right_fd, TrafficCounters* traffic) {
-  return std::make_unique<TcpRingChannel>(left, left_fd, right, right_fd, traffic);
+                                                   int right_fd, TrafficCounters* traffic,
+                                                   std::chrono::microseconds busy_poll) {
+  return std::make_unique<TcpRingChannel>(left, left_fd, right, right_fd, traffic, busy_poll);
 }
 
 }  // namespace gossip::peers

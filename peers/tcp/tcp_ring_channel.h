@@ -12,6 +12,7 @@
 // several at a time through a staging buffer, large payloads straight into the
 // posted receive.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -20,8 +21,9 @@
 namespace gossip::peers {
 
 // Takes ownership of both descriptors (connected stream sockets) and makes them
-// non-blocking.
+// non-blocking. A wait busy-polls for `busy_poll` before it sleeps (RingTransportOptions).
 std::unique_ptr<RingChannel> make_tcp_ring_channel(uint32_t left, int left_fd, uint32_t right,
-                                                   int right_fd, TrafficCounters* traffic);
+                                                   int right_fd, TrafficCounters* traffic,
+                                                   std::chrono::microseconds busy_poll = {});
 
 }  // namespace gossip::peers

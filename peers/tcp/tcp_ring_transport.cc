@@ -468,8 +468,8 @@ Result<std::unique_ptr<RingChannel>> TcpRingTransport::connect(const RingEnds& e
   if (!fds.is_ok()) return fds.status();
   spdlog::info("ring: connected, left peer {}, right peer {} at {}:{}", ends.left, ends.right,
                ends.right_host, ends.right_port);
-  auto channel =
-      make_tcp_ring_channel(ends.left, fds->in[0], ends.right, fds->out[0], options_.traffic);
+  auto channel = make_tcp_ring_channel(ends.left, fds->in[0], ends.right, fds->out[0],
+                                       options_.traffic, options_.busy_poll);
   channel->set_nonces(fds->given[0], fds->answered[0]);
   return channel;
 }
@@ -487,7 +487,7 @@ Result<std::vector<std::unique_ptr<RingChannel>>> TcpRingTransport::connect_mesh
   std::vector<std::unique_ptr<RingChannel>> channels;
   for (size_t i = 0; i < ends.size(); ++i) {
     channels.push_back(make_tcp_ring_channel(ends[i].peer, fds->in[i], ends[i].peer, fds->out[i],
-                                             options_.traffic));
+                                             options_.traffic, options_.busy_poll));
     channels.back()->set_nonces(fds->given[i], fds->answered[i]);
   }
   spdlog::debug("ring: linked to {} partner(s)", ends.size());

@@ -609,6 +609,8 @@ TEST(ConfigArgs, EveryFlagOverridesTheFile) {
                       "12.5",
                       "--chunk-bytes",
                       "8192",
+                      "--ring-busy-poll",
+                      "30",
                       "--seed",
                       "42",
                       "--log-level",
@@ -627,6 +629,7 @@ TEST(ConfigArgs, EveryFlagOverridesTheFile) {
   EXPECT_DOUBLE_EQ(c->strategy.outer.momentum, 0.25);
   EXPECT_DOUBLE_EQ(c->strategy.round_timeout_s, 12.5);
   EXPECT_EQ(c->strategy.chunk_bytes, 8192u);
+  EXPECT_EQ(c->strategy.ring_busy_poll_us, 30u);
   EXPECT_EQ(c->seed, 42u);
   EXPECT_EQ(c->log_level, "warn");
   EXPECT_EQ(c->max_trainers, 2u);
@@ -756,6 +759,9 @@ std::vector<BadFlag> bad_flags() {
        {"--overlap-steps", "overlapped syncs are for strategy local-sgd, not gossip"}},
       {"RoundTimeoutInf", {"--round-timeout", "inf"}, {"flag '--round-timeout'", "got 'inf'"}},
       {"ChunkBytesSmall", {"--chunk-bytes", "100"}, {"flag '--chunk-bytes'", "4096..268435456"}},
+      {"BusyPollPastASecond",
+       {"--ring-busy-poll", "10001"},
+       {"flag '--ring-busy-poll'", "0..10000"}},
       {"SeedText", {"--seed", "abc"}, {"flag '--seed'", "got 'abc'"}},
       {"LogLevelUnknown", {"--log-level", "loud"}, {"flag '--log-level'", "got 'loud'"}},
       {"MaxTrainersTooMany", {"--max-trainers", "65"}, {"flag '--max-trainers'", "1..64"}},

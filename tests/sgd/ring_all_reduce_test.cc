@@ -62,6 +62,7 @@ class RingTest : public ::testing::TestWithParam<std::string> {
           std::make_unique<peers::TrafficCounters>(std::vector<uint32_t>{left(r, n), right(r, n)});
       peers::RingTransportOptions o;
       o.traffic = ranks_[r].traffic.get();
+      o.busy_poll = busy_poll_;
       auto t = peers::make_ring_transport(GetParam(), o);
       if (!t.is_ok())
         GTEST_SKIP() << "ring transport '" << GetParam()
@@ -120,6 +121,7 @@ class RingTest : public ::testing::TestWithParam<std::string> {
   std::vector<Status> connect_results_;
   uint64_t gather_below_bytes_ = RingOptions{}.gather_below_bytes;
   bool sparse_reduce_ = false;
+  std::chrono::microseconds busy_poll_{0};
 };
 
 TEST_P(RingTest, MeanMatchesAnIndependentSumForAnyLength) {
@@ -618,6 +620,55 @@ TEST_P(RingTest, APartnerHeardLateIsTakenWhenItsHelloComes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RingTest, ::testing::Values("tcp", "rdma"),
+                         [](const auto& info) { return info.param; });
+
+// Busy-polling and the channel's time counters are the TCP channel's.
+class TcpRingTest : public RingTest {};
+
+TEST_P(TcpRingTest, ABusyPollingWaitGivesTheSameMeanAndCountsItsSpinAndSleep) {
+  const uint32_t n = 3;
+  for (const auto spin : {0us, 200us}) {
+    busy_poll_ = spin;
+    start(n);
+    expect_all_ok(connect_results_);
+    for (const uint64_t numel : {uint64_t{100}, uint64_t{300000}}) {  // whole vectors; the hops
+      auto data = random_data(n, numel, numel);
+      std::vector<double> want(numel, 0.0);
+      for (const auto& v : data)
+        for (uint64_t i = 0; i < numel; ++i) want[i] += v[i];
+      std::vector<peers::ChannelTimes> before(n);
+      for (uint32_t r = 0; r < n; ++r) before[r] = ranks_[r].channel->times();
+      // Rank 0 comes 30 ms late, so rank 1 (its right neighbor) must wait for it:
+      // with a busy-poll it spins first, then sleeps; without, it only sleeps.
+      std::vector<Status> st(n);
+      run_all(n, [&](uint32_t r) {
+        if (r == 0) std::this_thread::sleep_for(30ms);
+        RingOptions o;
+        o.size = n;
+        o.rank = r;
+        o.round = numel;
+        o.chunk_elems = 4096;
+        o.wait = {Clock::now() + 10s, nullptr};
+        st[r] = ranks_[r].ring.mean(*ranks_[r].channel, data[r], o);
+      });
+      expect_all_ok(st);
+      for (uint64_t i = 0; i < numel; ++i)
+        ASSERT_NEAR(data[0][i], want[i] / n, 1e-5) << "spin " << spin.count() << " us, " << i;
+      expect_same_bits(data);
+      const peers::ChannelTimes t = ranks_[1].channel->times() - before[1];
+      EXPECT_GE(t.send_calls, 1u);
+      EXPECT_GE(t.recv_calls, 1u);
+      EXPECT_GE(t.sleeps, 1u) << "rank 1 waited 30 ms for rank 0 and never slept";
+      EXPECT_GE(t.sleep_ns, 10'000'000u) << "rank 1 slept less than 10 of the 30 ms it waited";
+      if (spin.count() == 0)
+        EXPECT_EQ(t.spin_ns, 0u);
+      else
+        EXPECT_GE(t.spin_ns, 1'000u) << "rank 1 waited without busy-polling first";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, TcpRingTest, ::testing::Values("tcp"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
