@@ -46,7 +46,7 @@ while [[ $# -gt 0 ]]; do
     --only-ours) only_ours=1; shift ;;  # no OpenMPI, Gloo or iperf3 (nothing installed)
     --algorithms) algorithms="$2"; shift 2 ;;
     --write-table) write_table="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -226,7 +226,7 @@ for n in sorted({k[1] for k in cells}):
             ratio = f"{best / auto:.2f}x " + ("✓" if best / auto >= goal else "✗")
         cols = " | ".join(("**" + ms(v) + "**") if a == fastest[1] else ms(v) for a, v in mine.items())
         print(f"| {size(b)} | {n} | {cols} | {ms(m)} | {ms(g)} | {fastest[1] or '—'} | {ratio} |")
-print(f"\nEach cell: median over {runs} run(s) of rank 0's median call; bold and 'fastest fixed': our fastest algorithm other than auto (what --write-table records).")
+print(f"\nEach cell: median over {runs} run(s) of rank 0's median call; bold and 'fastest fixed': our fastest of ring, tree, butterfly and master (what --write-table records).")
 sealed = [a for a in ours if a.endswith("-sealed") and a[:-len("-sealed")] in ours]
 if sealed:
     print("\n| size | ranks | " + " | ".join(f"{a} bandwidth lost" for a in sealed) + " |")
@@ -253,7 +253,7 @@ for r in rows:
     if "per_call_us" in r:
         probes.setdefault((r["impl"], r["ranks"], r["bytes"]), []).append(r)
 if probes:
-    print("\n| ours | size | ranks | call | asleep | spinning | in sendmsg | in recv | the rest | sendmsg / recv (empty) / ppoll per call |")
+    print("\n| ours | size | ranks | call | asleep | spinning | in sendmsg | in recv | the rest | sendmsg / recv (empty) / ppoll / spin probes per call |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     def us(v):
         return f"{v:.0f} µs" if v >= 100 else f"{v:.1f} µs"
@@ -261,8 +261,8 @@ if probes:
         runs_of = sorted(probes[(impl, n, b)], key=lambda r: r["median_s"])
         p = runs_of[len(runs_of) // 2]
         c, k = p["per_call_us"], p["syscalls_per_call"]
-        print(f"| {impl[len('gossipd-'):]} | {size(b)} | {n} | {us(c['wall'])} | {us(c['sleep'])} | {us(c['spin'])} | {us(c['send'])} | {us(c['recv'])} | {us(c['other'])} | {k['sendmsg']:.1f} / {k['recv']:.1f} ({k['recv_empty']:.1f}) / {k['ppoll']:.1f} |")
-    print("\nPer call, rank 0, mean over the timed calls: asleep in ppoll (waiting for a peer or the kernel), busy-polling, in the system calls that move bytes, and the rest (reducing, copying, sealing, bookkeeping).")
+        print(f"| {impl[len('gossipd-'):]} | {size(b)} | {n} | {us(c['wall'])} | {us(c['sleep'])} | {us(c['spin'])} | {us(c['send'])} | {us(c['recv'])} | {us(c['other'])} | {k['sendmsg']:.1f} / {k['recv']:.1f} ({k['recv_empty']:.1f}) / {k['ppoll']:.1f} / {k.get('spin_probes', 0):.0f} |")
+    print("\nPer call, rank 0, mean over the timed calls, in wall time (preemption included): asleep in ppoll (waiting for a peer or the kernel), in busy-poll probes that found nothing, in the system calls that move bytes, and the rest (reducing, copying, sealing, bookkeeping, the busy-poll's loop).")
 if table_out:
     with open(table_out, "w") as f:
         f.write("# --allreduce-table: RANKS BYTES ALGORITHM, first row that bounds both wins\n")

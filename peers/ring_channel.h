@@ -48,21 +48,41 @@ struct WaitOptions {
 };
 
 // Where a channel's time went, summed since it was made: the system calls that move
-// bytes and the sleeps between them. What a call spends outside them is the caller's
-// (reducing, copying, sealing). The TCP channel counts; others leave it zero. Read by
-// bench/allreduce's per-call breakdown.
+// bytes and the sleeps between them, in wall time (a process the scheduler preempts
+// inside a call is charged for the wait). What a call spends outside them is the
+// caller's (reducing, copying, sealing). The TCP channel counts, two clock reads a
+// system call; the others leave it zero. Read by bench/allreduce's per-call breakdown.
 struct ChannelTimes {
   uint64_t send_calls = 0;  // sendmsg
   uint64_t send_ns = 0;
-  uint64_t recv_calls = 0;  // recv, those that found nothing included
+  uint64_t recv_calls = 0;  // recv, those that found nothing outside a busy-poll included
   uint64_t recv_ns = 0;
   uint64_t empty_recvs = 0;  // of recv_calls: nothing there yet (EAGAIN)
   uint64_t sleeps = 0;       // ppoll: waiting for the peer or the kernel
   uint64_t sleep_ns = 0;
-  uint64_t spin_ns = 0;  // busy-polling before a sleep (RingTransportOptions::busy_poll)
-  ChannelTimes& operator+=(const ChannelTimes& o);
+  // A busy-poll's probes that found nothing (RingTransportOptions::busy_poll); a probe
+  // that moves bytes counts as a send or receive. The loop between probes is the caller's.
+  uint64_t spin_calls = 0;
+  uint64_t spin_ns = 0;
+  ChannelTimes& operator+=(const ChannelTimes& o) {
+    send_calls += o.send_calls;
+    send_ns += o.send_ns;
+    recv_calls += o.recv_calls;
+    recv_ns += o.recv_ns;
+    empty_recvs += o.empty_recvs;
+    sleeps += o.sleeps;
+    sleep_ns += o.sleep_ns;
+    spin_calls += o.spin_calls;
+    spin_ns += o.spin_ns;
+    return *this;
+  }
+  // Counters only grow, so a later reading minus an earlier one of the same channels.
+  ChannelTimes operator-(const ChannelTimes& o) const {
+    return {send_calls - o.send_calls, send_ns - o.send_ns,         recv_calls - o.recv_calls,
+            recv_ns - o.recv_ns,       empty_recvs - o.empty_recvs, sleeps - o.sleeps,
+            sleep_ns - o.sleep_ns,     spin_calls - o.spin_calls,   spin_ns - o.spin_ns};
+  }
 };
-ChannelTimes operator-(ChannelTimes a, const ChannelTimes& b);
 
 class RingChannel {
  public:
@@ -157,10 +177,10 @@ struct RingTransportOptions {
   uint16_t port = 0;                      // 0: any free port
   int socket_buffer_bytes = 4 << 20;
   TrafficCounters* traffic = nullptr;  // counts payload and wire bytes per peer
-  // A wait retries its non-blocking system calls this long before it sleeps in ppoll:
-  // a message that comes within it costs no wake-up. Worth it where each rank has a
-  // core of its own; where ranks share cores, a spinning rank takes the core of the
-  // one it waits for (bench/allreduce/README.md, "Busy-poll"). TCP only.
+  // A wait retries its non-blocking system calls this long (at most 10 ms) before it
+  // sleeps in ppoll: a message that comes within it costs no wake-up. Worth it where
+  // each rank has a core of its own; where ranks share cores, a spinning rank takes the
+  // core of the one it waits for (bench/allreduce/README.md, "Busy-poll"). TCP only.
   std::chrono::microseconds busy_poll{0};
 };
 

@@ -1,4 +1,4 @@
-// The registry of ring transports (CMake decides which are built), and ChannelTimes' sums.
+// The registry of ring transports: CMake decides which are built.
 #include <fmt/format.h>
 
 #include "peers/ring_channel.h"
@@ -8,30 +8,6 @@
 #endif
 
 namespace gossip::peers {
-
-ChannelTimes& ChannelTimes::operator+=(const ChannelTimes& o) {
-  send_calls += o.send_calls;
-  send_ns += o.send_ns;
-  recv_calls += o.recv_calls;
-  recv_ns += o.recv_ns;
-  empty_recvs += o.empty_recvs;
-  sleeps += o.sleeps;
-  sleep_ns += o.sleep_ns;
-  spin_ns += o.spin_ns;
-  return *this;
-}
-
-ChannelTimes operator-(ChannelTimes a, const ChannelTimes& b) {
-  a.send_calls -= b.send_calls;
-  a.send_ns -= b.send_ns;
-  a.recv_calls -= b.recv_calls;
-  a.recv_ns -= b.recv_ns;
-  a.empty_recvs -= b.empty_recvs;
-  a.sleeps -= b.sleeps;
-  a.sleep_ns -= b.sleep_ns;
-  a.spin_ns -= b.spin_ns;
-  return a;
-}
 
 Result<std::vector<std::unique_ptr<RingChannel>>> RingTransport::connect_mesh(
     uint32_t, const std::vector<MeshEnd>&, const WaitOptions&) {

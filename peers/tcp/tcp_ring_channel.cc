@@ -25,6 +25,9 @@ constexpr uint32_t kFrameMagic = 0x31465247;  // "GRF1"
 constexpr size_t kStageBytes = 64 << 10;
 // Queued messages handed to one sendmsg (two iovecs each).
 constexpr size_t kSendBatch = 32;
+// The longest busy-poll taken (RingTransportOptions::busy_poll): the spin does not
+// look at the cancel flag.
+constexpr std::chrono::microseconds kMaxBusyPoll{10'000};
 
 struct Frame {
   uint32_t magic = kFrameMagic;
@@ -44,7 +47,7 @@ class TcpRingChannel final : public RingChannel {
         left_fd_(left_fd),
         right_fd_(right_fd),
         traffic_(traffic),
-        busy_poll_(busy_poll),
+        busy_poll_(std::min<std::chrono::microseconds>(busy_poll, kMaxBusyPoll)),
         stage_(kStageBytes) {
     for (int fd : {left_fd_, right_fd_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
@@ -107,22 +110,25 @@ class TcpRingChannel final : public RingChannel {
 
   // Progresses both directions until `done()`, a failure, the deadline or the cancel flag.
   // With busy_poll_, the first turns retry at once, for that long, before any sleep.
+  // The spin looks at the deadline but not at the cancel flag, whose interrupt may
+  // answer a control channel: it lasts at most kMaxBusyPoll.
   template <class Done, class What>
   Status wait_until(const WaitOptions& wait, Done done, What what) {
     if (!failure_.is_ok()) return failure_;
+    struct SpinEnds {  // on every way out, so that later calls count as themselves
+      bool& spinning;
+      ~SpinEnds() { spinning = false; }
+    } spin_ends{spinning_};
     Clock::time_point spin_end{};
     for (;;) {
       GOSSIP_RETURN_IF_ERROR(check(flush_sends()));
       GOSSIP_RETURN_IF_ERROR(check(fill_recvs()));
-      if (done()) {
-        spinning_ = false;
-        return Status::ok();
-      }
+      if (done()) return Status::ok();
       auto now = Clock::now();
       if (busy_poll_.count() > 0) {
-        if (spin_end == Clock::time_point{}) spin_end = now + busy_poll_;
+        if (spin_end == Clock::time_point{}) spin_end = std::min(now + busy_poll_, wait.deadline);
         spinning_ = now < spin_end;
-        if (spinning_) continue;  // the deadline is seconds away; the spin, microseconds
+        if (spinning_) continue;
       }
       if (wait.cancelled()) return fail(Status::closed(what() + ": cancelled"));
       now = Clock::now();
@@ -141,21 +147,25 @@ class TcpRingChannel final : public RingChannel {
     }
   }
 
-  // Runs one system call, adding its count and time to `calls` and `ns` (or to the
-  // spin's time, while busy-polling).
+  // Runs one system call, adding its count and time to `calls` and `ns`; a busy-poll's
+  // probe that found nothing counts as the spin's instead. errno stays the call's.
   template <class Call>
   auto timed(uint64_t& calls, uint64_t& ns, Call call) {
     const auto t0 = Clock::now();
     auto r = call();
+    const int err = errno;
     const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
-    ++calls;
-    (spinning_ ? times_.spin_ns : ns) += static_cast<uint64_t>(took.count());
+    const bool idle_probe = spinning_ && r < 0 && would_block(err);
+    ++(idle_probe ? times_.spin_calls : calls);
+    (idle_probe ? times_.spin_ns : ns) += static_cast<uint64_t>(took.count());
+    errno = err;
     return r;
   }
   ssize_t timed_recv(std::byte* into, size_t bytes) {
+    const bool spin = spinning_;
     const ssize_t r = timed(times_.recv_calls, times_.recv_ns,
                             [&] { return ::recv(left_fd_, into, bytes, MSG_DONTWAIT); });
-    if (r < 0 && would_block(errno)) ++times_.empty_recvs;
+    if (r < 0 && would_block(errno) && !spin) ++times_.empty_recvs;
     return r;
   }
 

@@ -759,7 +759,7 @@ std::vector<BadFlag> bad_flags() {
        {"--overlap-steps", "overlapped syncs are for strategy local-sgd, not gossip"}},
       {"RoundTimeoutInf", {"--round-timeout", "inf"}, {"flag '--round-timeout'", "got 'inf'"}},
       {"ChunkBytesSmall", {"--chunk-bytes", "100"}, {"flag '--chunk-bytes'", "4096..268435456"}},
-      {"BusyPollPastASecond",
+      {"BusyPollPastTenMilliseconds",
        {"--ring-busy-poll", "10001"},
        {"flag '--ring-busy-poll'", "0..10000"}},
       {"SeedText", {"--seed", "abc"}, {"flag '--seed'", "got 'abc'"}},

@@ -245,6 +245,7 @@ class ScalingRingChannel final : public peers::RingChannel {
     return st;
   }
   Status poke() override { return inner_->poke(); }
+  peers::ChannelTimes times() const override { return inner_->times(); }
 
  private:
   std::unique_ptr<peers::RingChannel> inner_;

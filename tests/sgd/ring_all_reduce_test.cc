@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -630,7 +631,7 @@ TEST_P(TcpRingTest, ABusyPollingWaitGivesTheSameMeanAndCountsItsSpinAndSleep) {
   for (const auto spin : {0us, 200us}) {
     busy_poll_ = spin;
     start(n);
-    expect_all_ok(connect_results_);
+    ASSERT_NO_FATAL_FAILURE(expect_all_ok(connect_results_));
     for (const uint64_t numel : {uint64_t{100}, uint64_t{300000}}) {  // whole vectors; the hops
       auto data = random_data(n, numel, numel);
       std::vector<double> want(numel, 0.0);
@@ -638,11 +639,17 @@ TEST_P(TcpRingTest, ABusyPollingWaitGivesTheSameMeanAndCountsItsSpinAndSleep) {
         for (uint64_t i = 0; i < numel; ++i) want[i] += v[i];
       std::vector<peers::ChannelTimes> before(n);
       for (uint32_t r = 0; r < n; ++r) before[r] = ranks_[r].channel->times();
-      // Rank 0 comes 30 ms late, so rank 1 (its right neighbor) must wait for it:
-      // with a busy-poll it spins first, then sleeps; without, it only sleeps.
+      // Rank 0 comes 100 ms after rank 1 has started, so rank 1 (its right neighbor)
+      // must wait for it: with a busy-poll it spins first, then sleeps; without, it
+      // only sleeps.
       std::vector<Status> st(n);
+      std::atomic<bool> rank1_started{false};
       run_all(n, [&](uint32_t r) {
-        if (r == 0) std::this_thread::sleep_for(30ms);
+        if (r == 1) rank1_started = true;
+        if (r == 0) {
+          while (!rank1_started) std::this_thread::sleep_for(1ms);
+          std::this_thread::sleep_for(100ms);
+        }
         RingOptions o;
         o.size = n;
         o.rank = r;
@@ -658,12 +665,15 @@ TEST_P(TcpRingTest, ABusyPollingWaitGivesTheSameMeanAndCountsItsSpinAndSleep) {
       const peers::ChannelTimes t = ranks_[1].channel->times() - before[1];
       EXPECT_GE(t.send_calls, 1u);
       EXPECT_GE(t.recv_calls, 1u);
-      EXPECT_GE(t.sleeps, 1u) << "rank 1 waited 30 ms for rank 0 and never slept";
-      EXPECT_GE(t.sleep_ns, 10'000'000u) << "rank 1 slept less than 10 of the 30 ms it waited";
-      if (spin.count() == 0)
+      EXPECT_GE(t.sleeps, 1u) << "rank 1 waited 100 ms for rank 0 and never slept";
+      EXPECT_GE(t.sleep_ns, 10'000'000u) << "rank 1 slept less than 10 of the 100 ms it waited";
+      if (spin.count() == 0) {
         EXPECT_EQ(t.spin_ns, 0u);
-      else
-        EXPECT_GE(t.spin_ns, 1'000u) << "rank 1 waited without busy-polling first";
+        EXPECT_EQ(t.spin_calls, 0u);
+      } else {
+        EXPECT_GE(t.spin_calls, 1u) << "rank 1 waited without busy-polling first";
+        EXPECT_GE(t.spin_ns, 1'000u);
+      }
     }
   }
 }
