@@ -125,13 +125,11 @@ Status ButterflyAllReduce::run(std::span<peers::RingChannel* const> by_rank, std
       GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, step, i), buffer));
       auto got = links.wait_recv(from);
       if (!got.is_ok()) return got.status();
-      scratch_.resize(dst.size());
-      if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, from, off), scratch_);
+      if (Status st = add_message(coder, buffer.first(*got), chunk_seed(o.round, from, off), dst);
           !st)
         return Status::protocol(
             fmt::format("all-reduce (butterfly): rank {}, round {}, step {}: {}", from, o.round,
                         step, st.message()));
-      add_into(dst.data(), scratch_.data(), dst.size());
     }
     return Status::ok();
   };
@@ -231,6 +229,20 @@ Status ButterflyAllReduce::doubling(mesh::Links& links, const Butterfly& b, uint
   return Status::ok();
 }
 
+Status ButterflyAllReduce::add_message(const mesh::Coder& coder, std::span<const std::byte> msg,
+                                       uint64_t seed, std::span<float> dst) {
+  if (!coder.codec) {  // straight from the receive buffer (rx_, fp32-aligned): no copy
+    if (msg.size() != dst.size_bytes())
+      return Status::invalid(fmt::format("{} bytes for {} fp32 values", msg.size(), dst.size()));
+    add_into(dst.data(), reinterpret_cast<const float*>(msg.data()), dst.size());
+    return Status::ok();
+  }
+  scratch_.resize(dst.size());
+  GOSSIP_RETURN_IF_ERROR(coder.decode(msg, seed, scratch_));
+  add_into(dst.data(), scratch_.data(), dst.size());
+  return Status::ok();
+}
+
 Status ButterflyAllReduce::halving_doubling(mesh::Links& links, const Butterfly& b, uint32_t v,
                                             std::span<float> data, const RingOptions& o,
                                             const mesh::Coder& coder) {
@@ -272,13 +284,12 @@ Status ButterflyAllReduce::halving_doubling(mesh::Links& links, const Butterfly&
       GOSSIP_RETURN_IF_ERROR((*ch)->post_recv(mesh::tag(o.round, a, kHalving + j, i), buffer));
       auto got = links.wait_recv(partner);
       if (!got.is_ok()) return got.status();
-      scratch_.resize(dst.size());
-      if (Status st = coder.decode(buffer.first(*got), chunk_seed(o.round, partner, off), scratch_);
+      if (Status st =
+              add_message(coder, buffer.first(*got), chunk_seed(o.round, partner, off), dst);
           !st)
         return Status::protocol(
             fmt::format("all-reduce (butterfly): rank {}, round {}, halving step {}: {}", partner,
                         o.round, j, st.message()));
-      add_into(dst.data(), scratch_.data(), dst.size());
     }
     GOSSIP_RETURN_IF_ERROR(links.wait_sends());
     if (upper)

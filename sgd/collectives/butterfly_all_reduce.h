@@ -64,6 +64,10 @@ class ButterflyAllReduce final : public MeshAllReduce {
                   const RingOptions& o);
   Status gather(mesh::Links& links, const Butterfly& b, std::span<float> data, const RingOptions& o,
                 const mesh::Coder& coder);
+  // Adds a message that arrived to dst: raw fp32 straight from the receive buffer, a
+  // codec's payload decoded through scratch_.
+  Status add_message(const mesh::Coder& coder, std::span<const std::byte> msg, uint64_t seed,
+                     std::span<float> dst);
 
   std::vector<float> rx_;
   std::deque<std::vector<std::byte>> tx_;  // encoded halves, alive until sent
