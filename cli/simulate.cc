@@ -118,6 +118,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
   // gossipd's waits, in its units (seconds) and with its defaults for the gossip family.
   struct Waits {
     double patience = 5, dead_after = 3, dead_after_floor = 0.5, heartbeat = 1, round_timeout = 30;
+    double round_timeout_floor = 5;
+    std::string round_timeout_factor = "auto";
   };
   auto waits = std::make_shared<Waits>();
   CLI::App* app = parent.add_subcommand(
@@ -175,6 +177,11 @@ Subcommand add_simulate_command(CLI::App& parent) {
   wait("--dead-after-floor", waits->dead_after_floor);
   wait("--heartbeat", waits->heartbeat);
   wait("--round-timeout", waits->round_timeout);
+  wait("--round-timeout-floor", waits->round_timeout_floor);
+  app->add_option("--round-timeout-factor", waits->round_timeout_factor,
+                  "As gossipd's --round-timeout-factor: F, or auto (3 for the gossip family, 0 "
+                  "otherwise)")
+      ->capture_default_str();
   app->add_option("--dead-after-factor", o->dead_after_factor,
                   "As gossipd's --dead-after-factor (0: always --dead-after)")
       ->capture_default_str()
@@ -190,6 +197,20 @@ Subcommand add_simulate_command(CLI::App& parent) {
         o->dead_after_floor = ms(waits->dead_after_floor);
         o->heartbeat = ms(waits->heartbeat);
         o->round_timeout = ms(waits->round_timeout);
+        o->round_timeout_floor = ms(waits->round_timeout_floor);
+        if (waits->round_timeout_factor != "auto") {
+          double f = -1;
+          char end = 0;
+          if (std::sscanf(waits->round_timeout_factor.c_str(), "%lf%c", &f, &end) != 1 ||
+              !(f >= 0 && f <= 1e6)) {
+            std::fprintf(stderr,
+                         "gossipctl simulate: --round-timeout-factor %s: expected auto or a "
+                         "number in 0..1e6\n",
+                         waits->round_timeout_factor.c_str());
+            return kExitUsage;
+          }
+          o->round_timeout_factor = f;
+        }
         std::vector<peers::Outage> outages;
         for (const std::string& p : *partitions) {
           unsigned first = 0, last = 0;

@@ -66,7 +66,7 @@ struct StrategyConfig {
   uint32_t codec_threads = 1;     // threads (the sync thread included) that compress and decode
   double round_timeout_s = 60.0;  // a round that takes longer fails, naming the missing peers
   // > 0: the deadline follows the rounds, this times the longest of the last ones, at
-  // least round_timeout_floor_s and at most round_timeout_s (daemon/round_deadline.h).
+  // least round_timeout_floor_s and at most round_timeout_s (sgd/round_deadline.h).
   // kAuto: kAutoRoundTimeoutFactor for the gossip family, whose round goes on without
   // a late peer (it costs the peer's contribution, not the run), else 0: a late round
   // of a synchronous ring or a parameter server's pull fails the run, and a trainer

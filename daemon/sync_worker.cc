@@ -129,10 +129,10 @@ Result<std::unique_ptr<SyncWorker>> SyncWorker::start(const DaemonConfig& config
   if (resume) w->admission_->remember(resume->members, resume->forgotten);
   w->round_timeout_ =
       std::chrono::milliseconds(static_cast<int64_t>(config.strategy.round_timeout_s * 1000.0));
-  w->round_deadline_ = std::make_unique<RoundDeadline>(
-      RoundDeadline::Duration(config.strategy.round_timeout_s),
+  w->round_deadline_ = std::make_unique<sgd::RoundDeadline>(
+      sgd::RoundDeadline::Duration(config.strategy.round_timeout_s),
       config.strategy.round_timeout_factor_in_force(),
-      RoundDeadline::Duration(config.strategy.round_timeout_floor_s));
+      sgd::RoundDeadline::Duration(config.strategy.round_timeout_floor_s));
   w->node_ = config.node_id;
   w->strategy_name_ = config.strategy.name;
   if (const auto* d = sgd::find_strategy(config.strategy.name))
@@ -849,10 +849,7 @@ void SyncWorker::run() {
     if (st) {
       round_deadline_->completed(std::chrono::steady_clock::now() - began);
     } else if (round_deadline_->adapting()) {
-      st = st.with_context(fmt::format(
-          "the round's deadline was {:.2f} s, --round-timeout-factor times the longest of the "
-          "last rounds",
-          allowed.count()));
+      st = st.with_context(sgd::RoundDeadline::failure_context(allowed));
     }
     RoundResult result{std::move(st), round, std::nullopt, std::nullopt};
     if (const uint64_t ran = std::max(round, strategy_->round_to_run(round + 1) - 1);

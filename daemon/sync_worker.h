@@ -20,7 +20,6 @@
 #include "daemon/config.h"
 #include "daemon/hooks.h"
 #include "daemon/inspector.h"
-#include "daemon/round_deadline.h"
 #include "daemon/transfer_histogram.h"
 #include "daemon/tuner.h"
 #include "peers/ring_channel.h"
@@ -34,6 +33,7 @@
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/overlay/overlay.h"
 #include "sgd/registry.h"
+#include "sgd/round_deadline.h"
 #include "sgd/strategy.h"
 
 namespace gossip::daemon {
@@ -182,8 +182,8 @@ class SyncWorker {
   std::vector<peers::Peer> peers_copy_;                                 // guarded by peers_mu_
   std::optional<std::chrono::steady_clock::time_point> tune_last_end_;  // worker thread only
   uint64_t tune_last_step_ = 0;
-  std::chrono::milliseconds round_timeout_{60000};  // joins and start-up
-  std::unique_ptr<RoundDeadline> round_deadline_;   // rounds (worker thread only)
+  std::chrono::milliseconds round_timeout_{60000};      // joins and start-up
+  std::unique_ptr<sgd::RoundDeadline> round_deadline_;  // rounds (worker thread only)
   int done_fd_ = -1;
   int inspect_fd_ = -1;
   TransferHistogram transfers_;

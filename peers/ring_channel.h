@@ -180,7 +180,7 @@ struct RingTransportOptions {
   // A wait retries its non-blocking system calls this long (at most 10 ms) before it
   // sleeps in ppoll: a message that comes within it costs no wake-up. Worth it where
   // each rank has a core of its own; where ranks share cores, a spinning rank takes the
-  // core of the one it waits for (bench/allreduce/README.md, "Busy-poll"). TCP only.
+  // core of the one it waits for (docs/collectives.md, "Busy-poll"). TCP only.
   std::chrono::microseconds busy_poll{0};
 };
 

@@ -14,6 +14,7 @@
 #include "sgd/collectives/all_gather_all_reduce.h"
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/overlay/overlay.h"
+#include "sgd/round_deadline.h"
 #include "sim/sim_clock.h"
 
 namespace gossip::sim {
@@ -39,6 +40,7 @@ struct Node {
   std::unique_ptr<sgd::NeighborExchange> exchange;      // the gossip family's
   std::unique_ptr<sgd::AllGatherAllReduce> all_reduce;  // local SGD's and allreduce's
   std::unique_ptr<sgd::Strategy> strategy;
+  std::unique_ptr<sgd::RoundDeadline> deadline;
   std::vector<float> x;
   std::vector<float> b;  // the node's optimum (quadratic)
 };
@@ -107,6 +109,11 @@ class World {
         return;
       }
       n.strategy = std::move(strategy).value();
+      const double factor = o.round_timeout_factor >= 0                  ? o.round_timeout_factor
+                            : descriptor.fabric == sgd::Fabric::kOverlay ? 3.0
+                                                                         : 0.0;
+      n.deadline =
+          std::make_unique<sgd::RoundDeadline>(o.round_timeout, factor, o.round_timeout_floor);
       n.strategy->set_layout_fingerprint(0x51a7);
       n.b.resize(o.numel);
       for (size_t e = 0; e < o.numel; ++e) {
@@ -176,11 +183,16 @@ class World {
                              std::chrono::ceil<std::chrono::milliseconds>(
                                  std::min<Duration>(computed - clock_.now(), 20ms)));
       sgd::RoundOptions ro;
-      ro.deadline = clock_.now() + o_.round_timeout;
+      const auto allowed = n.deadline->next();
+      ro.deadline = clock_.now() + std::chrono::duration_cast<Duration>(allowed);
+      const TimePoint began = clock_.now();
       if (Status st = n.strategy->synchronize(n.x, r, ro); !st) {
+        if (n.deadline->adapting())
+          st = st.with_context(sgd::RoundDeadline::failure_context(allowed));
         report_.failures.push_back(fmt::format("node {}: round {}: {}", i, r, st.message()));
         return;
       }
+      n.deadline->completed(clock_.now() - began);
       record(i, r);
     }
   }

@@ -52,6 +52,11 @@ struct WorldOptions {
   std::chrono::milliseconds dead_after_floor{500};
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds round_timeout{30000};
+  // --round-timeout-factor and --round-timeout-floor (sgd/round_deadline.h), as the sync
+  // worker times its rounds; a negative factor is gossipd's auto: 3 for the gossip
+  // family, 0 (always round_timeout) otherwise.
+  double round_timeout_factor = -1;
+  std::chrono::milliseconds round_timeout_floor{5000};
   // A trainer that stops before a round's step (an evaluation, a checkpoint) for
   // `length` of virtual time, while its node answers its peers as gossipd does.
   struct Pause {

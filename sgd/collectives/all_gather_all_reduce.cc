@@ -282,9 +282,11 @@ Status AllGatherAllReduce::all_reduce_mean(std::span<float> data, uint64_t round
     auto now = router_.clock().now();
     if (now >= options.deadline)
       return Status::timeout(fmt::format("round {}: no complete model from {}", round, missing(s)));
-    auto wait =
-        std::min(std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now),
-                 std::chrono::milliseconds(grace_end ? 5 : 100));
+    // Rounded up: the last part of a millisecond rounded down would be polls of 0 ms
+    // until the deadline, a spin (forever on the simulation's clock, which only moves
+    // when someone waits).
+    auto wait = std::min(std::chrono::ceil<std::chrono::milliseconds>(options.deadline - now),
+                         std::chrono::milliseconds(grace_end ? 5 : 100));
     router_.poll(wait);
   }
 

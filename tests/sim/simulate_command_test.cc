@@ -82,6 +82,11 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--step-time-ms", "1e9", "--slow", "0:1e6"}, "whose steps take at most 1e6 s");
   refused({"--links", "latency=1e300s"}, "latency=1e300s: at most 1e6 s");
   refused({"--slow", "7:5"}, "--slow 7:5: a node below 4");
+  refused({"--round-timeout-factor", "nan"},
+          "--round-timeout-factor nan: expected auto or a number in 0..1e6");
+  refused({"--round-timeout-factor", "-1"},
+          "--round-timeout-factor -1: expected auto or a number in 0..1e6");
+  refused({"--round-timeout-floor", "0"}, "--round-timeout-floor: 0: a number > 0");
 }
 
 }  // namespace

@@ -334,6 +334,44 @@ TEST(Simulation, LocalSgdOverTheAllGatherAgreesEveryRound) {
   EXPECT_LT(report.rounds.back().suboptimality, 0.5 * report.rounds.front().suboptimality);
 }
 
+// Virtual-time twin of LocalSgdIntegration.AnAdaptiveDeadlineNoticesAHungPeerLongBeforeTheFixedOne:
+// local SGD over the all-gather, rounds of 100 ms steps; node 3 dies before round 12.
+// With the deadline following the rounds (factor 3, floor 1 s; sgd/round_deadline.h)
+// the others' round 12 fails about a second after their round 11 ended; with the fixed
+// one (factor 0), at the 30 s round timeout.
+TEST(Simulation, AnAdaptiveDeadlineNoticesADeadPeerLongBeforeTheFixedOne) {
+  for (const double factor : {3.0, 0.0}) {
+    WorldOptions o;
+    o.nodes = 4;
+    o.strategy = "local-sgd";
+    o.numel = 100;
+    o.rounds = 20;
+    o.links.all = {1ms, {}, 1e9};
+    o.step_time = 100ms;
+    o.round_timeout = 30000ms;
+    o.round_timeout_factor = factor;
+    o.round_timeout_floor = 1000ms;
+    o.deaths[3] = 12;
+    auto report = simulate(o);
+    ASSERT_TRUE(report.is_ok()) << report.status().message();
+    ASSERT_EQ(report->failures.size(), 3u) << "factor " << factor;
+    for (const std::string& f : report->failures) {
+      EXPECT_NE(f.find("round 12:"), std::string::npos) << f;
+      EXPECT_EQ(f.find("the round's deadline was 1.00 s") != std::string::npos, factor > 0) << f;
+    }
+    ASSERT_EQ(report->finished[0].size(), 12u);
+    // After round 11: a 100 ms step, then the round's wait for node 3.
+    const double noticed = report->virtual_s - report->finished[0][11];
+    if (factor > 0) {
+      EXPECT_GT(noticed, 1.05) << "the floor: 3 x a round of ~2 ms is under it";
+      EXPECT_LT(noticed, 1.2);
+    } else {
+      EXPECT_GT(noticed, 30.05);
+      EXPECT_LT(noticed, 30.2);
+    }
+  }
+}
+
 TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   WorldOptions o;
   o.strategy = "ps";

@@ -77,8 +77,7 @@ Status NcclPeerGroup::join(const CollectiveOptions& options) {
       if (now >= options.deadline)
         return Status::timeout(
             fmt::format("nccl: no communicator id from peer {} (rank 0) in time", order_.ids[0]));
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline - now);
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(options.deadline - now);
       progress(0, 0, std::min(left, std::chrono::milliseconds(50)));
     }
     if (offer_->layout != 0 && layout_ != 0 && offer_->layout != layout_)

@@ -6,13 +6,15 @@
 // the factor, at least the floor and at most --round-timeout (the ceiling). The longest
 // rather than a percentile: a round that waits for a peer's trainer evaluating the test
 // set comes once in tens of rounds, and must not fail. Until enough rounds were timed
-// (the first waits for every node to start) the ceiling holds.
+// (the first waits for every node to start) the ceiling holds. The daemon's sync worker
+// and the simulation (sim/world.h) time their rounds with it.
 
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <string>
 
-namespace gossip::daemon {
+namespace gossip::sgd {
 
 class RoundDeadline {
  public:
@@ -29,6 +31,8 @@ class RoundDeadline {
   // A completed round's duration; failed rounds are not fed (their time is the deadline's).
   void completed(Duration d);
   bool adapting() const { return factor_ > 0 && window_.size() >= kWarmUp; }
+  // What a failed round's error adds while the deadline adapts: the deadline it had.
+  static std::string failure_context(Duration allowed);
 
  private:
   Duration ceiling_;
@@ -37,4 +41,4 @@ class RoundDeadline {
   std::deque<Duration> window_;
 };
 
-}  // namespace gossip::daemon
+}  // namespace gossip::sgd

@@ -1,11 +1,11 @@
-// The adaptive round deadline (daemon/round_deadline.h): the ceiling until enough
+// The adaptive round deadline (sgd/round_deadline.h): the ceiling until enough
 // rounds were timed, then the factor times the longest recent round, clamped.
 
-#include "daemon/round_deadline.h"
+#include "sgd/round_deadline.h"
 
 #include <gtest/gtest.h>
 
-namespace gossip::daemon {
+namespace gossip::sgd {
 namespace {
 
 using D = RoundDeadline::Duration;
@@ -46,4 +46,4 @@ TEST(RoundDeadline, AFloorAboveTheCeilingIsTheCeiling) {
 }
 
 }  // namespace
-}  // namespace gossip::daemon
+}  // namespace gossip::sgd
