@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "cli/command.h"
 #include "daemon/config.h"
+#include "peers/loopback_ports.h"
 
 namespace gossip::cli {
 
@@ -79,8 +80,8 @@ std::optional<Straggler> straggler_of(const ClusterOptions& o);
 // --gossipd-on NODE=PATH: node NODE's daemon is the program at PATH.
 Result<std::pair<int, std::string>> parse_gossipd_on(const std::string& text, int nodes);
 
-// n distinct loopback TCP ports that were free a moment ago (bound to 127.0.0.1:0 together).
-Result<std::vector<int>> pick_loopback_ports(int n);
+// n distinct loopback TCP ports below the ephemeral range (peers/loopback_ports.h).
+using peers::pick_loopback_ports;
 
 // Registers `cluster` and its flags on parent.
 Subcommand add_cluster_command(CLI::App& parent);

@@ -187,52 +187,6 @@ Status check_cluster_options(const ClusterOptions& o, daemon::DaemonConfig* sett
 
 }  // namespace
 
-namespace {
-
-// The low end of the kernel's ephemeral ports (ip_local_port_range): bind(0) and
-// outgoing connections take their ports at or above it, never below.
-int ephemeral_low() {
-  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
-  int low = 0;
-  return (f >> low) && low > 1024 ? low : 32768;
-}
-
-}  // namespace
-
-Result<std::vector<int>> pick_loopback_ports(int n) {
-  // Below the ephemeral range, so that no daemon's ring listener (bound to port 0) and
-  // no outgoing connection can take a port picked here before its daemon binds it;
-  // each is checked free with a bind, held until all are picked.
-  constexpr int kLowest = 10000;
-  const int high = ephemeral_low() - 1;
-  if (high - kLowest < 4 * n) return Status::io_error("no port range below the ephemeral ports");
-  std::mt19937 draw(std::random_device{}());
-  std::uniform_int_distribution<int> port_in(kLowest, high);
-  std::vector<int> fds;
-  std::vector<int> ports;
-  for (int attempt = 0; static_cast<int>(ports.size()) < n && attempt < 1000; ++attempt) {
-    const int port = port_in(draw);
-    if (std::find(ports.begin(), ports.end(), port) != ports.end()) continue;
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd);
-      continue;  // taken
-    }
-    fds.push_back(fd);
-    ports.push_back(port);
-  }
-  for (int fd : fds) ::close(fd);
-  if (static_cast<int>(ports.size()) < n)
-    return Status::io_error(fmt::format("found {} free ports on 127.0.0.1 in {}..{}, not {}",
-                                        ports.size(), kLowest, high, n));
-  return ports;
-}
-
 // --- the command -------------------------------------------------------------------
 
 Subcommand add_cluster_command(CLI::App& parent) {

@@ -13,6 +13,7 @@
 #include "peers/dead_after.h"
 #include "peers/peer.h"
 #include "sgd/collectives/choice.h"
+#include "sgd/round_deadline.h"
 
 namespace gossip::sgd {
 struct StrategyParams;
@@ -22,7 +23,7 @@ namespace gossip::daemon {
 
 // A number setting's "auto" (config_internal.h's NumberRange::or_auto).
 inline constexpr double kAuto = std::numeric_limits<double>::quiet_NaN();
-inline constexpr double kAutoRoundTimeoutFactor = 3.0;
+inline constexpr double kAutoRoundTimeoutFactor = sgd::RoundDeadline::kGossipFamilyFactor;
 inline constexpr double kAutoDeadAfterFactor = 3.0;
 
 struct PeerConfig {

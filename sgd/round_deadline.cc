@@ -15,7 +15,7 @@ RoundDeadline::Duration RoundDeadline::next() const {
 std::string RoundDeadline::failure_context(Duration allowed) {
   return fmt::format(
       "the round's deadline was {:.2f} s, --round-timeout-factor times the longest of the last "
-      "rounds",
+      "rounds (at least --round-timeout-floor, at most --round-timeout)",
       allowed.count());
 }
 

@@ -25,6 +25,9 @@ class RoundDeadline {
 
   static constexpr size_t kWindow = 64;  // rounds remembered
   static constexpr size_t kWarmUp = 8;   // rounds timed before the deadline adapts
+  // --round-timeout-factor auto for the gossip family, whose round goes on without a
+  // late peer (0, the fixed deadline, for the others).
+  static constexpr double kGossipFamilyFactor = 3.0;
 
   // How long the next round may take.
   Duration next() const;

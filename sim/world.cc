@@ -109,9 +109,10 @@ class World {
         return;
       }
       n.strategy = std::move(strategy).value();
-      const double factor = o.round_timeout_factor >= 0                  ? o.round_timeout_factor
-                            : descriptor.fabric == sgd::Fabric::kOverlay ? 3.0
-                                                                         : 0.0;
+      const double factor = o.round_timeout_factor >= 0 ? o.round_timeout_factor
+                            : descriptor.fabric == sgd::Fabric::kOverlay
+                                ? sgd::RoundDeadline::kGossipFamilyFactor
+                                : 0.0;
       n.deadline =
           std::make_unique<sgd::RoundDeadline>(o.round_timeout, factor, o.round_timeout_floor);
       n.strategy->set_layout_fingerprint(0x51a7);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
+#include <cstdint>
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
@@ -232,6 +234,7 @@ Status ButterflyAllReduce::doubling(mesh::Links& links, const Butterfly& b, uint
 Status ButterflyAllReduce::add_message(const mesh::Coder& coder, std::span<const std::byte> msg,
                                        uint64_t seed, std::span<float> dst) {
   if (!coder.codec) {  // straight from the receive buffer (rx_, fp32-aligned): no copy
+    assert(reinterpret_cast<uintptr_t>(msg.data()) % alignof(float) == 0);
     if (msg.size() != dst.size_bytes())
       return Status::invalid(fmt::format("{} bytes for {} fp32 values", msg.size(), dst.size()));
     add_into(dst.data(), reinterpret_cast<const float*>(msg.data()), dst.size());

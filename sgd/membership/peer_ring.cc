@@ -34,9 +34,11 @@ bool breaks_the_ring(const Status& st) {
 
 constexpr int kMaxProtocolErrors = 3;
 
+// Rounded up: a wait of 0 ms in a deadline's last fraction of a millisecond is a spin
+// (for good on a virtual clock, which moves only when someone waits).
 std::chrono::milliseconds until(const Clock& clock, TimePoint t) {
   return std::max(std::chrono::milliseconds(0),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(t - clock.now()));
+                  std::chrono::ceil<std::chrono::milliseconds>(t - clock.now()));
 }
 }  // namespace
 

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "peers/loopback_ports.h"
 #include "temp_dir.h"
 #include "tests/bin_dir.h"
 
@@ -84,22 +85,6 @@ class Child {
   pid_t pid_ = -1;
 };
 
-// A TCP port that was free a moment ago.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -117,8 +102,10 @@ TEST(AttachedTrainers, TwoNodesEndOnTheAverageModel) {
   }
   TempDir dir;
   const std::string run_dir = dir.path().string();
-  const int ports[2] = {free_port(), free_port()};
-  ASSERT_TRUE(ports[0] > 0 && ports[1] > 0 && ports[0] != ports[1]);
+  // Below the ephemeral range, as gossipctl cluster picks them (peers/loopback_ports.h).
+  auto picked = peers::pick_loopback_ports(2);
+  ASSERT_TRUE(picked) << picked.status().message();
+  const int ports[2] = {(*picked)[0], (*picked)[1]};
   auto tcp = [](int port) { return "tcp://127.0.0.1:" + std::to_string(port); };
 
   // Local SGD every 10 steps; 105 steps end between two synchronization points, so the

@@ -1,23 +1,20 @@
 #pragma once
-// A free loopback TCP port for tests that bind transports of their own (bound and
-// released: fine on one machine).
+// A free loopback TCP port for tests that bind transports of their own: below the
+// kernel's ephemeral range, as gossipctl cluster picks them (peers/loopback_ports.h).
+// A port from bind(0), released, could be taken by another test's connection before
+// the transport bound it: InitialModel.ADigestFromAPeerOtherThanNode0IsNotTaken failed
+// so in a CI run (its transport's create failed, and .value() threw).
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <stdexcept>
+
+#include "peers/loopback_ports.h"
 
 namespace gossip::sgd {
 
 inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  auto ports = peers::pick_loopback_ports(1);
+  if (!ports) throw std::runtime_error(ports.status().message());
+  return ports->front();
 }
 
 }  // namespace gossip::sgd

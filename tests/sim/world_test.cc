@@ -338,9 +338,10 @@ TEST(Simulation, LocalSgdOverTheAllGatherAgreesEveryRound) {
 // local SGD over the all-gather, rounds of 100 ms steps; node 3 dies before round 12.
 // With the deadline following the rounds (factor 3, floor 1 s; sgd/round_deadline.h)
 // the others' round 12 fails about a second after their round 11 ended; with the fixed
-// one (factor 0), at the 30 s round timeout.
+// one (factor 0, and auto for local SGD), at the 30 s round timeout.
 TEST(Simulation, AnAdaptiveDeadlineNoticesADeadPeerLongBeforeTheFixedOne) {
-  for (const double factor : {3.0, 0.0}) {
+  // -1: gossipd's auto, which is 0 (the fixed deadline) outside the gossip family.
+  for (const double factor : {3.0, 0.0, -1.0}) {
     WorldOptions o;
     o.nodes = 4;
     o.strategy = "local-sgd";
