@@ -33,6 +33,7 @@
 #include "cli/run_files.h"
 #include "compression/codec_spec.h"
 #include "daemon/private_files.h"
+#include "peers/loopback_ports.h"
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
 #include "sgd/registry.h"
@@ -849,7 +850,7 @@ int run_cluster(const ClusterOptions& given) {
     if (options.base_port != 0) {
       for (int i = 0; i < options.nodes; ++i) ports.push_back(options.base_port + i);
     } else {
-      auto picked = pick_loopback_ports(options.nodes);
+      auto picked = peers::pick_loopback_ports(options.nodes);
       if (!picked) return report_setup_failure(options, picked.status());
       ports = std::move(*picked);
     }

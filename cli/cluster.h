@@ -13,7 +13,6 @@
 #include "base/status.h"
 #include "cli/command.h"
 #include "daemon/config.h"
-#include "peers/loopback_ports.h"
 
 namespace gossip::cli {
 
@@ -79,9 +78,6 @@ Result<Straggler> parse_straggler(const std::string& text, int nodes);
 std::optional<Straggler> straggler_of(const ClusterOptions& o);
 // --gossipd-on NODE=PATH: node NODE's daemon is the program at PATH.
 Result<std::pair<int, std::string>> parse_gossipd_on(const std::string& text, int nodes);
-
-// n distinct loopback TCP ports below the ephemeral range (peers/loopback_ports.h).
-using peers::pick_loopback_ports;
 
 // Registers `cluster` and its flags on parent.
 Subcommand add_cluster_command(CLI::App& parent);

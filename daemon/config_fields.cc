@@ -33,6 +33,7 @@
 #include "daemon/peers_from.h"
 #include "peers/curve_auth.h"
 #include "peers/node_ids.h"
+#include "peers/ring_channel.h"
 #include "peers/topology.h"
 #include "sgd/collectives/ring_schedule.h"
 #include "sgd/registry.h"
@@ -407,7 +408,7 @@ const std::array<Field, 66>& fields() {
        "a wait of the tcp all-reduces retries for this long before it sleeps, so that a message "
        "that comes within it costs no wake-up; for nodes whose daemon has a core to spare, not "
        "for ranks that share cores; 0: sleep at once; at most 10 ms",
-       IntegerSpec{{0, 10'000, 1},
+       IntegerSpec{{0, static_cast<uint64_t>(peers::kMaxBusyPoll.count()), 1},
                    [](const C& c) -> uint64_t { return c.strategy.ring_busy_poll_us; },
                    [](C& c, uint64_t v) { c.strategy.ring_busy_poll_us = v; }}},
       {"strategy.sparse_allreduce", "--sparse-allreduce", "MODE",

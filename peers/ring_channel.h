@@ -172,6 +172,10 @@ class RingTransport {
       uint32_t self, const std::vector<MeshEnd>& ends, const WaitOptions& wait);
 };
 
+// The longest busy-poll a channel takes (RingTransportOptions::busy_poll): the spin
+// does not look at the cancel flag. gossipd's and ring_bench's flags refuse more.
+inline constexpr std::chrono::microseconds kMaxBusyPoll{10'000};
+
 struct RingTransportOptions {
   std::string listen_host = "127.0.0.1";  // where the left neighbor connects
   uint16_t port = 0;                      // 0: any free port

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
       app.add_option(
              "--busy-poll-us", busy_poll_us,
              "microseconds a wait retries before it sleeps (RingTransportOptions::busy_poll)")
-          ->check(CLI::Range(0, 10'000));
+          ->check(CLI::Range(0, static_cast<int>(gossip::peers::kMaxBusyPoll.count())));
   std::string algorithm = "ring", table_file;
   app.add_option("--algorithm", algorithm, "ring, tree, butterfly, master, or auto");
   app.add_option("--table", table_file,

@@ -25,9 +25,6 @@ constexpr uint32_t kFrameMagic = 0x31465247;  // "GRF1"
 constexpr size_t kStageBytes = 64 << 10;
 // Queued messages handed to one sendmsg (two iovecs each).
 constexpr size_t kSendBatch = 32;
-// The longest busy-poll taken (RingTransportOptions::busy_poll): the spin does not
-// look at the cancel flag.
-constexpr std::chrono::microseconds kMaxBusyPoll{10'000};
 
 struct Frame {
   uint32_t magic = kFrameMagic;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/json.h"
+#include "peers/loopback_ports.h"
 #include "tests/bin_dir.h"
 #include "tests/cli/test_support.h"
 
@@ -111,7 +112,7 @@ TEST(ClusterOptions, Partition) {
 }
 
 TEST(ClusterOptions, PicksDistinctFreePorts) {
-  auto ports = pick_loopback_ports(16);
+  auto ports = peers::pick_loopback_ports(16);
   ASSERT_TRUE(ports.is_ok()) << ports.status().message();
   ASSERT_EQ(ports->size(), 16u);
   std::vector<int> sorted = *ports;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/cluster.h"
+#include "peers/loopback_ports.h"
 #include "tests/bin_dir.h"
 
 namespace gossip::testing {
@@ -45,14 +46,14 @@ std::string read_text(const std::filesystem::path& path) {
 std::string ChildProcess::log() const { return read_text(log_); }
 
 std::vector<int> free_ports(int n) {
-  // Ports below the kernel's ephemeral range (gossipctl's pick_loopback_ports), which
+  // Ports below the kernel's ephemeral range (peers/loopback_ports.h), which
   // bind(0) (the daemons' ring listeners) and outgoing connections never take. Never
   // the same port twice in one process: a test that picks ports (for metrics, a relay)
   // and then starts a Cluster, which picks its own, must not get one it already holds.
   static std::mutex mu;
   static std::set<int> given;
   std::lock_guard lock(mu);
-  auto picked = ::gossip::cli::pick_loopback_ports(n + 8);
+  auto picked = ::gossip::peers::pick_loopback_ports(n + 8);
   std::vector<int> ports;
   if (picked)
     for (int p : *picked)
