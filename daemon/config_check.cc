@@ -135,12 +135,8 @@ Status check_config(const DaemonConfig& c, const Origins& o) {
     return key_error(o, "strategy.name", "unknown strategy " + c.strategy.name);
   const bool over_ring = strategy->fabric == sgd::Fabric::kAllReduce &&
                          c.strategy.transport != "allgather" && c.strategy.transport != "nccl";
-  if (over_ring && c.nodes() > sgd::RingSchedule::kMaxRanks)
-    return key_error(
-        o, "strategy.transport",
-        fmt::format("the ring all-reduce takes at most {} nodes, this cluster has {} (use "
-                    "transport allgather, or a gossip strategy)",
-                    sgd::RingSchedule::kMaxRanks, c.nodes()));
+  // Every cluster gossipd takes fits the ring's message names.
+  static_assert(kMaxNodes <= sgd::RingSchedule::kMaxRanks);
   if (c.strategy.elastic_ring() && !over_ring)
     return key_error(
         o, "strategy.elastic",

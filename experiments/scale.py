@@ -8,11 +8,10 @@ each figure beside its theory. Writes DIR/scale.csv (one row per run) and three 
     prints it; dense, so n <= 512). The ratio of their logarithms is 1.0 when the
     measured rate is the predicted one.
   bytes: bytes each node sends per round against n, for gossip on a ring and on the
-    exponential graph, push-sum, and local SGD over the all-gather (which sends the
-    model to every other node: n - 1 models a round, the all-to-all gossipd's ring
-    transport avoids; the simulator has no ring yet).
+    exponential graph, push-sum, local SGD over gossipd's ring all-reduce (2(n-1)/n of
+    the model) and over the all-gather (n - 1 models).
   time: virtual time per round against n under 1 Gbit/s, 1 ms links, gossip against
-    local SGD over the all-gather.
+    local SGD over the ring (whose 2(n-1) steps each pay the latency) and the all-gather.
 
     experiments/scale.py --build build --out /tmp/scale [--sizes 16,64,256]
 
@@ -110,15 +109,18 @@ def consensus_runs(build, sizes, topologies, seed):
 
 def traffic_runs(build, sizes, seed):
     out = []
-    cases = [("gossip", "ring"), ("gossip", "exponential"), ("push-sum", ""),
-             ("local-sgd", "")]
-    for strategy, topology in cases:
+    # (name, topology, options): local SGD over the ring and over the all-gather send
+    # n^2 messages a round in all (each of the ring's 2(n-1) steps is a message a node).
+    cases = [("gossip", "ring", []), ("gossip", "exponential", []), ("push-sum", "", []),
+             ("local-sgd ring", "", ["--transport", "tcp", "--allreduce-algorithm", "ring"]),
+             ("local-sgd all-gather", "", ["--transport", "allgather"])]
+    for strategy, topology, extra in cases:
         for n in sizes:
-            if strategy == "local-sgd" and n > 256:
-                continue  # n^2 messages a round
-            args = ["--nodes", str(n), "--strategy", strategy, "--model", "quadratic",
-                    "--numel", "10000", "--rounds", "10", "--step-time-ms", "100", "--links",
-                    "latency=1ms,bandwidth=1Gbit", "--seed", str(seed)]
+            if strategy.startswith("local-sgd") and n > (256 if "gather" in strategy else 1024):
+                continue
+            args = ["--nodes", str(n), "--strategy", strategy.split()[0], "--model",
+                    "quadratic", "--numel", "10000", "--rounds", "10", "--step-time-ms", "100",
+                    "--links", "latency=1ms,bandwidth=1Gbit", "--seed", str(seed), *extra]
             if topology:
                 args += ["--topology", topology]
             s, rows = simulate(build, args)
@@ -183,12 +185,16 @@ def plots(rows, out):
             pts = sorted((r["nodes"], r[key]) for r in traffic
                          if (r["strategy"], r["topology"]) == case)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=" ".join(case))
+        model = 10000 * 4
+        ns = sorted({r["nodes"] for r in traffic})
         if key == "bytes_per_node_round":
-            model = 10000 * 4
-            ns = sorted({r["nodes"] for r in traffic})
             ax.plot(ns, [2 * model for _ in ns], ":", color="gray", label="2 models (ring degree)")
             ax.plot(ns, [2 * (n - 1) / n * model for n in ns], "--", color="black",
                     label="ring all-reduce 2(n-1)/n model")
+        else:
+            # The ring's cost model: 2(n-1) steps of a segment on the uplink plus the latency.
+            ax.plot(ns, [0.1 + 2 * (n - 1) * (1e-3 + model / n / 125e6) for n in ns], "--",
+                    color="black", label="100 ms + 2(n-1)(1 ms + M/(n B))")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("nodes")

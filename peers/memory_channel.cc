@@ -141,10 +141,15 @@ MemoryChannel::MemoryChannel(MemoryHub& hub, uint32_t self, std::vector<Peer> pe
       self_(self),
       peers_(std::move(peers)),
       traffic_(ids_of(peers_), hub.clock()),
-      box_(std::move(box)) {}
+      box_(std::move(box)) {
+  // In id order, as add_peer keeps them: knows() is asked on every message.
+  std::sort(peers_.begin(), peers_.end(), [](const Peer& a, const Peer& b) { return a.id < b.id; });
+}
 
 bool MemoryChannel::knows(uint32_t peer) const {
-  return std::any_of(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.id == peer; });
+  const auto it = std::lower_bound(peers_.begin(), peers_.end(), peer,
+                                   [](const Peer& p, uint32_t id) { return p.id < id; });
+  return it != peers_.end() && it->id == peer;
 }
 
 Status MemoryChannel::send_frame(uint32_t peer, uint64_t round, const proto::Body& body,

@@ -77,6 +77,7 @@ class MemoryHub {
 
  private:
   friend class MemoryChannel;
+  friend class MemoryRingHub;  // its messages share the link model (peers/memory_ring.h)
   struct Frame {
     uint32_t from = 0;
     std::string head;

@@ -23,7 +23,12 @@ TrafficCounters::TrafficCounters(const std::vector<uint32_t>& peer_ids, const Cl
     : clock_(&clock),
       capacity_(peer_ids.size() + kMaxJoined),
       counters_(std::make_unique<PeerCounters[]>(capacity_)) {
-  for (size_t i = 0; i < peer_ids.size(); ++i) counters_[i].peer = peer_ids[i];
+  by_id_.reserve(peer_ids.size());
+  for (size_t i = 0; i < peer_ids.size(); ++i) {
+    counters_[i].peer = peer_ids[i];
+    by_id_.emplace_back(peer_ids[i], static_cast<uint32_t>(i));
+  }
+  std::sort(by_id_.begin(), by_id_.end());
   count_.store(peer_ids.size(), std::memory_order_release);
   unknown_.peer = kUnknownPeer;
 }
@@ -47,8 +52,11 @@ PeerCounters* TrafficCounters::find(uint32_t peer) {
 }
 
 const PeerCounters* TrafficCounters::find(uint32_t peer) const {
+  const auto it = std::lower_bound(by_id_.begin(), by_id_.end(), std::pair{peer, uint32_t{0}});
+  if (it != by_id_.end() && it->first == peer) return &counters_[it->second];
+  // Members that joined since (add_peer): at most kMaxJoined.
   const size_t n = count_.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = by_id_.size(); i < n; ++i)
     if (counters_[i].peer == peer) return &counters_[i];
   return &unknown_;
 }

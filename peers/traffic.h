@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -92,6 +93,9 @@ class TrafficCounters {
   const Clock* clock_;
   size_t capacity_;
   std::unique_ptr<PeerCounters[]> counters_;  // the first count_ are peers'
+  // The peers given at construction, (id, slot) by id: find() is asked on every message,
+  // and a scan of the slots costs a cache line per peer (a simulated node has thousands).
+  std::vector<std::pair<uint32_t, uint32_t>> by_id_;
   std::atomic<size_t> count_{0};
   PeerCounters unknown_;                                                // unknown senders
   std::array<std::atomic<uint64_t>, proto::kMaxKind + 1> unhandled_{};  // by kind

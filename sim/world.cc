@@ -9,9 +9,11 @@
 
 #include "base/split_mix64.h"
 #include "compression/codec_spec.h"
+#include "peers/memory_ring.h"
 #include "peers/router.h"
 #include "peers/topology.h"
 #include "sgd/collectives/all_gather_all_reduce.h"
+#include "sgd/membership/peer_ring.h"
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/overlay/overlay.h"
 #include "sgd/round_deadline.h"
@@ -37,8 +39,9 @@ double normal(uint64_t seed, uint64_t node, uint64_t e) {
 struct Node {
   std::unique_ptr<peers::MemoryChannel> channel;
   std::unique_ptr<peers::Router> router;
-  std::unique_ptr<sgd::NeighborExchange> exchange;      // the gossip family's
-  std::unique_ptr<sgd::AllGatherAllReduce> all_reduce;  // local SGD's and allreduce's
+  std::unique_ptr<sgd::NeighborExchange> exchange;  // the gossip family's
+  std::unique_ptr<peers::RingTransport> ring;       // local SGD's and allreduce's:
+  std::unique_ptr<sgd::AllReduce> all_reduce;       // the elastic ring or the all-gather
   std::unique_ptr<sgd::Strategy> strategy;
   std::unique_ptr<sgd::RoundDeadline> deadline;
   std::vector<float> x;
@@ -58,7 +61,7 @@ class World {
  public:
   World(const WorldOptions& o, const sgd::StrategyDescriptor& descriptor,
         std::unique_ptr<peers::Topology> first, compression::CodecSpec codec)
-      : o_(o), hub_(clock_, o.links), codec_(std::move(codec)) {
+      : o_(o), hub_(clock_, o.links), ring_hub_(hub_), codec_(std::move(codec)) {
     const std::string topology =
         o.topology.empty() ? std::string(descriptor.default_topology) : o.topology;
     overlay_ = std::make_unique<sgd::Overlay>(topology, o.seed, std::move(first));
@@ -87,11 +90,26 @@ class World {
         n.exchange->watched_over(overlay_.get());
         r.exchange = n.exchange.get();
         r.overlay = overlay_.get();
-      } else {
-        // The all-gather (--transport allgather): the in-memory channel has no ring.
+      } else if (o.transport == "allgather") {
         n.all_reduce = std::make_unique<sgd::AllGatherAllReduce>(
             *n.router, o.chunk_elems * sizeof(float), codec, nullptr,
             static_cast<uint32_t>(o.params.trim));
+        r.all_reduce = n.all_reduce.get();
+        r.error_feedback = codec_.error_feedback;
+      } else {
+        // As the sync worker makes it over TCP (daemon/sync_worker.cc).
+        n.ring = ring_hub_.transport(i, &n.channel->traffic_counters());
+        sgd::PeerRingOptions po;
+        po.chunk_bytes = std::min<uint64_t>(o.chunk_elems * sizeof(float), 1 << 20);
+        po.elastic = o.elastic;
+        po.reform_wait = o.dead_after;
+        po.admit_joiners = descriptor.takes_nodes_back;
+        po.algorithm = o.allreduce_algorithm == "auto"
+                           ? std::nullopt
+                           : sgd::parse_algorithm(o.allreduce_algorithm);
+        po.clip = o.params.clip;
+        if (po.clip) po.algorithm = sgd::Algorithm::kRing;
+        n.all_reduce = std::make_unique<sgd::PeerRing>(*n.router, *n.ring, po);
         r.all_reduce = n.all_reduce.get();
         r.error_feedback = codec_.error_feedback;
       }
@@ -159,6 +177,7 @@ class World {
     for (uint64_t r = 0; r < o_.rounds; ++r) {
       if (death != o_.deaths.end() && death->second == r) {
         hub_.cut(i);
+        ring_hub_.cut(i);
         // Rounds the survivors had all finished wait no longer for this node.
         finish_complete();
         return;
@@ -254,6 +273,7 @@ class World {
   WorldOptions o_;
   SimClock clock_;        // before the hub: deliveries it holds refer to the hub
   peers::MemoryHub hub_;  // outlives the channels
+  peers::MemoryRingHub ring_hub_;
   compression::CodecSpec codec_;
   std::unique_ptr<sgd::Overlay> overlay_;
   std::vector<Node> nodes_;
@@ -312,6 +332,19 @@ Result<Report> simulate(const WorldOptions& o,
         "--strategy {}: not simulated yet (the gossip family, local-sgd and allreduce are; "
         "the parameter servers' and SMA's central model are not wired into the simulation)",
         o.strategy));
+  if (descriptor->fabric == sgd::Fabric::kAllReduce) {
+    if (o.transport != "tcp" && o.transport != "allgather")
+      return Status::invalid(fmt::format(
+          "--transport '{}': tcp (the ring's all-reduces, over the simulated links) or allgather",
+          o.transport));
+    if (o.allreduce_algorithm != "auto" && !sgd::parse_algorithm(o.allreduce_algorithm))
+      return Status::invalid(
+          fmt::format("--allreduce-algorithm '{}': ring, tree, butterfly, master or auto",
+                      o.allreduce_algorithm));
+    if (o.transport == "tcp" && o.nodes > sgd::RingSchedule::kMaxRanks)
+      return Status::invalid(fmt::format("--nodes {}: the all-reduces over tcp take at most {}",
+                                         o.nodes, sgd::RingSchedule::kMaxRanks));
+  }
   auto codec = compression::make_codec(o.codec);
   if (!codec) return codec.status().with_context("--codec");
   const std::string spec =

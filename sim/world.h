@@ -8,8 +8,9 @@
 // sent.
 //
 // Today: the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip), and local SGD
-// and allreduce over the all-gather (each node sends its model to every other: the
-// in-memory channel has no ring transport yet). Not the parameter servers nor SMA.
+// and allreduce over gossipd's all-reduce (sgd/membership/peer_ring.h: the ring, tree,
+// butterfly and master, over the hub's ring transport, peers/memory_ring.h) or over the
+// all-gather. Not the parameter servers nor SMA.
 
 #include <chrono>
 #include <cstdint>
@@ -30,6 +31,11 @@ struct WorldOptions {
   std::string topology;  // "": the strategy's default
   sgd::StrategyParams params;
   std::string codec = "none";
+  // How local SGD and allreduce average, as gossipd's --transport: "tcp" (the elastic
+  // ring's all-reduces, over the simulated links) or "allgather".
+  std::string transport = "tcp";
+  std::string allreduce_algorithm = "auto";  // ring, tree, butterfly, master or auto
+  bool elastic = false;                      // --elastic on: re-form the ring without the dead
   uint64_t chunk_elems = 1 << 20;
   size_t numel = 1000;
   uint64_t rounds = 100;

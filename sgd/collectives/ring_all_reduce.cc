@@ -336,7 +336,7 @@ Status RingAllReduce::gather(peers::RingChannel& ch, std::span<float> data, cons
     return data.subspan(off, std::min<uint64_t>(o.chunk_elems, data.size() - off));
   };
   const auto sequence = [](uint32_t step, uint64_t c) {
-    return static_cast<uint32_t>((uint64_t{step} << 24) | c);
+    return static_cast<uint32_t>((uint64_t{step} << RingSchedule::kChunkBits) | c);
   };
   payloads_.resize(size_t{o.size} * chunks);
   const auto payload = [&](uint32_t rank, uint64_t c) -> std::vector<std::byte>& {

@@ -42,7 +42,7 @@ Segment RingSchedule::chunk(uint32_t s, uint64_t c) const {
 uint32_t RingSchedule::sequence(RingPhase phase, uint32_t step, uint64_t chunk) const {
   assert(chunk < kMaxChunks);
   const uint64_t slot = (phase == RingPhase::kReduceScatter ? 0 : steps()) + step;
-  return static_cast<uint32_t>((slot << 24) | chunk);
+  return static_cast<uint32_t>((slot << kChunkBits) | chunk);
 }
 
 uint64_t RingSchedule::message_count() const {

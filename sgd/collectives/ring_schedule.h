@@ -28,7 +28,11 @@ enum class RingPhase : uint8_t { kReduceScatter, kAllGather };
 class RingSchedule {
  public:
   // 1 <= n <= kMaxRanks, 0 <= rank < n, chunk_elems >= 1 (asserted: callers validate).
-  static constexpr uint32_t kMaxRanks = 128;  // sequence() has 8 bits for (phase, step)
+  // sequence() packs a message's (phase, step) slot, 2 (n - 1) of them, and its chunk
+  // into 32 bits: kSlotBits for the slot, the rest for the chunk.
+  static constexpr uint32_t kSlotBits = 13;
+  static constexpr uint32_t kMaxRanks = 4096;  // gossipd's most nodes (daemon/config.h)
+  static_assert(2 * (kMaxRanks - 1) < (uint32_t{1} << kSlotBits));
   RingSchedule(uint32_t n, uint32_t rank, uint64_t numel, uint64_t chunk_elems);
 
   uint32_t size() const { return n_; }
@@ -49,9 +53,10 @@ class RingSchedule {
   Segment chunk(uint32_t s, uint64_t c) const;
 
   // A message's name, the same on sender and receiver: (phase, step) in the order
-  // they run, times 2^24, plus the chunk. Unique within one operation as long as no
-  // segment has more than kMaxChunks chunks (callers check max_chunks()).
-  static constexpr uint64_t kMaxChunks = uint64_t{1} << 24;
+  // they run, times kMaxChunks, plus the chunk. Unique within one operation as long as
+  // no segment has more than kMaxChunks chunks (callers check max_chunks()).
+  static constexpr uint32_t kChunkBits = 32 - kSlotBits;
+  static constexpr uint64_t kMaxChunks = uint64_t{1} << kChunkBits;
   uint32_t sequence(RingPhase phase, uint32_t step, uint64_t chunk) const;
   uint64_t max_chunks() const { return chunks(0); }  // segment 0 is a longest one
   uint64_t message_count() const;  // messages this rank sends (= receives) in one operation

@@ -86,6 +86,22 @@ TEST(RingSchedule, SequencesAreUniqueAndMessageCountIsTwoNMinusOneSegmentsWorth)
   EXPECT_EQ(count, 2u * 3u * 8u);  // 2 phases x 3 steps x ceil(250 / 32) chunks
 }
 
+// At the most ranks gossipd takes, the (phase, step) slots and the chunks still name
+// every message apart: the first and last slots, with the first and the last chunk.
+TEST(RingSchedule, SequencesStayApartAtTheLargestRingAndChunkCount) {
+  const uint32_t n = RingSchedule::kMaxRanks;
+  const RingSchedule s(n, n - 1, uint64_t{n} * 4, 1);
+  std::set<uint32_t> seen;
+  for (RingPhase phase : {RingPhase::kReduceScatter, RingPhase::kAllGather})
+    for (uint32_t k : {0u, 1u, s.steps() - 2, s.steps() - 1})
+      for (uint64_t c : {uint64_t{0}, uint64_t{1}, RingSchedule::kMaxChunks - 1})
+        EXPECT_TRUE(seen.insert(s.sequence(phase, k, c)).second) << k << " " << c;
+  EXPECT_EQ(seen.size(), 2u * 4u * 3u);
+  // The last slot's last chunk is the largest name: nothing wrapped past 32 bits.
+  EXPECT_EQ(s.sequence(RingPhase::kAllGather, s.steps() - 1, RingSchedule::kMaxChunks - 1),
+            ((2u * (n - 1) - 1) << RingSchedule::kChunkBits) | (RingSchedule::kMaxChunks - 1));
+}
+
 TEST(RingSchedule, OrderSortsIdsAndFindsNeighbors) {
   RingOrder o = ring_order(5, {9, 2, 7});
   EXPECT_EQ(o.ids, (std::vector<uint32_t>{2, 5, 7, 9}));

@@ -321,6 +321,7 @@ TEST(Simulation, LocalSgdOverTheAllGatherAgreesEveryRound) {
   WorldOptions o;
   o.nodes = 6;
   o.strategy = "local-sgd";
+  o.transport = "allgather";
   o.numel = 500;
   o.rounds = 10;
   o.links.all = {1ms, {}, 100e6};
@@ -331,6 +332,61 @@ TEST(Simulation, LocalSgdOverTheAllGatherAgreesEveryRound) {
   const double model_bytes = 500 * 4;
   EXPECT_NEAR(report.rounds.back().wire_bytes_per_node / 10, 5 * model_bytes,
               0.2 * 5 * model_bytes);
+  EXPECT_LT(report.rounds.back().suboptimality, 0.5 * report.rounds.front().suboptimality);
+}
+
+// gossipd's ring all-reduce (sgd/membership/peer_ring.h) over the simulated links: every
+// node ends each round with the same bits, sends 2(n-1)/n of the model, and a round
+// takes what the ring's cost model says: 2(n-1) steps, each a segment's time on the
+// uplink plus the link's latency.
+TEST(Simulation, TheRingAllReduceSendsTwiceTheModelAndTakesItsStepsLatency) {
+  for (const uint32_t n : {4u, 16u}) {
+    WorldOptions o;
+    o.nodes = n;
+    o.strategy = "allreduce";
+    o.allreduce_algorithm = "ring";
+    o.numel = 40'000;  // 160 KB: above the size the ring gathers whole
+    o.rounds = 6;
+    o.links.all = {1ms, {}, 125e6};  // 1 Gbit/s
+    o.step_time = 50ms;
+    const Report report = run(o);
+    ASSERT_EQ(report.rounds.size(), 6u) << n;
+    for (const RoundRow& row : report.rounds) EXPECT_LT(row.consensus, 1e-12) << row.round;
+    const double model = 40'000 * 4;
+    const double per_round =
+        (report.rounds.back().wire_bytes_per_node - report.rounds[1].wire_bytes_per_node) / 4;
+    const double ring = 2.0 * (n - 1) / n * model;
+    EXPECT_GT(per_round, ring) << n;
+    EXPECT_LT(per_round, ring * 1.01) << n << ": frames and heartbeats are under 1 %";
+    const double seconds = (report.rounds.back().time_s - report.rounds[1].time_s) / 4 - 0.050;
+    const double predicted = 2.0 * (n - 1) * (0.001 + (model / n) / 125e6);
+    EXPECT_GT(seconds, predicted) << n;
+    EXPECT_LT(seconds, predicted * 1.1) << n;
+  }
+}
+
+// The elastic ring re-forms without a node that died and the others train on, every
+// round's result the same on each of them; auto picks the algorithm by size.
+TEST(Simulation, AnElasticRingLeavesADeadNodeOutAndTrainsOn) {
+  WorldOptions o;
+  o.nodes = 6;
+  o.strategy = "local-sgd";
+  o.elastic = true;
+  o.numel = 2'000;
+  o.rounds = 12;
+  o.links.all = {1ms, {}, 125e6};
+  o.step_time = 20ms;
+  o.deaths[2] = 5;
+  const Report report = run(o);
+  ASSERT_EQ(report.rounds.size(), 12u);
+  for (const RoundRow& row : report.rounds) {
+    EXPECT_EQ(row.nodes, row.round < 5 ? 6u : 5u) << row.round;
+    EXPECT_LT(row.consensus, 1e-12) << row.round;
+  }
+  // The round that found node 2 gone waited for the members' probes (--dead-after, 3 s).
+  const double gap = report.finished[0][5] - report.finished[0][4];
+  EXPECT_GT(gap, 3.0);
+  EXPECT_LT(gap, 4.0);
   EXPECT_LT(report.rounds.back().suboptimality, 0.5 * report.rounds.front().suboptimality);
 }
 
@@ -345,6 +401,7 @@ TEST(Simulation, AnAdaptiveDeadlineNoticesADeadPeerLongBeforeTheFixedOne) {
     WorldOptions o;
     o.nodes = 4;
     o.strategy = "local-sgd";
+    o.transport = "allgather";  // the ring sees a dead peer's connections close at once
     o.numel = 100;
     o.rounds = 20;
     o.links.all = {1ms, {}, 1e9};
@@ -388,6 +445,19 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   o = {};
   o.codec = "zstd";
   EXPECT_FALSE(simulate(o).is_ok());
+  o = {};
+  o.strategy = "allreduce";
+  o.transport = "rdma";
+  EXPECT_NE(simulate(o).status().message().find("--transport 'rdma'"), std::string::npos);
+  o.transport = "tcp";
+  o.allreduce_algorithm = "hypercube";
+  EXPECT_NE(simulate(o).status().message().find("--allreduce-algorithm 'hypercube'"),
+            std::string::npos);
+  o.allreduce_algorithm = "auto";
+  o.nodes = 5000;
+  EXPECT_NE(simulate(o).status().message().find("--nodes 5000: the all-reduces over tcp take at "
+                                                "most 4096"),
+            std::string::npos);
 }
 
 }  // namespace
