@@ -151,13 +151,26 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--staleness", o->params.staleness, "async gossip: rounds ahead of a neighbor");
   app->add_option("--trim", o->params.trim, "gossip: values cut from each end of the mean");
   app->add_option("--model", o->model,
-                  "quadratic (a local step on |x - b_i|^2/2 each round) or mixing (x <- W x)")
+                  "quadratic (a local step on |x - b_i|^2/2 each round), mixing (x <- W x) or "
+                  "mlp (the reference MLP on each node's shard of Fashion-MNIST)")
       ->capture_default_str();
-  app->add_option("--numel", o->numel, "Parameters of the model")->capture_default_str();
+  CLI::Option* numel =
+      app->add_option("--numel", o->numel, "Parameters of the model (not mlp: it has its own)")
+          ->capture_default_str();
+  app->add_option("--data-dir", o->mlp.data_dir, "mlp: where Fashion-MNIST is")
+      ->capture_default_str();
+  app->add_option("--data-partition", o->mlp.partition,
+                  "mlp: how the training set is split, iid or dirichlet:ALPHA (label skew)")
+      ->capture_default_str();
+  app->add_option("--batch", o->mlp.batch, "mlp: the minibatch of a local step")
+      ->capture_default_str();
+  app->add_option("--local-steps", o->mlp.local_steps, "mlp: local steps a round")
+      ->capture_default_str();
   app->add_option("--rounds", o->rounds, "Rounds each node runs")->capture_default_str();
   app->add_option("--seed", o->seed, "Seed of the topology, the data and the links' jitter")
       ->capture_default_str();
-  app->add_option("--lr", o->lr, "The local step's size")->capture_default_str();
+  app->add_option("--lr", o->lr, "The local step's size (0: quadratic 0.1, mlp 0.05)")
+      ->capture_default_str();
   app->add_option("--noise", o->noise, "The gradient's noise per element (standard deviation)")
       ->capture_default_str();
   app->add_option("--heterogeneity", o->heterogeneity, "Spread of the nodes' optima (non-IID data)")
@@ -199,7 +212,13 @@ Subcommand add_simulate_command(CLI::App& parent) {
       ->check(bounded(0, 1e6, false));
   app->add_option("--out", *out, "Write rounds.csv into this directory");
   return Subcommand{
-      app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits]() {
+      app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits, numel]() {
+        if (o->model == "mlp" && numel->count() > 0) {
+          std::fprintf(stderr,
+                       "gossipctl simulate: --numel with --model mlp: the MLP has its own (%zu)\n",
+                       sim::MlpCluster::numel());
+          return kExitUsage;
+        }
         const auto ms = [](double s) {
           return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
         };
@@ -307,15 +326,16 @@ Subcommand add_simulate_command(CLI::App& parent) {
             std::fprintf(stderr, "gossipctl simulate: cannot write %s/rounds.csv\n", out->c_str());
             return kExitFailure;
           }
-          *csv << "round,nodes,time_s,consensus,suboptimality,wire_bytes_per_node\n";
+          *csv << "round,nodes,time_s,consensus,suboptimality,wire_bytes_per_node,train_loss\n";
         }
         // Each node logs as its gossipd would (a ring's peers coming up, each round's
         // algorithm): at a thousand nodes, only what went wrong is worth reading.
         spdlog::set_level(spdlog::level::warn);
         auto report = sim::simulate(*o, [&](const sim::RoundRow& r) {
           if (csv)
-            *csv << fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.0f}\n", r.round, r.nodes, r.time_s,
-                                r.consensus, r.suboptimality, r.wire_bytes_per_node);
+            *csv << fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.0f},{:.6g}\n", r.round, r.nodes,
+                                r.time_s, r.consensus, r.suboptimality, r.wire_bytes_per_node,
+                                r.train_loss);
         });
         if (!report) {
           std::fprintf(stderr, "gossipctl simulate: %s\n", report.status().message().c_str());
@@ -325,7 +345,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
         std::printf("simulated %u nodes, %s on %s, %llu rounds of %zu parameters\n", o->nodes,
                     o->strategy.c_str(),
                     o->topology.empty() ? "its default topology" : o->topology.c_str(),
-                    static_cast<unsigned long long>(o->rounds), o->numel);
+                    static_cast<unsigned long long>(o->rounds),
+                    o->model == "mlp" ? sim::MlpCluster::numel() : o->numel);
         std::printf("virtual time %.3f s in %.1f s of real time (%llu events)\n", report->virtual_s,
                     report->real_s, static_cast<unsigned long long>(report->events));
         std::printf(
@@ -333,9 +354,15 @@ Subcommand add_simulate_command(CLI::App& parent) {
             static_cast<double>(report->wire_bytes) / o->nodes,
             static_cast<double>(report->wire_bytes) / o->nodes / std::max<uint64_t>(1, o->rounds),
             static_cast<unsigned long long>(report->messages));
-        if (!rows.empty())
+        if (!rows.empty() && o->model != "mlp")
           std::printf("consensus distance %.6g (round 0: %.6g), distance to the optimum %.6g\n",
                       rows.back().consensus, rows.front().consensus, rows.back().suboptimality);
+        if (!rows.empty() && report->test_accuracy >= 0)
+          std::printf(
+              "consensus distance %.6g (round 0: %.6g); training loss %.4f (round 0: %.4f); the "
+              "replicas' mean: test accuracy %.2f %%, loss %.4f\n",
+              rows.back().consensus, rows.front().consensus, rows.back().train_loss,
+              rows.front().train_loss, 100 * report->test_accuracy, report->test_loss);
         // What the graph predicts, beside what was measured: the squared distance
         // shrinks by (1 - gap)^2 a round (dense, so only up to 512 nodes).
         if (const sgd::StrategyDescriptor* d = sgd::find_strategy(o->strategy);

@@ -110,9 +110,11 @@ def consensus_runs(build, sizes, topologies, seed):
 def traffic_runs(build, sizes, seed):
     out = []
     # (name, topology, options): local SGD over the ring and over the all-gather send
-    # n^2 messages a round in all (each of the ring's 2(n-1) steps is a message a node).
+    # n^2 messages a round in all (each of the ring's 2(n-1) steps is a message a node);
+    # auto picks the tree for this model (its table's row above 8 ranks, below 256 KiB).
     cases = [("gossip", "ring", []), ("gossip", "exponential", []), ("push-sum", "", []),
              ("local-sgd ring", "", ["--transport", "tcp", "--allreduce-algorithm", "ring"]),
+             ("local-sgd auto", "", ["--transport", "tcp", "--allreduce-algorithm", "auto"]),
              ("local-sgd all-gather", "", ["--transport", "allgather"])]
     for strategy, topology, extra in cases:
         for n in sizes:
@@ -184,7 +186,8 @@ def plots(rows, out):
         for case in sorted({(r["strategy"], r["topology"]) for r in traffic}):
             pts = sorted((r["nodes"], r[key]) for r in traffic
                          if (r["strategy"], r["topology"]) == case)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=" ".join(case))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
+                    label=" ".join(c for c in case if c != "default"))
         model = 10000 * 4
         ns = sorted({r["nodes"] for r in traffic})
         if key == "bytes_per_node_round":

@@ -55,13 +55,19 @@ struct RoundSums {
   uint32_t nodes = 0;
   double last_time_s = 0;
   uint64_t wire = 0;
+  double loss = 0;  // sum over nodes of their local steps' loss (mlp)
 };
 
 class World {
  public:
   World(const WorldOptions& o, const sgd::StrategyDescriptor& descriptor,
-        std::unique_ptr<peers::Topology> first, compression::CodecSpec codec)
-      : o_(o), hub_(clock_, o.links), ring_hub_(hub_), codec_(std::move(codec)) {
+        std::unique_ptr<peers::Topology> first, compression::CodecSpec codec,
+        std::unique_ptr<MlpCluster> mlp)
+      : o_(o),
+        hub_(clock_, o.links),
+        ring_hub_(hub_),
+        codec_(std::move(codec)),
+        mlp_(std::move(mlp)) {
     const std::string topology =
         o.topology.empty() ? std::string(descriptor.default_topology) : o.topology;
     overlay_ = std::make_unique<sgd::Overlay>(topology, o.seed, std::move(first));
@@ -134,6 +140,15 @@ class World {
       n.deadline =
           std::make_unique<sgd::RoundDeadline>(o.round_timeout, factor, o.round_timeout_floor);
       n.strategy->set_layout_fingerprint(0x51a7);
+      if (mlp_) {
+        n.x.resize(o.numel);
+        mlp_->init(n.x);
+        if (Status st = mlp_->attach(i, n.x); !st) {
+          status_ = st;
+          return;
+        }
+        continue;
+      }
       n.b.resize(o.numel);
       for (size_t e = 0; e < o.numel; ++e) {
         n.b[e] = static_cast<float>(o.heterogeneity * normal(o.seed, i, e));
@@ -158,6 +173,7 @@ class World {
     clock_.run(std::move(tasks));
     // Rounds that not every node finished (a node failed): what the others had.
     while (!sums_.empty()) finish(sums_.begin());
+    if (mlp_) evaluate_mean();
     report_.virtual_s = seconds(clock_.elapsed());
     report_.real_s = seconds(std::chrono::steady_clock::now() - real_start);
     report_.events = clock_.events();
@@ -172,7 +188,7 @@ class World {
  private:
   void run_node(uint32_t i) {
     Node& n = nodes_[i];
-    const float lr = static_cast<float>(o_.lr);
+    const float lr = static_cast<float>(o_.lr > 0 ? o_.lr : 0.1);
     const auto death = o_.deaths.find(i);
     for (uint64_t r = 0; r < o_.rounds; ++r) {
       if (death != o_.deaths.end() && death->second == r) {
@@ -182,6 +198,8 @@ class World {
         finish_complete();
         return;
       }
+      double loss = 0;
+      if (mlp_) loss = mlp_->step(i);
       if (!n.b.empty()) {
         for (size_t e = 0; e < n.x.size(); ++e) {
           float g = n.x[e] - n.b[e];
@@ -213,12 +231,28 @@ class World {
         return;
       }
       n.deadline->completed(clock_.now() - began);
-      record(i, r);
+      record(i, r, loss);
     }
   }
 
+  // The mean of the replicas of the nodes that ran the last round, on the test set.
+  void evaluate_mean() {
+    std::vector<float> mean(o_.numel, 0.0f);
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < o_.nodes; ++i) {
+      if (report_.finished[i].size() != o_.rounds) continue;
+      for (size_t e = 0; e < mean.size(); ++e) mean[e] += nodes_[i].x[e];
+      ++count;
+    }
+    if (count == 0) return;
+    for (float& v : mean) v /= static_cast<float>(count);
+    const trainer::Evaluation ev = mlp_->evaluate(mean);
+    report_.test_accuracy = ev.accuracy;
+    report_.test_loss = ev.loss;
+  }
+
   // Tasks run one at a time: no lock.
-  void record(uint32_t i, uint64_t r) {
+  void record(uint32_t i, uint64_t r, double loss) {
     const Node& n = nodes_[i];
     RoundSums& s = sums_[r];
     if (s.deviation.empty()) s.deviation.assign(o_.numel, 0.0);
@@ -229,6 +263,7 @@ class World {
       sq += d * d;
     }
     s.squares += sq;
+    s.loss += loss;
     ++s.nodes;
     s.last_time_s = seconds(clock_.elapsed());
     report_.finished[i].push_back(s.last_time_s);
@@ -265,6 +300,7 @@ class World {
     row.consensus = std::max(0.0, (s.squares - s.nodes * mean_sq) / (s.nodes * numel));
     row.suboptimality = mean_sq / numel;
     row.wire_bytes_per_node = static_cast<double>(s.wire) / s.nodes;
+    row.train_loss = s.loss / s.nodes;
     report_.rounds.push_back(row);
     if (*progress_) (*progress_)(row);
     sums_.erase(it);
@@ -275,6 +311,7 @@ class World {
   peers::MemoryHub hub_;  // outlives the channels
   peers::MemoryRingHub ring_hub_;
   compression::CodecSpec codec_;
+  std::unique_ptr<MlpCluster> mlp_;  // --model mlp; before the nodes, whose replicas it views
   std::unique_ptr<sgd::Overlay> overlay_;
   std::vector<Node> nodes_;
   std::vector<double> optimum_;
@@ -316,9 +353,10 @@ Result<Report> simulate(const WorldOptions& o,
           fmt::format("--pause {}@{}: there is no node {}", p.node, p.round, p.node));
   if (o.heartbeat.count() <= 0)
     return Status::invalid(fmt::format("--heartbeat {} ms: above 0", o.heartbeat.count()));
-  if (o.model != "quadratic" && o.model != "mixing")
-    return Status::invalid(
-        fmt::format("--model '{}': one of quadratic, mixing (mlp is not simulated yet)", o.model));
+  if (o.model != "quadratic" && o.model != "mixing" && o.model != "mlp")
+    return Status::invalid(fmt::format("--model '{}': one of quadratic, mixing, mlp", o.model));
+  if (!(o.lr >= 0 && o.lr < 10))
+    return Status::invalid(fmt::format("--lr {}: from 0 (the model's) to 10", o.lr));
   const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(o.strategy);
   if (!descriptor)
     return Status::invalid(fmt::format("--strategy '{}': no such strategy", o.strategy));
@@ -351,7 +389,18 @@ Result<Report> simulate(const WorldOptions& o,
       o.topology.empty() ? std::string(descriptor->default_topology) : o.topology;
   auto topology = peers::make_topology(spec, o.nodes, o.seed);
   if (!topology) return topology.status().with_context("--topology");
-  World world(o, *descriptor, std::move(topology).value(), std::move(codec).value());
+  WorldOptions with = o;
+  std::unique_ptr<MlpCluster> mlp;
+  if (o.model == "mlp") {
+    with.mlp.lr = o.lr > 0 ? static_cast<float>(o.lr) : with.mlp.lr;
+    with.mlp.seed = o.seed;
+    auto loaded = MlpCluster::load(with.mlp, o.nodes);
+    if (!loaded) return loaded.status();
+    mlp = std::move(loaded).value();
+    with.numel = MlpCluster::numel();
+  }
+  World world(with, *descriptor, std::move(topology).value(), std::move(codec).value(),
+              std::move(mlp));
   if (!world.status().is_ok()) return world.status();
   return world.run(progress);
 }

@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "peers/memory_channel.h"
 #include "sgd/registry.h"
+#include "sim/mlp.h"
 
 namespace gossip::sim {
 
@@ -41,9 +42,11 @@ struct WorldOptions {
   uint64_t rounds = 100;
   uint64_t seed = 1;
   // The objective: "quadratic" (a local step on f_i(x) = |x - b_i|^2 / 2 before every
-  // round) or "mixing" (no local step: x <- W x, consensus alone).
+  // round), "mixing" (no local step: x <- W x, consensus alone) or "mlp" (each node
+  // trains the reference MLP on its shard of Fashion-MNIST, sim/mlp.h; numel is its).
   std::string model = "quadratic";
-  double lr = 0.1;             // the local step
+  double lr = 0;               // the local step; 0: the model's (quadratic 0.1, mlp 0.05)
+  MlpOptions mlp;              // --model mlp: the data, its split, the batch, local steps
   double noise = 0.0;          // the stochastic gradient's noise, per element
   double heterogeneity = 1.0;  // the spread of the nodes' optima b_i (non-IID data)
   peers::LinkModel links;
@@ -83,6 +86,7 @@ struct RoundRow {
   double consensus = 0;            // mean over nodes of |x_i - mean|^2
   double suboptimality = 0;        // |mean - x*|^2 (quadratic); 0 for mixing
   double wire_bytes_per_node = 0;  // sent by a node so far, on average
+  double train_loss = 0;           // mlp: the round's minibatch loss, mean over nodes
 };
 
 struct Report {
@@ -95,6 +99,9 @@ struct Report {
   std::vector<std::string> failures;  // "node i: round r: why"
   // finished[i][r]: the virtual seconds at which node i finished its round r.
   std::vector<std::vector<double>> finished;
+  // mlp: the test set's accuracy and loss for the mean of the replicas that finished
+  // the last round; -1 for the other models.
+  double test_accuracy = -1, test_loss = -1;
 };
 
 // Checks the options, builds the world and runs it. `progress` (if set) is called
