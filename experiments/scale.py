@@ -141,6 +141,31 @@ def traffic_runs(build, sizes, seed):
     return out
 
 
+def death_runs(build, sizes, seed):
+    """An elastic ring (local SGD, auto's all-reduce) losing one node: what the event
+    costs (the messages and bytes beyond an undisturbed run's) and how long the members
+    take to agree on the ring without it (the round's time beyond a normal round's)."""
+    out = []
+    for n in sizes:
+        args = ["--nodes", str(n), "--strategy", "local-sgd", "--elastic", "on", "--model",
+                "quadratic", "--numel", "1000", "--rounds", "6", "--step-time-ms", "100",
+                "--links", "latency=1ms,bandwidth=1Gbit", "--seed", str(seed)]
+        calm, calm_rows = simulate(build, args)
+        hit, hit_rows = simulate(build, args + ["--kill", "1@3"])
+        normal = calm_rows[3]["time_s"] - calm_rows[2]["time_s"]
+        reform = hit_rows[3]["time_s"] - hit_rows[2]["time_s"] - normal
+        # Round 3's bytes beyond the undisturbed run's, per node.
+        extra_bytes = (hit_rows[3]["wire_bytes_per_node"] - hit_rows[2]["wire_bytes_per_node"]) - \
+                      (calm_rows[3]["wire_bytes_per_node"] - calm_rows[2]["wire_bytes_per_node"])
+        out.append({"kind": "death", "strategy": "local-sgd elastic", "topology": "auto",
+                    "nodes": n, "rounds": 6, "messages": hit["messages"] - calm["messages"],
+                    "bytes_per_node_round": extra_bytes, "time_per_round_s": reform,
+                    "real_s": hit["real_s"]})
+        print(f"death n={n:5}: {out[-1]['messages']} more messages, {extra_bytes:.0f} more bytes "
+              f"a node, the ring re-formed in {reform:.3f} s ({hit['real_s']:.1f} s)", flush=True)
+    return out
+
+
 def plots(rows, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -215,7 +240,7 @@ def main():
     p.add_argument("--topologies", default="ring,torus,exponential,one-peer-exponential,"
                                            "random-regular:4")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--skip", default="", help="consensus and/or traffic")
+    p.add_argument("--skip", default="", help="consensus, traffic and/or deaths")
     p.add_argument("--plot", nargs="*", metavar="CSV",
                    help="no runs: plot these scale.csv files (of earlier runs) together")
     o = p.parse_args()
@@ -238,6 +263,8 @@ def main():
         rows += consensus_runs(o.build, sizes, o.topologies.split(","), o.seed)
     if "traffic" not in o.skip:
         rows += traffic_runs(o.build, sizes, o.seed)
+    if "deaths" not in o.skip:
+        rows += death_runs(o.build, sizes, o.seed)
     keys = sorted({k for r in rows for k in r})
     with open(os.path.join(o.out, "scale.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)

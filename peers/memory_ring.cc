@@ -282,18 +282,22 @@ void MemoryRingHub::close(const std::shared_ptr<Connection>& c, uint32_t from, u
 }
 
 void MemoryRingHub::cut(uint32_t node) {
-  std::vector<std::shared_ptr<Connection>> hit;
+  std::vector<std::shared_ptr<Connection>> from, to;
   {
     std::lock_guard lock(mu_);
     for (const auto& w : open_)
-      if (auto c = w.lock(); c && (c->from == node || c->to == node)) hit.push_back(std::move(c));
+      if (auto c = w.lock()) {
+        if (c->from == node) from.push_back(c);
+        if (c->to == node) to.push_back(std::move(c));
+      }
   }
-  for (const auto& c : hit) {
-    {
-      std::lock_guard lock(c->mu);
-      c->closed = true;
-    }
-    c->arrived.notify();
+  // What it sent before arrives, and then the connection closes, as a killed process's
+  // socket sends what its buffer held and then its FIN; what is sent to it is lost.
+  for (const auto& c : from) close(c, c->from, c->to);
+  for (const auto& c : to) {
+    std::lock_guard lock(c->mu);
+    c->reader_gone = true;
+    c->messages.clear();
   }
 }
 
