@@ -32,10 +32,12 @@ Status check_stochastic(const Eigen::MatrixXd& w, Stochastic kind, double tolera
 
 struct SpectralGapOptions {
   // For topologies that never repeat (random-regular): the rounds sampled are
-  // first_round .. first_round + sampled_rounds - 1.
+  // first_round .. first_round + 2 sampled_rounds - 1, the rate measured on the second half.
   uint64_t first_round = 0;
   uint32_t sampled_rounds = 16;
-  // Refused above this many nodes: the computation is dense, O(n^3) per round.
+  // Refused above this many nodes (the computation is dense, O(n^3) per round), but for
+  // circulant topologies (the ring and the exponential graphs), whose eigenvalues are the
+  // DFT of their rows, at any size.
   uint32_t max_nodes = 512;
 };
 
@@ -43,19 +45,20 @@ struct SpectralGap {
   // 1 - rho, rho the per-round contraction of ||x - x̄|| measured over `window` rounds:
   // rho = ||(W_{t+w-1} ... W_t) restricted to 1-perp||_2^(1/w). Static: w = 1, the
   // classic gap. Periodic: w = the period, so the one-peer exponential graph on a power
-  // of 2 has gap 1 (exact average after each period). Random: w sampled rounds, an
-  // estimate of the rate of the product (its Lyapunov exponent), which a new graph every
-  // round makes faster than any single round's; it held to within 10% on other rounds
-  // in the tests, usually a little pessimistic (it is the worst vector's rate). Should
-  // the sampled product average exactly (random matchings on a power of 2 can), the
-  // rounds before that are measured instead, since other rounds need not be so lucky.
+  // of 2 has gap 1 (exact average after each period). Random: an estimate of the rate of
+  // the product (its Lyapunov exponent), which a new graph every round makes faster than
+  // any single round's: rho = (||P_2w|| / ||P_w||)^(1/w) for the products of the first w
+  // and 2w sampled rounds, so that the worst vector's head start over a typical one
+  // cancels. Should the sampled product average exactly (random matchings on a power of 2
+  // can), the rounds before that are measured instead (||P_k||^(1/k)), since other rounds
+  // need not be so lucky.
   double gap = 0;
   // The mean over the window of each round's own gap 1 - ||W_t restricted to 1-perp||.
   // Equal to gap for a static topology; far below it for the one-peer exponential graph,
   // whose single rounds barely mix but whose periods average exactly.
   double mean_round_gap = 0;
   uint64_t period = 1;  // the topology's: 0 when it never repeats
-  uint64_t window = 1;  // rounds sampled: 1 static, the period, or sampled_rounds
+  uint64_t window = 1;  // 1 static, the period, or sampled_rounds (2x as many sampled)
   std::string method;   // how it was measured, for the log
 };
 

@@ -599,34 +599,44 @@ TEST(TopologySpectralGap, RandomRegularSamplesRoundsAndTimeVariationHelps) {
   EXPECT_EQ(g->window, 16u);
   EXPECT_NEAR(g->mean_round_gap, 0, 1e-12);  // each round alone leaves components apart
   EXPECT_GT(g->gap, 0.1);                    // but the rounds together mix
-  EXPECT_THAT(g->method, HasSubstr("rounds 0..15"));
+  EXPECT_THAT(g->method, HasSubstr("rounds 0..31 on 1-perp, its norm's growth over the last 16"));
 
   SpectralGapOptions later;
   later.first_round = 1000;
   later.sampled_rounds = 8;
   auto g4 = spectral_gap(*make("random-regular:4", 16, 9), later);
   ASSERT_TRUE(g4.is_ok());
-  EXPECT_THAT(g4->method, HasSubstr("rounds 1000..1007"));
+  EXPECT_THAT(g4->method, HasSubstr("rounds 1000..1015"));
   EXPECT_GT(g4->gap, g4->mean_round_gap);
   EXPECT_GT(g4->mean_round_gap, 0.2);
 }
 
-TEST(TopologySpectralGap, RefusesMoreNodesThanTheLimit) {
+TEST(TopologySpectralGap, RefusesMoreNodesThanTheLimitUnlessTheGraphIsCirculant) {
   SpectralGapOptions small;
   small.max_nodes = 8;
-  auto g = spectral_gap(*make("ring", 9), small);
+  auto g = spectral_gap(*make("torus", 16), small);
   ASSERT_FALSE(g.is_ok());
-  EXPECT_THAT(g.status().message(), HasSubstr("'ring' on 9 nodes: refused above 8 nodes"));
+  EXPECT_THAT(g.status().message(), HasSubstr("'torus:4x4' on 16 nodes: refused above 8 nodes"));
+  EXPECT_FALSE(spectral_gap(*make("random-regular:4", 16), small).is_ok());
+  // The ring and the exponential graphs, static or one peer a round, are circulants: past
+  // the limit their gap comes from the DFT of their rows, and it is the dense one's.
+  for (const uint32_t n : {9u, 48u, 64u})
+    for (const char* spec : {"ring", "exponential", "one-peer-exponential"}) {
+      auto t = make(spec, n);
+      auto dense = spectral_gap(*t);
+      auto closed = spectral_gap(*t, small);
+      ASSERT_TRUE(dense.is_ok() && closed.is_ok()) << spec << " " << n;
+      EXPECT_NEAR(closed->gap, dense->gap, 1e-9) << spec << " " << n;
+      EXPECT_EQ(closed->window, dense->window) << spec << " " << n;
+      EXPECT_THAT(closed->method, HasSubstr("circulant")) << spec << " " << n;
+    }
 }
 
 // x <- W x from random starting points: the distance to the mean shrinks at least as
 // fast as the gap predicts. For static and periodic topologies the prediction is a
 // bound (checked to rounding); for static ones it is also tight (the slowest mode
 // dominates, so the measured factor is within 100x of the bound after 24 rounds).
-// For random-regular the gap measured on rounds 0..15 is an estimate for other rounds:
-// over rounds 500..531 the measured per-round rate may be at most 10% slower (the
-// worst case here is 6%: n = 8, D = 4), measured up to the last round still well above
-// rounding noise.
+// (Random-regular's estimate is checked on other rounds by the test after this one.)
 TEST(TopologySpectralGap, SimulatedGossipShrinksAsPredicted) {
   for (uint32_t n : {8u, 12u, 16u}) {
     for (const std::string& spec : specs_for(n)) {
@@ -635,6 +645,7 @@ TEST(TopologySpectralGap, SimulatedGossipShrinksAsPredicted) {
       auto g = spectral_gap(*t);
       ASSERT_TRUE(g.is_ok()) << g.status().message();
       const bool random = t->period() == 0;
+      if (random) continue;
       const uint64_t first = random ? 500 : 0;
       const uint64_t rounds = random ? 32 : 24;
 
@@ -670,6 +681,50 @@ TEST(TopologySpectralGap, SimulatedGossipShrinksAsPredicted) {
         EXPECT_LE(rate, 1.1 * (1 - g->gap) + 1e-9)
             << spec << " n=" << n << " over " << last_measurable << " rounds";
       }
+    }
+  }
+}
+
+// Random-regular's rate, estimated from rounds 0..31 (the growth of the product's norm
+// over its second half), is the rate at which x <- W x contracts on other rounds: the
+// geometric mean over 16 windows of rounds from 500 on, four random vectors each,
+// measured until they are near rounding, is within 10 % of it (in the logarithm; the
+// farthest here, 8.4 %, is n = 8, D = 2, the others within 6.5 %). The first 16 rounds'
+// norm alone had been 12-18 % pessimistic. The seeds are fixed: it is the same every run.
+TEST(TopologySpectralGap, RandomRegularContractsAtTheEstimatedRateOnOtherRounds) {
+  for (uint32_t n : {8u, 12u, 16u, 64u}) {
+    // Not D = 1: a sequence of random matchings on a power of 2 can average exactly,
+    // which no rate describes.
+    for (uint32_t d = 2; d <= 4; ++d) {
+      if ((n * d) % 2 != 0) continue;
+      const std::string spec = "random-regular:" + std::to_string(d);
+      auto t = make(spec, n, 11);
+      auto g = spectral_gap(*t);
+      ASSERT_TRUE(g.is_ok()) << g.status().message();
+      double log_rates = 0;
+      const int windows = 16;
+      SplitMix64 rng(n * 1000 + d);
+      for (int w = 0; w < windows; ++w) {
+        Eigen::MatrixXd x(n, 4);
+        for (Eigen::Index i = 0; i < x.size(); ++i)
+          x.data()[i] = static_cast<double>(rng.next() >> 11) * 0x1p-53 * 2 - 1;
+        auto disagreement = [&](const Eigen::MatrixXd& v) {
+          return (v.rowwise() - v.colwise().mean()).norm();
+        };
+        const double e0 = disagreement(x);
+        double ratio = 1;
+        uint64_t k = 0;
+        while (k < 64 && ratio >= 1e-10) {
+          x = mixing_matrix(*t, 500 + 100 * w + k) * x;
+          ratio = disagreement(x) / e0;
+          ++k;
+        }
+        log_rates += std::log(ratio) / static_cast<double>(k);
+      }
+      const double measured = log_rates / windows, predicted = std::log(1 - g->gap);
+      EXPECT_NEAR(measured / predicted, 1.0, 0.1)
+          << spec << " n=" << n << ": measured x" << std::exp(measured) << " a round, estimated x"
+          << 1 - g->gap;
     }
   }
 }
