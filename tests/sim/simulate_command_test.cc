@@ -33,7 +33,7 @@ TEST(SimulateCommand, APausedTrainerIsWaitedForAndTheMeanStays) {
   std::ifstream csv(out + "/rounds.csv");
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "round,nodes,time_s,consensus,suboptimality,wire_bytes_per_node");
+  EXPECT_EQ(line, "round,nodes,time_s,consensus,suboptimality,wire_bytes_per_node,train_loss");
   int rows = 0;
   double last_time = 0, suboptimality = 1;
   while (std::getline(csv, line)) {
@@ -87,6 +87,12 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--round-timeout-factor", "-1"},
           "--round-timeout-factor -1: expected auto or a number in 0..1e6");
   refused({"--round-timeout-floor", "0"}, "--round-timeout-floor: 0: a number > 0");
+  refused({"--model", "mlp", "--numel", "5"}, "--numel with --model mlp: the MLP has its own");
+  refused({"--model", "mlp", "--data-partition", "skewed"}, "--data-partition");
+  refused({"--model", "mlp", "--batch", "0"}, "--batch and --local-steps: at least 1");
+  refused({"--strategy", "local-sgd", "--allreduce-algorithm", "hypercube"},
+          "--allreduce-algorithm 'hypercube'");
+  refused({"--elastic", "maybe"}, "--elastic");
 }
 
 }  // namespace
