@@ -93,10 +93,12 @@ class MemoryRingChannel final : public RingChannel {
           return !in.messages.empty() || in.closed;
         },
         &cancelled);
-    const std::string what = fmt::format("ring: message {:#x} from peer {} (left)", r.tag, left());
-    if (!ready)
+    if (!ready) {
+      const std::string what =
+          fmt::format("ring: message {:#x} from peer {} (left)", r.tag, left());
       return fail(cancelled ? Status::closed(what + ": cancelled")
                             : Status::timeout(what + ": not in time"));
+    }
     MemoryRingHub::Connection::Message m;
     {
       std::lock_guard lock(in.mu);
