@@ -12,6 +12,10 @@ using trainer::ModelKind;
 Result<std::unique_ptr<MlpCluster>> MlpCluster::load(const MlpOptions& o, uint32_t nodes) {
   if (o.batch == 0 || o.local_steps == 0)
     return Status::invalid("--batch and --local-steps: at least 1");
+  // A batch is copied into a buffer of its own per node: bounded before it is allocated.
+  if (o.batch > kMaxBatch || o.local_steps > kMaxLocalSteps)
+    return Status::invalid(fmt::format("--batch {} and --local-steps {}: at most {} and {}",
+                                       o.batch, o.local_steps, kMaxBatch, kMaxLocalSteps));
   if (!(o.lr > 0 && o.lr < 10))
     return Status::invalid(fmt::format("--lr {}: above 0 and below 10", o.lr));
   auto partition = trainer::parse_partition(o.partition);

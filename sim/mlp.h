@@ -31,6 +31,9 @@ struct MlpOptions {
 
 class MlpCluster {
  public:
+  static constexpr size_t kMaxBatch = 60'000;  // the training set
+  static constexpr uint32_t kMaxLocalSteps = 100'000;
+
   // Loads Fashion-MNIST's training and test sets and cuts the first into `nodes` shards.
   static Result<std::unique_ptr<MlpCluster>> load(const MlpOptions& options, uint32_t nodes);
   static size_t numel();

@@ -90,6 +90,8 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--model", "mlp", "--numel", "5"}, "--numel with --model mlp: the MLP has its own");
   refused({"--model", "mlp", "--data-partition", "skewed"}, "--data-partition");
   refused({"--model", "mlp", "--batch", "0"}, "--batch and --local-steps: at least 1");
+  refused({"--model", "mlp", "--batch", "1000000000"},
+          "--batch 1000000000 and --local-steps 1: at most 60000");
   refused({"--strategy", "local-sgd", "--allreduce-algorithm", "hypercube"},
           "--allreduce-algorithm 'hypercube'");
   refused({"--elastic", "maybe"}, "--elastic");

@@ -487,9 +487,17 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
             std::string::npos);
   o.allreduce_algorithm = "auto";
   o.nodes = 5000;
+  o.numel = 10;
   EXPECT_NE(simulate(o).status().message().find("--nodes 5000: the all-reduces over tcp take at "
                                                 "most 4096"),
             std::string::npos);
+  // Past the machine's memory (a row per pair of nodes): refused, not killed.
+  o = {};
+  o.nodes = 1'000'000;
+  EXPECT_NE(simulate(o).status().message().find(
+                "--nodes 1000000: about 330016.0 GB (330 bytes for each pair of nodes"),
+            std::string::npos)
+      << simulate(o).status().message();
 }
 
 }  // namespace
