@@ -392,8 +392,8 @@ TEST(Simulation, AnElasticRingLeavesADeadNodeOutAndTrainsOn) {
 
 // --model mlp: each node trains the reference MLP on its shard of Fashion-MNIST, as
 // gossip-train does, and the replicas' mean learns. What ties it to a real cluster:
-// `gossipctl cluster --nodes 4 --strategy gossip --steps 300` sent 564.4 MB a node and
-// its average model scored 83.78 %; the simulation of the same sends 564,380,421 bytes
+// `gossipctl cluster --nodes 4 --strategy gossip --steps 300` sent 564,398,921 bytes a
+// node and its average model scored 83.78 %; the simulation of the same sends 564,380,421
 // a node and scores 84.00 % (docs/simulation.md). Here 100 rounds: the bytes are those
 // of two neighbors' models a round, and the mean model is well past chance.
 TEST(Simulation, TheMlpLearnsFashionMnistOnEveryNodesShard) {
