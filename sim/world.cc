@@ -75,6 +75,12 @@ class World {
         o.topology.empty() ? std::string(descriptor.default_topology) : o.topology;
     overlay_ = std::make_unique<sgd::Overlay>(topology, o.seed, std::move(first));
     optimum_.assign(o.numel, 0.0);
+    // The MLP's starting point, the same for every node (as every gossip-train's): drawn once.
+    std::vector<float> mlp_start;
+    if (mlp_) {
+      mlp_start.resize(o.numel);
+      mlp_->init(mlp_start);
+    }
     nodes_.resize(o.nodes);
     for (uint32_t i = 0; i < o.nodes; ++i) {
       std::vector<uint32_t> peers;
@@ -144,8 +150,7 @@ class World {
           std::make_unique<sgd::RoundDeadline>(o.round_timeout, factor, o.round_timeout_floor);
       n.strategy->set_layout_fingerprint(0x51a7);
       if (mlp_) {
-        n.x.resize(o.numel);
-        mlp_->init(n.x);
+        n.x = mlp_start;
         if (Status st = mlp_->attach(i, n.x); !st) {
           status_ = st;
           return;
