@@ -406,18 +406,23 @@ void ParameterServer::serve(Served& s) {
 void ParameterServer::answer(Served& s, uint32_t worker, uint64_t clock) {
   // The lead this answer allows: the worker's clock over the slowest live worker's.
   // And where the shard is: bsp's last applied clock, else the slowest counted
-  // worker's push (a worker names its own clocks: the highest would be a liar's).
-  uint64_t slowest = clock, slowest_push = UINT64_MAX;
+  // worker's (a worker names its own clocks: the highest would be a liar's). A listed
+  // worker that has not pushed yet is at the shard's clock, as may_answer counts it:
+  // one that starts late then runs every clock rather than jump to where the fast ones
+  // are (a joiner counts from its first push: it goes on from the servers' clock).
+  uint64_t slowest = clock, slowest_counted = UINT64_MAX;
   for (uint32_t w : nodes())
     if (counted(s, w)) {
       const auto it = s.clock.find(w);
-      slowest = std::min(slowest, it == s.clock.end() ? s.version : it->second);
-      if (it != s.clock.end()) slowest_push = std::min(slowest_push, it->second);
+      const uint64_t c = it == s.clock.end() ? s.version : it->second;
+      slowest = std::min(slowest, c);
+      slowest_counted = std::min(slowest_counted, c);
     }
   if (clock - slowest > max_lead_.load(std::memory_order_relaxed))
     max_lead_.store(clock - slowest, std::memory_order_relaxed);
   uint64_t at = s.version;
-  if (options_.mode != Mode::kBsp && slowest_push != UINT64_MAX) at = std::max(at, slowest_push);
+  if (options_.mode != Mode::kBsp && slowest_counted != UINT64_MAX)
+    at = std::max(at, slowest_counted);
   const compression::Codec* codec =
       dense(options_.compression.codec) ? options_.compression.codec : nullptr;
   if (worker == self()) {
