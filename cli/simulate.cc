@@ -116,6 +116,10 @@ Subcommand add_simulate_command(CLI::App& parent) {
   auto pauses = std::make_shared<std::vector<std::string>>();
   auto slow = std::make_shared<std::vector<std::string>>();
   auto partitions = std::make_shared<std::vector<std::string>>();
+  auto joins = std::make_shared<sim::JoinOptions>();
+  joins->joins = 0;
+  auto join_every = std::make_shared<double>(2.0);
+  auto join_quorum = std::make_shared<std::string>("majority");
   // gossipd's waits, in its units (seconds) and with its defaults for the gossip family.
   struct Waits {
     double patience = 5, dead_after = 3, dead_after_floor = 0.5, heartbeat = 1, round_timeout = 30;
@@ -210,9 +214,23 @@ Subcommand add_simulate_command(CLI::App& parent) {
                   "As gossipd's --dead-after-factor (0: always --dead-after)")
       ->capture_default_str()
       ->check(bounded(0, 1e6, false));
-  app->add_option("--out", *out, "Write rounds.csv into this directory");
+  app->add_option("--joins", joins->joins,
+                  "Instead of training: K nodes join by seeds, one every --join-every seconds; "
+                  "the members run gossipd's admission alone (no strategy)")
+      ->check(CLI::Range(0u, static_cast<unsigned>(peers::TrafficCounters::kMaxJoined)));
+  app->add_option("--join-every", *join_every, "--joins: seconds between two joiners' arrivals")
+      ->capture_default_str()
+      ->check(bounded(0, 1e4, true));
+  app->add_option("--join-seeds", joins->seeds, "--joins: the members each joiner asks, in turn")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  app->add_option("--join-quorum", *join_quorum, "--joins: as gossipd's --join-quorum")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"majority", "any"}));
+  app->add_option("--out", *out, "Write rounds.csv (joins.csv with --joins) into this directory");
   return Subcommand{
-      app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits, numel]() {
+      app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits, numel, joins,
+            join_every, join_quorum]() {
         if (o->model == "mlp" && numel->count() > 0) {
           std::fprintf(stderr,
                        "gossipctl simulate: --numel with --model mlp: the MLP has its own (%zu)\n",
@@ -315,6 +333,22 @@ Subcommand add_simulate_command(CLI::App& parent) {
           o->links.seed = o->seed;
         }
         o->links.outages = std::move(outages);
+        if (joins->joins > 0) {
+          if (!kills->empty() || !pauses->empty() || !slow->empty()) {
+            std::fprintf(stderr,
+                         "gossipctl simulate: --joins runs no training: --kill, --pause and "
+                         "--slow name training rounds\n");
+            return kExitUsage;
+          }
+          joins->members = o->nodes;
+          joins->every =
+              std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*join_every));
+          joins->majority = *join_quorum == "majority";
+          joins->dead_after = o->dead_after;
+          joins->links = o->links;
+          joins->seed = o->seed;
+          return run_join_simulation(*joins, *out);
+        }
         o->step_time =
             std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*step_ms / 1e3));
         std::unique_ptr<std::ofstream> csv;

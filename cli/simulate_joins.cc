@@ -34,8 +34,8 @@ int run_join_simulation(const sim::JoinOptions& options, const std::string& out)
   if (csv.is_open()) {
     csv << "joiner,asked_s,answered_s,id,all_knew_s,knew,should_know,messages\n";
     for (const auto& r : report->rows)
-      csv << fmt::format("{},{:.6f},{:.6f},{},{:.6f},{},{},{}\n", r.joiner, r.asked_s,
-                         r.answered_s, r.id, r.all_knew_s, r.knew, r.should_know, r.messages);
+      csv << fmt::format("{},{:.6f},{:.6f},{},{:.6f},{},{},{}\n", r.joiner, r.asked_s, r.answered_s,
+                         r.id, r.all_knew_s, r.knew, r.should_know, r.messages);
   }
   size_t answered = 0, known = 0;
   double worst_answer = 0, worst_known = 0, messages = 0, most = 0;
@@ -50,14 +50,14 @@ int run_join_simulation(const sim::JoinOptions& options, const std::string& out)
     worst_known = std::max(worst_known, r.all_knew_s - r.asked_s);
   }
   std::printf("simulated %u members and %u joiners (one every %.3g s, --join-quorum %s)\n",
-              options.members, options.joins,
-              std::chrono::duration<double>(options.every).count(),
+              options.members, options.joins, std::chrono::duration<double>(options.every).count(),
               options.majority ? "majority" : "any");
   std::printf("virtual time %.3f s in %.1f s of real time, %llu messages\n", report->virtual_s,
               report->real_s, static_cast<unsigned long long>(report->messages));
-  std::printf("%zu of %u got an id, at most %.3f s after asking; %zu known to every node "
-              "before them, at most %.3f s after asking\n",
-              answered, options.joins, worst_answer, known, worst_known);
+  std::printf(
+      "%zu of %u got an id, at most %.3f s after asking; %zu known to every node "
+      "before them, at most %.3f s after asking\n",
+      answered, options.joins, worst_answer, known, worst_known);
   std::printf("messages per join: %.0f on average, %.0f at most (%.2f per member)\n",
               messages / options.joins, most, messages / options.joins / options.members);
   std::printf("ids given twice: %zu\n", report->duplicates.size());

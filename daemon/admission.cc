@@ -231,7 +231,7 @@ void Admission::on_hello(uint32_t peer) {
 void Admission::on_sync(uint32_t peer, uint64_t its_epoch) {
   // Only to a member that lists fewer, and once a second: a sync is small, the adds
   // it brings back are not.
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = this->now();
   auto& last = answered_[peer];
   if (its_epoch >= epoch_ || now - last < std::chrono::seconds(1)) return;
   last = now;
@@ -242,7 +242,7 @@ void Admission::on_sync(uint32_t peer, uint64_t its_epoch) {
 void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
   // A node lists its configured peers and at most kMaxJoined more.
   if (epoch > epoch_ + peers::TrafficCounters::kMaxJoined) return;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = this->now();
   Ask& ask = asks_[peer];
   if (epoch > ask.claimed) {
     // The peer lists more than it did: news, asked for at once.
@@ -263,7 +263,7 @@ void Admission::on_epoch_ahead(uint32_t peer, uint64_t epoch) {
   // An answer that brought nothing (a member whose epoch is not of joins this node
   // can take: a lying one, or a join on the other side of a partition) is asked
   // less and less often, until the peer lists more again.
-  ask.backoff = ask.epoch == epoch_ && ask.next != std::chrono::steady_clock::time_point{}
+  ask.backoff = ask.epoch == epoch_ && ask.next != TimePoint{}
                     ? std::min(ask.backoff * 2, std::chrono::milliseconds(60000))
                     : std::chrono::milliseconds(1000);
   ask.next = now + ask.backoff;
@@ -285,7 +285,7 @@ uint32_t Admission::coordinator(uint64_t bound) const {
 
 uint64_t Admission::heard_within() const {
   // Anything heard since the last ping round began: the members that answered it.
-  const auto since = std::chrono::steady_clock::now() - pinged_;
+  const auto since = now() - pinged_;
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(since).count());
 }
@@ -311,7 +311,7 @@ std::optional<std::string> Admission::no_majority(uint64_t bound_ms) const {
 }
 
 void Admission::ping_members() {
-  pinged_ = std::chrono::steady_clock::now();
+  pinged_ = now();
   pinged_ids_.clear();
   for (const auto& p : router_.peers())
     if (!p.banned && counts(p.id)) {
@@ -336,7 +336,7 @@ void Admission::tick() {
   if (!checks_.empty()) settle_checks();
   if (proposal_) settle_proposal();
   if (parked_.empty()) return;
-  if (std::chrono::steady_clock::now() < pinged_ + pong_wait() && !pings_answered()) return;
+  if (now() < pinged_ + pong_wait() && !pings_answered()) return;
   auto parked = std::move(parked_);
   parked_.clear();
   for (const auto& [route, endpoint, key] : parked) decide(route, endpoint, key);
@@ -443,7 +443,7 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
       reply(route, {proto::Member::kRedirect, c, epoch_}, with_key(*it));
       return;
     }
-    if (std::chrono::steady_clock::now() < catching_up_until_) {
+    if (now() < catching_up_until_) {
       reply(route, {proto::Member::kWait, 0, epoch_},
             fmt::format("the coordinator, node {}, is catching up with members that list more "
                         "members than it does",
@@ -451,7 +451,7 @@ void Admission::decide(const std::string& route, const std::string& endpoint,
       return;
     }
     if (auto why = no_majority(heard)) {
-      if (const auto now = std::chrono::steady_clock::now(); now >= waits_logged_) {
+      if (const auto now = this->now(); now >= waits_logged_) {
         spdlog::warn("a node at {} asks to join; it waits: {}", endpoint, *why);
         waits_logged_ = now + std::chrono::seconds(10);
       }
@@ -505,7 +505,7 @@ std::optional<std::string> Admission::taken_elsewhere(uint32_t id, const std::st
       return p.endpoint == endpoint && p.public_key == key
                  ? std::nullopt
                  : std::optional(fmt::format("id {} is node {} here ({})", id, id, p.endpoint));
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = this->now();
   std::erase_if(promises_, [&](const auto& e) { return now >= e.second.until; });
   const auto it = promises_.find(id);
   if (it != promises_.end() && it->second.endpoint != endpoint)
@@ -534,7 +534,7 @@ void Admission::propose(const Parked& joiner, uint32_t id) {
         fmt::format("the coordinator, node {}, cannot give the next id: {}", router_.self(), *why));
     return;
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = this->now();
   promises_[id] = {joiner.endpoint, router_.self(), now + kPromiseFor};
   proposal_ = Proposal{joiner, id, nullptr, {router_.self()}, "", now + kProposalWait};
   const std::string payload = with_key({id, joiner.endpoint, joiner.key});
@@ -574,7 +574,7 @@ void Admission::settle_proposal() {
     admit(done.joiner, done.id);
     return;
   }
-  if (p.declined.empty() && std::chrono::steady_clock::now() < p.until) return;
+  if (p.declined.empty() && now() < p.until) return;
   const std::string why =
       !p.declined.empty()
           ? p.declined
@@ -607,7 +607,7 @@ void Admission::on_propose(uint32_t from, uint32_t id, const peers::Peer& told) 
   }
   if (!joined(id) && std::none_of(router_.peers().begin(), router_.peers().end(),
                                   [&](const peers::Peer& p) { return p.id == id; }))
-    promises_[id] = {told.endpoint, from, std::chrono::steady_clock::now() + kPromiseFor};
+    promises_[id] = {told.endpoint, from, now() + kPromiseFor};
   send_member(from, {proto::Member::kAccept, id, epoch_}, told.endpoint);
 }
 
@@ -638,7 +638,7 @@ void Admission::propose_forget(uint32_t peer, std::function<void(Status)> done) 
   p.forgotten = std::move(done);
   p.accepted = {router_.self()};
   // A member that does not hear the node asks it, for up to a --dead-after, first.
-  p.until = std::chrono::steady_clock::now() + kProposalWait + options_.dead_after;
+  p.until = now() + kProposalWait + options_.dead_after;
   const auto it = std::find_if(router_.peers().begin(), router_.peers().end(),
                                [&](const peers::Peer& q) { return q.id == peer; });
   p.joiner.endpoint = it->endpoint;
@@ -679,14 +679,14 @@ void Admission::when_heard(uint32_t id, std::function<void(std::optional<uint64_
   spdlog::info("node {} is silent here ({}): asking it whether it lives", id,
                silent == proto::ipc::kNeverHeard ? std::string("never heard")
                                                  : fmt::format("{} ms", silent));
-  c.since = std::chrono::steady_clock::now();
+  c.since = now();
   c.pinged = c.since;
   (void)router_.transport().send(id, 0, proto::Inspect{proto::Inspect::kPing, 0, 0, 0});
 }
 
 void Admission::settle_checks() {
   using Then = std::function<void(std::optional<uint64_t>)>;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = this->now();
   std::vector<std::pair<std::optional<uint64_t>, std::vector<Then>>> ready;
   for (auto it = checks_.begin(); it != checks_.end();) {
     Check& c = it->second;
@@ -871,13 +871,11 @@ void Admission::on_ready(uint32_t from) {
   for (const auto& p : router_.peers()) send_add(p.id, *member);  // the joiner too
 }
 
-Result<uint64_t> Admission::ask_for_round(std::chrono::steady_clock::time_point deadline,
-                                          const std::atomic<bool>* cancel,
+Result<uint64_t> Admission::ask_for_round(TimePoint deadline, const std::atomic<bool>* cancel,
                                           const std::function<void()>& tick) {
-  using Clock = std::chrono::steady_clock;
-  auto next_ask = Clock::time_point{};
+  TimePoint next_ask{};
   while (own_round_ == 0) {
-    const auto now = Clock::now();
+    const auto now = this->now();
     if (now >= deadline)
       return Status::timeout(
           "no member scheduled the round this node takes part from: is the coordinator up?");

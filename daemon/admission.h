@@ -66,6 +66,7 @@
 #include <set>
 #include <string>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "daemon/checkpoint.h"
 #include "peers/router.h"
@@ -126,8 +127,7 @@ class Admission {
   // The joiner, once it holds a state (overlay strategies): says so to the coordinator
   // every second until a member sends it the round it takes part from, which it
   // returns (the schedule callback has run for it). `tick` runs while it waits.
-  Result<uint64_t> ask_for_round(std::chrono::steady_clock::time_point deadline,
-                                 const std::atomic<bool>* cancel,
+  Result<uint64_t> ask_for_round(TimePoint deadline, const std::atomic<bool>* cancel,
                                  const std::function<void()>& tick);
 
  private:
@@ -212,6 +212,9 @@ class Admission {
   bool pings_answered() const;
   uint64_t heard_within() const;  // ms since the last ping round began
   Joined* joined(uint32_t id);
+  // The channel's clock (base/clock.h): the real one in gossipd, virtual time in the
+  // simulation (sim/joins.h).
+  TimePoint now() const { return router_.transport().clock().now(); }
 
   peers::Router& router_;
   Options options_;
@@ -223,16 +226,16 @@ class Admission {
   std::vector<Joined> joined_;  // members that joined by seeds, as this node knows
   uint64_t own_round_ = 0;      // a joiner: the round it takes part from; 0 until told
   struct Ask {                  // on_epoch_ahead's, per peer
-    std::chrono::steady_clock::time_point next{};
+    TimePoint next{};
     std::chrono::milliseconds backoff{1000};
     uint64_t epoch = 0;    // this node's when it last asked
     uint64_t claimed = 0;  // the highest epoch the peer's messages carried
     uint64_t held_at = 0;  // this node's epoch when a claim of it last held ids up
   };
   std::map<uint32_t, Ask> asks_;
-  std::map<uint32_t, std::chrono::steady_clock::time_point> answered_;  // on_sync's, per peer
+  std::map<uint32_t, TimePoint> answered_;  // on_sync's, per peer
   // A member listed more members than this node, and its adds are not here yet.
-  std::chrono::steady_clock::time_point catching_up_until_{};
+  TimePoint catching_up_until_{};
   uint64_t catch_up_to_ = 0;        // the highest epoch claimed since this node was level
   std::set<uint32_t> given_twice_;  // ids said to be given twice, once logged
   std::vector<Parked> parked_;
@@ -242,13 +245,13 @@ class Admission {
     std::function<void(Status)> forgotten;  // set: a forget of `id`, not an id for a joiner
     std::set<uint32_t> accepted;            // this node included
     std::string declined;                   // why, from the first member that declined
-    std::chrono::steady_clock::time_point until{};
+    TimePoint until{};
   };
   std::optional<Proposal> proposal_;  // one at a time
   struct Promise {
     std::string endpoint;
     uint32_t by = 0;  // the coordinator that proposed it
-    std::chrono::steady_clock::time_point until{};
+    TimePoint until{};
   };
   std::map<uint32_t, Promise> promises_;  // id -> the endpoint this node accepted it for
   std::set<uint32_t> forgotten_;
@@ -258,14 +261,14 @@ class Admission {
   static constexpr size_t kMaxParked = 16;
   std::chrono::milliseconds pong_wait() const;  // half --dead-after, 0.3 to 1 s
   struct Check {                                // when_heard()'s, per node asked about
-    std::chrono::steady_clock::time_point since{}, pinged{};
+    TimePoint since{}, pinged{};
     std::vector<std::function<void(std::optional<uint64_t>)>> then;
     std::set<uint32_t> askers;
   };
   std::map<uint32_t, Check> checks_;
-  std::chrono::steady_clock::time_point pinged_{};
+  TimePoint pinged_{};
   std::vector<uint32_t> pinged_ids_;
-  std::chrono::steady_clock::time_point waits_logged_{};
+  TimePoint waits_logged_{};
   peers::Router::Subscription subscription_;
 };
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <random>
-#include <thread>
 #include <zmq.hpp>
 
 #include "daemon/admission.h"
@@ -17,17 +16,11 @@ namespace {
 constexpr auto kAnswerWait = std::chrono::seconds(3);
 constexpr int kMaxRedirects = 4;
 
-struct Answer {
-  proto::Member m;
-  uint64_t round = 0;  // the envelope's
-  std::string text;
-};
-
 // One request to `seed`: the answer's member message and payload, or nullopt when it
 // stayed silent until `until` (or sent something that is no answer).
-std::optional<Answer> ask(zmq::context_t& context, const peers::Peer& seed,
-                          const std::string& endpoint, const JoinKeys& keys,
-                          std::chrono::steady_clock::time_point until) {
+std::optional<JoinReply> ask(zmq::context_t& context, const peers::Peer& seed,
+                             const std::string& endpoint, const JoinKeys& keys,
+                             std::chrono::steady_clock::time_point until) {
   std::random_device rd;
   const std::string route = fmt::format("join-{:08x}{:08x}", rd(), rd());
   zmq::socket_t s(context, zmq::socket_type::dealer);
@@ -59,7 +52,7 @@ std::optional<Answer> ask(zmq::context_t& context, const peers::Peer& seed,
     if (!h || h->envelope.kind != proto::Kind::kMember ||
         !proto::validate_payload(h->envelope, 1, frames[1].size()))
       continue;
-    return Answer{std::get<proto::Member>(h->body), h->envelope.round, frames[1].to_string()};
+    return JoinReply{std::get<proto::Member>(h->body), h->envelope.round, frames[1].to_string()};
   }
   return std::nullopt;
 }
@@ -68,15 +61,23 @@ std::optional<Answer> ask(zmq::context_t& context, const peers::Peer& seed,
 
 Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::string& endpoint,
                              std::chrono::milliseconds timeout, const JoinKeys& keys) {
-  if (seeds.empty()) return Status::invalid("--join: no seed");
   zmq::context_t context(1);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  return join_by_seeds(seeds, endpoint, timeout, keys, gossip::Clock::real(),
+                       [&](const peers::Peer& seed, const std::string& ep, TimePoint until) {
+                         return ask(context, seed, ep, keys, until);
+                       });
+}
+
+Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::string& endpoint,
+                             std::chrono::milliseconds timeout, const JoinKeys& keys,
+                             gossip::Clock& clock, const JoinAsk& ask) {
+  if (seeds.empty()) return Status::invalid("--join: no seed");
+  const auto deadline = clock.now() + timeout;
   std::string silent, waiting;
-  for (size_t next = 0; std::chrono::steady_clock::now() < deadline; ++next) {
+  for (size_t next = 0; clock.now() < deadline; ++next) {
     peers::Peer seed = seeds[next % seeds.size()];
-    for (int hop = 0; hop <= kMaxRedirects && std::chrono::steady_clock::now() < deadline; ++hop) {
-      auto answer = ask(context, seed, endpoint, keys,
-                        std::min(deadline, std::chrono::steady_clock::now() + kAnswerWait));
+    for (int hop = 0; hop <= kMaxRedirects && clock.now() < deadline; ++hop) {
+      auto answer = ask(seed, endpoint, std::min(deadline, clock.now() + kAnswerWait));
       if (!answer) {
         silent = seed.endpoint;
         break;
@@ -87,8 +88,7 @@ Result<Joined> join_by_seeds(const std::vector<peers::Peer>& seeds, const std::s
       if (m.what == proto::Member::kWait) {  // no majority there now: again in a second
         if (text != waiting) spdlog::warn("join: {} says wait: {}", seed.endpoint, text);
         waiting = text;
-        std::this_thread::sleep_until(
-            std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+        clock.sleep_until(std::min(deadline, clock.now() + std::chrono::seconds(1)));
         break;
       }
       if (m.what == proto::Member::kRedirect) {

@@ -77,7 +77,7 @@ class PeerChannel {
   virtual TrafficCounters& traffic_counters() = 0;
   // The clock every deadline of this node's strategy, membership and collectives is
   // on (base/clock.h): the real one, or a simulation's virtual time.
-  virtual Clock& clock() { return Clock::real(); }
+  virtual Clock& clock() const { return Clock::real(); }
 
   // Each send queues one message of `body`'s kind for `round`; the channel fills in
   // the rest of the envelope (sender, version, payload length). A full queue to a

@@ -18,7 +18,7 @@ class ChannelDecorator : public PeerChannel {
   const std::vector<Peer>& peers() const override { return inner_->peers(); }
   const TrafficCounters& traffic() const override { return inner_->traffic(); }
   TrafficCounters& traffic_counters() override { return inner_->traffic_counters(); }
-  Clock& clock() override { return inner_->clock(); }
+  Clock& clock() const override { return inner_->clock(); }
   Status send(uint32_t peer, uint64_t round, const proto::Body& body) override {
     return inner_->send(peer, round, body);
   }

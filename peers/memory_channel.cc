@@ -39,8 +39,12 @@ std::shared_ptr<MemoryHub::Mailbox> MemoryHub::mailbox(uint32_t node) {
 std::unique_ptr<MemoryChannel> MemoryHub::join(uint32_t self, const std::vector<uint32_t>& peers) {
   std::vector<Peer> ps;
   for (uint32_t p : peers) ps.push_back({p, fmt::format("mem://{}", p), ""});
+  return join_peers(self, std::move(ps));
+}
+
+std::unique_ptr<MemoryChannel> MemoryHub::join_peers(uint32_t self, std::vector<Peer> peers) {
   return std::unique_ptr<MemoryChannel>(
-      new MemoryChannel(*this, self, std::move(ps), mailbox(self)));
+      new MemoryChannel(*this, self, std::move(peers), mailbox(self)));
 }
 
 void MemoryHub::cut(uint32_t node) {
@@ -51,6 +55,11 @@ void MemoryHub::cut(uint32_t node) {
 void MemoryHub::reconnect(uint32_t node) {
   std::lock_guard lock(mu_);
   cut_.erase(node);
+}
+
+void MemoryHub::place(uint32_t node, uint32_t like) {
+  std::lock_guard lock(mu_);
+  placed_[node] = like;
 }
 
 bool MemoryHub::lost(uint32_t from, uint32_t to) {
@@ -64,6 +73,11 @@ TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
   const Link& link = links_.between(from, to);
   std::lock_guard lock(mu_);
   TimePoint t = now;
+  const auto where = [&](uint32_t node) {
+    const auto it = placed_.find(node);
+    return it == placed_.end() ? node : it->second;
+  };
+  const uint32_t from_side = where(from), to_side = where(to);
   if (link.bytes_per_s > 0) {
     // The sender's uplink carries one message after the other.
     TimePoint& free = uplink_free_[from];
@@ -78,7 +92,8 @@ TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
   for (bool held = true; held;) {
     held = false;
     for (const Outage& o : links_.outages)
-      if (released >= start_ + o.from && released < start_ + o.until && o.splits(from, to)) {
+      if (released >= start_ + o.from && released < start_ + o.until &&
+          o.splits(from_side, to_side)) {
         released = start_ + o.until;
         held = true;
       }
@@ -97,6 +112,7 @@ TimePoint MemoryHub::arrival(uint32_t from, uint32_t to, uint64_t bytes) {
 }
 
 bool MemoryHub::deliver(uint32_t to, Frame frame, uint64_t wire_bytes) {
+  messages_.fetch_add(1, std::memory_order_relaxed);
   if (lost(frame.from, to)) return true;  // lost with the node
   const std::shared_ptr<Mailbox> box = mailbox(to);
   {
@@ -181,6 +197,45 @@ Status MemoryChannel::add_peer(const Peer& peer) {
   return Status::ok();
 }
 
+Status MemoryChannel::reply_to_joiner(const std::string& route, uint64_t round,
+                                      const proto::Body& body, std::string_view payload) {
+  uint32_t to = 0;
+  {
+    std::lock_guard lock(hub_.mu_);
+    const auto it = hub_.routes_.find(route);
+    if (it == hub_.routes_.end()) return Status::not_found(fmt::format("no joiner at {}", route));
+    to = it->second;
+  }
+  MemoryHub::Frame f;
+  f.from = self_;
+  f.head = proto::encode_head(self_, round, body, payload.size(), epoch());
+  f.has_payload = true;
+  f.payload = zmq::message_t(payload.data(), payload.size());
+  f.route = route;  // which of the joiner's requests it answers
+  const uint64_t wire = proto::zmtp_frame_overhead(f.head.size()) + f.head.size() +
+                        proto::zmtp_frame_overhead(payload.size()) + payload.size();
+  if (!hub_.deliver(to, std::move(f), wire)) return Status::io_error("the joiner's queue is full");
+  return Status::ok();
+}
+
+std::optional<Incoming> MemoryChannel::join_request(MemoryHub::Frame& f) {
+  auto head = proto::decode_head(f.head.data(), f.head.size());
+  if (!head || head->envelope.kind != proto::Kind::kMember ||
+      head->envelope.from != proto::kNoNode ||
+      std::get<proto::Member>(head->body).what != proto::Member::kJoinRequest || !f.has_payload ||
+      !proto::validate_payload(head->envelope, 1, f.payload.size())) {
+    traffic_.count_dropped(TrafficCounters::kUnknownPeer);
+    return std::nullopt;
+  }
+  const uint64_t wire = proto::zmtp_frame_overhead(f.head.size()) + f.head.size() +
+                        proto::zmtp_frame_overhead(f.payload.size()) + f.payload.size();
+  traffic_.count_recv(TrafficCounters::kUnknownPeer, f.payload.size(), wire);
+  Incoming in{TrafficCounters::kUnknownPeer, head->envelope, std::move(head->body), {}, {}};
+  in.payload = std::move(f.payload);
+  in.joiner_route = std::move(f.route);
+  return in;
+}
+
 Status MemoryChannel::send(uint32_t peer, uint64_t round, const proto::Body& body) {
   return send_frame(peer, round, body, {});
 }
@@ -215,6 +270,10 @@ std::optional<Incoming> MemoryChannel::recv(std::chrono::milliseconds timeout) {
       f = std::move(box_->frames.front());
       box_->frames.pop_front();
     }
+    if (!f.route.empty()) {
+      if (auto in = join_request(f)) return in;
+      continue;
+    }
     // The checks of ZmqTransport::recv, less those of sockets and keys.
     if (!knows(f.from)) {
       traffic_.count_dropped(TrafficCounters::kUnknownPeer);
@@ -244,6 +303,42 @@ std::optional<Incoming> MemoryChannel::recv(std::chrono::milliseconds timeout) {
     if (f.has_payload) in.payload = std::move(f.payload);
     return in;
   }
+}
+
+MemoryJoiner::MemoryJoiner(MemoryHub& hub, uint32_t address)
+    : hub_(hub), address_(address), box_(hub.mailbox(address)) {}
+
+std::string MemoryJoiner::ask(uint32_t to, std::string head, std::string payload) {
+  MemoryHub::Frame f;
+  f.from = address_;
+  f.route = fmt::format("join-{}-{}", address_, asked_++);
+  {
+    std::lock_guard lock(hub_.mu_);
+    hub_.routes_[f.route] = address_;
+  }
+  const uint64_t wire = proto::zmtp_frame_overhead(f.route.size()) + f.route.size() +
+                        proto::zmtp_frame_overhead(head.size()) + head.size() +
+                        proto::zmtp_frame_overhead(payload.size()) + payload.size();
+  f.head = std::move(head);
+  f.has_payload = true;
+  f.payload = zmq::message_t(payload.data(), payload.size());
+  std::string route = f.route;
+  (void)hub_.deliver(to, std::move(f), wire);  // a full mailbox loses it, as a busy seed would
+  return route;
+}
+
+std::optional<std::pair<std::string, std::string>> MemoryJoiner::reply(const std::string& route,
+                                                                       TimePoint until) {
+  while (hub_.clock().wait_until(box_->arrived, until, [&] {
+    std::lock_guard lock(box_->mu);
+    return !box_->frames.empty();
+  })) {
+    std::lock_guard lock(box_->mu);
+    MemoryHub::Frame f = std::move(box_->frames.front());
+    box_->frames.pop_front();
+    if (f.route == route) return std::pair{std::move(f.head), f.payload.to_string()};
+  }
+  return std::nullopt;
 }
 
 }  // namespace gossip::peers

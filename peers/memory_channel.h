@@ -13,11 +13,13 @@
 //
 // Each channel is used by its node's thread (or task); the hub may be shared by all.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -68,21 +70,30 @@ class MemoryHub {
   // Node `self`'s channel to `peers` (ids; each joins too, before or after). The hub
   // must outlive it.
   std::unique_ptr<MemoryChannel> join(uint32_t self, const std::vector<uint32_t>& peers);
+  // The same with the peers' endpoints (what a member list shows: daemon/admission.h).
+  std::unique_ptr<MemoryChannel> join_peers(uint32_t self, std::vector<Peer> peers);
   // From now on what `node` sends and what is sent to it vanishes, as with a node that
   // died (what it sent before still arrives).
   void cut(uint32_t node);
   // Undoes cut: the node's messages flow again (those sent meanwhile stay lost).
   void reconnect(uint32_t node);
+  // Partitions take `node` for `like`: it is on like's side of each (a node that joins
+  // is where the member it asked is).
+  void place(uint32_t node, uint32_t like);
   Clock& clock() const { return clock_; }
+  // Messages sent through the hub so far (joiners' included), by every node.
+  uint64_t messages() const { return messages_.load(std::memory_order_relaxed); }
 
  private:
   friend class MemoryChannel;
+  friend class MemoryJoiner;
   friend class MemoryRingHub;  // its messages share the link model (peers/memory_ring.h)
   struct Frame {
     uint32_t from = 0;
     std::string head;
     zmq::message_t payload;
     bool has_payload = false;
+    std::string route;  // a joiner's request: the route its answer goes back by
   };
   struct Mailbox {
     explicit Mailbox(Clock& clock) : arrived(clock) {}
@@ -108,6 +119,31 @@ class MemoryHub {
   std::map<uint32_t, TimePoint> uplink_free_;                        // by sender
   std::map<std::pair<uint32_t, uint32_t>, TimePoint> last_arrival_;  // per link, FIFO
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> sent_;           // per link, jitter's draws
+  std::map<std::string, uint32_t> routes_;  // a joiner's route -> its address
+  std::map<uint32_t, uint32_t> placed_;     // place()
+  std::atomic<uint64_t> messages_{0};
+};
+
+// A node that is no member yet (daemon/join_client.h), at hub address `address` (an id
+// no member has: what the link model and partitions know it by). It asks members as a
+// joiner's DEALER socket does, each request under a route of its own, and a member's
+// channel answers by that route (MemoryChannel::reply_to_joiner).
+class MemoryJoiner {
+ public:
+  MemoryJoiner(MemoryHub& hub, uint32_t address);
+  // Sends member `to` a join-request (its encoded head and payload) under a fresh
+  // route, which it returns.
+  std::string ask(uint32_t to, std::string head, std::string payload);
+  // The next reply by `route` (head, payload) before `until`; replies to earlier
+  // requests are dropped, as a closed socket's would be.
+  std::optional<std::pair<std::string, std::string>> reply(const std::string& route,
+                                                           TimePoint until);
+
+ private:
+  MemoryHub& hub_;
+  uint32_t address_;
+  uint64_t asked_ = 0;
+  std::shared_ptr<MemoryHub::Mailbox> box_;
 };
 
 class MemoryChannel final : public PeerChannel {
@@ -116,7 +152,7 @@ class MemoryChannel final : public PeerChannel {
   const std::vector<Peer>& peers() const override { return peers_; }
   const TrafficCounters& traffic() const override { return traffic_; }
   TrafficCounters& traffic_counters() override { return traffic_; }
-  Clock& clock() override { return hub_.clock(); }
+  Clock& clock() const override { return hub_.clock(); }
   Status send(uint32_t peer, uint64_t round, const proto::Body& body) override;
   // Copies the payload at once: nothing is pending afterwards.
   Status send_zero_copy(uint32_t peer, uint64_t round, const proto::Body& body,
@@ -127,6 +163,8 @@ class MemoryChannel final : public PeerChannel {
   void note_dropped(uint32_t peer, const std::string& why) override;
   // A member that joined by seeds (as ZmqTransport::add_peer): on the owner's thread.
   Status add_peer(const Peer& peer) override;
+  Status reply_to_joiner(const std::string& route, uint64_t round, const proto::Body& body,
+                         std::string_view payload) override;
 
  private:
   friend class MemoryHub;
@@ -135,6 +173,8 @@ class MemoryChannel final : public PeerChannel {
   Status send_frame(uint32_t peer, uint64_t round, const proto::Body& body,
                     std::span<const std::byte> payload);
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
+  // A joiner's request, checked as ZmqTransport::join_request checks it (less keys).
+  std::optional<Incoming> join_request(MemoryHub::Frame& f);
   bool knows(uint32_t peer) const;
 
   MemoryHub& hub_;

@@ -37,9 +37,19 @@ void Router::unsubscribe(uint64_t id) {
 uint64_t Router::unhandled(proto::Kind kind) const { return transport_.traffic().unhandled(kind); }
 
 void Router::dispatch(Incoming& in) {
+  const uint32_t peer = in.peer;
+  const uint64_t epoch = in.envelope.epoch;
+  const bool member = in.joiner_route.empty();
+  hand_out(in);
   // A member ahead of this node's member list (it heard of joins this one missed).
-  if (on_epoch_ahead_ && in.joiner_route.empty() && in.envelope.epoch > transport_.epoch())
-    on_epoch_ahead_(in.peer, in.envelope.epoch);
+  // Asked after the handlers: an add carries the epoch it brings this node to, and
+  // once taken it is no news (before, every add made every member ask its sender for
+  // all of its adds: simulated, 1,035 syncs and 5,730 adds more for 10 joins to 100
+  // nodes, growing with each join).
+  if (on_epoch_ahead_ && member && epoch > transport_.epoch()) on_epoch_ahead_(peer, epoch);
+}
+
+void Router::hand_out(Incoming& in) {
   const auto k = static_cast<size_t>(in.kind());
   if (handlers_[k].empty()) {
     transport_.traffic_counters().count_unhandled(in.kind());

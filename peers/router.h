@@ -91,6 +91,7 @@ class Router {
   }
 
  private:
+  void hand_out(Incoming& in);  // to the handlers of its kind
   struct Entry {
     uint64_t id = 0;
     std::shared_ptr<Handler> handler;

@@ -48,8 +48,8 @@ struct Member {
   std::unique_ptr<peers::Router> router;
   std::unique_ptr<daemon::Inspector> inspector;
   std::unique_ptr<daemon::Admission> admission;
-  size_t listed = 0;                    // peers it listed at the last look
-  std::map<uint32_t, double> learned;   // a member that joined -> when this node listed it
+  size_t listed = 0;                   // peers it listed at the last look
+  std::map<uint32_t, double> learned;  // a member that joined -> when this node listed it
 };
 
 class JoinWorld {
@@ -94,13 +94,13 @@ class JoinWorld {
   Member& start(size_t slot, uint32_t id, std::vector<peers::Peer> peers, bool joiner) {
     auto n = std::make_unique<Member>();
     n->id = id;
-    n->channel = hub_.join(id, std::move(peers));
+    n->channel = hub_.join_peers(id, std::move(peers));
     n->router = std::make_unique<peers::Router>(*n->channel);
     daemon::Inspector::Options io;
     io.version = "simulated";
     io.strategy = "none";
-    n->inspector = std::make_unique<daemon::Inspector>(*n->router, *n->channel, io,
-                                                       [] { return proto::inspect::MemberStatus{}; });
+    n->inspector = std::make_unique<daemon::Inspector>(
+        *n->router, *n->channel, io, [] { return proto::inspect::MemberStatus{}; });
     daemon::Admission::Options ao;
     ao.self_endpoint = member_endpoint(id);
     ao.dead_after = o_.dead_after;
@@ -140,11 +140,11 @@ class JoinWorld {
                    TimePoint until) -> std::optional<daemon::JoinReply> {
       const auto to = member_at(seed.endpoint);
       if (!to) return std::nullopt;
-      const std::string route = port.ask(
-          *to,
-          proto::encode_head(proto::kNoNode, 0,
-                             proto::Member{proto::Member::kJoinRequest, 0, 0}, ep.size()),
-          ep);
+      const std::string route =
+          port.ask(*to,
+                   proto::encode_head(proto::kNoNode, 0,
+                                      proto::Member{proto::Member::kJoinRequest, 0, 0}, ep.size()),
+                   ep);
       while (auto reply = port.reply(route, until)) {
         auto h = proto::decode_head(reply->first.data(), reply->first.size());
         if (!h || h->envelope.kind != proto::Kind::kMember ||

@@ -37,16 +37,16 @@ struct JoinOptions {
 };
 
 struct JoinRow {
-  uint32_t joiner = 0;    // the order of arrival
-  double asked_s = 0;     // virtual time of its first request
-  double answered_s = -1; // when it got its id; -1: it got none
-  uint32_t id = 0;        // the id it got
+  uint32_t joiner = 0;     // the order of arrival
+  double asked_s = 0;      // virtual time of its first request
+  double answered_s = -1;  // when it got its id; -1: it got none
+  uint32_t id = 0;         // the id it got
   // When the last node with a lower id (each was a member before it) listed it; -1:
   // one never did.
   double all_knew_s = -1;
   uint32_t knew = 0, should_know = 0;  // nodes that listed it, of those with a lower id
-  uint64_t messages = 0;  // sent through the hub from its request until the next one's
-  std::string failure;    // why it got no id
+  uint64_t messages = 0;               // sent through the hub from its request until the next one's
+  std::string failure;                 // why it got no id
 };
 
 struct JoinReport {

@@ -82,9 +82,13 @@ TEST(SimulatedJoins, NoIdIsGivenTwiceThroughPartitionsUnlessTheQuorumIsAny) {
     ASSERT_EQ(row.failure, "");
     EXPECT_EQ(row.knew, row.should_know);
     longest = std::max(longest, row.answered_s - row.asked_s);
+    // Those held by a partition come in a rush when it heals, and each that the
+    // coordinator cannot take yet (it settles one proposal at a time) asks again a
+    // second later: 17 s for one that came as the first healed, then waited out the
+    // second on the minority's side.
+    EXPECT_LT(row.answered_s, 28.0 + 10.0) << "long after the last partition healed";
   }
-  EXPECT_GT(longest, 2.0) << "no joiner waited out a partition: the test shows nothing";
-  EXPECT_LT(longest, 12.0) << "a joiner waited past the partition's end";
+  EXPECT_GT(longest, 5.0) << "no joiner waited out a partition: the test shows nothing";
 
   o.majority = false;
   auto any = simulate_joins(o);
