@@ -11,6 +11,8 @@
 #include <optional>
 #include <vector>
 
+#include "peers/topologies.h"
+
 namespace gossip::peers {
 
 Eigen::MatrixXd mixing_matrix(const Topology& topology, uint64_t round) {
@@ -80,17 +82,36 @@ double restricted_norm(const Eigen::MatrixXd& w) {
   return largest_singular_value(p);
 }
 
-// W's first row as (offset, weight) pairs when every row is the first one shifted by
-// the row's index (W(i, j) = c[(j - i) mod n]: a circulant, as the ring and the
-// exponential graphs are); nullopt otherwise.
-std::optional<std::map<uint32_t, double>> circulant_row(const Topology& topology, uint64_t round) {
+// The group whose translations a topology's W may commute with: node i is (i / cols,
+// i % cols) in Z_rows x Z_cols. The torus is a circulant on its grid; the ring and the
+// exponential graphs on Z_n (one column).
+struct Grid {
+  uint32_t rows = 1, cols = 1;
+};
+
+Grid grid_of(const Topology& topology) {
+  if (const auto* torus = dynamic_cast<const Torus*>(&topology))
+    return {torus->rows(), torus->cols()};
+  return {topology.size(), 1};
+}
+
+// W's first row as (offset, weight) pairs, the offset as a node of the grid, when every
+// row is the first one translated by the row's node (W(i, j) = c[j - i] on the grid: a
+// circulant, as the ring, the exponential graphs and the torus are); nullopt otherwise.
+std::optional<std::map<uint32_t, double>> circulant_row(const Topology& topology, Grid g,
+                                                        uint64_t round) {
   const uint32_t n = topology.size();
+  const auto offset = [&](uint32_t from, uint32_t to) {
+    const uint32_t dr = (to / g.cols + g.rows - from / g.cols) % g.rows;
+    const uint32_t dc = (to % g.cols + g.cols - from % g.cols) % g.cols;
+    return dr * g.cols + dc;
+  };
   std::map<uint32_t, double> first;
   for (uint32_t i = 0; i < n; ++i) {
     const MixingWeights w = topology.mixing_row(i, round);
     std::map<uint32_t, double> row;
     row[0] += w.self;
-    for (const WeightedPeer& p : w.peers) row[(p.node + n - i) % n] += p.weight;
+    for (const WeightedPeer& p : w.peers) row[offset(i, p.node)] += p.weight;
     if (i == 0) {
       first = std::move(row);
       continue;
@@ -102,23 +123,30 @@ std::optional<std::map<uint32_t, double>> circulant_row(const Topology& topology
   return first;
 }
 
-// Circulants share the Fourier basis: the product of a window's W has the eigenvalues
-// prod_r sum_o c_r[o] e^{2 pi i o k / n}, and, being normal, its norm on 1-perp is the
-// largest |eigenvalue| for k != 0. O(n x degree) a round, so any n the topologies take.
+// Circulants on one grid share its Fourier basis: the product of a window's W has the
+// eigenvalues prod_r sum_o c_r[o] e^{2 pi i (o_row k_row / rows + o_col k_col / cols)},
+// and, being normal, its norm on 1-perp is the largest |eigenvalue| for k != 0.
+// O(n x degree) a round, so any n the topologies take.
 std::optional<SpectralGap> circulant_gap(const Topology& topology, uint64_t first,
                                          uint64_t window) {
   const uint32_t n = topology.size();
+  const Grid g = grid_of(topology);
   std::vector<std::complex<double>> product(n, 1.0);
   double sum_round_gap = 0;
   for (uint64_t r = first; r < first + window; ++r) {
-    const auto row = circulant_row(topology, r);
+    const auto row = circulant_row(topology, g, r);
     if (!row) return std::nullopt;
     double rho = 0;
     for (uint32_t k = 1; k < n; ++k) {
+      const uint64_t kr = k / g.cols, kc = k % g.cols;
       std::complex<double> lambda = 0;
-      for (const auto& [offset, weight] : *row)
-        lambda += weight * std::polar(1.0, 2 * std::numbers::pi *
-                                               static_cast<double>((uint64_t{offset} * k) % n) / n);
+      for (const auto& [offset, weight] : *row) {
+        const uint64_t orow = offset / g.cols, ocol = offset % g.cols;
+        // Each phase reduced to a fraction of a turn before the sum: exact integers.
+        const double turns = static_cast<double>((orow * kr) % g.rows) / g.rows +
+                             static_cast<double>((ocol * kc) % g.cols) / g.cols;
+        lambda += weight * std::polar(1.0, 2 * std::numbers::pi * turns);
+      }
       product[k] *= lambda;
       rho = std::max(rho, std::abs(lambda));
     }
@@ -126,18 +154,18 @@ std::optional<SpectralGap> circulant_gap(const Topology& topology, uint64_t firs
   }
   double rho = 0;
   for (uint32_t k = 1; k < n; ++k) rho = std::max(rho, std::abs(product[k]));
-  SpectralGap g;
-  g.period = topology.period();
-  g.window = window;
-  g.mean_round_gap = sum_round_gap / static_cast<double>(window);
+  SpectralGap gap;
+  gap.period = topology.period();
+  gap.window = window;
+  gap.mean_round_gap = sum_round_gap / static_cast<double>(window);
   const double rate = std::pow(rho, 1.0 / static_cast<double>(window));
-  g.gap = rho < kExactConsensus ? 1 : 1 - std::min(rate, 1.0);
-  g.method = window == 1 ? "eigenvalues of the circulant W (the DFT of its row)"
-                         : fmt::format(
-                               "eigenvalues of the product of one period ({} rounds) of "
-                               "circulant W (the DFTs of their rows)",
-                               window);
-  return g;
+  gap.gap = rho < kExactConsensus ? 1 : 1 - std::min(rate, 1.0);
+  gap.method = window == 1 ? "eigenvalues of the circulant W (the DFT of its row)"
+                           : fmt::format(
+                                 "eigenvalues of the product of one period ({} rounds) of "
+                                 "circulant W (the DFTs of their rows)",
+                                 window);
+  return gap;
 }
 
 }  // namespace
@@ -150,7 +178,8 @@ Result<SpectralGap> spectral_gap(const Topology& topology, const SpectralGapOpti
       if (auto g = circulant_gap(topology, 0, topology.period())) return *g;
     return Status::invalid(fmt::format(
         "spectral gap of '{}' on {} nodes: refused above {} nodes (dense, O(n^3) per round; "
-        "only circulant graphs, the ring and the exponential ones, have a closed form)",
+        "only circulant graphs, the ring, the torus and the exponential ones, have a closed "
+        "form)",
         topology.spec(), n, options.max_nodes));
   }
   SpectralGap g;

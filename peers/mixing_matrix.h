@@ -36,8 +36,8 @@ struct SpectralGapOptions {
   uint64_t first_round = 0;
   uint32_t sampled_rounds = 16;
   // Refused above this many nodes (the computation is dense, O(n^3) per round), but for
-  // circulant topologies (the ring and the exponential graphs), whose eigenvalues are the
-  // DFT of their rows, at any size.
+  // circulant topologies (the ring, the exponential graphs, and the torus on its grid),
+  // whose eigenvalues are the DFT of their rows, at any size.
   uint32_t max_nodes = 512;
 };
 
