@@ -184,6 +184,10 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--step-time-ms", *step_ms, "Virtual compute time of each round's local step")
       ->check(bounded(0, 1e9, false));
   app->add_option("--kill", *kills, "NODE@ROUND: the node dies before that round (repeatable)");
+  app->add_option("--churn", o->churn_per_minute,
+                  "PERCENT of the nodes die per minute of virtual time (each at an exponential "
+                  "time of that rate); none comes back")
+      ->check(bounded(0, 100, false));
   app->add_option("--pause", *pauses,
                   "NODE@ROUND:SECONDS: the node's trainer stops that long before the round's "
                   "step, while its node answers its peers (repeatable)");
@@ -334,10 +338,10 @@ Subcommand add_simulate_command(CLI::App& parent) {
         }
         o->links.outages = std::move(outages);
         if (joins->joins > 0) {
-          if (!kills->empty() || !pauses->empty() || !slow->empty()) {
+          if (!kills->empty() || !pauses->empty() || !slow->empty() || o->churn_per_minute > 0) {
             std::fprintf(stderr,
-                         "gossipctl simulate: --joins runs no training: --kill, --pause and "
-                         "--slow name training rounds\n");
+                         "gossipctl simulate: --joins runs no training: --kill, --churn, "
+                         "--pause and --slow are of training runs\n");
             return kExitUsage;
           }
           joins->members = o->nodes;
@@ -388,6 +392,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
             static_cast<double>(report->wire_bytes) / o->nodes,
             static_cast<double>(report->wire_bytes) / o->nodes / std::max<uint64_t>(1, o->rounds),
             static_cast<unsigned long long>(report->messages));
+        if (report->died > 0) std::printf("%u nodes died\n", report->died);
         if (!rows.empty() && o->model != "mlp")
           std::printf("consensus distance %.6g (round 0: %.6g), distance to the optimum %.6g\n",
                       rows.back().consensus, rows.front().consensus, rows.back().suboptimality);

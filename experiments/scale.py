@@ -13,6 +13,11 @@ each figure beside its theory. Writes DIR/scale.csv (one row per run) and three 
     the model) and over the all-gather (n - 1 models).
   time: virtual time per round against n under 1 Gbit/s, 1 ms links, gossip against
     local SGD over the ring (whose 2(n-1) steps each pay the latency) and the all-gather.
+  joins: nodes joining by seeds (gossipctl simulate --joins): messages per join against
+    n, beside the protocol's 7 a member (two ping rounds, the promise, the adds), and
+    the time until every member lists the joiner; then, at the largest n, joins through
+    two partitions with the majority's promise and with --join-quorum any (ids given
+    twice).
 
     experiments/scale.py --build build --out /tmp/scale [--sizes 16,64,256]
 
@@ -73,10 +78,10 @@ def consensus_runs(build, sizes, topologies, seed):
     out = []
     for topology in topologies:
         for n in sizes:
-            if n > 512 and not topology.endswith("exponential"):
+            if n > 512 and not (topology.endswith("exponential") or topology.startswith("torus")):
                 # No prediction: the gap is computed densely; only the circulants (ring,
-                # exponential graphs) have a closed form, and a ring that large takes
-                # millions of rounds.
+                # exponential graphs, the torus on its grid) have a closed form, and a
+                # ring that large takes millions of rounds.
                 continue
             if topology.startswith("torus"):
                 side = int(math.isqrt(n))
@@ -170,6 +175,66 @@ def death_runs(build, sizes, seed):
     return out
 
 
+def simulate_joins(build, args):
+    """Runs gossipctl simulate --joins; returns (the summary's fields, joins.csv's rows).
+    Exit 1 (an id given twice, a joiner without one) is a result here, not a failure."""
+    with tempfile.TemporaryDirectory() as out:
+        start = time.monotonic()
+        p = subprocess.run([os.path.join(build, "bin", "gossipctl"), "simulate", *args,
+                            "--out", out], capture_output=True, text=True, timeout=3600)
+        real = time.monotonic() - start
+        if p.returncode not in (0, 1) or not os.path.exists(os.path.join(out, "joins.csv")):
+            sys.exit(f"scale.py: gossipctl simulate {' '.join(args)} failed:\n{p.stdout}{p.stderr}")
+        with open(os.path.join(out, "joins.csv")) as f:
+            rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    s = {"real_s": real, "duplicates": 0}
+    if m := re.search(r"ids given twice: (\d+)", p.stdout):
+        s["duplicates"] = int(m.group(1))
+    return s, rows
+
+
+def join_runs(build, sizes, seed, joins=20):
+    """Joins by seeds at each n (one every 2 s, 1 Gbit/s 1 ms links), then at the largest
+    n 100 joins, one a second, through two partitions of 40 % of the members each."""
+    links = "latency=1ms,bandwidth=1Gbit"
+    out = []
+
+    def row(case, n, s, rows):
+        got = [r for r in rows if r["answered_s"] >= 0]
+        known = [r for r in got if r["all_knew_s"] >= 0]
+        out.append({"kind": "joins", "strategy": case, "topology": "", "nodes": n,
+                    "rounds": len(rows), "messages": sum(r["messages"] for r in rows),
+                    # Of the nodes that were members when each came.
+                    "messages_per_join_member": sum(r["messages"] / (r["should_know"] or n)
+                                                    for r in rows) / len(rows),
+                    "answered": len(got), "known": len(known), "duplicates": s["duplicates"],
+                    "worst_answer_s": max((r["answered_s"] - r["asked_s"] for r in got),
+                                          default=float("nan")),
+                    "worst_known_s": max((r["all_knew_s"] - r["asked_s"] for r in known),
+                                         default=float("nan")),
+                    "real_s": s["real_s"]})
+        r = out[-1]
+        print(f"joins {case:>9} n={n:5}: {r['answered']}/{len(rows)} got an id (at most "
+              f"{r['worst_answer_s']:.3f} s), {r['known']} known to all (at most "
+              f"{r['worst_known_s']:.3f} s), {r['messages_per_join_member']:.2f} messages a "
+              f"member a join, {r['duplicates']} ids given twice ({s['real_s']:.1f} s)",
+              flush=True)
+
+    for n in sizes:
+        s, rows = simulate_joins(build, ["--nodes", str(n), "--joins", str(joins), "--links",
+                                         links, "--seed", str(seed)])
+        row("calm", n, s, rows)
+    n = max(sizes)
+    cut = ["--partition", f"0-{2 * n // 5 - 1}@20-50",
+           "--partition", f"{3 * n // 5}-{n - 1}@60-90"]
+    for quorum in ("majority", "any"):
+        s, rows = simulate_joins(build, ["--nodes", str(n), "--joins", "100", "--join-every", "1",
+                                         "--links", links, "--seed", str(seed), *cut,
+                                         "--join-quorum", quorum])
+        row(f"cut {quorum}", n, s, rows)
+    return out
+
+
 def plots(rows, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -235,6 +300,31 @@ def plots(rows, out):
         fig.tight_layout()
         fig.savefig(os.path.join(out, name))
 
+    joins = sorted((r["nodes"], r["messages_per_join_member"], r["worst_known_s"])
+                   for r in rows if r["kind"] == "joins" and r["strategy"] == "calm")
+    if joins:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        ns = [j[0] for j in joins]
+        left.plot(ns, [j[1] for j in joins], "o", label="measured")
+        left.plot(ns, [7 for n in ns], "--", color="black",
+                  label="7: two ping rounds, the promise, the adds")
+        left.set_ylabel("messages per join, per member")
+        right.plot(ns, [j[2] * 1e3 for j in joins], "o", label="measured")
+        # A redirect, then the coordinator's ping round and its promise (2 round trips
+        # of 1 ms links each, plus the first seed's): the answer and the adds go out
+        # together.
+        right.plot(ns, [10 for _ in ns], "--", color="black",
+                   label="5 round trips of 2 ms (and n pings on an uplink)")
+        right.set_ylabel("ms until every member lists the joiner")
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("members")
+            ax.legend(fontsize=8)
+        left.set_ylim(0, 12)
+        right.set_ylim(0, 15)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "scale-joins.png"))
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -244,7 +334,7 @@ def main():
     p.add_argument("--topologies", default="ring,torus,exponential,one-peer-exponential,"
                                            "random-regular:4")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--skip", default="", help="consensus, traffic and/or deaths")
+    p.add_argument("--skip", default="", help="consensus, traffic, deaths and/or joins")
     p.add_argument("--plot", nargs="*", metavar="CSV",
                    help="no runs: plot these scale.csv files (of earlier runs) together")
     o = p.parse_args()
@@ -269,6 +359,8 @@ def main():
         rows += traffic_runs(o.build, sizes, o.seed)
     if "deaths" not in o.skip:
         rows += death_runs(o.build, sizes, o.seed)
+    if "joins" not in o.skip:
+        rows += join_runs(o.build, sizes, o.seed)
     keys = sorted({k for r in rows for k in r})
     with open(os.path.join(o.out, "scale.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)

@@ -55,7 +55,11 @@ struct Member {
 class JoinWorld {
  public:
   explicit JoinWorld(const JoinOptions& o)
-      : o_(o), hub_(clock_, o.links), slots_(o.members + o.joins), rows_(o.joins) {
+      : o_(o),
+        hub_(clock_, o.links),
+        slots_(o.members + o.joins),
+        rows_(o.joins),
+        asked_messages_(o.joins + 1) {
     // Each joiner's seeds: distinct members, drawn from the seed; it asks them in turn.
     for (uint32_t j = 0; j < o.joins; ++j) {
       SplitMix64 draw = SplitMix64::keyed(o.seed, 0x6a6f696e, j);
@@ -133,7 +137,7 @@ class JoinWorld {
     JoinRow& row = rows_[j];
     row.joiner = j;
     row.asked_s = to_seconds(clock_.elapsed());
-    asked_messages_.push_back(hub_.messages());
+    asked_messages_[j] = hub_.messages();
     const std::string endpoint = joiner_endpoint(j);
     peers::MemoryJoiner port(hub_, kJoinerAddress + j);
     auto ask = [&](const peers::Peer& seed, const std::string& ep,
@@ -193,7 +197,7 @@ class JoinWorld {
     for (const auto& [id, endpoints] : given_)
       if (endpoints.size() > 1)
         r.duplicates.push_back(fmt::format("id {}: {}", id, fmt::join(endpoints, " and ")));
-    asked_messages_.push_back(r.messages);
+    asked_messages_[o_.joins] = r.messages;
     for (uint32_t j = 0; j < o_.joins; ++j) {
       JoinRow& row = rows_[j];
       // Joiners ask in order of arrival, so the messages since its request, until the next
@@ -221,7 +225,8 @@ class JoinWorld {
   std::vector<std::vector<peers::Peer>> seeds_;
   std::vector<std::unique_ptr<Member>> slots_;  // members, then joiners by arrival
   std::vector<JoinRow> rows_;
-  std::vector<uint64_t> asked_messages_;  // hub_.messages() at each joiner's first request
+  // hub_.messages() at each joiner's first request, and at the end.
+  std::vector<uint64_t> asked_messages_;
   std::map<uint32_t, std::vector<std::string>> given_;  // id -> the joiners it went to
   std::atomic<uint32_t> finished_{0};
   std::atomic<bool> done_{false};

@@ -194,12 +194,26 @@ class World {
   }
 
  private:
+  // --churn: when node i dies, an exponential draw of mean 100 / churn minutes.
+  TimePoint death_time(uint32_t i) const {
+    if (o_.churn_per_minute <= 0) return TimePoint::max();
+    SplitMix64 g = SplitMix64::keyed(o_.seed ^ 0x636875726e, i, 0);
+    const double u = (static_cast<double>(g.next() >> 11) + 0.5) * 0x1.0p-53;
+    const double minutes = -std::log(u) * 100.0 / o_.churn_per_minute;
+    if (minutes > 1e6) return TimePoint::max();
+    return clock_.now() +
+           std::chrono::duration_cast<Duration>(std::chrono::duration<double>(minutes * 60.0));
+  }
+
   void run_node(uint32_t i) {
     Node& n = nodes_[i];
     const float lr = static_cast<float>(o_.lr > 0 ? o_.lr : 0.1);
-    const auto death = o_.deaths.find(i);
+    const TimePoint dies_at = death_time(i);
     for (uint64_t r = 0; r < o_.rounds; ++r) {
+      if (clock_.now() >= dies_at) o_.deaths.try_emplace(i, r);  // rounds from r on lack it
+      const auto death = o_.deaths.find(i);
       if (death != o_.deaths.end() && death->second == r) {
+        ++report_.died;
         hub_.cut(i);
         ring_hub_.cut(i);
         // Rounds the survivors had all finished wait no longer for this node.
@@ -338,6 +352,9 @@ Result<Report> simulate(const WorldOptions& o,
   for (const auto& [node, round] : o.deaths)
     if (node >= o.nodes)
       return Status::invalid(fmt::format("--kill {}@{}: there is no node {}", node, round, node));
+  if (!(o.churn_per_minute >= 0 && o.churn_per_minute <= 100))
+    return Status::invalid(
+        fmt::format("--churn {}: a percentage from 0 to 100", o.churn_per_minute));
   for (const peers::Outage& p : o.links.outages) {
     if (p.until <= p.from || p.side.empty())
       return Status::invalid(

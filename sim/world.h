@@ -77,6 +77,10 @@ struct WorldOptions {
   // Node -> the round it dies before: it stops, and what it sends or is sent from then
   // on is lost (peers::MemoryHub::cut).
   std::map<uint32_t, uint64_t> deaths;
+  // Churn: the percentage of the nodes that die per minute of virtual time. Each node
+  // dies at a time drawn from an exponential distribution of that rate (the seed's),
+  // before the first round it would start after it; none comes back.
+  double churn_per_minute = 0;
 };
 
 struct RoundRow {
@@ -97,6 +101,7 @@ struct Report {
   uint64_t wire_bytes = 0;  // sent by every node in all
   uint64_t messages = 0;
   std::vector<std::string> failures;  // "node i: round r: why"
+  uint32_t died = 0;                  // nodes that died (--kill, --churn)
   // finished[i][r]: the virtual seconds at which node i finished its round r.
   std::vector<std::vector<double>> finished;
   // mlp: the test set's accuracy and loss for the mean of the replicas that finished

@@ -30,7 +30,7 @@ Duration seconds(double s) {
 // member (the seed's ping round, the coordinator's, the majority's promise, the adds),
 // the same for the tenth join as for the first: no member asks for what it was just
 // sent (before the router's fix, every add made every member ask its sender for all of
-// its adds, and the tenth join cost 2.8 times the first).
+// its adds, and the tenth join cost 2.2 times the first).
 TEST(SimulatedJoins, EachJoinIsKnownToEveryMemberInRoundTripsAtALinearCost) {
   const JoinOptions o = with_links(64, 10);
   auto r = simulate_joins(o);

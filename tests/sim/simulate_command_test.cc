@@ -95,6 +95,12 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--strategy", "local-sgd", "--allreduce-algorithm", "hypercube"},
           "--allreduce-algorithm 'hypercube'");
   refused({"--elastic", "maybe"}, "--elastic");
+  refused({"--churn", "101"}, "--churn: 101: a number >= 0 and at most 100");
+  refused({"--churn", "nan"}, "--churn: nan");
+  refused({"--joins", "3", "--kill", "1@1"}, "--joins runs no training");
+  refused({"--joins", "300"}, "--joins: Value 300 not in range");
+  refused({"--joins", "2", "--join-quorum", "some"}, "--join-quorum");
+  refused({"--joins", "2", "--join-every", "0"}, "--join-every: 0: a number > 0");
 }
 
 }  // namespace

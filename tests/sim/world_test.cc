@@ -158,6 +158,38 @@ TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
   EXPECT_EQ(run(o).rounds[4].time_s, report.rounds[4].time_s);
 }
 
+// Churn: nodes die at exponential times of the given rate, and every death costs the
+// whole cluster about a --dead-after (its neighbors wait that long for it, and the
+// graph couples everyone to them within a few rounds); the survivors finish.
+TEST(Simulation, UnderChurnEachDeathCostsTheClusterADeadAfter) {
+  WorldOptions o;
+  o.nodes = 16;
+  o.topology = "exponential";
+  o.numel = 100;
+  o.rounds = 200;
+  o.step_time = 100ms;
+  o.links.all.latency = 1ms;
+  o.heartbeat = 100ms;
+  o.dead_after = 1000ms;
+  o.dead_after_factor = 0;  // always 1 s
+  const Report calm = run(o);
+  o.churn_per_minute = 50;
+  const Report churn = run(o);
+  ASSERT_EQ(churn.rounds.size(), o.rounds);
+  ASSERT_GE(churn.died, 1u) << "no node died: the test shows nothing";
+  EXPECT_LE(churn.died, 8u);
+  EXPECT_EQ(churn.rounds.back().nodes, o.nodes - churn.died);
+  // Up to a dead-after each: less where its last message came a step before the wait
+  // began, or two deaths' waits overlap (6 deaths, 4.5 s lost, when written).
+  const double lost = churn.virtual_s - calm.virtual_s;
+  EXPECT_GT(lost, 0.5 * churn.died) << churn.died << " deaths";
+  EXPECT_LT(lost, 1.2 * churn.died) << churn.died << " deaths";
+  // The same deaths at the same times for the same seed.
+  const Report again = run(o);
+  EXPECT_EQ(again.died, churn.died);
+  EXPECT_EQ(again.virtual_s, churn.virtual_s);
+}
+
 // Heartbeats go to a node's neighbors over the graph's period and to the two
 // coordinators, which beat everyone: what a node sends grows with its watchers, not
 // with n. Before, every node beat every peer: 20 rounds of 100 ms under a 50 ms
