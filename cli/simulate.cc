@@ -184,6 +184,12 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--step-time-ms", *step_ms, "Virtual compute time of each round's local step")
       ->check(bounded(0, 1e9, false));
   app->add_option("--kill", *kills, "NODE@ROUND: the node dies before that round (repeatable)");
+  app->add_option("--peer-lists", o->peer_lists,
+                  "all (each node lists every node, as gossipd's members do) or graph (the "
+                  "gossip family without deaths: only the nodes it exchanges with, and nodes 0 "
+                  "and 1, the coordinators: a row a peer less, for 10,000 nodes)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "graph"}));
   app->add_option("--churn", o->churn_per_minute,
                   "PERCENT of the nodes die per minute of virtual time (each at an exponential "
                   "time of that rate); none comes back")

@@ -39,6 +39,35 @@ double normal(uint64_t seed, uint64_t node, uint64_t e) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
+// --peer-lists: each node's peers. "graph": those it ever exchanges with over a period
+// of `t` (in- and out-neighbors), and nodes 0 and 1, the coordinators, which list all.
+std::vector<std::vector<uint32_t>> peer_lists(const WorldOptions& o, const peers::Topology& t) {
+  std::vector<std::vector<uint32_t>> lists(o.nodes);
+  const bool graph = o.peer_lists == "graph";
+  for (uint32_t i = 0; i < o.nodes; ++i) {
+    if (graph && i > 1) {
+      lists[i] = {0, 1};
+      continue;
+    }
+    lists[i].reserve(o.nodes - 1);
+    for (uint32_t j = 0; j < o.nodes; ++j)
+      if (j != i) lists[i].push_back(j);
+  }
+  if (!graph) return lists;
+  for (uint64_t r = 0; r < t.period(); ++r)
+    for (uint32_t i = 2; i < o.nodes; ++i)
+      for (uint32_t j : t.out_neighbors(i, r)) {
+        lists[i].push_back(j);
+        if (j > 1) lists[j].push_back(i);
+      }
+  for (uint32_t i = 2; i < o.nodes; ++i) {
+    auto& l = lists[i];
+    std::sort(l.begin(), l.end());
+    l.erase(std::unique(l.begin(), l.end()), l.end());
+  }
+  return lists;
+}
+
 struct Node {
   std::unique_ptr<peers::MemoryChannel> channel;
   std::unique_ptr<peers::Router> router;
@@ -82,13 +111,11 @@ class World {
       mlp_->init(mlp_start);
     }
     nodes_.resize(o.nodes);
+    std::vector<std::vector<uint32_t>> lists = peer_lists(o, overlay_->at(0));
     for (uint32_t i = 0; i < o.nodes; ++i) {
-      std::vector<uint32_t> peers;
-      peers.reserve(o.nodes - 1);
-      for (uint32_t j = 0; j < o.nodes; ++j)
-        if (j != i) peers.push_back(j);
       Node& n = nodes_[i];
-      n.channel = hub_.join(i, peers);
+      n.channel = hub_.join(i, lists[i]);
+      std::vector<uint32_t>().swap(lists[i]);
       n.router = std::make_unique<peers::Router>(*n.channel);
       // As the sync worker builds them (daemon/sync_worker.cc).
       sgd::ExchangeLimits limits;
@@ -418,7 +445,20 @@ Result<Report> simulate(const WorldOptions& o,
   // measured at 4,096 nodes, about 330 bytes a pair, besides the replicas. Refused, once
   // the options are valid, when that is more than the machine's memory, rather than left
   // to the kernel's killer.
-  const double pairs = static_cast<double>(o.nodes) * o.nodes;
+  if (o.peer_lists != "all" && o.peer_lists != "graph")
+    return Status::invalid(fmt::format("--peer-lists '{}': all or graph", o.peer_lists));
+  if (o.peer_lists == "graph" &&
+      (descriptor->fabric != sgd::Fabric::kOverlay || (*topology)->period() == 0 ||
+       !o.deaths.empty() || o.churn_per_minute > 0))
+    return Status::invalid(
+        "--peer-lists graph: the gossip family on a graph that repeats, without --kill or "
+        "--churn (a node that dies would make a node that lists only its neighbors a "
+        "coordinator, which beats every member)");
+  const double pairs = o.peer_lists == "graph"
+                           ? 2.0 * o.nodes *
+                                 (2.0 + 2.0 * static_cast<double>((*topology)->period()) *
+                                            (*topology)->out_neighbors(0, 0).size())
+                           : static_cast<double>(o.nodes) * o.nodes;
   const double need = pairs * kBytesPerNodePair + 16.0 * o.nodes * static_cast<double>(o.numel);
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have)

@@ -81,6 +81,12 @@ struct WorldOptions {
   // dies at a time drawn from an exponential distribution of that rate (the seed's),
   // before the first round it would start after it; none comes back.
   double churn_per_minute = 0;
+  // Whom each node lists as a peer: "all" (as gossipd's members do) or "graph" (the
+  // gossip family on a periodic graph, without deaths: the nodes it ever exchanges
+  // with, its in- and out-neighbors over a period, and the two coordinators, nodes 0
+  // and 1, which beat every member and list all). A simulation's economy: every list
+  // is held in one process, a row of about 330 bytes a peer, n^2 rows with "all".
+  std::string peer_lists = "all";
 };
 
 struct RoundRow {

@@ -158,6 +158,37 @@ TEST(Simulation, ADeadNeighborCostsOneRoundItsSilence) {
   EXPECT_EQ(run(o).rounds[4].time_s, report.rounds[4].time_s);
 }
 
+// --peer-lists graph (each node lists only whom it exchanges with, and the two
+// coordinators) is a simulation's economy: the run is the same, byte for byte, as with
+// every node listing every node.
+TEST(Simulation, GraphPeerListsGiveTheSameRunAsFullOnes) {
+  for (const char* topology : {"exponential", "one-peer-exponential", "torus"}) {
+    SCOPED_TRACE(topology);
+    WorldOptions o;
+    o.nodes = 36;
+    o.topology = topology;
+    o.numel = 200;
+    o.rounds = 12;
+    o.step_time = 50ms;
+    o.heartbeat = 100ms;
+    o.dead_after = 1000ms;
+    o.links.all.latency = 1ms;
+    o.links.all.bytes_per_s = 125e6;
+    const Report all = run(o);
+    o.peer_lists = "graph";
+    const Report graph = run(o);
+    ASSERT_EQ(graph.rounds.size(), all.rounds.size());
+    EXPECT_EQ(graph.wire_bytes, all.wire_bytes);
+    EXPECT_EQ(graph.messages, all.messages);
+    EXPECT_EQ(graph.virtual_s, all.virtual_s);
+    EXPECT_EQ(graph.rounds.back().consensus, all.rounds.back().consensus);
+  }
+  WorldOptions bad;
+  bad.peer_lists = "graph";
+  bad.deaths[3] = 2;
+  EXPECT_NE(simulate(bad).status().message().find("--peer-lists graph"), std::string::npos);
+}
+
 // Churn: nodes die at exponential times of the given rate, and every death costs the
 // whole cluster about a --dead-after (its neighbors wait that long for it, and the
 // graph couples everyone to them within a few rounds); the survivors finish.
