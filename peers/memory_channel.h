@@ -170,8 +170,10 @@ class MemoryChannel final : public PeerChannel {
   friend class MemoryHub;
   MemoryChannel(MemoryHub& hub, uint32_t self, std::vector<Peer> peers,
                 std::shared_ptr<MemoryHub::Mailbox> box);
+  // `shared`, when set, holds `payload`: the frame keeps it rather than a copy.
   Status send_frame(uint32_t peer, uint64_t round, const proto::Body& body,
-                    std::span<const std::byte> payload);
+                    std::span<const std::byte> payload,
+                    std::shared_ptr<const std::vector<std::byte>> shared = nullptr);
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
   // A joiner's request, checked as ZmqTransport::join_request checks it (less keys).
   std::optional<Incoming> join_request(MemoryHub::Frame& f);
