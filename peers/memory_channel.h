@@ -175,7 +175,8 @@ class MemoryChannel final : public PeerChannel {
                     std::span<const std::byte> payload,
                     std::shared_ptr<const std::vector<std::byte>> shared = nullptr);
   std::optional<Incoming> recv(std::chrono::milliseconds timeout) override;
-  // A joiner's request, checked as ZmqTransport::join_request checks it (less keys).
+  // A joiner's request, checked as ZmqTransport::join_request checks it, less its keys
+  // and its rate limit (20 a second: a simulation's joiners come on a schedule).
   std::optional<Incoming> join_request(MemoryHub::Frame& f);
   bool knows(uint32_t peer) const;
 
