@@ -777,6 +777,10 @@ void SyncWorker::run() {
           strategy_->progress(next_round_, idle_numel, std::chrono::milliseconds(0));
           router_->poll(std::chrono::milliseconds(20));
         } else {
+          // A parameter server whose trainer starts late must not look dead to the
+          // workers whose trainers did not (a pull at round 0 found one silent for
+          // 5.6 s, and the run failed: CI run 38, under load).
+          strategy_->keep_alive();
           waited = router_->poll_only({proto::Kind::kInspect, proto::Kind::kMember},
                                       std::chrono::milliseconds(20));
         }

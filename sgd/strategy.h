@@ -56,6 +56,11 @@ class Strategy {
   // Between rounds: receives and buffers what peers already sent for `next_round`
   // (of `numel` elements), waiting at most `wait`.
   virtual void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) = 0;
+  // Before the node has a model (no trainer attached yet) the daemon reads only
+  // gossipctl's and joiners' messages and leaves the rest queued; a strategy whose
+  // peers presume a silent node dead says here that this one lives (sends no more than
+  // its heartbeats, reads nothing).
+  virtual void keep_alive() {}
   // Between rounds only. load_state() takes what save_state() gave (of this strategy
   // and model size) and refuses anything else with the reason.
   virtual StrategyState save_state() const { return {}; }

@@ -26,18 +26,25 @@ struct Worker {
   std::span<float> w;
 };
 
+// Node i's trainer, attached (no client when it could not attach).
+Worker attach_one(Cluster& cluster, int i) {
+  Worker k;
+  k.client = connect_to(cluster, i, 30s);
+  EXPECT_TRUE(k.client);
+  if (!k.client) return {};
+  auto m = k.client->attach({{"w", 4096}});
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+  if (!m.is_ok()) return {};
+  k.w = m->tensors[0];
+  for (auto& x : k.w) x = static_cast<float>(i);
+  return k;
+}
+
 std::vector<Worker> attach_all(Cluster& cluster, int nodes) {
   std::vector<Worker> out;
   for (int i = 0; i < nodes; ++i) {
-    Worker k;
-    k.client = connect_to(cluster, i, 30s);
-    EXPECT_TRUE(k.client);
+    Worker k = attach_one(cluster, i);
     if (!k.client) return {};
-    auto m = k.client->attach({{"w", 4096}});
-    EXPECT_TRUE(m.is_ok()) << m.status().message();
-    if (!m.is_ok()) return {};
-    k.w = m->tensors[0];
-    for (auto& x : k.w) x = static_cast<float>(i);
     out.push_back(std::move(k));
   }
   return out;
@@ -75,6 +82,34 @@ TEST(ParameterServerProcesses, AKilledServerFailsEveryWorkerNamingIt) {
         << cluster.log(i);
   EXPECT_LT(took, 10.0)
       << "within --dead-after (1 s) and the client's margin, not the round timeout";
+}
+
+// A server whose trainer attaches after the workers' first pull is waited for, not
+// taken for dead: before it has a model its daemon still says it lives
+// (Strategy::keep_alive). In CI run 38, under load, node 1's trainer attached 5.5 s
+// after its daemon started, a worker's first pull found node 1 silent for 5.6 s, and
+// the run failed.
+TEST(ParameterServerProcesses, AServerWhoseTrainerAttachesLateIsWaitedFor) {
+  Cluster cluster(3, {"--strategy", "ps", "--servers", "2", "--ps-mode", "async", "--period", "1",
+                      "--round-timeout", "30", "--dead-after", "1", "--heartbeat", "0.2"});
+  cluster.start_all();
+  std::vector<Worker> workers(3);
+  for (int i : {0, 2}) {
+    workers[i] = attach_one(cluster, i);
+    ASSERT_TRUE(workers[i].client);
+  }
+  std::string late_error = "not run";
+  std::jthread late([&] {
+    std::this_thread::sleep_for(3s);  // three --dead-after
+    workers[1] = attach_one(cluster, 1);
+    if (!workers[1].client) return;
+    auto r = workers[1].client->step();
+    late_error = r ? "" : r.status().message();
+  });
+  const auto errors = step(workers, {0, 2});
+  late.join();
+  for (int i : {0, 2}) EXPECT_EQ(errors[i], "") << "worker " << i << "\n" << cluster.log(i);
+  EXPECT_EQ(late_error, "") << cluster.log(1);
 }
 
 TEST(ParameterServerProcesses, ADeadWorkerStopsNobodyUnderAsync) {

@@ -96,6 +96,8 @@ class ParameterServer final : public Strategy, public Membership {
   // joined, or restarted without its round, goes on from theirs).
   uint64_t round_to_run(uint64_t proposed) const override { return std::max(proposed, jump_to_); }
   void progress(uint64_t next_round, size_t numel, std::chrono::milliseconds wait) override;
+  // A server whose trainer attaches after a worker's first pull is not taken for dead.
+  void keep_alive() override { heartbeats(); }
   void set_layout_fingerprint(uint64_t fingerprint) override { layout_ = fingerprint; }
   StrategyState save_state() const override;
   Status load_state(const StrategyState& state) override;
