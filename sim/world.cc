@@ -32,9 +32,12 @@ double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A standard normal draw for (seed, node, element): Box-Muller on two counter-based
 // uniforms, so each node's optimum is the same whatever else was drawn.
+// A uniform draw in (0, 1): never 0, so that its logarithm is finite.
+double open_unit(SplitMix64& g) { return (static_cast<double>(g.next() >> 11) + 0.5) * 0x1.0p-53; }
+
 double normal(uint64_t seed, uint64_t node, uint64_t e) {
   SplitMix64 g = SplitMix64::keyed(seed, node, e);
-  const double u1 = (static_cast<double>(g.next() >> 11) + 0.5) * 0x1.0p-53;
+  const double u1 = open_unit(g);
   const double u2 = static_cast<double>(g.next() >> 11) * 0x1.0p-53;
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
@@ -225,8 +228,7 @@ class World {
   TimePoint death_time(uint32_t i) const {
     if (o_.churn_per_minute <= 0) return TimePoint::max();
     SplitMix64 g = SplitMix64::keyed(o_.seed ^ 0x636875726e, i, 0);
-    const double u = (static_cast<double>(g.next() >> 11) + 0.5) * 0x1.0p-53;
-    const double minutes = -std::log(u) * 100.0 / o_.churn_per_minute;
+    const double minutes = -std::log(open_unit(g)) * 100.0 / o_.churn_per_minute;
     if (minutes > 1e6) return TimePoint::max();
     return clock_.now() +
            std::chrono::duration_cast<Duration>(std::chrono::duration<double>(minutes * 60.0));
