@@ -3,28 +3,50 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <utility>
 
 #include "compression/codec.h"
 #include "compression/error_feedback.h"
 
 namespace gossip::sgd {
 
+namespace {
+
+// Chunk `seq`'s buffer of the last encoding, when nothing else holds it any more (every
+// transport and receiver that had it let it go), for the next; a fresh one otherwise.
+// Reused, a model's chunks cost no allocation, page faults nor zero-filling a round:
+// a tenth of a simulation of 1,000 nodes of 100k parameters, and the same in gossipd.
+std::shared_ptr<std::vector<std::byte>> reusable(std::vector<OutgoingModel::Chunk>& last,
+                                                 uint64_t seq) {
+  if (seq < last.size() && last[seq].payload.use_count() == 1) {
+    // The holder that let it go last (a transport's thread) read it before it did:
+    // its release and this fence order those reads before the writes to come.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return std::const_pointer_cast<std::vector<std::byte>>(std::move(last[seq].payload));
+  }
+  return std::make_shared<std::vector<std::byte>>();
+}
+
+}  // namespace
+
 Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_round,
                              uint64_t chunk_elems, const Compression& c) {
   round = for_round;
-  chunks.clear();
+  std::vector<Chunk> last = std::exchange(chunks, {});
   const compression::Codec* codec = c.codec;
   if (codec && codec->id() == proto::CodecId::kNone) codec = nullptr;
   this->codec = codec ? codec->id() : proto::CodecId::kNone;
   chunk_elems = std::max<uint64_t>(1, chunk_elems);
   for (uint64_t off = 0, seq = 0; off < x.size(); off += chunk_elems, ++seq) {
     auto part = x.subspan(off, std::min<uint64_t>(chunk_elems, x.size() - off));
-    auto buf = std::make_shared<std::vector<std::byte>>();
+    auto buf = reusable(last, seq);
     if (!codec) {
-      buf->resize(part.size_bytes());
-      std::memcpy(buf->data(), part.data(), part.size_bytes());
+      const auto* bytes = reinterpret_cast<const std::byte*>(part.data());
+      buf->assign(bytes, bytes + part.size_bytes());
     } else {
+      buf->clear();  // as a fresh one: the capacity stays
       compression::CodecContext ctx{chunk_seed(round, self, seq), c.pool};
       Status st = c.error_feedback
                       // part is both u and sent: encode() reads all of u before writing sent.
@@ -42,14 +64,14 @@ Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_rou
 
 void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems,
                              std::span<const float> tail) {
-  // Fresh buffers each time: ZeroMQ may still hold the last ones for a receiver.
   codec = proto::CodecId::kNone;
-  chunks.clear();
+  std::vector<Chunk> last = std::exchange(chunks, {});
   chunk_elems = std::max<uint64_t>(1, chunk_elems);
   const uint64_t total = x.size() + tail.size();
-  for (uint64_t off = 0; off < total; off += chunk_elems) {
+  for (uint64_t off = 0, seq = 0; off < total; off += chunk_elems, ++seq) {
     const uint64_t n = std::min<uint64_t>(chunk_elems, total - off);
-    auto buf = std::make_shared<std::vector<std::byte>>(n * sizeof(float));
+    auto buf = reusable(last, seq);
+    buf->resize(n * sizeof(float));
     // A chunk may hold the end of x and the start of tail.
     const uint64_t from_x = off < x.size() ? std::min<uint64_t>(n, x.size() - off) : 0;
     if (from_x > 0) std::memcpy(buf->data(), x.data() + off, from_x * sizeof(float));

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -88,6 +89,55 @@ TEST(NeighborExchange, FiniteChunkIsDelivered) {
   ASSERT_TRUE(d) << d.status().message();
   EXPECT_TRUE(d->complete[0]);
   EXPECT_EQ(got, x);
+}
+
+// A round's chunks reuse the last round's buffers once nothing holds them, and never
+// while something does: a receiver's copy (here a held pointer, as a frame in a
+// mailbox holds it) keeps the old values, and what ZeroMQ still queues is sent as it
+// was, whatever the node encodes next.
+TEST(NeighborExchange, AnEncodedChunkIsReusedOnlyOnceNothingHoldsIt) {
+  OutgoingModel m;
+  std::vector<float> x(1000, 1.0f);
+  ASSERT_TRUE(m.encode(x, 0, 0, 400, {}));
+  ASSERT_EQ(m.chunks.size(), 3u);
+  const auto held = m.chunks[1].payload;  // held, as by a receiver
+  const void* free_one = m.chunks[0].payload.get();
+  x.assign(x.size(), 2.0f);
+  ASSERT_TRUE(m.encode(x, 0, 1, 400, {}));
+  EXPECT_EQ(m.chunks[0].payload.get(), free_one) << "a chunk nothing holds is reused";
+  EXPECT_NE(m.chunks[1].payload.get(), held.get()) << "a held chunk is not";
+  float v = 0;
+  std::memcpy(&v, held->data(), sizeof v);
+  EXPECT_EQ(v, 1.0f) << "the holder still reads round 0";
+  for (const auto& c : m.chunks) {
+    std::memcpy(&v, c.payload->data() + c.payload->size() - sizeof v, sizeof v);
+    EXPECT_EQ(v, 2.0f);
+    EXPECT_EQ(c.payload->size(), c.numel * sizeof(float));
+  }
+
+  // Over ZeroMQ: five rounds encoded back to back, each sent before the next is
+  // encoded; each arrives with its own values.
+  Pair p;
+  NeighborExchange ex(*p.rb, nullptr, nullptr);
+  ex.set_layout_fingerprint(kLayout);
+  std::vector<float> y(200'000);
+  for (uint64_t r = 0; r < 5; ++r) {
+    y.assign(y.size(), static_cast<float>(r + 1));
+    ASSERT_TRUE(m.encode(y, 0, r, 50'000, {}));
+    ASSERT_TRUE(m.send(*p.a, 1, kLayout));
+  }
+  const uint32_t sources[] = {0};
+  for (uint64_t r = 0; r < 5; ++r) {
+    uint64_t wrong = 0, got = 0;
+    auto d = ex.receive(r, sources, y.size(), Clock::now() + 5s, within(10s),
+                        [&](size_t, const proto::ModelChunk&, std::span<const float> v) {
+                          for (float e : v) wrong += e != static_cast<float>(r + 1);
+                          got += v.size();
+                        });
+    ASSERT_TRUE(d) << d.status().message();
+    EXPECT_EQ(got, y.size()) << "round " << r;
+    EXPECT_EQ(wrong, 0u) << "round " << r << ": elements of another round";
+  }
 }
 
 // A chunk that does not fit the model (here: one of 120 elements into a model of
