@@ -192,8 +192,13 @@ Subcommand add_simulate_command(CLI::App& parent) {
       ->check(CLI::IsMember({"all", "graph"}));
   app->add_option("--churn", o->churn_per_minute,
                   "PERCENT of the nodes die per minute of virtual time (each at an exponential "
-                  "time of that rate); none comes back")
+                  "time of that rate); none comes back, unless --rejoin-after")
       ->check(bounded(0, 100, false));
+  auto rejoin_s = std::make_shared<double>(-1);
+  app->add_option("--rejoin-after", *rejoin_s,
+                  "SECONDS: a node that died restarts that long after (virtual time) and takes "
+                  "a live neighbor's model, as a restarted gossipd does (the gossip family)")
+      ->check(bounded(0, 1e6, false));
   app->add_option("--pause", *pauses,
                   "NODE@ROUND:SECONDS: the node's trainer stops that long before the round's "
                   "step, while its node answers its peers (repeatable)");
@@ -240,7 +245,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--out", *out, "Write rounds.csv (joins.csv with --joins) into this directory");
   return Subcommand{
       app, [o, links, out, step_ms, kills, pauses, slow, partitions, waits, numel, joins,
-            join_every, join_quorum]() {
+            join_every, join_quorum, rejoin_s]() {
         if (o->model == "mlp" && numel->count() > 0) {
           std::fprintf(stderr,
                        "gossipctl simulate: --numel with --model mlp: the MLP has its own (%zu)\n",
@@ -333,6 +338,9 @@ Subcommand add_simulate_command(CLI::App& parent) {
           }
           o->deaths[node] = round;
         }
+        if (*rejoin_s >= 0)
+          o->rejoin_after =
+              std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*rejoin_s));
         if (!links->empty()) {
           auto link = parse_link(*links);
           if (!link) {
@@ -344,10 +352,11 @@ Subcommand add_simulate_command(CLI::App& parent) {
         }
         o->links.outages = std::move(outages);
         if (joins->joins > 0) {
-          if (!kills->empty() || !pauses->empty() || !slow->empty() || o->churn_per_minute > 0) {
+          if (!kills->empty() || !pauses->empty() || !slow->empty() || o->churn_per_minute > 0 ||
+              o->rejoin_after) {
             std::fprintf(stderr,
                          "gossipctl simulate: --joins runs no training: --kill, --churn, "
-                         "--pause and --slow are of training runs\n");
+                         "--rejoin-after, --pause and --slow are of training runs\n");
             return kExitUsage;
           }
           joins->members = o->nodes;
@@ -398,7 +407,17 @@ Subcommand add_simulate_command(CLI::App& parent) {
             static_cast<double>(report->wire_bytes) / o->nodes,
             static_cast<double>(report->wire_bytes) / o->nodes / std::max<uint64_t>(1, o->rounds),
             static_cast<unsigned long long>(report->messages));
-        if (report->died > 0) std::printf("%u nodes died\n", report->died);
+        if (report->died > 0) std::printf("%u deaths\n", report->died);
+        if (report->rejoined > 0) {
+          const auto& w = report->rejoin_s;
+          double sum = 0, most = 0;
+          for (double v : w) sum += v, most = std::max(most, v);
+          std::printf(
+              "%u restarts took a peer's model (%.0f bytes in all); each back in its first "
+              "round after %.3f s on average, at most %.3f s\n",
+              report->rejoined, static_cast<double>(report->state_bytes),
+              w.empty() ? 0.0 : sum / static_cast<double>(w.size()), most);
+        }
         if (!rows.empty() && o->model != "mlp")
           std::printf("consensus distance %.6g (round 0: %.6g), distance to the optimum %.6g\n",
                       rows.back().consensus, rows.front().consensus, rows.back().suboptimality);

@@ -52,9 +52,14 @@ void MemoryHub::cut(uint32_t node) {
   cut_.insert(node);
 }
 
-void MemoryHub::reconnect(uint32_t node) {
-  std::lock_guard lock(mu_);
-  cut_.erase(node);
+void MemoryHub::restart(uint32_t node) {
+  {
+    std::lock_guard lock(mu_);
+    cut_.erase(node);
+  }
+  const std::shared_ptr<Mailbox> box = mailbox(node);
+  std::lock_guard lock(box->mu);
+  box->frames.clear();
 }
 
 void MemoryHub::place(uint32_t node, uint32_t like) {

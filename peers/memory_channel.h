@@ -75,8 +75,10 @@ class MemoryHub {
   // From now on what `node` sends and what is sent to it vanishes, as with a node that
   // died (what it sent before still arrives).
   void cut(uint32_t node);
-  // Undoes cut: the node's messages flow again (those sent meanwhile stay lost).
-  void reconnect(uint32_t node);
+  // A new process at a node that was cut: its messages flow again (those sent
+  // meanwhile stay lost), into an empty mailbox (what the old process had not read died
+  // with it). Its new channel comes from join().
+  void restart(uint32_t node);
   // Partitions take `node` for `like`: it is on like's side of each (a node that joins
   // is where the member it asked is).
   void place(uint32_t node, uint32_t like);

@@ -15,6 +15,7 @@
 #include "peers/topology.h"
 #include "sgd/collectives/all_gather_all_reduce.h"
 #include "sgd/membership/peer_ring.h"
+#include "sgd/membership/state_transfer.h"
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/overlay/overlay.h"
 #include "sgd/round_deadline.h"
@@ -27,6 +28,7 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr double kBytesPerNodePair = 330;
+constexpr uint64_t kLayout = 0x51a7;  // every node's model has the same layout
 
 double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -80,7 +82,8 @@ struct Node {
   std::unique_ptr<sgd::Strategy> strategy;
   std::unique_ptr<sgd::RoundDeadline> deadline;
   std::vector<float> x;
-  std::vector<float> b;  // the node's optimum (quadratic)
+  std::vector<float> b;      // the node's optimum (quadratic)
+  uint64_t wire_before = 0;  // sent before its last restart (the channel then counts anew)
 };
 
 // What the nodes that finished one round had: sums of their deviation from x*.
@@ -99,6 +102,7 @@ class World {
         std::unique_ptr<peers::Topology> first, compression::CodecSpec codec,
         std::unique_ptr<MlpCluster> mlp)
       : o_(o),
+        descriptor_(descriptor),
         hub_(clock_, o.links),
         ring_hub_(hub_),
         codec_(std::move(codec)),
@@ -114,71 +118,14 @@ class World {
       mlp_->init(mlp_start);
     }
     nodes_.resize(o.nodes);
+    ran_last_.assign(o.nodes, false);
+    next_record_.assign(o.nodes, 0);
     std::vector<std::vector<uint32_t>> lists = peer_lists(o, overlay_->at(0));
     for (uint32_t i = 0; i < o.nodes; ++i) {
       Node& n = nodes_[i];
-      n.channel = hub_.join(i, lists[i]);
+      status_ = build(i, lists[i]);
       std::vector<uint32_t>().swap(lists[i]);
-      n.router = std::make_unique<peers::Router>(*n.channel);
-      // As the sync worker builds them (daemon/sync_worker.cc).
-      sgd::ExchangeLimits limits;
-      limits.heartbeat = o.heartbeat;
-      limits.dead_after = peers::DeadAfter(o.dead_after);
-      limits.dead_after.factor = o.dead_after_factor;
-      limits.dead_after.floor = o.dead_after_floor;
-      limits.dead_after.ceiling = o.round_timeout;
-      limits.robust = o.params.trim > 0 || o.params.clip;
-      const compression::Codec* codec = codec_.codec.get();
-      sgd::StrategyResources r;
-      if (descriptor.fabric == sgd::Fabric::kOverlay) {
-        n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
-        n.exchange->watched_over(overlay_.get());
-        r.exchange = n.exchange.get();
-        r.overlay = overlay_.get();
-      } else if (o.transport == "allgather") {
-        n.all_reduce = std::make_unique<sgd::AllGatherAllReduce>(
-            *n.router, o.chunk_elems * sizeof(float), codec, nullptr,
-            static_cast<uint32_t>(o.params.trim));
-        r.all_reduce = n.all_reduce.get();
-        r.error_feedback = codec_.error_feedback;
-      } else {
-        // As the sync worker makes it over TCP (daemon/sync_worker.cc).
-        n.ring = ring_hub_.transport(i, &n.channel->traffic_counters());
-        sgd::PeerRingOptions po;
-        po.chunk_bytes = std::min<uint64_t>(o.chunk_elems * sizeof(float), 1 << 20);
-        po.elastic = o.elastic;
-        po.reform_wait = o.dead_after;
-        po.admit_joiners = descriptor.takes_nodes_back;
-        po.algorithm = o.allreduce_algorithm == "auto"
-                           ? std::nullopt
-                           : sgd::parse_algorithm(o.allreduce_algorithm);
-        po.clip = o.params.clip;
-        if (po.clip) po.algorithm = sgd::Algorithm::kRing;
-        n.all_reduce = std::make_unique<sgd::PeerRing>(*n.router, *n.ring, po);
-        r.all_reduce = n.all_reduce.get();
-        r.error_feedback = codec_.error_feedback;
-      }
-      r.gossip.patience = o.patience;
-      r.gossip.chunk_elems = o.chunk_elems;
-      r.gossip.compression.codec = codec;
-      r.codec = codec;
-      r.heartbeat = o.heartbeat;
-      r.dead_after = limits.dead_after;
-      r.params = o.params;
-      std::string detail;
-      auto strategy = descriptor.make(r, &detail);
-      if (!strategy) {
-        status_ = strategy.status();
-        return;
-      }
-      n.strategy = std::move(strategy).value();
-      const double factor = o.round_timeout_factor >= 0 ? o.round_timeout_factor
-                            : descriptor.fabric == sgd::Fabric::kOverlay
-                                ? sgd::RoundDeadline::kGossipFamilyFactor
-                                : 0.0;
-      n.deadline =
-          std::make_unique<sgd::RoundDeadline>(o.round_timeout, factor, o.round_timeout_floor);
-      n.strategy->set_layout_fingerprint(0x51a7);
+      if (!status_) return;
       if (mlp_) {
         n.x = mlp_start;
         if (Status st = mlp_->attach(i, n.x); !st) {
@@ -201,11 +148,76 @@ class World {
 
   const Status& status() const { return status_; }
 
+  // Node i's channel (to `peers`), router, exchange or ring, strategy and round deadline,
+  // as the sync worker builds them: at the start, and again for a node that restarts.
+  Status build(uint32_t i, const std::vector<uint32_t>& list) {
+    Node& n = nodes_[i];
+    n.channel = hub_.join(i, list);
+    n.router = std::make_unique<peers::Router>(*n.channel);
+    sgd::ExchangeLimits limits;
+    limits.heartbeat = o_.heartbeat;
+    limits.dead_after = peers::DeadAfter(o_.dead_after);
+    limits.dead_after.factor = o_.dead_after_factor;
+    limits.dead_after.floor = o_.dead_after_floor;
+    limits.dead_after.ceiling = o_.round_timeout;
+    limits.robust = o_.params.trim > 0 || o_.params.clip;
+    const compression::Codec* codec = codec_.codec.get();
+    sgd::StrategyResources r;
+    if (descriptor_.fabric == sgd::Fabric::kOverlay) {
+      n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
+      n.exchange->watched_over(overlay_.get());
+      r.exchange = n.exchange.get();
+      r.overlay = overlay_.get();
+    } else if (o_.transport == "allgather") {
+      n.all_reduce = std::make_unique<sgd::AllGatherAllReduce>(
+          *n.router, o_.chunk_elems * sizeof(float), codec, nullptr,
+          static_cast<uint32_t>(o_.params.trim));
+      r.all_reduce = n.all_reduce.get();
+      r.error_feedback = codec_.error_feedback;
+    } else {
+      // As the sync worker makes it over TCP (daemon/sync_worker.cc).
+      n.ring = ring_hub_.transport(i, &n.channel->traffic_counters());
+      sgd::PeerRingOptions po;
+      po.chunk_bytes = std::min<uint64_t>(o_.chunk_elems * sizeof(float), 1 << 20);
+      po.elastic = o_.elastic;
+      po.reform_wait = o_.dead_after;
+      po.admit_joiners = descriptor_.takes_nodes_back;
+      po.algorithm = o_.allreduce_algorithm == "auto"
+                         ? std::nullopt
+                         : sgd::parse_algorithm(o_.allreduce_algorithm);
+      po.clip = o_.params.clip;
+      if (po.clip) po.algorithm = sgd::Algorithm::kRing;
+      n.all_reduce = std::make_unique<sgd::PeerRing>(*n.router, *n.ring, po);
+      r.all_reduce = n.all_reduce.get();
+      r.error_feedback = codec_.error_feedback;
+    }
+    r.gossip.patience = o_.patience;
+    r.gossip.chunk_elems = o_.chunk_elems;
+    r.gossip.compression.codec = codec;
+    r.codec = codec;
+    r.heartbeat = o_.heartbeat;
+    r.dead_after = limits.dead_after;
+    r.params = o_.params;
+    std::string detail;
+    auto strategy = descriptor_.make(r, &detail);
+    if (!strategy) return strategy.status();
+    n.strategy = std::move(strategy).value();
+    const double factor = o_.round_timeout_factor >= 0 ? o_.round_timeout_factor
+                          : descriptor_.fabric == sgd::Fabric::kOverlay
+                              ? sgd::RoundDeadline::kGossipFamilyFactor
+                              : 0.0;
+    n.deadline =
+        std::make_unique<sgd::RoundDeadline>(o_.round_timeout, factor, o_.round_timeout_floor);
+    n.strategy->set_layout_fingerprint(kLayout);
+    return Status::ok();
+  }
+
   Report run(const std::function<void(const RoundRow&)>& progress) {
     progress_ = &progress;
     const auto real_start = std::chrono::steady_clock::now();
     std::vector<SimClock::Task> tasks;
     report_.finished.assign(o_.nodes, {});
+    running_ = o_.nodes;
     for (uint32_t i = 0; i < o_.nodes; ++i)
       tasks.push_back({fmt::format("node {}", i), [this, i] { run_node(i); }});
     clock_.run(std::move(tasks));
@@ -215,6 +227,8 @@ class World {
     report_.virtual_s = seconds(clock_.elapsed());
     report_.real_s = seconds(std::chrono::steady_clock::now() - real_start);
     report_.events = clock_.events();
+    report_.wire_bytes = retired_wire_;
+    report_.messages = retired_messages_;
     for (const Node& n : nodes_) {
       const auto t = n.channel->traffic().totals();
       report_.wire_bytes += t.wire_sent;
@@ -224,30 +238,93 @@ class World {
   }
 
  private:
-  // --churn: when node i dies, an exponential draw of mean 100 / churn minutes.
-  TimePoint death_time(uint32_t i) const {
+  // --churn: when node i dies in its life `life` (0: from the start; k: since its k-th
+  // restart), an exponential draw of mean 100 / churn minutes from now.
+  TimePoint death_time(uint32_t i, uint64_t life) const {
     if (o_.churn_per_minute <= 0) return TimePoint::max();
-    SplitMix64 g = SplitMix64::keyed(o_.seed ^ 0x636875726e, i, 0);
+    SplitMix64 g = SplitMix64::keyed(o_.seed ^ 0x636875726e, i, life);
     const double minutes = -std::log(open_unit(g)) * 100.0 / o_.churn_per_minute;
     if (minutes > 1e6) return TimePoint::max();
     return clock_.now() +
            std::chrono::duration_cast<Duration>(std::chrono::duration<double>(minutes * 60.0));
   }
 
+  // --rejoin-after: node i comes back as a restarted gossipd does, a new process with
+  // the same id: empty queues, fresh per-peer state, and the model of a live peer
+  // (sgd/membership/state_transfer.h) before the round that peer is at, which it
+  // returns.
+  Result<uint64_t> restart(uint32_t i) {
+    Node& n = nodes_[i];
+    const auto t = n.channel->traffic().totals();
+    retired_wire_ += t.wire_sent;
+    retired_messages_ += t.msgs_sent;
+    n.wire_before += t.wire_sent;
+    n.strategy.reset();
+    n.deadline.reset();
+    n.exchange.reset();
+    n.router.reset();
+    n.channel.reset();
+    hub_.restart(i);
+    std::vector<uint32_t> list;
+    list.reserve(o_.nodes - 1);
+    for (uint32_t j = 0; j < o_.nodes; ++j)
+      if (j != i) list.push_back(j);
+    GOSSIP_RETURN_IF_ERROR(build(i, list));
+    sgd::JoinOptions jo;
+    jo.trim = o_.params.trim;
+    jo.deadline = clock_.now() + o_.round_timeout;
+    jo.tick = [&n] { n.exchange->tick(0); };
+    sgd::StateTransfer& transfer = *n.exchange->state();
+    auto fetched =
+        transfer.fetch(n.x.size(), n.strategy->shared_state_numel(n.x.size()), kLayout, jo);
+    if (!fetched) return fetched.status().with_context("restarted: fetching a peer's state");
+    if (!*fetched) return Status::timeout("restarted, but no peer offered its state");
+    n.exchange->joined();
+    sgd::NodeState& state = **fetched;
+    // Into the replica's own buffer: the MLP views it (sim/mlp.h).
+    std::copy(state.model.begin(), state.model.end(), n.x.begin());
+    n.strategy->took_model(n.x, state.shared);
+    report_.state_bytes += n.x.size() * sizeof(float);
+    return state.round;
+  }
+
   void run_node(uint32_t i) {
     Node& n = nodes_[i];
+    struct Ends {
+      uint32_t& running;
+      ~Ends() { --running; }
+    } ends{running_};
     const float lr = static_cast<float>(o_.lr > 0 ? o_.lr : 0.1);
-    const TimePoint dies_at = death_time(i);
-    for (uint64_t r = 0; r < o_.rounds; ++r) {
-      if (clock_.now() >= dies_at) o_.deaths.try_emplace(i, r);  // rounds from r on lack it
-      const auto death = o_.deaths.find(i);
-      if (death != o_.deaths.end() && death->second == r) {
+    uint64_t life = 0;
+    TimePoint dies_at = death_time(i, life);
+    const auto killed = o_.deaths.find(i);
+    for (uint64_t r = 0; r < o_.rounds;) {
+      // Before round r: a --kill (in the node's first life) or its churn's time.
+      if ((life == 0 && killed != o_.deaths.end() && killed->second == r) ||
+          clock_.now() >= dies_at) {
         ++report_.died;
         hub_.cut(i);
         ring_hub_.cut(i);
+        const size_t away = away_.size();
+        away_.push_back({r, UINT64_MAX});  // rounds from r on lack it
         // Rounds the survivors had all finished wait no longer for this node.
         finish_complete();
-        return;
+        if (!o_.rejoin_after) return;
+        const TimePoint down = clock_.now();
+        clock_.sleep_until(down + *o_.rejoin_after);
+        if (running_ == 1) return;  // the others are done: no one to take a model from
+        auto back = restart(i);
+        if (!back) {
+          report_.failures.push_back(fmt::format("node {}: {}", i, back.status().message()));
+          return;
+        }
+        // Runs from the round its state came before: the rounds' rows count it again.
+        away_[away].second = std::max(*back, r);
+        ++report_.rejoined;
+        rejoined_at_[i] = down + *o_.rejoin_after;
+        r = *back;
+        dies_at = death_time(i, ++life);
+        continue;
       }
       double loss = 0;
       if (mlp_) loss = mlp_->step(i);
@@ -271,6 +348,14 @@ class World {
         n.strategy->progress(r, n.x.size(),
                              std::chrono::ceil<std::chrono::milliseconds>(
                                  std::min<Duration>(computed - clock_.now(), 20ms)));
+      // As the sync worker: a node whose neighbors have all moved on (it was away, or
+      // cut off) skips to their round rather than run its way there alone.
+      if (const uint64_t to = n.strategy->round_to_run(r); to > r) {
+        away_.push_back({r, to});
+        finish_complete();
+        r = to;
+        if (r >= o_.rounds) return;
+      }
       sgd::RoundOptions ro;
       const auto allowed = n.deadline->next();
       ro.deadline = clock_.now() + std::chrono::duration_cast<Duration>(allowed);
@@ -283,6 +368,11 @@ class World {
       }
       n.deadline->completed(clock_.now() - began);
       record(i, r, loss);
+      // What a restarted peer takes, as gossipd's sync worker offers it after a round.
+      if (o_.rejoin_after)
+        n.exchange->state()->publish(n.x, n.strategy->shared_state(), r + 1, r + 1, 1.0, kLayout,
+                                     o_.chunk_elems);
+      ++r;
     }
   }
 
@@ -291,7 +381,7 @@ class World {
     std::vector<float> mean(o_.numel, 0.0f);
     uint32_t count = 0;
     for (uint32_t i = 0; i < o_.nodes; ++i) {
-      if (report_.finished[i].size() != o_.rounds) continue;
+      if (!ran_last_[i]) continue;
       for (size_t e = 0; e < mean.size(); ++e) mean[e] += nodes_[i].x[e];
       ++count;
     }
@@ -305,6 +395,15 @@ class World {
   // Tasks run one at a time: no lock.
   void record(uint32_t i, uint64_t r, double loss) {
     const Node& n = nodes_[i];
+    if (const auto it = rejoined_at_.find(i); it != rejoined_at_.end()) {
+      report_.rejoin_s.push_back(seconds(clock_.now() - it->second));
+      rejoined_at_.erase(it);
+    }
+    // A restarted node whose state came from a peer behind it runs rounds it had run
+    // before it died: each counts once. (And a row that went out stays out: a guard.)
+    if (r < next_record_[i] || r < next_row_) return;
+    next_record_[i] = r + 1;
+    if (r + 1 == o_.rounds) ran_last_[i] = true;
     RoundSums& s = sums_[r];
     if (s.deviation.empty()) s.deviation.assign(o_.numel, 0.0);
     double sq = 0;
@@ -318,14 +417,14 @@ class World {
     ++s.nodes;
     s.last_time_s = seconds(clock_.elapsed());
     report_.finished[i].push_back(s.last_time_s);
-    s.wire += n.channel->traffic().totals().wire_sent;
+    s.wire += n.wire_before + n.channel->traffic().totals().wire_sent;
     finish_complete();
   }
 
-  // The nodes that run round r: those that do not die before it.
+  // The nodes that run round r: those not away then (dead, or not back yet).
   uint32_t runners(uint64_t r) const {
     uint32_t n = o_.nodes;
-    for (const auto& [node, round] : o_.deaths) n -= round <= r ? 1 : 0;
+    for (const auto& [from, back] : away_) n -= from <= r && r < back ? 1 : 0;
     return n;
   }
 
@@ -353,11 +452,13 @@ class World {
     row.wire_bytes_per_node = static_cast<double>(s.wire) / s.nodes;
     row.train_loss = s.loss / s.nodes;
     report_.rounds.push_back(row);
+    next_row_ = row.round + 1;
     if (*progress_) (*progress_)(row);
     sums_.erase(it);
   }
 
   WorldOptions o_;
+  const sgd::StrategyDescriptor& descriptor_;
   SimClock clock_;        // before the hub: deliveries it holds refer to the hub
   peers::MemoryHub hub_;  // outlives the channels
   peers::MemoryRingHub ring_hub_;
@@ -367,6 +468,15 @@ class World {
   std::vector<Node> nodes_;
   std::vector<double> optimum_;
   std::map<uint64_t, RoundSums> sums_;  // rounds not every live node finished yet
+  uint64_t next_row_ = 0;               // rows out so far
+  // The rounds a node did not run: [the round it died before, the round it came back
+  // before), UINT64_MAX while it is away; or the rounds it skipped to catch up.
+  std::vector<std::pair<uint64_t, uint64_t>> away_;
+  std::map<uint32_t, TimePoint> rejoined_at_;         // restarted, first round not finished yet
+  std::vector<bool> ran_last_;                        // finished the last round
+  std::vector<uint64_t> next_record_;                 // per node: the rounds below it are counted
+  uint32_t running_ = 0;                              // nodes whose task has not ended
+  uint64_t retired_wire_ = 0, retired_messages_ = 0;  // restarted nodes' old channels
   Report report_;
   const std::function<void(const RoundRow&)>* progress_ = nullptr;
   Status status_ = Status::ok();
@@ -419,6 +529,18 @@ Result<Report> simulate(const WorldOptions& o,
   if (descriptor->fabric != sgd::Fabric::kAllReduce && o.dead_after < 2 * o.heartbeat)
     return Status::invalid(fmt::format("--dead-after {} ms: at least two heartbeats ({} ms each)",
                                        o.dead_after.count(), o.heartbeat.count()));
+  if (o.rejoin_after) {
+    const double s = std::chrono::duration<double>(*o.rejoin_after).count();
+    if (!(s >= 0 && s <= 1e6))
+      return Status::invalid(fmt::format("--rejoin-after {}: from 0 to 1e6 seconds", s));
+    if (descriptor->fabric != sgd::Fabric::kOverlay)
+      return Status::invalid(fmt::format(
+          "--rejoin-after with --strategy {}: the gossip family only (a restarted node takes "
+          "a neighbor's model; the elastic ring's way back is not simulated)",
+          o.strategy));
+    if (o.deaths.empty() && o.churn_per_minute <= 0)
+      return Status::invalid("--rejoin-after: nothing dies (--kill, --churn)");
+  }
   if (descriptor->fabric == sgd::Fabric::kServers || o.strategy == "sma")
     return Status::invalid(fmt::format(
         "--strategy {}: not simulated yet (the gossip family, local-sgd and allreduce are; "

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,8 +80,14 @@ struct WorldOptions {
   std::map<uint32_t, uint64_t> deaths;
   // Churn: the percentage of the nodes that die per minute of virtual time. Each node
   // dies at a time drawn from an exponential distribution of that rate (the seed's),
-  // before the first round it would start after it; none comes back.
+  // before the first round it would start after it (and again, from when it is back,
+  // with --rejoin-after).
   double churn_per_minute = 0;
+  // --rejoin-after: a node that died (--kill, --churn) restarts this long after, with
+  // the same id, and goes on from the model of a live peer (the gossip family's state
+  // transfer, sgd/membership/state_transfer.h), as a restarted gossipd does; it may die
+  // again. Unset: none comes back.
+  std::optional<Duration> rejoin_after;
   // Whom each node lists as a peer: "all" (as gossipd's members do) or "graph" (the
   // gossip family on a periodic graph, without deaths: the nodes it ever exchanges
   // with, its in- and out-neighbors over a period, and the two coordinators, nodes 0
@@ -107,7 +114,10 @@ struct Report {
   uint64_t wire_bytes = 0;  // sent by every node in all
   uint64_t messages = 0;
   std::vector<std::string> failures;  // "node i: round r: why"
-  uint32_t died = 0;                  // nodes that died (--kill, --churn)
+  uint32_t died = 0;                  // deaths (--kill, --churn)
+  uint32_t rejoined = 0;              // restarts that took a peer's state (--rejoin-after)
+  std::vector<double> rejoin_s;       // each: virtual seconds from restart to its first round
+  uint64_t state_bytes = 0;           // the models the restarted nodes took
   // finished[i][r]: the virtual seconds at which node i finished its round r.
   std::vector<std::vector<double>> finished;
   // mlp: the test set's accuracy and loss for the mean of the replicas that finished

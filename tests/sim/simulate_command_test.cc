@@ -52,6 +52,42 @@ TEST(SimulateCommand, APausedTrainerIsWaitedForAndTheMeanStays) {
   EXPECT_GT(last_time, 1.6) << "the pause is virtual time";
 }
 
+// A node killed before round 5 restarts (virtual time), takes a neighbor's model and
+// runs the last rounds with the others: the summary says so, and the last rows count
+// every node again. Back within the dead-after (3 s), its neighbors had waited for
+// it: no round goes without it. Back after it, some do.
+TEST(SimulateCommand, AKilledNodeThatRestartsIsInTheLastRounds) {
+  TempDir dir;
+  const std::string out = dir.path() + "/run";
+  for (const char* after : {"1", "5"}) {
+    auto r = run_program({kGossipctl,       "simulate",    "--nodes",        "8",
+                          "--topology",     "ring",        "--numel",        "100",
+                          "--rounds",       "60",          "--step-time-ms", "100",
+                          "--links",        "latency=1ms", "--kill",         "3@5",
+                          "--rejoin-after", after,         "--out",          out},
+                         dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("1 deaths"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("1 restarts took a peer's model (400 bytes in all)"), std::string::npos)
+        << r.out;
+    std::ifstream csv(out + "/rounds.csv");
+    std::string line, last;
+    std::getline(csv, line);
+    unsigned without = 0;
+    while (std::getline(csv, line)) {
+      unsigned round = 0, nodes = 0;
+      ASSERT_EQ(std::sscanf(line.c_str(), "%u,%u", &round, &nodes), 2) << line;
+      without += nodes < 8 ? 1 : 0;
+      last = line;
+    }
+    if (std::string(after) == "1")
+      EXPECT_EQ(without, 0u) << "back within the dead-after";
+    else
+      EXPECT_GT(without, 0u) << "back after the dead-after";
+    EXPECT_EQ(last.rfind("59,8,", 0), 0u) << last;
+  }
+}
+
 TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   TempDir dir;
   const auto refused = [&](std::vector<std::string> args, const std::string& says) {
@@ -97,6 +133,9 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--elastic", "maybe"}, "--elastic");
   refused({"--churn", "101"}, "--churn: 101: a number >= 0 and at most 100");
   refused({"--churn", "nan"}, "--churn: nan");
+  refused({"--rejoin-after", "-1", "--churn", "5"}, "--rejoin-after: -1: a number >= 0");
+  refused({"--rejoin-after", "2"}, "--rejoin-after: nothing dies");
+  refused({"--joins", "3", "--churn", "5", "--rejoin-after", "2"}, "--joins runs no training");
   refused({"--joins", "3", "--kill", "1@1"}, "--joins runs no training");
   refused({"--joins", "300"}, "--joins: Value 300 not in range");
   refused({"--joins", "2", "--join-quorum", "some"}, "--join-quorum");

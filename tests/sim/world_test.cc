@@ -221,6 +221,44 @@ TEST(Simulation, UnderChurnEachDeathCostsTheClusterADeadAfter) {
   EXPECT_EQ(again.virtual_s, churn.virtual_s);
 }
 
+// A node that restarts (--rejoin-after) takes a live peer's model and runs the
+// members' rounds again, and may die again. Its data comes back with it: the cluster
+// ends near the undisturbed optimum, where without restarts the lost nodes' optima
+// leave it off (by σ²k/(n(n−k)), scale.md's churn section).
+TEST(Simulation, ARestartedNodeTakesAPeersModelAndTheClusterRegainsItsOptimum) {
+  WorldOptions o;
+  o.nodes = 16;
+  o.topology = "exponential";
+  o.numel = 100;
+  o.rounds = 200;
+  o.step_time = 100ms;
+  o.links.all.latency = 1ms;
+  o.heartbeat = 100ms;
+  o.dead_after = 1000ms;
+  o.dead_after_factor = 0;
+  o.churn_per_minute = 50;
+  const Report gone = run(o);
+  o.rejoin_after = 2s;
+  const Report back = run(o);
+  ASSERT_TRUE(back.failures.empty()) << back.failures.front();
+  ASSERT_EQ(back.rounds.size(), o.rounds);
+  ASSERT_GE(back.died, 2u) << "too few deaths: the test shows little";
+  // Every death comes back, but one in the run's last two seconds (the others done).
+  EXPECT_GE(back.rejoined + 1, back.died);
+  EXPECT_EQ(back.state_bytes, back.rejoined * o.numel * sizeof(float));
+  ASSERT_EQ(back.rejoin_s.size(), back.rejoined) << "each restart finishes a round";
+  for (double s : back.rejoin_s) EXPECT_LT(s, 5.0) << "from its restart to its first round";
+  EXPECT_GE(back.rounds.back().nodes, o.nodes - (back.died - back.rejoined));
+  EXPECT_LT(back.rounds.back().suboptimality, gone.rounds.back().suboptimality / 10)
+      << "with the restarted nodes' data back: " << back.rounds.back().suboptimality
+      << ", without: " << gone.rounds.back().suboptimality;
+  // The same deaths and restarts for the same seed.
+  const Report again = run(o);
+  EXPECT_EQ(again.rejoined, back.rejoined);
+  EXPECT_EQ(again.virtual_s, back.virtual_s);
+  EXPECT_EQ(again.rounds.back().consensus, back.rounds.back().consensus);
+}
+
 // Heartbeats go to a node's neighbors over the graph's period and to the two
 // coordinators, which beat everyone: what a node sends grows with its watchers, not
 // with n. Before, every node beat every peer: 20 rounds of 100 ms under a 50 ms
@@ -553,6 +591,14 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   o.numel = 10;
   EXPECT_NE(simulate(o).status().message().find("--nodes 5000: the all-reduces over tcp take at "
                                                 "most 4096"),
+            std::string::npos);
+  // A restart takes a neighbor's model: the gossip family, and something must die.
+  o = {};
+  o.rejoin_after = 1s;
+  EXPECT_NE(simulate(o).status().message().find("--rejoin-after: nothing dies"), std::string::npos);
+  o.churn_per_minute = 10;
+  o.strategy = "local-sgd";
+  EXPECT_NE(simulate(o).status().message().find("--rejoin-after with --strategy local-sgd"),
             std::string::npos);
   // Past the machine's memory (a row per pair of nodes): refused, not killed.
   o = {};
