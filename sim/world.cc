@@ -311,8 +311,12 @@ class World {
         finish_complete();
         if (!o_.rejoin_after) return;
         const TimePoint down = clock_.now();
+        ++asleep_;
         clock_.sleep_until(down + *o_.rejoin_after);
-        if (running_ == 1) return;  // the others are done: no one to take a model from
+        --asleep_;
+        // Every other node is done or down: the run is over, and no one could offer a
+        // model (a finished node's daemon answers no more in the simulation).
+        if (running_ - asleep_ == 1) return;
         auto back = restart(i);
         if (!back) {
           report_.failures.push_back(fmt::format("node {}: {}", i, back.status().message()));
@@ -476,6 +480,7 @@ class World {
   std::vector<bool> ran_last_;                        // finished the last round
   std::vector<uint64_t> next_record_;                 // per node: the rounds below it are counted
   uint32_t running_ = 0;                              // nodes whose task has not ended
+  uint32_t asleep_ = 0;                               // of them, dead and waiting to restart
   uint64_t retired_wire_ = 0, retired_messages_ = 0;  // restarted nodes' old channels
   Report report_;
   const std::function<void(const RoundRow&)>* progress_ = nullptr;
