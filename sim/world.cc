@@ -284,7 +284,7 @@ class World {
     // Into the replica's own buffer: the MLP views it (sim/mlp.h).
     std::copy(state.model.begin(), state.model.end(), n.x.begin());
     n.strategy->took_model(n.x, state.shared);
-    report_.state_bytes += n.x.size() * sizeof(float);
+    report_.state_bytes += (n.x.size() + state.shared.size()) * sizeof(float);
     return state.round;
   }
 

@@ -117,7 +117,7 @@ struct Report {
   uint32_t died = 0;                  // deaths (--kill, --churn)
   uint32_t rejoined = 0;              // restarts that took a peer's state (--rejoin-after)
   std::vector<double> rejoin_s;       // each: virtual seconds from restart to its first round
-  uint64_t state_bytes = 0;           // the models the restarted nodes took
+  uint64_t state_bytes = 0;           // the states (model and shared) the restarts took
   // finished[i][r]: the virtual seconds at which node i finished its round r.
   std::vector<std::vector<double>> finished;
   // mlp: the test set's accuracy and loss for the mean of the replicas that finished

@@ -189,10 +189,9 @@ TEST(Simulation, GraphPeerListsGiveTheSameRunAsFullOnes) {
   EXPECT_NE(simulate(bad).status().message().find("--peer-lists graph"), std::string::npos);
 }
 
-// Churn: nodes die at exponential times of the given rate, and every death costs the
-// whole cluster about a --dead-after (its neighbors wait that long for it, and the
-// graph couples everyone to them within a few rounds); the survivors finish.
-TEST(Simulation, UnderChurnEachDeathCostsTheClusterADeadAfter) {
+// 16 nodes of D-PSGD on the exponential graph, 100 ms steps, 1 ms links, and a fixed
+// dead-after of 1 s (heartbeats every 100 ms): the churn tests' cluster.
+WorldOptions churning_cluster() {
   WorldOptions o;
   o.nodes = 16;
   o.topology = "exponential";
@@ -203,6 +202,14 @@ TEST(Simulation, UnderChurnEachDeathCostsTheClusterADeadAfter) {
   o.heartbeat = 100ms;
   o.dead_after = 1000ms;
   o.dead_after_factor = 0;  // always 1 s
+  return o;
+}
+
+// Churn: nodes die at exponential times of the given rate, and every death costs the
+// whole cluster about a --dead-after (its neighbors wait that long for it, and the
+// graph couples everyone to them within a few rounds); the survivors finish.
+TEST(Simulation, UnderChurnEachDeathCostsTheClusterADeadAfter) {
+  WorldOptions o = churning_cluster();
   const Report calm = run(o);
   o.churn_per_minute = 50;
   const Report churn = run(o);
@@ -226,16 +233,7 @@ TEST(Simulation, UnderChurnEachDeathCostsTheClusterADeadAfter) {
 // ends near the undisturbed optimum, where without restarts the lost nodes' optima
 // leave it off (by σ²k/(n(n−k)), scale.md's churn section).
 TEST(Simulation, ARestartedNodeTakesAPeersModelAndTheClusterRegainsItsOptimum) {
-  WorldOptions o;
-  o.nodes = 16;
-  o.topology = "exponential";
-  o.numel = 100;
-  o.rounds = 200;
-  o.step_time = 100ms;
-  o.links.all.latency = 1ms;
-  o.heartbeat = 100ms;
-  o.dead_after = 1000ms;
-  o.dead_after_factor = 0;
+  WorldOptions o = churning_cluster();
   o.churn_per_minute = 50;
   const Report gone = run(o);
   o.rejoin_after = 2s;
