@@ -428,7 +428,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
               rows.back().consensus, rows.front().consensus, rows.back().train_loss,
               rows.front().train_loss, 100 * report->test_accuracy, report->test_loss);
         // What the graph predicts, beside what was measured: the squared distance
-        // shrinks by (1 - gap)^2 a round (dense, so only up to 512 nodes).
+        // shrinks by (1 - gap)^2 a round.
         if (const sgd::StrategyDescriptor* d = sgd::find_strategy(o->strategy);
             d && d->fabric == sgd::Fabric::kOverlay) {
           const std::string spec =

@@ -35,9 +35,10 @@ struct SpectralGapOptions {
   // first_round .. first_round + 2 sampled_rounds - 1, the rate measured on the second half.
   uint64_t first_round = 0;
   uint32_t sampled_rounds = 16;
-  // Refused above this many nodes (the computation is dense, O(n^3) per round), but for
-  // circulant topologies (the ring, the exponential graphs, and the torus on its grid),
-  // whose eigenvalues are the DFT of their rows, at any size.
+  // Dense (O(n^3) per round) up to this many nodes. Above it, circulant topologies (the
+  // ring, the exponential graphs, and the torus on its grid) by their eigenvalues, the
+  // DFT of their rows; the others (random-regular) by power iteration over the nodes'
+  // rows, O(n x degree) a round: the same rates, the norms found iteratively.
   uint32_t max_nodes = 512;
 };
 
@@ -62,11 +63,11 @@ struct SpectralGap {
   std::string method;   // how it was measured, for the log
 };
 
-// Fails when n > options.max_nodes, or when a round's W is not column stochastic (a bug
-// in the topology). For directed W (push-sum), 1-perp is the set of zero-sum vectors,
-// which a column stochastic W maps into itself: rho is how fast push-sum's numerators
-// and weights approach their stationary profile. Every topology here has in-degree =
-// out-degree, so its W is doubly stochastic and this is also the rate of x - x̄.
+// Fails when a round's W is not column stochastic (a bug in the topology). For directed W
+// (push-sum), 1-perp is the set of zero-sum vectors, which a column stochastic W maps into itself:
+// rho is how fast push-sum's numerators and weights approach their stationary profile. Every
+// topology here has in-degree = out-degree, so its W is doubly stochastic and this is also the rate
+// of x - x̄.
 Result<SpectralGap> spectral_gap(const Topology& topology, const SpectralGapOptions& options = {});
 
 // The bound ||x_t - x̄|| <= factor ||x_0 - x̄|| after `rounds` rounds of x <- W x:
