@@ -412,18 +412,28 @@ Status NeighborExchange::consume(peers::Incoming& in, Live& live) {
     values = scratch_;
   }
   // A node's own guard (daemon/nonfinite.h) keeps NaN/Inf from leaving it; this one
-  // keeps a peer without that guard from poisoning this node.
-  if (any_nonfinite(values)) {
-    size_t e = 0;
-    while (std::isfinite(values[e])) ++e;
-    live.refused[s] = true;
-    transport_.note_dropped(in.peer,
-                            fmt::format("round {}: element {} is {}; the rest of this peer's round "
-                                        "is ignored",
-                                        round, h.offset + e, values[e]));
-    return Status::ok();
+  // keeps a peer without that guard from poisoning this node. Checked and handed on a
+  // block at a time, so that the strategy reads each block from L1 right after the
+  // check: a check of the whole chunk first read a chunk larger than the cache from
+  // memory twice (half of a 1,000-node simulation's time, in perf).
+  constexpr size_t kBlock = 4096;  // floats: 16 KB
+  proto::ModelChunk part = h;
+  for (size_t at = 0; at < values.size(); at += kBlock) {
+    const std::span<const float> block = values.subspan(at, std::min(kBlock, values.size() - at));
+    if (any_nonfinite(block)) {
+      size_t e = 0;
+      while (std::isfinite(block[e])) ++e;
+      live.refused[s] = true;
+      transport_.note_dropped(in.peer,
+                              fmt::format("round {}: element {} is {}; the rest of this peer's "
+                                          "round is ignored",
+                                          round, h.offset + at + e, block[e]));
+      return Status::ok();
+    }
+    part.offset = h.offset + at;
+    part.numel = block.size();
+    (*live.on_chunk)(s, part, block);
   }
-  (*live.on_chunk)(s, h, values);
   return Status::ok();
 }
 

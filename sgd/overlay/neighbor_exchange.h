@@ -141,7 +141,9 @@ class NeighborExchange final : public Membership {
   void greet(uint32_t peer);
 
   // values are the decoded elements [c.offset, c.offset + c.numel) of source
-  // `source` (an index into the sources passed to receive()).
+  // `source` (an index into the sources passed to receive()): a block of a chunk at a
+  // time, each checked finite. A block with NaN or Inf ends the source's round: the
+  // blocks before it have been handed on, and the source is not complete.
   using ChunkFn =
       std::function<void(size_t source, const proto::ModelChunk& c, std::span<const float> values)>;
   struct Delivery {

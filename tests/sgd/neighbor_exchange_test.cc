@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "peers/zmq_transport.h"
@@ -89,6 +91,47 @@ TEST(NeighborExchange, FiniteChunkIsDelivered) {
   ASSERT_TRUE(d) << d.status().message();
   EXPECT_TRUE(d->complete[0]);
   EXPECT_EQ(got, x);
+}
+
+// A chunk reaches the strategy a checked block (4,096 elements) at a time, so that each
+// block is read from memory once: a finite chunk arrives whole in its blocks, and one
+// with NaN arrives up to the block that holds it, its source then left incomplete.
+TEST(NeighborExchange, AChunkIsHandedOnInCheckedBlocksUpToTheFirstNonFiniteOne) {
+  Pair p;
+  NeighborExchange ex(*p.rb, nullptr, nullptr);
+  ex.set_layout_fingerprint(kLayout);
+  std::vector<float> x(10000);
+  for (size_t e = 0; e < x.size(); ++e) x[e] = static_cast<float>(e);
+  const uint32_t sources[] = {0};
+  for (const bool poisoned : {false, true}) {
+    const uint64_t round = poisoned ? 1 : 0;
+    std::vector<float> sent = x;
+    if (poisoned) sent[9000] = std::numeric_limits<float>::quiet_NaN();
+    ASSERT_TRUE(send_model(*p.a, 1, round, sent));
+    std::vector<float> got(x.size(), -1.0f);
+    std::vector<std::pair<uint64_t, size_t>> blocks;
+    auto d =
+        ex.receive(round, sources, x.size(), Clock::now() + 3s, within(5s),
+                   [&](size_t, const proto::ModelChunk& h, std::span<const float> v) {
+                     EXPECT_EQ(h.numel, v.size());
+                     blocks.emplace_back(h.offset, v.size());
+                     std::copy(v.begin(), v.end(), got.begin() + static_cast<ptrdiff_t>(h.offset));
+                   });
+    ASSERT_TRUE(d) << d.status().message();
+    if (!poisoned) {
+      EXPECT_TRUE(d->complete[0]);
+      EXPECT_EQ(got, x);
+      EXPECT_EQ(blocks,
+                (std::vector<std::pair<uint64_t, size_t>>{{0, 4096}, {4096, 4096}, {8192, 1808}}));
+      continue;
+    }
+    EXPECT_FALSE(d->complete[0]);
+    EXPECT_NE(d->missing.find("sent NaN/Inf"), std::string::npos) << d->missing;
+    EXPECT_EQ(blocks, (std::vector<std::pair<uint64_t, size_t>>{{0, 4096}, {4096, 4096}}));
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8192, x.begin()));
+    EXPECT_TRUE(std::all_of(got.begin() + 8192, got.end(), [](float v) { return v == -1.0f; }))
+        << "nothing of the block with NaN, or after it, reaches the strategy";
+  }
 }
 
 // A round's chunks reuse the last round's buffers once nothing holds them, and never
