@@ -91,7 +91,8 @@ def consensus_runs(build, sizes, topologies, seed):
             else:
                 spec = topology
             # Enough rounds for the slowest mode to dominate: a ring needs about n^2.
-            rounds = min(12000, max(60, n * n // 5)) if topology == "ring" else \
+            rounds = max(60, min(n * n // 5, 12000 * max(1, n // 256) ** 2)) \
+                if topology == "ring" else \
                 min(3000, max(60, 4 * n)) if topology.startswith("torus") else 60
             s, rows = simulate(build, ["--nodes", str(n), "--topology", spec, "--model", "mixing",
                                        "--numel", "16", "--rounds", str(rounds), "--seed",
