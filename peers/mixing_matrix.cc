@@ -27,6 +27,21 @@ Eigen::MatrixXd mixing_matrix(const Topology& topology, uint64_t round) {
   return w;
 }
 
+namespace {
+
+// The first of `sums` (a matrix's row or column sums) that is not 1 within tolerance.
+Status check_sums(const Eigen::VectorXd& sums, const char* what, double tolerance) {
+  for (Eigen::Index i = 0; i < sums.size(); ++i)
+    if (!(std::abs(sums(i) - 1.0) <= tolerance))  // also catches NaN
+      return Status::invalid(
+          fmt::format("{} {} of the mixing matrix sums to {:.17g}, not 1 "
+                      "(tolerance {:g})",
+                      what, i, sums(i), tolerance));
+  return Status::ok();
+}
+
+}  // namespace
+
 Status check_stochastic(const Eigen::MatrixXd& w, Stochastic kind, double tolerance) {
   if (w.rows() != w.cols())
     return Status::invalid(
@@ -36,18 +51,10 @@ Status check_stochastic(const Eigen::MatrixXd& w, Stochastic kind, double tolera
       if (w(i, j) < -tolerance)
         return Status::invalid(
             fmt::format("entry ({}, {}) of the mixing matrix is negative: {}", i, j, w(i, j)));
-  auto first_off = [&](const Eigen::VectorXd& sums, const char* what) -> Status {
-    for (Eigen::Index i = 0; i < sums.size(); ++i)
-      if (!(std::abs(sums(i) - 1.0) <= tolerance))  // also catches NaN
-        return Status::invalid(
-            fmt::format("{} {} of the mixing matrix sums to {:.17g}, not 1 "
-                        "(tolerance {:g})",
-                        what, i, sums(i), tolerance));
-    return Status::ok();
-  };
-  if (kind != Stochastic::kColumns) GOSSIP_RETURN_IF_ERROR(first_off(w.rowwise().sum(), "row"));
+  if (kind != Stochastic::kColumns)
+    GOSSIP_RETURN_IF_ERROR(check_sums(w.rowwise().sum(), "row", tolerance));
   if (kind != Stochastic::kRows)
-    GOSSIP_RETURN_IF_ERROR(first_off(w.colwise().sum().transpose(), "column"));
+    GOSSIP_RETURN_IF_ERROR(check_sums(w.colwise().sum().transpose(), "column", tolerance));
   return Status::ok();
 }
 
@@ -266,15 +273,6 @@ class SparseRounds {
   }
 
  private:
-  static Status check_sums(const Eigen::VectorXd& sums, const char* what, double tolerance) {
-    for (Eigen::Index i = 0; i < sums.size(); ++i)
-      if (!(std::abs(sums(i) - 1.0) <= tolerance))  // also catches NaN
-        return Status::invalid(
-            fmt::format("{} {} of the mixing matrix sums to {:.17g}, not 1 (tolerance {:g})", what,
-                        i, sums(i), tolerance));
-    return Status::ok();
-  }
-
   uint32_t n_;
   uint64_t first_;
   std::vector<std::vector<MixingWeights>> rows_;
