@@ -13,7 +13,7 @@ With --no-restart a killed node stays down (an elastic ring, --strategy local-sg
 averaged.
 
 With --joins J, J nodes that no member lists join the churn run, --first-join seconds
-in and --kill-every apart: `gossipd --join` through node 1 (--join-through; the coordinator, node 0,
+in (once every member has run a round) and --kill-every apart: `gossipd --join` through node 1 (--join-through; the coordinator, node 0,
 assigns ids N, N + 1, ...), and a trainer that starts from the members' model and step
 and trains to --steps like the others. They are averaged with the others.
 
@@ -216,8 +216,12 @@ class Cluster:
         # was not enough: beside another build the 8 nodes were still starting at
         # 3 s, so the kill and the restart happened before any round and no log
         # could name them (CI, 2026-11-29).
+        # Joins wait for it too: a joiner that comes before any round finds no state
+        # newer than round 0 and takes the initial model, as a member does, so no log
+        # can say it took a member's state. Once the trainers got faster, 30 % of the
+        # undisturbed run fell before they had attached (CI, 2026-12-07).
         next_kill = t0 + max(kill_every, self.o.first_kill)
-        training, next_look = kills == 0, t0
+        training, next_look = kills == 0 and joins == 0, t0
         killed = 0
         down = None  # (node, restart time)
         deadline = t0 + self.o.timeout
@@ -236,7 +240,7 @@ class Cluster:
                     self.start_node(i)
                     down = None
                     next_kill = now + kill_every
-                if joined < joins and now >= next_join:
+                if training and joined < joins and now >= next_join:
                     i = self.o.nodes + joined
                     self.events.append({"t": round(now - t0, 2), "event": "join", "node": i})
                     log(f"node {i} joins through node {self.o.join_through % self.o.nodes}")
@@ -249,7 +253,8 @@ class Cluster:
                     # A strategy whose status shows no round (or a node that never
                     # answers) is not waited for past 30 s more: the kills still come.
                     if not training and now > next_kill + 30:
-                        log("no round seen on every node 30 s past the first kill's time: killing anyway")
+                        log("no round seen on every node 30 s past the first kill's time: "
+                            "killing and joining anyway")
                         training = True
                 if training and killed < kills and down is None and now >= next_kill:
                     alive = [i for i in range(self.total)
@@ -393,8 +398,9 @@ def main(argv=None):
     p.add_argument("--join-through", type=int, default=1,
                    help="the member a joiner asks first (its seed)")
     p.add_argument("--first-join", type=float, default=None,
-                   help="seconds into the run of the first join (default: 30 %% of the undisturbed run's "
-                        "wall time, at least 1 s; a fixed 3 s came after the end of a 3.5 s local-SGD run)")
+                   help="seconds into the run of the first join, and not before every member has run "
+                        "a round (default: 30 %% of the undisturbed run's wall time, at least 1 s; a "
+                        "fixed 3 s came after the end of a 3.5 s local-SGD run)")
     p.add_argument("--kill-every", type=float, default=3.0,
                    help="at most this many seconds between a restart and the next kill")
     p.add_argument("--first-kill", type=float, default=3.0, help="seconds into the run of the first kill")
