@@ -294,7 +294,8 @@ Result<SpectralGap> sparse_gap(const Topology& topology, const SpectralGapOption
     GOSSIP_RETURN_IF_ERROR(w.check(k, kind, 1e-12)
                                .with_context(fmt::format("topology '{}' on {} nodes, round {}",
                                                          topology.spec(), n, first + k)));
-    const bool doubly_now = w.check(k, Stochastic::kDoubly, 1e-12).is_ok();
+    const bool doubly_now =
+        kind == Stochastic::kDoubly || w.check(k, Stochastic::kDoubly, 1e-12).is_ok();
     doubly = doubly && doubly_now;
     // Each round's norm from 60 iterations, a little below it where a round's top
     // singular values crowd (a large random graph's): mean_round_gap, a diagnostic, can
