@@ -14,18 +14,23 @@ namespace gossip::sgd {
 
 namespace {
 
-// Chunk `seq`'s buffer of the last encoding, when nothing else holds it any more (every
-// transport and receiver that had it let it go), for the next; a fresh one otherwise.
-// Reused, a model's chunks cost no allocation, page faults nor zero-filling a round:
-// a tenth of a simulation of 1,000 nodes of 100k parameters, and the same in gossipd.
+// Chunk `seq`'s buffer of the last encoding, or else of the one before, when nothing
+// else holds it any more (every transport and receiver that had it let it go); a fresh
+// one otherwise. Reused, a model's chunks cost no allocation, page faults nor
+// zero-filling a round: a tenth of a simulation of 1,000 nodes of 100k parameters, and
+// the same in gossipd. Two generations, because a receiver still reading the last
+// round's chunk (a slower neighbor) is common and one still reading the round before
+// is not.
 std::shared_ptr<std::vector<std::byte>> reusable(std::vector<OutgoingModel::Chunk>& last,
+                                                 std::vector<OutgoingModel::Chunk>& spare,
                                                  uint64_t seq) {
-  if (seq < last.size() && last[seq].payload.use_count() == 1) {
-    // The holder that let it go last (a transport's thread) read it before it did:
-    // its release and this fence order those reads before the writes to come.
-    std::atomic_thread_fence(std::memory_order_acquire);
-    return std::const_pointer_cast<std::vector<std::byte>>(std::move(last[seq].payload));
-  }
+  for (auto* from : {&last, &spare})
+    if (seq < from->size() && (*from)[seq].payload.use_count() == 1) {
+      // The holder that let it go last (a transport's thread) read it before it did:
+      // its release and this fence order those reads before the writes to come.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return std::const_pointer_cast<std::vector<std::byte>>(std::move((*from)[seq].payload));
+    }
   return std::make_shared<std::vector<std::byte>>();
 }
 
@@ -41,7 +46,7 @@ Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_rou
   chunk_elems = std::max<uint64_t>(1, chunk_elems);
   for (uint64_t off = 0, seq = 0; off < x.size(); off += chunk_elems, ++seq) {
     auto part = x.subspan(off, std::min<uint64_t>(chunk_elems, x.size() - off));
-    auto buf = reusable(last, seq);
+    auto buf = reusable(last, spare_, seq);
     if (!codec) {
       const auto* bytes = reinterpret_cast<const std::byte*>(part.data());
       buf->assign(bytes, bytes + part.size_bytes());
@@ -59,6 +64,7 @@ Status OutgoingModel::encode(std::span<float> x, uint32_t self, uint64_t for_rou
     }
     chunks.push_back({off, part.size(), std::move(buf)});
   }
+  spare_ = std::move(last);
   return Status::ok();
 }
 
@@ -70,7 +76,7 @@ void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems,
   const uint64_t total = x.size() + tail.size();
   for (uint64_t off = 0, seq = 0; off < total; off += chunk_elems, ++seq) {
     const uint64_t n = std::min<uint64_t>(chunk_elems, total - off);
-    auto buf = reusable(last, seq);
+    auto buf = reusable(last, spare_, seq);
     buf->resize(n * sizeof(float));
     // A chunk may hold the end of x and the start of tail.
     const uint64_t from_x = off < x.size() ? std::min<uint64_t>(n, x.size() - off) : 0;
@@ -80,6 +86,7 @@ void OutgoingModel::copy_raw(std::span<const float> x, uint64_t chunk_elems,
                   (n - from_x) * sizeof(float));
     chunks.push_back({off, n, std::move(buf)});
   }
+  spare_ = std::move(last);
 }
 
 Status OutgoingModel::send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout,

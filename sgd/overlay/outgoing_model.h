@@ -42,6 +42,9 @@ struct OutgoingModel {
   Status send(peers::PeerChannel& transport, uint32_t peer, uint64_t layout, double weight = 1.0,
               size_t first = 0, size_t end = SIZE_MAX) const;
   uint64_t payload_bytes() const;
+
+ private:
+  std::vector<Chunk> spare_;  // the encoding before the last's buffers (encode())
 };
 
 }  // namespace gossip::sgd

@@ -143,7 +143,7 @@ TEST(NeighborExchange, AnEncodedChunkIsReusedOnlyOnceNothingHoldsIt) {
   std::vector<float> x(1000, 1.0f);
   ASSERT_TRUE(m.encode(x, 0, 0, 400, {}));
   ASSERT_EQ(m.chunks.size(), 3u);
-  const auto held = m.chunks[1].payload;  // held, as by a receiver
+  auto held = m.chunks[1].payload;  // held, as by a receiver
   const void* free_one = m.chunks[0].payload.get();
   x.assign(x.size(), 2.0f);
   ASSERT_TRUE(m.encode(x, 0, 1, 400, {}));
@@ -156,6 +156,17 @@ TEST(NeighborExchange, AnEncodedChunkIsReusedOnlyOnceNothingHoldsIt) {
     std::memcpy(&v, c.payload->data() + c.payload->size() - sizeof v, sizeof v);
     EXPECT_EQ(v, 2.0f);
     EXPECT_EQ(c.payload->size(), c.numel * sizeof(float));
+  }
+  // Let go after a round, the held buffer is taken from the generation before.
+  const void* was_held = held.get();
+  {
+    const auto round1 = m.chunks[1].payload;  // round 1's, held through round 2 in turn
+    held.reset();
+    x.assign(x.size(), 3.0f);
+    ASSERT_TRUE(m.encode(x, 0, 2, 400, {}));
+    EXPECT_EQ(m.chunks[1].payload.get(), was_held) << "a buffer let go a round late is reused";
+    std::memcpy(&v, round1->data(), sizeof v);
+    EXPECT_EQ(v, 2.0f) << "the holder of round 1's chunk still reads round 1";
   }
 
   // Over ZeroMQ: five rounds encoded back to back, each sent before the next is
