@@ -122,7 +122,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
   auto join_quorum = std::make_shared<std::string>("majority");
   // gossipd's waits, in its units (seconds) and with its defaults for the gossip family.
   struct Waits {
-    double patience = 5, dead_after = 3, dead_after_floor = 0.5, heartbeat = 1, round_timeout = 30;
+    double patience = 5, patience_floor = 0.5, dead_after = 3, dead_after_floor = 0.5,
+           heartbeat = 1, round_timeout = 30;
     double round_timeout_floor = 5;
     std::string round_timeout_factor = "auto";
   };
@@ -216,6 +217,11 @@ Subcommand add_simulate_command(CLI::App& parent) {
         ->check(bounded(0, 1e6, true));
   };
   wait("--patience", waits->patience);
+  wait("--patience-floor", waits->patience_floor);
+  app->add_option("--patience-factor", o->patience_factor,
+                  "As gossipd's --patience-factor (0: always --patience)")
+      ->capture_default_str()
+      ->check(bounded(0, 1e6, false));
   wait("--dead-after", waits->dead_after);
   wait("--dead-after-floor", waits->dead_after_floor);
   wait("--heartbeat", waits->heartbeat);
@@ -256,6 +262,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
           return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
         };
         o->patience = ms(waits->patience);
+        o->patience_floor = ms(waits->patience_floor);
         o->dead_after = ms(waits->dead_after);
         o->dead_after_floor = ms(waits->dead_after_floor);
         o->heartbeat = ms(waits->heartbeat);

@@ -100,10 +100,15 @@ struct StrategyConfig {
   // The gossip family (peers/topology.h): the overlay, re-derived by every node for
   // every round; "" picks ring, or one-peer-exponential for push-sum.
   std::string topology;
-  double gamma = 0.0;         // CHOCO consensus step size; 0: the codec's default
-  uint64_t delay = 0;         // push-sum: rounds a message may be in flight
-  uint64_t staleness = 1;     // async-gossip: rounds a node may run ahead of a neighbor
-  double patience_s = 5.0;    // how long a gossip round waits for a neighbor heard from before
+  double gamma = 0.0;       // CHOCO consensus step size; 0: the codec's default
+  uint64_t delay = 0;       // push-sum: rounds a message may be in flight
+  uint64_t staleness = 1;   // async-gossip: rounds a node may run ahead of a neighbor
+  double patience_s = 5.0;  // how long a gossip round waits for a neighbor heard from before
+  // ... or, for a neighbor whose daemon does not answer whether it is up, patience_factor
+  // times the 90th percentile of the last rounds' waits for their last neighbor (at least
+  // patience_floor_s), then patience_floor_s more (sgd/overlay/neighbor_exchange.h); 0: off.
+  double patience_factor = 3.0;
+  double patience_floor_s = 0.5;
   uint64_t trim = 0;          // gossip: trimmed-mean mixing, B values cut from each end; 0: off
   std::string clip = "off";   // push-sum: clip neighbors' models around the node's (on)
   double heartbeat_s = 1.0;   // gossip: heartbeat period while waiting

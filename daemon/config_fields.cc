@@ -219,9 +219,9 @@ std::string_view strategy_help() {
   return help;
 }
 
-const std::array<Field, 66>& fields() {
+const std::array<Field, 68>& fields() {
   using C = DaemonConfig;
-  static const std::array<Field, 66> kFields = {{
+  static const std::array<Field, 68> kFields = {{
       {"node.id", "--id", "N", "this node's id",
        IntegerSpec{kNodeIdRange, [](const C& c) -> uint64_t { return c.node_id; },
                    [](C& c, uint64_t v) { c.node_id = static_cast<uint32_t>(v); }}},
@@ -549,6 +549,19 @@ const std::array<Field, 66>& fields() {
        NumberSpec{{0, false, std::nullopt},
                   [](const C& c) { return c.strategy.patience_s; },
                   [](C& c, double v) { c.strategy.patience_s = v; }}},
+      {"strategy.patience_factor", "--patience-factor", "F",
+       "gossip: a round that has waited F times the 90th percentile of the last 64 rounds' "
+       "waits for their last neighbor (at least --patience-floor) asks the neighbors it waits "
+       "for whether they are up, and goes on without one that does not answer within "
+       "--patience-floor; 0: --patience and --dead-after alone",
+       NumberSpec{{0, true, std::nullopt},
+                  [](const C& c) { return c.strategy.patience_factor; },
+                  [](C& c, double v) { c.strategy.patience_factor = v; }}},
+      {"strategy.patience_floor", "--patience-floor", "SECONDS",
+       "gossip: the shortest wait before --patience-factor's ask, and how long an answer may take",
+       NumberSpec{{0, false, std::nullopt},
+                  [](const C& c) { return c.strategy.patience_floor_s; },
+                  [](C& c, double v) { c.strategy.patience_floor_s = v; }}},
       {"strategy.trim", "--trim", "B",
        "gossip and local SGD (transport allgather): robust mixing for untrusted peers, the "
        "coordinate-wise mean of the node's and its neighbors' (local SGD: every node's) models "

@@ -171,7 +171,7 @@ Problem run_id_problem(std::string_view id);
 std::span<const std::string_view> strategy_choices();
 std::string strategies_taking(std::string_view option);
 std::string_view strategy_help();
-const std::array<Field, 66>& fields();
+const std::array<Field, 68>& fields();
 const Field* find_field(std::string_view key);
 bool is_table(std::string_view key);
 std::string_view parent_of(std::string_view key);

@@ -348,6 +348,9 @@ Status SyncWorker::make_strategy(const DaemonConfig& config, const DaemonHooks& 
   limits.heartbeat = std::chrono::milliseconds(static_cast<int64_t>(sc.heartbeat_s * 1000.0));
   limits.dead_after = config.strategy.dead_after();
   limits.robust = sc.trim > 0 || sc.clip == "on";
+  limits.patience_factor = sc.patience_factor;
+  limits.patience_floor =
+      std::chrono::milliseconds(static_cast<int64_t>(sc.patience_floor_s * 1000.0));
   // A few rounds ahead is what neighbors in step send, plus what a strategy lets run
   // ahead by design; a node further behind skips ahead, and the buffer would only hold
   // model-sized chunks it throws away (up to 64 rounds of every neighbor after a

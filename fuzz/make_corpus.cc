@@ -79,6 +79,7 @@ bool write_wire_headers(const fs::path& root) {
         proto::RingAddress{7001, 0x5eed, 4, kLayout, proto::RingAddress::kRdma}, 0);
   write("nccl-id", proto::NcclId{2, kLayout}, proto::kNcclIdBytes);
   write("heartbeat", proto::Heartbeat{}, 0);
+  write("heartbeat_ask", proto::Heartbeat{true}, 0);
   write("join", proto::Join{}, 0);
   write("state-offer", proto::StateOffer{true, 1234, 2048, kLayout, 1024},
         2 * proto::kStateHashBytes);

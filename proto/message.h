@@ -32,7 +32,7 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // version 7 ring-probe's `merge`, version 8 ps-params' `clock`, the envelope's `epoch`
 // and the member kind `sync`, version 9 the kind ring-norms, version 10 ring-address's
 // `transport`.
-inline constexpr uint32_t kWireVersion = 11;
+inline constexpr uint32_t kWireVersion = 12;
 
 enum class Kind : uint8_t {
   kHello = 1,
@@ -163,10 +163,16 @@ struct NcclId {
 
 // Churn (sgd/membership/state_transfer.h). None of them makes the receiver wait for the sender.
 // The sender is alive.
+// "Alive, and in this round" (the header's). `ask`: a neighbor's round waited for the
+// sender's model longer than usual, and asks whether its daemon is up; one that is
+// answers with a heartbeat at once (sgd/overlay/neighbor_exchange.h, the patience).
 struct Heartbeat {
   static constexpr Kind kKind = Kind::kHeartbeat;
+  bool ask = false;
   template <class F>
-  void fields(F&&) {}
+  void fields(F&& f) {
+    f("ask", ask);
+  }
 };
 
 // The sender starts without state and asks who has one.

@@ -3,13 +3,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace gossip::sgd {
 
 RoundDeadline::Duration RoundDeadline::next() const {
   if (!adapting()) return ceiling_;
-  const Duration longest = *std::max_element(window_.begin(), window_.end());
-  return std::clamp(Duration(longest.count() * factor_), std::min(floor_, ceiling_), ceiling_);
+  Duration basis = *std::max_element(window_.begin(), window_.end());
+  if (quantile_ < 1.0) {
+    std::vector<Duration> sorted(window_.begin(), window_.end());
+    const size_t at =
+        std::min(sorted.size() - 1, static_cast<size_t>(std::max(0.0, quantile_) * sorted.size()));
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(at), sorted.end());
+    basis = sorted[at];
+  }
+  return std::clamp(Duration(basis.count() * factor_), std::min(floor_, ceiling_), ceiling_);
 }
 
 std::string RoundDeadline::failure_context(Duration allowed) {

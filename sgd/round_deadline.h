@@ -8,6 +8,11 @@
 // set comes once in tens of rounds, and must not fail. Until enough rounds were timed
 // (the first waits for every node to start) the ceiling holds. The daemon's sync worker
 // and the simulation (sim/world.h) time their rounds with it.
+//
+// The gossip exchange's patience (--patience-factor, sgd/overlay/neighbor_exchange.h)
+// follows a quantile of the waits instead: giving up on a neighbor costs only its part
+// of one round's mix, and the longest wait of the last rounds is the one a death or a
+// neighbor's pause made, which would hold the patience up for the next death.
 
 #include <chrono>
 #include <cstddef>
@@ -19,9 +24,10 @@ namespace gossip::sgd {
 class RoundDeadline {
  public:
   using Duration = std::chrono::duration<double>;
-  // factor 0: always the ceiling.
-  RoundDeadline(Duration ceiling, double factor, Duration floor)
-      : ceiling_(ceiling), factor_(factor), floor_(floor) {}
+  // factor 0: always the ceiling. quantile: of the window's durations, which the factor
+  // multiplies (1: the longest).
+  RoundDeadline(Duration ceiling, double factor, Duration floor, double quantile = 1.0)
+      : ceiling_(ceiling), factor_(factor), floor_(floor), quantile_(quantile) {}
 
   static constexpr size_t kWindow = 64;  // rounds remembered
   static constexpr size_t kWarmUp = 8;   // rounds timed before the deadline adapts
@@ -41,6 +47,7 @@ class RoundDeadline {
   Duration ceiling_;
   double factor_;
   Duration floor_;
+  double quantile_;
   std::deque<Duration> window_;
 };
 

@@ -161,6 +161,8 @@ class World {
     limits.dead_after.floor = o_.dead_after_floor;
     limits.dead_after.ceiling = o_.round_timeout;
     limits.robust = o_.params.trim > 0 || o_.params.clip;
+    limits.patience_factor = o_.patience_factor;
+    limits.patience_floor = o_.patience_floor;
     const compression::Codec* codec = codec_.codec.get();
     sgd::StrategyResources r;
     if (descriptor_.fabric == sgd::Fabric::kOverlay) {

@@ -57,6 +57,8 @@ struct WorldOptions {
   // The waits, as gossipd's options of the same names (docs/timeouts.md), and their
   // defaults for the gossip family.
   std::chrono::milliseconds patience{5000};
+  double patience_factor = 3;  // 0: no asks (sgd/overlay/neighbor_exchange.h)
+  std::chrono::milliseconds patience_floor{500};
   std::chrono::milliseconds dead_after{3000};
   double dead_after_factor = 3;  // 0: always dead_after (peers/dead_after.h)
   std::chrono::milliseconds dead_after_floor{500};

@@ -38,12 +38,15 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
       codec_(codec),
       pool_(pool),
       limits_(limits),
+      ask_after_(std::chrono::hours(24), limits.patience_factor, limits.patience_floor,
+                 ExchangeLimits::kPatienceQuantile),
       absent_(transport_.peers().size(), false),
       send_failing_(transport_.peers().size(), false),
       left_(transport_.peers().size(), false),
       ever_delivered_(transport_.peers().size(), false),
       newest_(transport_.peers().size(), 0),
       greeted_(transport_.peers().size(), 0),
+      answered_(transport_.peers().size(), TimePoint{}),
       beat_round_(transport_.peers().size(), 0),
       copy_requested_(transport_.peers().size(), false),
       first_round_(transport_.peers().size(), UINT64_MAX),
@@ -154,6 +157,7 @@ Status NeighborExchange::add_member(uint32_t id, const std::string& endpoint) {
   open_slot(ever_delivered_, false);
   open_slot(newest_, uint64_t{0});
   open_slot(greeted_, uint64_t{0});
+  open_slot(answered_, TimePoint{});
   open_slot(beat_round_, uint64_t{0});
   open_slot(copy_requested_, false);
   open_slot(send_failing_, false);
@@ -283,6 +287,14 @@ void NeighborExchange::dispatch(peers::Incoming& in) {
   // rounds again.
   if (kind == proto::Kind::kHeartbeat) {
     beat_round_[pi] = std::max(beat_round_[pi], round);
+    // A neighbor waits for this node's model and asks whether it is up: it is.
+    // (TimePoint{}: never answered. Not TimePoint::min(), whose distance to now overflows.)
+    if (const auto now = router_.clock().now();
+        in.as<proto::Heartbeat>().ask &&
+        (answered_[pi] == TimePoint{} || now - answered_[pi] >= kAnswerGap)) {
+      answered_[pi] = now;
+      (void)transport_.send(in.peer, next_round_, proto::Heartbeat{});
+    }
     return;
   }
   mark_present(pi);
@@ -449,6 +461,14 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
                                                              size_t numel, TimePoint patience,
                                                              const RoundOptions& options,
                                                              const ChunkFn& on_chunk) {
+  const TimePoint begun = router_.clock().now();
+  // Per source: when to ask it next whether it is up (ExchangeLimits::patience_factor),
+  // and when it was asked, while its answer is due.
+  const bool asks = limits_.patience_factor > 0;
+  const auto answer_within = std::chrono::duration_cast<Duration>(limits_.patience_floor);
+  std::vector<TimePoint> ask_at(sources.size(),
+                                begun + std::chrono::duration_cast<Duration>(ask_after_.next()));
+  std::vector<TimePoint> asked(sources.size(), TimePoint::max());
   Live live;
   live.round = round;
   live.numel = numel;
@@ -504,8 +524,9 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
       if (live.received[s] == 0 && (greeted_[pi] > round || beat_round_[pi] > round)) continue;
       auto limit = ever_delivered_[pi] ? std::min(patience, options.deadline) : options.deadline;
       if (now >= limit) {
-        mark_absent(
-            pi, fmt::format("missed round {} ({} of {} elements)", round, live.received[s], numel));
+        mark_absent(pi, fmt::format("missed round {} ({} of {} elements in {:.2f} s)", round,
+                                    live.received[s], numel,
+                                    std::chrono::duration<double>(now - begun).count()));
         continue;
       }
       const uint64_t silent = transport_.traffic().silent_ms(sources[s]);
@@ -514,9 +535,33 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
                                     silent / 1000.0, round));
         continue;
       }
+      if (asks && ever_delivered_[pi] && now >= ask_at[s]) {
+        if (asked[s] == TimePoint::max()) {
+          (void)transport_.send(sources[s], round + 1, proto::Heartbeat{true});
+          asked[s] = now;
+        } else if (const auto since = now - asked[s]; std::chrono::milliseconds(silent) <= since) {
+          // Heard since the ask: up, and waited for; asked again a floor later.
+          asked[s] = TimePoint::max();
+          ask_at[s] = now + answer_within;
+        } else if (since >= answer_within) {
+          mark_absent(pi, fmt::format("sent {} of {} elements of round {} in {:.2f} s and did "
+                                      "not answer within {:.2f} s whether it is up: presumed down",
+                                      live.received[s], numel, round,
+                                      std::chrono::duration<double>(now - begun).count(),
+                                      std::chrono::duration<double>(since).count()));
+          continue;
+        }
+      }
       waiting = true;
     }
-    if (!waiting) break;
+    if (!waiting) {
+      // A round every source delivered in full times the wait for the last of them.
+      bool all = true;
+      for (size_t s = 0; s < sources.size() && all; ++s)
+        all = live.received[s] >= numel && !live.refused[s];
+      if (all) ask_after_.completed(now - begun);
+      break;
+    }
     if (options.cancel && options.cancel->load()) return Status::closed("round cancelled");
     router_.poll(std::chrono::milliseconds(20));
     GOSSIP_RETURN_IF_ERROR(live.failure.with_context(fmt::format("round {}", round)));

@@ -50,6 +50,7 @@
 #include "sgd/membership/state_transfer.h"
 #include "sgd/overlay/outgoing_model.h"
 #include "sgd/overlay/overlay.h"
+#include "sgd/round_deadline.h"
 #include "sgd/strategy.h"
 
 namespace gossip::sgd {
@@ -69,6 +70,18 @@ struct ExchangeLimits {
   // whose chunks are refused in kMismatchRounds rounds in a row fails the round
   // (a misconfiguration), and a refusal now and then only leaves it out.
   bool robust = false;
+  // --patience-factor F, --patience-floor: once a round has waited F times the 90th
+  // percentile of the last 64 complete rounds' waits for their last neighbor (at least
+  // the floor), it asks each neighbor that delivered before and that it still waits for
+  // whether its daemon is up (a heartbeat with ask). One that does not answer within the
+  // floor is given up on for the round, as after the patience; one that answers (its
+  // trainer evaluates, say) is waited for up to the patience, so that mixing without a
+  // live neighbor does not move the mean. A dead neighbor then costs its neighbors, and
+  // the cluster, about twice the floor rather than a dead-after (docs/results/scale.md).
+  // 0: the patience and the dead-after alone.
+  double patience_factor = 0;
+  std::chrono::milliseconds patience_floor{500};
+  static constexpr double kPatienceQuantile = 0.9;
 };
 
 class NeighborExchange final : public Membership {
@@ -152,10 +165,10 @@ class NeighborExchange final : public Membership {
   };
   // Receives round `round` (numel elements per source) from `sources`, calling
   // on_chunk for every valid chunk. Returns when every source has delivered, left,
-  // or is absent and silent; a source that is still incomplete at `patience` is
-  // marked absent (at options.deadline when it has never delivered anything, so that
-  // start-up is not mistaken for death). A source's message that is malformed for
-  // this model (layout, range, codec, payload) leaves it out of the round; errors:
+  // or is absent and silent; a source that is still incomplete at `patience` (or
+  // sooner, ExchangeLimits::patience_factor) is marked absent (at options.deadline when it has
+  // never delivered anything, so that start-up is not mistaken for death). A source's message that
+  // is malformed for this model (layout, range, codec, payload) leaves it out of the round; errors:
   // such messages from one source in kMismatchRounds rounds in a row (without robust
   // mixing), and cancellation.
   Result<Delivery> receive(uint64_t round, std::span<const uint32_t> sources, size_t numel,
@@ -191,6 +204,7 @@ class NeighborExchange final : public Membership {
   const compression::Codec* codec_;
   compression::ThreadPool* pool_;
   ExchangeLimits limits_;
+  RoundDeadline ask_after_;  // when receive() asks the neighbors it waits for (above)
   uint64_t layout_ = 0;
   std::vector<bool> absent_;          // per transport peer
   std::vector<bool> send_failing_;    // per transport peer: its last send failed (said once)
@@ -201,6 +215,10 @@ class NeighborExchange final : public Membership {
   // its model (it took us for gone): it sends nothing of that round, so the round
   // does not wait for it.
   std::vector<uint64_t> greeted_;
+  // Per transport peer: when this node last answered its ask (a heartbeat with ask): at
+  // most one answer per kAnswerGap, so that a peer's flood of asks costs it, not us.
+  std::vector<TimePoint> answered_;
+  static constexpr std::chrono::milliseconds kAnswerGap{10};
   // Per transport peer: the round of its newest heartbeat. A node beats R only once it
   // has sent its messages of every round below R (before a round it beats that
   // round, while it waits in one the next), and a peer's messages arrive in order: a

@@ -263,6 +263,78 @@ TEST(NeighborExchange, SilentPeerIsPresumedDeadAfterDeadAfterButAHeartbeatingOne
   EXPECT_TRUE(b.absent(0));
 }
 
+// --patience-factor: past F times the recent rounds' waits (here the 200 ms floor), a
+// round asks the neighbor it waits for whether it is up. One whose daemon answers (its
+// trainer pauses) is waited for, however long its heartbeats are apart; one that does
+// not answer is given up on a floor later, long before the dead-after and the patience.
+TEST(NeighborExchange, ANeighborThatAnswersIsWaitedForAndOneThatDoesNotIsGivenUpOnAfterTheFloor) {
+  Pair p;
+  ExchangeLimits limits;
+  limits.heartbeat = 2s;  // no heartbeat in between: the answers alone say it is up
+  limits.dead_after = peers::DeadAfter(10s);
+  limits.patience_factor = 3;
+  limits.patience_floor = 200ms;
+  NeighborExchange a(*p.ra, nullptr, nullptr, limits), b(*p.rb, nullptr, nullptr, limits);
+  a.set_layout_fingerprint(kLayout);
+  b.set_layout_fingerprint(kLayout);
+  const uint32_t from_a[] = {0};
+  const auto receive = [&](uint64_t round) {
+    return b.receive(round, from_a, 10, Clock::now() + 10s, within(20s), [](auto...) {});
+  };
+  // Rounds whose model comes at once: the asks come after the floor.
+  for (uint64_t r = 0; r < 8; ++r) {
+    ASSERT_TRUE(send_model(*p.a, 1, r, std::vector<float>(10, 1.0f)));
+    auto d = receive(r);
+    ASSERT_TRUE(d && d->complete[0]);
+  }
+  {
+    // Node 0's daemon answers while its model of round 8 is 1.2 s late.
+    std::jthread late([&] {
+      const auto until = Clock::now() + 1200ms;
+      while (Clock::now() < until) a.progress(8, 10ms);
+      (void)send_model(*p.a, 1, 8, std::vector<float>(10, 1.0f));
+    });
+    auto d = receive(8);
+    ASSERT_TRUE(d) << d.status().message();
+    EXPECT_TRUE(d->complete[0]) << "a neighbor that answers is waited for: " << d->missing;
+  }
+  // Two more rounds at once: the late one is above the 90th percentile of eleven.
+  for (uint64_t r = 9; r < 11; ++r) {
+    ASSERT_TRUE(send_model(*p.a, 1, r, std::vector<float>(10, 1.0f)));
+    auto d = receive(r);
+    ASSERT_TRUE(d && d->complete[0]);
+  }
+  // Round 11: node 0 neither sends nor answers.
+  const auto t0 = Clock::now();
+  auto d = receive(11);
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(d) << d.status().message();
+  EXPECT_FALSE(d->complete[0]);
+  EXPECT_TRUE(b.absent(0));
+  EXPECT_GT(waited, 0.35) << "the floor, then the floor for the answer";
+  EXPECT_LT(waited, 2.0) << "not the 10 s dead-after and patience";
+}
+
+// A peer that floods asks gets at most one answer per NeighborExchange::kAnswerGap.
+TEST(NeighborExchange, AFloodOfAsksIsAnsweredAtMostOncePerGap) {
+  Pair p;
+  ExchangeLimits limits;
+  limits.heartbeat = 10s;  // no heartbeats of its own in the test's time
+  NeighborExchange b(*p.rb, nullptr, nullptr, limits);
+  size_t answers = 0;
+  auto counting = p.ra->subscribe({proto::Kind::kHeartbeat}, [&](peers::Incoming&) { ++answers; });
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(p.a->send(1, 0, proto::Heartbeat{true}));
+  // Node 1 reads them all; node 0 reads its answers.
+  while (Clock::now() - t0 < 300ms) {
+    b.progress(0, 5ms);
+    p.ra->poll(5ms);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_GE(answers, 1u) << "an ask is answered";
+  EXPECT_LE(answers, static_cast<size_t>(ms / 10) + 2) << "in " << ms << " ms";
+}
+
 TEST(NeighborExchange, PeerThatSentALaterRoundIsNotWaitedForAndTheNodeCatchesUp) {
   Pair p;
   NeighborExchange ex(*p.rb, nullptr, nullptr);

@@ -32,6 +32,20 @@ TEST(RoundDeadline, ItFollowsTheLongestRecentRoundWithinFloorAndCeiling) {
   EXPECT_EQ(d.next(), D(60)) << "never past the ceiling";
 }
 
+// The gossip patience's ask (sgd/overlay/neighbor_exchange.h) follows the 90th
+// percentile: one long wait in the last rounds (a death, a pause) does not hold it up
+// once ten others are shorter.
+TEST(RoundDeadline, AQuantileLeavesOutTheLongestRoundsOfTheWindow) {
+  RoundDeadline d(D(60), 3, D(0.1), 0.9);
+  for (int i = 0; i < 9; ++i) d.completed(D(0.2));
+  d.completed(D(2));
+  EXPECT_DOUBLE_EQ(d.next().count(), 6.0) << "ten rounds: the 90th percentile is the longest";
+  d.completed(D(0.2));
+  EXPECT_NEAR(d.next().count(), 0.6, 1e-12) << "eleven: it is not";
+  for (int i = 0; i < 7; ++i) d.completed(D(1));  // 8 of 18 long: the 90th is a 1 s one
+  EXPECT_DOUBLE_EQ(d.next().count(), 3.0);
+}
+
 TEST(RoundDeadline, FactorZeroIsTheFixedTimeout) {
   RoundDeadline d(D(60), 0, D(1));
   for (int i = 0; i < 100; ++i) d.completed(D(0.01));
