@@ -552,14 +552,14 @@ const std::array<Field, 68>& fields() {
       {"strategy.patience_factor", "--patience-factor", "F",
        "gossip: a round that has waited F times the 90th percentile of the last 64 rounds' "
        "waits for their last neighbor (at least --patience-floor) asks the neighbors it waits "
-       "for whether they are up, and goes on without one that does not answer within "
-       "--patience-floor; 0: --patience and --dead-after alone",
-       NumberSpec{{0, true, std::nullopt},
+       "for whether they are up, and goes on without one that does not answer within the "
+       "floor (or that percentile, if longer); 0: --patience and --dead-after alone",
+       NumberSpec{{0, true, 1000},
                   [](const C& c) { return c.strategy.patience_factor; },
                   [](C& c, double v) { c.strategy.patience_factor = v; }}},
       {"strategy.patience_floor", "--patience-floor", "SECONDS",
-       "gossip: the shortest wait before --patience-factor's ask, and how long an answer may take",
-       NumberSpec{{0, false, std::nullopt},
+       "gossip: the shortest wait before --patience-factor's ask, and the shortest for its answer",
+       NumberSpec{{0, false, 3600},
                   [](const C& c) { return c.strategy.patience_floor_s; },
                   [](C& c, double v) { c.strategy.patience_floor_s = v; }}},
       {"strategy.trim", "--trim", "B",

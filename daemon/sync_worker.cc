@@ -536,14 +536,14 @@ void SyncWorker::run_join(uint64_t min_round, std::optional<sgd::StrategyState> 
     if (!fetched) {
       r.status = fetched.status();
     } else if (*fetched) {
-      membership_->joined();
+      membership_->joined(true);
       r.state = std::move(**fetched);
       next_round_ = r.state->round;
       strategy_->took_model(r.state->model, r.state->shared);
       spdlog::info("joined: took the model of peer {} before round {} (step {})", r.state->from,
                    r.state->round, r.state->step);
     } else {
-      membership_->joined();
+      membership_->joined(false);
     }
   }
   if (r.status && joined_by_seeds_ && overlay_) {

@@ -116,6 +116,10 @@ uint64_t TrafficCounters::silent_ms(uint32_t peer) const {
   return static_cast<uint64_t>(std::max<int64_t>(0, now - last) / 1'000'000);
 }
 
+int64_t TrafficCounters::last_recv_ns(uint32_t peer) const {
+  return find(peer)->last_recv_ns.load(kRelaxed);
+}
+
 void TrafficCounters::set_link_up(uint32_t peer, bool up) {
   find(peer)->link_up.store(up, kRelaxed);
   if (up) find(peer)->link_was_up.store(true, kRelaxed);

@@ -64,6 +64,8 @@ class TrafficCounters {
   proto::ipc::Traffic peer_totals(uint32_t peer) const;
   // Milliseconds since the peer's last message was counted; kNeverHeard if none was.
   uint64_t silent_ms(uint32_t peer) const;
+  // The channel clock's time of the peer's last message, in ns since its epoch; -1: none.
+  int64_t last_recv_ns(uint32_t peer) const;
   // The longest silence between two messages of the peer over the last one to two
   // kGapEpoch, and how many silences that counts.
   uint64_t longest_gap_ms(uint32_t peer) const;

@@ -281,7 +281,7 @@ class World {
         transfer.fetch(n.x.size(), n.strategy->shared_state_numel(n.x.size()), kLayout, jo);
     if (!fetched) return fetched.status().with_context("restarted: fetching a peer's state");
     if (!*fetched) return Status::timeout("restarted, but no peer offered its state");
-    n.exchange->joined();
+    n.exchange->joined(true);
     sgd::NodeState& state = **fetched;
     // Into the replica's own buffer: the MLP views it (sim/mlp.h).
     std::copy(state.model.begin(), state.model.end(), n.x.begin());

@@ -48,8 +48,9 @@ class Membership {
   // The peers a second fetch after rejoin() takes its state from.
   virtual std::vector<uint32_t> members() const = 0;
   // After a join, whether or not it found a state: the peers that said they run
-  // rounds are waited for from now on as running nodes.
-  virtual void joined() {}
+  // rounds are waited for from now on as running nodes; once it took a state (the
+  // cluster runs), every peer.
+  virtual void joined(bool took_state) { (void)took_state; }
   // The others left this node out after its first round (it runs rounds alone) and it
   // may fetch a member's state and rejoin().
   virtual bool left_out() const { return false; }

@@ -73,6 +73,13 @@ NeighborExchange::NeighborExchange(peers::Router& router, const compression::Cod
   started_ = router_.clock().now();
 }
 
+void NeighborExchange::joined(bool took_state) {
+  if (!took_state) return assume_running(state_.running_peers());
+  std::vector<uint32_t> all;
+  for (const auto& p : transport_.peers()) all.push_back(p.id);
+  assume_running(all);
+}
+
 void NeighborExchange::assume_running(std::span<const uint32_t> peers) {
   for (uint32_t p : peers)
     if (size_t pi = peer_index(p); pi < ever_delivered_.size()) ever_delivered_[pi] = true;
@@ -465,9 +472,14 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
   // Per source: when to ask it next whether it is up (ExchangeLimits::patience_factor),
   // and when it was asked, while its answer is due.
   const bool asks = limits_.patience_factor > 0;
-  const auto answer_within = std::chrono::duration_cast<Duration>(limits_.patience_floor);
-  std::vector<TimePoint> ask_at(sources.size(),
-                                begun + std::chrono::duration_cast<Duration>(ask_after_.next()));
+  const auto ask_after = std::chrono::duration_cast<Duration>(ask_after_.next());
+  // The answer may come behind a chunk that was on its way: as long as the rounds' waits
+  // usually are (their 90th percentile), and at least the floor.
+  const auto answer_within =
+      asks ? std::max(std::chrono::duration_cast<Duration>(limits_.patience_floor),
+                      std::chrono::duration_cast<Duration>(ask_after / limits_.patience_factor))
+           : Duration::zero();
+  std::vector<TimePoint> ask_at(sources.size(), begun + ask_after);
   std::vector<TimePoint> asked(sources.size(), TimePoint::max());
   Live live;
   live.round = round;
@@ -539,11 +551,14 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
         if (asked[s] == TimePoint::max()) {
           (void)transport_.send(sources[s], round + 1, proto::Heartbeat{true});
           asked[s] = now;
-        } else if (const auto since = now - asked[s]; std::chrono::milliseconds(silent) <= since) {
-          // Heard since the ask: up, and waited for; asked again a floor later.
+        } else if (transport_.traffic().last_recv_ns(sources[s]) >=
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(asked[s].time_since_epoch())
+                       .count()) {
+          // Heard since the ask (on the channel's clock, the router's): up, and waited
+          // for; asked again an answer's time later.
           asked[s] = TimePoint::max();
           ask_at[s] = now + answer_within;
-        } else if (since >= answer_within) {
+        } else if (const auto since = now - asked[s]; since >= answer_within) {
           mark_absent(pi, fmt::format("sent {} of {} elements of round {} in {:.2f} s and did "
                                       "not answer within {:.2f} s whether it is up: presumed down",
                                       live.received[s], numel, round,

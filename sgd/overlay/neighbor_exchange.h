@@ -74,7 +74,8 @@ struct ExchangeLimits {
   // percentile of the last 64 complete rounds' waits for their last neighbor (at least
   // the floor), it asks each neighbor that delivered before and that it still waits for
   // whether its daemon is up (a heartbeat with ask). One that does not answer within the
-  // floor is given up on for the round, as after the patience; one that answers (its
+  // floor (or the 90th percentile, if longer: the answer may come behind a chunk on its
+  // way) is given up on for the round, as after the patience; one that answers (its
   // trainer evaluates, say) is waited for up to the patience, so that mixing without a
   // live neighbor does not move the mean. A dead neighbor then costs its neighbors, and
   // the cluster, about twice the floor rather than a dead-after (docs/results/scale.md).
@@ -108,7 +109,11 @@ class NeighborExchange final : public Membership {
     return std::optional<uint64_t>();
   }
   std::vector<uint32_t> members() const override;
-  void joined() override { assume_running(state_.running_peers()); }
+  // A node that took a running cluster's state: every peer runs rounds, or is down (one
+  // whose offer did not come may be dead, and must not be waited for until the round's
+  // deadline, as a starting one is: a restarted node with a dead neighbor waited 30 s
+  // of a simulation's time for it). Without a state, the peers that said they run.
+  void joined(bool took_state) override;
   // A node that joined by seeds, already the channel's peer: its per-peer state. The
   // overlay's graph, which the daemon grows once the node is ready, says from which
   // round it is a neighbor; from then on it is waited for as a running node.
