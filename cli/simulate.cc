@@ -217,11 +217,15 @@ Subcommand add_simulate_command(CLI::App& parent) {
         ->check(bounded(0, 1e6, true));
   };
   wait("--patience", waits->patience);
-  wait("--patience-floor", waits->patience_floor);
-  app->add_option("--patience-factor", o->patience_factor,
-                  "As gossipd's --patience-factor (0: always --patience)")
+  // Within gossipd's bounds for these two (daemon/config_fields.cc).
+  app->add_option("--patience-floor", waits->patience_floor,
+                  "As gossipd's --patience-floor (seconds)")
       ->capture_default_str()
-      ->check(bounded(0, 1e6, false));
+      ->check(bounded(0, 3600, true));
+  app->add_option("--patience-factor", o->patience_factor,
+                  "As gossipd's --patience-factor (0: no asks, --patience and --dead-after alone)")
+      ->capture_default_str()
+      ->check(bounded(0, 1000, false));
   wait("--dead-after", waits->dead_after);
   wait("--dead-after-floor", waits->dead_after_floor);
   wait("--heartbeat", waits->heartbeat);

@@ -111,6 +111,7 @@ TEST(SimulateCommand, BadOptionsAreRefusedNamingThem) {
   refused({"--kill", "-1@2"}, "--kill -1@2: expected NODE@ROUND");
   // NaN passes a range check; a huge number overflows the nanoseconds it becomes.
   refused({"--patience", "nan"}, "--patience: nan: a number > 0 and at most 1000000");
+  refused({"--patience-factor", "2000"}, "--patience-factor: 2000: a number >= 0 and at most 1000");
   refused({"--round-timeout", "1e10"}, "--round-timeout: 1e10: a number > 0 and at most 1000000");
   refused({"--dead-after-factor", "nan"},
           "--dead-after-factor: nan: a number >= 0 and at most 1000000");
