@@ -106,7 +106,8 @@ struct StrategyConfig {
   double patience_s = 5.0;  // how long a gossip round waits for a neighbor heard from before
   // ... or, for a neighbor whose daemon does not answer whether it is up, patience_factor
   // times the 90th percentile of the last rounds' waits for their last neighbor (at least
-  // patience_floor_s), then patience_floor_s more (sgd/overlay/neighbor_exchange.h); 0: off.
+  // patience_floor_s), then that percentile more, at least patience_floor_s, for its
+  // answer (sgd/overlay/neighbor_exchange.h); 0: off.
   double patience_factor = 3.0;
   double patience_floor_s = 0.5;
   uint64_t trim = 0;          // gossip: trimmed-mean mixing, B values cut from each end; 0: off

@@ -31,7 +31,7 @@ inline constexpr uint32_t kWireMagic = 0x47535044;  // "GSPD"
 // state-request's chunk range, version 5 ring-probe's member list and the member kind,
 // version 7 ring-probe's `merge`, version 8 ps-params' `clock`, the envelope's `epoch`
 // and the member kind `sync`, version 9 the kind ring-norms, version 10 ring-address's
-// `transport`.
+// `transport`, version 11 ring-probe's `holds_result`, version 12 heartbeat's `ask`.
 inline constexpr uint32_t kWireVersion = 12;
 
 enum class Kind : uint8_t {
@@ -162,8 +162,7 @@ struct NcclId {
 };
 
 // Churn (sgd/membership/state_transfer.h). None of them makes the receiver wait for the sender.
-// The sender is alive.
-// "Alive, and in this round" (the header's). `ask`: a neighbor's round waited for the
+// The sender is alive, and in this round (the header's). `ask`: a neighbor's round waited for the
 // sender's model longer than usual, and asks whether its daemon is up; one that is
 // answers with a heartbeat at once (sgd/overlay/neighbor_exchange.h, the patience).
 struct Heartbeat {

@@ -9,8 +9,10 @@ namespace gossip::sgd {
 
 RoundDeadline::Duration RoundDeadline::next() const {
   if (!adapting()) return ceiling_;
-  Duration basis = *std::max_element(window_.begin(), window_.end());
-  if (quantile_ < 1.0) {
+  Duration basis;
+  if (quantile_ >= 1.0) {
+    basis = *std::max_element(window_.begin(), window_.end());
+  } else {
     std::vector<Duration> sorted(window_.begin(), window_.end());
     const size_t at =
         std::min(sorted.size() - 1, static_cast<size_t>(std::max(0.0, quantile_) * sorted.size()));
