@@ -195,6 +195,12 @@ Subcommand add_simulate_command(CLI::App& parent) {
                   "PERCENT of the nodes die per minute of virtual time (each at an exponential "
                   "time of that rate); none comes back, unless --rejoin-after")
       ->check(bounded(0, 100, false));
+  app->add_option("--dies-as", o->dies_as,
+                  "How a node dies (--kill, --churn): process (its sockets close, and its peers' "
+                  "connections to it drop at once) or machine (they stay up: its peers find out "
+                  "by asking)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "machine"}));
   auto rejoin_s = std::make_shared<double>(-1);
   app->add_option("--rejoin-after", *rejoin_s,
                   "SECONDS: a node that died restarts that long after (virtual time) and takes "

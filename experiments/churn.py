@@ -303,7 +303,7 @@ def ring_left_out(log_text):
 
 def unlogged_events(opts, cluster):
     """The kills, restarts and joins that the daemons' logs do not name: a kill must be
-    noticed by a neighbor (presumed dead, or missed rounds), a restart must end in a
+    noticed by a neighbor (presumed dead or down, or missed rounds), a restart must end in a
     join, a node that joins by seeds must get its id and take a member's state (or,
     under the parameter servers, the servers' model and clock)."""
     logs = [(cluster.out / f"gossipd-{i}.log").read_text(errors="replace")
@@ -313,6 +313,8 @@ def unlogged_events(opts, cluster):
         i = e["node"]
         if e["event"] == "kill":
             noticed = any(f"peer {i} silent" in logs[j] or f"peer {i} missed round" in logs[j]
+                          or f"peer {i} dropped its connection" in logs[j]
+                          or re.search(rf"peer {i} sent [^\n]* presumed down", logs[j])
                           or i in ring_left_out(logs[j]) for j in range(cluster.total) if j != i)
             if not noticed:
                 missing.append(e)

@@ -324,11 +324,14 @@ class Soak:
                          "seconds": round(samples[-1][0] - base[0][0]), "ratio": round(e / b, 3)})
         return rows
 
-    # A peer presumed dead (sgd/overlay/neighbor_exchange.cc) that was neither down nor
-    # across a partition then: what the adaptive dead-after (--dead-after-factor) must not
-    # do. The daemons' log times are the wall clock's, as the events'.
-    DEATH = re.compile(r"^(\S+ \S+) \[node (\d+)\] \[warning\] peer (\d+) silent for ([0-9.]+) s in round "
-                       r"\d+ \(no heartbeat\): presumed dead")
+    # A peer presumed dead or down (sgd/overlay/neighbor_exchange.cc: its silence, its
+    # dropped connection, or no answer to an ask) that was neither down nor across a
+    # partition then: what the adaptive dead-after (--dead-after-factor), the link's
+    # check and the patience's ask must not do. The daemons' log times are the wall
+    # clock's, as the events'.
+    DEATH = re.compile(r"^(\S+ \S+) \[node (\d+)\] \[warning\] peer (\d+) "
+                       r"(silent for [0-9.]+ s in round \d+ \(no heartbeat\): presumed dead"
+                       r"|dropped its connection .*: presumed down|sent .* did not answer .*: presumed down)")
 
     def presumed_deaths(self, slack=10.0):
         down = {}  # node -> [(from, to)] wall times it was down (kill to restart, and a restart's start)

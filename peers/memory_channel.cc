@@ -43,19 +43,29 @@ std::unique_ptr<MemoryChannel> MemoryHub::join(uint32_t self, const std::vector<
 }
 
 std::unique_ptr<MemoryChannel> MemoryHub::join_peers(uint32_t self, std::vector<Peer> peers) {
-  return std::unique_ptr<MemoryChannel>(
+  std::unique_ptr<MemoryChannel> channel(
       new MemoryChannel(*this, self, std::move(peers), mailbox(self)));
+  std::lock_guard lock(mu_);
+  for (const Peer& p : channel->peers_) channel->traffic_.set_link_up(p.id, !cut_.count(p.id));
+  channels_.insert(channel.get());
+  return channel;
 }
 
-void MemoryHub::cut(uint32_t node) {
+void MemoryHub::cut(uint32_t node, bool closes) {
   std::lock_guard lock(mu_);
   cut_.insert(node);
+  if (!closes) return;
+  for (MemoryChannel* c : channels_)
+    if (c->self_ != node) c->traffic_.set_link_up(node, false);
 }
 
 void MemoryHub::restart(uint32_t node) {
   {
     std::lock_guard lock(mu_);
     cut_.erase(node);
+    // Its new process listens again: the peers' connections come back.
+    for (MemoryChannel* c : channels_)
+      if (c->self_ != node) c->traffic_.set_link_up(node, true);
   }
   const std::shared_ptr<Mailbox> box = mailbox(node);
   std::lock_guard lock(box->mu);
@@ -167,6 +177,11 @@ MemoryChannel::MemoryChannel(MemoryHub& hub, uint32_t self, std::vector<Peer> pe
   std::sort(peers_.begin(), peers_.end(), [](const Peer& a, const Peer& b) { return a.id < b.id; });
 }
 
+MemoryChannel::~MemoryChannel() {
+  std::lock_guard lock(hub_.mu_);
+  hub_.channels_.erase(this);
+}
+
 bool MemoryChannel::knows(uint32_t peer) const {
   const auto it = std::lower_bound(peers_.begin(), peers_.end(), peer,
                                    [](const Peer& p, uint32_t id) { return p.id < id; });
@@ -213,6 +228,8 @@ Status MemoryChannel::add_peer(const Peer& peer) {
   peers_.insert(std::upper_bound(peers_.begin(), peers_.end(), peer,
                                  [](const Peer& a, const Peer& b) { return a.id < b.id; }),
                 peer);
+  std::lock_guard lock(hub_.mu_);
+  traffic_.set_link_up(peer.id, !hub_.cut_.count(peer.id));
   return Status::ok();
 }
 

@@ -12,6 +12,11 @@
 // were sent, as over one TCP connection.
 //
 // Each channel is used by its node's thread (or task); the hub may be shared by all.
+//
+// Links are up as ZmqTransport's monitor would say (TrafficCounters::link_up): to every
+// peer from the start, down to a node that was cut with its connections closed (a
+// process that died: the kernel closes its sockets, and its peers' connections drop at
+// once), up again when it restarts.
 
 #include <atomic>
 #include <cstdint>
@@ -73,8 +78,10 @@ class MemoryHub {
   // The same with the peers' endpoints (what a member list shows: daemon/admission.h).
   std::unique_ptr<MemoryChannel> join_peers(uint32_t self, std::vector<Peer> peers);
   // From now on what `node` sends and what is sent to it vanishes, as with a node that
-  // died (what it sent before still arrives).
-  void cut(uint32_t node);
+  // died (what it sent before still arrives). `closes`: its connections drop, and every
+  // channel's link to it goes down, as when its process dies; false: they stay up on its
+  // peers' side and nothing tells them, as when its machine goes away (power, a cable).
+  void cut(uint32_t node, bool closes = true);
   // A new process at a node that was cut: its messages flow again (those sent
   // meanwhile stay lost), into an empty mailbox (what the old process had not read died
   // with it). Its new channel comes from join().
@@ -123,6 +130,7 @@ class MemoryHub {
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> sent_;           // per link, jitter's draws
   std::map<std::string, uint32_t> routes_;  // a joiner's route -> its address
   std::map<uint32_t, uint32_t> placed_;     // place()
+  std::set<MemoryChannel*> channels_;       // open: told of cuts and restarts
   std::atomic<uint64_t> messages_{0};
 };
 
@@ -150,6 +158,7 @@ class MemoryJoiner {
 
 class MemoryChannel final : public PeerChannel {
  public:
+  ~MemoryChannel() override;
   uint32_t self() const override { return self_; }
   const std::vector<Peer>& peers() const override { return peers_; }
   const TrafficCounters& traffic() const override { return traffic_; }

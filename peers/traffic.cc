@@ -121,8 +121,10 @@ int64_t TrafficCounters::last_recv_ns(uint32_t peer) const {
 }
 
 void TrafficCounters::set_link_up(uint32_t peer, bool up) {
-  find(peer)->link_up.store(up, kRelaxed);
-  if (up) find(peer)->link_was_up.store(true, kRelaxed);
+  PeerCounters* c = find(peer);
+  if (c == &unknown_) return;  // not a peer of this table: nothing to say of its link
+  c->link_up.store(up, kRelaxed);
+  if (up) c->link_was_up.store(true, kRelaxed);
 }
 
 bool TrafficCounters::link_was_up(uint32_t peer) const {

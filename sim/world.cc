@@ -305,7 +305,8 @@ class World {
       if ((life == 0 && killed != o_.deaths.end() && killed->second == r) ||
           clock_.now() >= dies_at) {
         ++report_.died;
-        hub_.cut(i);
+        report_.death_s.push_back(seconds(clock_.elapsed()));
+        hub_.cut(i, o_.dies_as == "process");
         ring_hub_.cut(i);
         const size_t away = away_.size();
         away_.push_back({r, UINT64_MAX});  // rounds from r on lack it
@@ -321,6 +322,11 @@ class World {
         if (running_ - asleep_ == 1) return;
         auto back = restart(i);
         if (!back) {
+          // Some node has run the last round: the others finish while this one comes
+          // back, and a finished node's daemon answers no more here, so its peers' offers
+          // do not come. It stays down, as one that died at the end; before then a
+          // failed restart is a failure.
+          if (std::find(ran_last_.begin(), ran_last_.end(), true) != ran_last_.end()) return;
           report_.failures.push_back(fmt::format("node {}: {}", i, back.status().message()));
           return;
         }
@@ -511,6 +517,8 @@ Result<Report> simulate(const WorldOptions& o,
   for (const auto& [node, round] : o.deaths)
     if (node >= o.nodes)
       return Status::invalid(fmt::format("--kill {}@{}: there is no node {}", node, round, node));
+  if (o.dies_as != "process" && o.dies_as != "machine")
+    return Status::invalid(fmt::format("--dies-as '{}': process or machine", o.dies_as));
   if (!(o.churn_per_minute >= 0 && o.churn_per_minute <= 100))
     return Status::invalid(
         fmt::format("--churn {}: a percentage from 0 to 100", o.churn_per_minute));

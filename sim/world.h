@@ -90,6 +90,11 @@ struct WorldOptions {
   // transfer, sgd/membership/state_transfer.h), as a restarted gossipd does; it may die
   // again. Unset: none comes back.
   std::optional<Duration> rejoin_after;
+  // How a node dies (--kill, --churn): "process" (a kill, a crash, the OOM killer: the
+  // kernel closes its sockets, and its peers' connections to it drop at once) or
+  // "machine" (power, a cable: its peers' connections stay up, and they find out by
+  // asking, or by its silence).
+  std::string dies_as = "process";
   // Whom each node lists as a peer: "all" (as gossipd's members do) or "graph" (the
   // gossip family on a periodic graph, without deaths: the nodes it ever exchanges
   // with, its in- and out-neighbors over a period, and the two coordinators, nodes 0
@@ -117,6 +122,7 @@ struct Report {
   uint64_t messages = 0;
   std::vector<std::string> failures;  // "node i: round r: why"
   uint32_t died = 0;                  // deaths (--kill, --churn)
+  std::vector<double> death_s;        // each: the virtual seconds at which it came
   uint32_t rejoined = 0;              // restarts that took a peer's state (--rejoin-after)
   std::vector<double> rejoin_s;       // each: virtual seconds from restart to its first round
   uint64_t state_bytes = 0;           // the states (model and shared) the restarts took

@@ -189,11 +189,12 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
   if (f.want) {  // downloading: a donor's answer to our request
     for (auto& d : f.donors) {
       if (d.peer != in.peer || !d.failure) continue;
-      if (!h.has_state || round != f.want->round)
+      if (!h.has_state || round != f.want->round) {
+        stale_ = true;
         drop_donor(d, Status::not_found(fmt::format("it no longer holds the state before round {}",
                                                     f.want->round)));
-      else if (in.payload.size() != f.want->manifest->size() ||
-               std::memcmp(in.payload.data(), f.want->manifest->data(), in.payload.size()) != 0)
+      } else if (in.payload.size() != f.want->manifest->size() ||
+                 std::memcmp(in.payload.data(), f.want->manifest->data(), in.payload.size()) != 0)
         drop_donor(d, Status::protocol(fmt::format("it now offers another state before round {}",
                                                    f.want->round)));
     }
@@ -406,6 +407,24 @@ std::vector<StateTransfer::Group> StateTransfer::groups(std::vector<Offer> offer
 
 Result<std::optional<NodeState>> StateTransfer::fetch(size_t numel, size_t shared_numel,
                                                       uint64_t layout, const JoinOptions& options) {
+  for (int attempt = 1;; ++attempt) {
+    auto got = fetch_once(numel, shared_numel, layout, options);
+    // A donor keeps kMaxPinned states it offered: with more joiners at once than that
+    // (a rack that restarts), the first one's offers were gone by the time it had heard
+    // every peer's (simulated: 3 of 16 nodes restarting within a second). Asked again,
+    // the donors offer what they hold now.
+    if (got || !stale_ || attempt == kStaleAttempts || router_.clock().now() >= options.deadline ||
+        (options.cancel && options.cancel->load()))
+      return got;
+    spdlog::info("join: the states offered went stale before they were fetched ({}); asking again",
+                 got.status().message());
+  }
+}
+
+Result<std::optional<NodeState>> StateTransfer::fetch_once(size_t numel, size_t shared_numel,
+                                                           uint64_t layout,
+                                                           const JoinOptions& options) {
+  stale_ = false;
   running_.clear();
   const auto& peers = transport_.peers();
   if (peers.empty()) return std::optional<NodeState>();

@@ -91,11 +91,14 @@ class StateTransfer {
   // The joiner's side, for a model of `numel` elements and layout `layout` and a
   // shared strategy state of `shared_numel`: the freshest state a peer offers, or
   // nullopt when none has one (a cluster that starts). An offer of another size is
-  // not taken; a peer that fails mid-transfer is replaced by the next offer.
+  // not taken; a peer that fails mid-transfer is replaced by the next offer. Where
+  // every offer went stale before it was fetched (more joiners at once than a donor
+  // keeps offered states, kMaxPinned), it asks again, up to kStaleAttempts times.
   // Messages of other kinds that arrive meanwhile go to their subscribers, which
   // can ask fetching() to tell a join from a round.
   Result<std::optional<NodeState>> fetch(size_t numel, size_t shared_numel, uint64_t layout,
                                          const JoinOptions& options);
+  static constexpr int kStaleAttempts = 3;
   bool fetching() const { return fetch_.has_value(); }
 
   // Peers whose offer said they run rounds (filled by fetch).
@@ -164,6 +167,10 @@ class StateTransfer {
   Snapshot* held(uint64_t round);
   void pin(const std::shared_ptr<Snapshot>& s);
   std::vector<Group> groups(std::vector<Offer> offers) const;
+  // One round of offers and downloads; stale_ says whether a donor no longer held what
+  // it had offered.
+  Result<std::optional<NodeState>> fetch_once(size_t numel, size_t shared_numel, uint64_t layout,
+                                              const JoinOptions& options);
   Result<NodeState> download(const Group& group);
   void drop_donor(Fetch::Donor& d, Status why);
   void ask(Fetch::Donor& d, const std::vector<uint64_t>& chunks);
@@ -187,6 +194,7 @@ class StateTransfer {
   std::map<uint64_t, std::shared_ptr<Snapshot>> pinned_;  // by round: offered, still served
   std::vector<uint32_t> running_;
   std::optional<Fetch> fetch_;
+  bool stale_ = false;  // in this fetch_once, a donor no longer held the state it offered
   peers::Router::Subscription subscription_;  // last: ends before the state it writes
 };
 

@@ -88,6 +88,14 @@ struct ExchangeLimits {
 class NeighborExchange final : public Membership {
  public:
   static constexpr uint64_t kMismatchRounds = 3;
+  // A neighbor that receive() waits for whose connection was up and is down (the
+  // transport's monitor: when a daemon's process dies the kernel closes its sockets, and
+  // its peers' connections to it drop at once), and that has sent nothing for this long,
+  // is left out of the round without an ask: a kill or a crash costs its neighbors about
+  // this much. A machine that goes away closes nothing; it is asked (patience_factor).
+  // Live daemons' links do not drop: ZeroMQ reconnects a link that fails within its
+  // reconnect interval (0.1 s), and a neighbor left out by mistake misses one round.
+  static constexpr std::chrono::milliseconds kLinkDownSilence{100};
 
   // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes
   // to hello, bye, heartbeat, copy-request and model-chunk on `router` (its state

@@ -266,18 +266,24 @@ INSTANTIATE_TEST_SUITE_P(Topologies, GossipRate_InProcess,
                                   std::to_string(std::get<1>(info.param));
                          });
 
-// A node that dies mid-run: its neighbors find it silent (no heartbeat) for
-// dead_after and go on without it, giving its weight back to their own models. The
-// other survivors keep waiting for them (they send heartbeats while they wait), so
-// every edge between survivors is mixed on both sides, the survivors' mean stays what
-// it was, and they still reach consensus. (Were a survivor to give up on another
-// after its patience while that one still waited for the dead node, the mean would
-// move: patience is for stragglers, silence for the dead.)
-TEST(InProcessWorld, ADeadNodeIsDroppedWhenSilentAndTheSurvivorsKeepTheirMean) {
+// A node that dies mid-run: its neighbors go on without it, giving its weight back to
+// their own models. The other survivors keep waiting for them (they send heartbeats
+// while they wait), so every edge between survivors is mixed on both sides, the
+// survivors' mean stays what it was, and they still reach consensus. (Were a survivor
+// to give up on another after its patience while that one still waited for the dead
+// node, the mean would move: patience is for stragglers, silence and a dropped
+// connection for the dead.) Its machine going away, the neighbors find it silent (no
+// heartbeat) for dead_after; its process dying, its connections drop and they go on
+// after NeighborExchange::kLinkDownSilence, well inside a dead_after of 10 s.
+class DeadNode_InProcess : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DeadNode_InProcess, IsLeftOutAndTheSurvivorsKeepTheirMean) {
+  const bool closes = GetParam();
   WorldOptions o;
   o.nodes = 5;
   o.topology = "ring";
-  o.dead_after = 200ms;
+  o.dead_after = closes ? 10s : 200ms;
+  o.patience = 20s;
   World w(o);
   w.run(0, 3);
   for (uint32_t i = 0; i < o.nodes; ++i) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
@@ -286,13 +292,13 @@ TEST(InProcessWorld, ADeadNodeIsDroppedWhenSilentAndTheSurvivorsKeepTheirMean) {
   std::vector<double> mean(o.numel);
   for (size_t e = 0; e < o.numel; ++e) mean[e] = mean_of(w, survivors, e);
   const double spread_before = spread(w, survivors);
-  w.hub().cut(4);
+  w.hub().cut(4, closes);
   const auto start = Clock::now();
   w.run(3, 23, survivors);
   const auto took = Clock::now() - start;
   for (uint32_t i : survivors) ASSERT_EQ(w.node(i).failure, "") << "node " << i;
-  // About dead_after for the round that finds node 4 gone, then it is not waited for.
-  EXPECT_GE(took, 150ms);
+  // About the wait for the round that finds node 4 gone, then it is not waited for.
+  EXPECT_GE(took, closes ? NeighborExchange::kLinkDownSilence - 50ms : 150ms);
   EXPECT_LT(took, 3s) << "rounds after the first do not wait for the dead node";
   double drift = 0;
   for (size_t e = 0; e < o.numel; ++e)
@@ -300,6 +306,9 @@ TEST(InProcessWorld, ADeadNodeIsDroppedWhenSilentAndTheSurvivorsKeepTheirMean) {
   EXPECT_LT(drift, 1e-4) << "the survivors' mean is preserved";
   EXPECT_LT(spread(w, survivors), spread_before / 10) << "and they still reach consensus";
 }
+
+INSTANTIATE_TEST_SUITE_P(HowItDies, DeadNode_InProcess, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Process" : "Machine"; });
 
 // A node that joined by seeds takes part from the round the coordinator chose
 // (sgd/overlay/overlay.h): until then the members mix among themselves, keeping their mean,
