@@ -425,6 +425,9 @@ Subcommand add_simulate_command(CLI::App& parent) {
             static_cast<double>(report->wire_bytes) / o->nodes / std::max<uint64_t>(1, o->rounds),
             static_cast<unsigned long long>(report->messages));
         if (report->died > 0) std::printf("%u deaths\n", report->died);
+        if (report->restarts_too_late > 0)
+          std::printf("%u restarts came too late: the others had run the last round\n",
+                      report->restarts_too_late);
         if (report->rejoined > 0) {
           const auto& w = report->rejoin_s;
           double sum = 0, most = 0;

@@ -659,8 +659,14 @@ std::optional<Incoming> ZmqTransport::recv(std::chrono::milliseconds timeout) {
           drained_.push_back(std::move(t));
         }
       }
-      // What was drained is counted as delivered: only libzmq's queue matters.
-      if (nothing_waiting()) watch_connections();
+      // What was drained is counted as delivered: only libzmq's queue matters. The
+      // outgoing links' events are read every check: a busy node (messages always
+      // waiting) read them only when idle, so a link that dropped, or came back, was
+      // seen late by the neighbor exchange (NeighborExchange::kLinkDownSilence).
+      if (nothing_waiting())
+        watch_connections();
+      else
+        watch_outbound();
       last_check_ = now;  // tried: the next try in kCheckEvery
     }
     Taken taken;

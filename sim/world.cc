@@ -324,9 +324,13 @@ class World {
         if (!back) {
           // Some node has run the last round: the others finish while this one comes
           // back, and a finished node's daemon answers no more here, so its peers' offers
-          // do not come. It stays down, as one that died at the end; before then a
-          // failed restart is a failure.
-          if (std::find(ran_last_.begin(), ran_last_.end(), true) != ran_last_.end()) return;
+          // (or chunks) do not come in time. It stays down, as one that died at the end,
+          // and the summary counts it. Any other failure, or one before then, is one.
+          if (back.status().code() == Status::Code::kTimeout &&
+              std::find(ran_last_.begin(), ran_last_.end(), true) != ran_last_.end()) {
+            ++report_.restarts_too_late;
+            return;
+          }
           report_.failures.push_back(fmt::format("node {}: {}", i, back.status().message()));
           return;
         }

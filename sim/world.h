@@ -124,8 +124,10 @@ struct Report {
   uint32_t died = 0;                  // deaths (--kill, --churn)
   std::vector<double> death_s;        // each: the virtual seconds at which it came
   uint32_t rejoined = 0;              // restarts that took a peer's state (--rejoin-after)
-  std::vector<double> rejoin_s;       // each: virtual seconds from restart to its first round
-  uint64_t state_bytes = 0;           // the states (model and shared) the restarts took
+  // Restarts that timed out once some node had run the last round (the others done).
+  uint32_t restarts_too_late = 0;
+  std::vector<double> rejoin_s;  // each: virtual seconds from restart to its first round
+  uint64_t state_bytes = 0;      // the states (model and shared) the restarts took
   // finished[i][r]: the virtual seconds at which node i finished its round r.
   std::vector<std::vector<double>> finished;
   // mlp: the test set's accuracy and loss for the mean of the replicas that finished

@@ -201,6 +201,9 @@ void StateTransfer::on_offer(const peers::Incoming& in) {
     return;
   }
   const JoinOptions& options = *f.options;
+  // A refusal of a round (it no longer holds it) answers an earlier attempt's request,
+  // not this attempt's join, whose answers without a state are of round 0.
+  if (!h.has_state && round != 0) return;
   if (!f.answered.insert(in.peer).second) return;  // one offer per peer and join
   if (!h.has_state) return;
   running_.push_back(in.peer);
@@ -658,8 +661,8 @@ Result<NodeState> StateTransfer::download(const Group& group) {
       const auto stalled = duration_cast<milliseconds>(now - d.progress);
       const auto silent = milliseconds(std::min<uint64_t>(transport_.traffic().silent_ms(d.peer),
                                                           static_cast<uint64_t>(stalled.count())));
-      // A link that was up and is down (the transport's monitor says so; an
-      // in-process channel has none) and a donor silent since: it is gone.
+      // A link that was up and is down (the transport's monitor says so; the in-process
+      // hub, for a node cut as a process) and a donor silent since: it is gone.
       if (!transport_.traffic().link_up(d.peer) && transport_.traffic().link_was_up(d.peer) &&
           silent > kLinkDownSilence)
         drop_donor(d, Status::closed(

@@ -93,8 +93,10 @@ class NeighborExchange final : public Membership {
   // its peers' connections to it drop at once), and that has sent nothing for this long,
   // is left out of the round without an ask: a kill or a crash costs its neighbors about
   // this much. A machine that goes away closes nothing; it is asked (patience_factor).
-  // Live daemons' links do not drop: ZeroMQ reconnects a link that fails within its
-  // reconnect interval (0.1 s), and a neighbor left out by mistake misses one round.
+  // A live daemon's link drops rarely (a network reset, or 5 s of bytes it did not
+  // acknowledge: peers/zmq_transport.h's link_silence), and ZeroMQ connects it again
+  // after its reconnect interval (0.1 s, backing off to 1 s); a live neighbor that is
+  // silent this long while its link is down is left out of that round by mistake.
   static constexpr std::chrono::milliseconds kLinkDownSilence{100};
 
   // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes
