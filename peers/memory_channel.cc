@@ -54,18 +54,19 @@ std::unique_ptr<MemoryChannel> MemoryHub::join_peers(uint32_t self, std::vector<
 void MemoryHub::cut(uint32_t node, bool closes) {
   std::lock_guard lock(mu_);
   cut_.insert(node);
-  if (!closes) return;
+  if (closes) set_links_to(node, false);
+}
+
+void MemoryHub::set_links_to(uint32_t node, bool up) {
   for (MemoryChannel* c : channels_)
-    if (c->self_ != node) c->traffic_.set_link_up(node, false);
+    if (c->self_ != node) c->traffic_.set_link_up(node, up);
 }
 
 void MemoryHub::restart(uint32_t node) {
   {
     std::lock_guard lock(mu_);
     cut_.erase(node);
-    // Its new process listens again: the peers' connections come back.
-    for (MemoryChannel* c : channels_)
-      if (c->self_ != node) c->traffic_.set_link_up(node, true);
+    set_links_to(node, true);  // its new process listens again: the connections come back
   }
   const std::shared_ptr<Mailbox> box = mailbox(node);
   std::lock_guard lock(box->mu);

@@ -115,6 +115,8 @@ class MemoryHub {
   // False when the recipient's mailbox is full.
   bool deliver(uint32_t to, Frame frame, uint64_t wire_bytes);
   bool lost(uint32_t from, uint32_t to);
+  // Every open channel's link to `node`, but its own (under mu_).
+  void set_links_to(uint32_t node, bool up);
   // When a message of `bytes` sent now from `from` arrives at `to`.
   TimePoint arrival(uint32_t from, uint32_t to, uint64_t bytes);
 
