@@ -62,7 +62,7 @@ rc=0
 # Four at a time on two cores: these tests mostly wait (on sockets, deadlines and
 # daemons): at -j 2 the cores were 48 % busy through the stage (sampled every 5 s,
 # 2026-11-28), at -j 4 79 %, and the stage took 163 s instead of 194 at -j 3; the tests
-# that time a run are in the optimized stage, one at a time.
+# that time a run are in the optimized stage, each alone (PROCESSORS 2).
 bash scripts/seed-test-costs.sh build-asan
 (cd build-asan && ctest --output-on-failure -j 4 --timeout 600 -E "$exclude") || rc=$?
 tested=$SECONDS

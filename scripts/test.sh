@@ -27,7 +27,8 @@ docs_log=$(mkdocs build --strict -d "$site" 2>&1) || { echo "$docs_log" >&2; rm 
 rm -rf "$site"
 if grep -q 'not included in the "nav"' <<< "$docs_log"; then echo "$docs_log" >&2; exit 1; fi
 source scripts/optimized-tests.sh
-# Tests that time a training run or start many processes are marked RUN_SERIAL.
+# ctest -j 2 counts the tests that keep both cores busy (clusters, torch) as two
+# (PROCESSORS 2), so each of them runs alone and the one-core tests pair up.
 if [[ "${GOSSIP_SKIP_SANITIZERS:-}" == 1 ]]; then
   echo "test.sh: GOSSIP_SKIP_SANITIZERS=1: every test on the optimized build, none under the sanitizers"
   bash scripts/build.sh

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/bin_dir.h"
 #include "tests/daemon/config_test_util.h"
 
 namespace gossip::daemon {
@@ -281,7 +282,7 @@ TEST(ConfigFile, BoundaryValuesAreAccepted) {
 }
 
 TEST(ConfigFile, TheExampleFileIsValid) {
-  auto c = load_config_file(GOSSIP_SOURCE_DIR "/daemon/gossipd.example.toml");
+  auto c = load_config_file(test_source_dir() + "/daemon/gossipd.example.toml");
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_EQ(c->node_id, 0u);
   EXPECT_EQ(c->listen, "tcp://127.0.0.1:7000");

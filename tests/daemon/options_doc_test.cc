@@ -10,6 +10,7 @@
 #include <string>
 
 #include "daemon/config.h"
+#include "tests/bin_dir.h"
 
 namespace gossip::daemon {
 namespace {
@@ -23,7 +24,7 @@ std::string read_file(const std::string& path) {
 
 TEST(OptionsDoc, TheDocsHoldTheTableGossipdPrints) {
   const std::string table = describe_options(false);
-  const std::string doc = read_file(GOSSIP_SOURCE_DIR "/docs/options.md");
+  const std::string doc = read_file(test_source_dir() + "/docs/options.md");
   ASSERT_FALSE(doc.empty()) << "docs/options.md is missing";
   EXPECT_NE(doc.find(table), std::string::npos)
       << "docs/options.md is out of date; regenerate its table with\n"
