@@ -32,12 +32,19 @@
 #                    to 400k, a finite difference per CNN weight, 300 training steps):
 #                    156 s of test time in the sanitizer stage for code that the same files'
 #                    small cases run under ASan (CI run 14); optimized, a fifth of that.
+#   Simulation.{TheMlpLearns..,UnderChurn..,ARestartedNode..,TheMessagesANodeSends..},
+#   TopologySpectralGap.PastTheDenseLimit*, SimulatedJoins.NoIdIsGivenTwice..
+#                    the simulator at scale (up to 1,000 nodes, a hundred joins, the MLP on
+#                    every node): 110 s of test time in the sanitizer stage (CI run 56),
+#                    for paths that its small cases (a death, a restart, a partition, a
+#                    join, the dense spectra) run under ASan; optimized, about 10 s.
 # shellcheck disable=SC2034
-optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$|^GossipTrain\.StandaloneRecipe|^DenseCodecsLarge\.|^Topk\.ApproximateCountWithinTolerance|^CnnGradient\.MatchesFiniteDifferences$|^MlpTraining\.(ThreeHundredSteps|AShardTrainsToo)'
+optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$|^GossipTrain\.StandaloneRecipe|^DenseCodecsLarge\.|^Topk\.ApproximateCountWithinTolerance|^CnnGradient\.MatchesFiniteDifferences$|^MlpTraining\.(ThreeHundredSteps|AShardTrainsToo)|^Simulation\.(TheMlpLearnsFashionMnist|UnderChurnADeadProcess|ARestartedNodeTakesAPeersModel|TheMessagesANodeSendsGrow)|^TopologySpectralGap\.PastTheDenseLimit|^SimulatedJoins\.NoIdIsGivenTwice'
 # What those tests need built: the programs they drive, the C ABI, their test binaries;
 # and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
 # shellcheck disable=SC2034
 optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_test
                    attacks_test gossip-attacker gossipd-byzantine sync_trainer compression_bench
                    ring_bench deploy_test gossip_train_cli_test compression_dense_codecs_test
-                   compression_sparse_codecs_test trainer_cnn_test trainer_training_test)
+                   compression_sparse_codecs_test trainer_cnn_test trainer_training_test
+                   sim_world_test sim_joins_test peers_topology_test)

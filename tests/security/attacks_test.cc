@@ -210,10 +210,11 @@ TEST(Attacks, CorruptedChunksDoNotStopAnUntrimmedGossipCluster) {
 // Local SGD under --trim 1 (transport allgather: a ring's partial sums cannot be
 // trimmed): the same liar as node 7 of 8. Its NaN and scaled models are trimmed
 // away coordinate by coordinate, and its far-round chunks leave it out of the round
-// after the grace, where the untrimmed cluster failed.
+// after the grace, where the untrimmed cluster failed. Every 8 steps: each of the 37
+// rounds sends every model to all seven others, and they still meet each lie five times.
 TEST(Attacks, AByzantinePeerCannotPoisonTrimmedLocalSgd) {
   const std::vector<std::string> args = {
-      "--nodes",   "8",      "--strategy", "local-sgd", "--period", "4",      "--transport",
+      "--nodes",   "8",      "--strategy", "local-sgd", "--period", "8",      "--transport",
       "allgather", "--trim", "1",          "--steps",   "300",      "--seed", "1"};
   const Outcome& calm = undisturbed(args);
   const Outcome hit = with_byzantine_node(args);
@@ -229,10 +230,12 @@ TEST(Attacks, AByzantinePeerCannotPoisonTrimmedLocalSgd) {
 // connects to node 0 again and again as node 1. ROUTER_HANDOVER handed it node 1's
 // routing id, cutting node 1's link each time; now, under CURVE, a routing id
 // carries a token only node 1 and node 0 can compute, so the attacker's is a
-// stranger's, refused, and node 1's link stays.
+// stranger's, refused, and node 1's link stays. A sync every 4 steps: the attack needs
+// the links up for the run, not the models' traffic.
 TEST(Attacks, AValidKeyCannotTakeOverAnotherNodesLink) {
-  const std::vector<std::string> args = {"--nodes", "3",   "--strategy", "gossip", "--curve",
-                                         "--steps", "300", "--seed",     "1"};
+  const std::vector<std::string> args = {"--nodes", "3",        "--strategy", "gossip",
+                                         "--curve", "--period", "4",          "--steps",
+                                         "300",     "--seed",   "1"};
   const Outcome& calm = undisturbed(args);
   const Outcome hit = attacked(args, {"hijack", "--key-of", "2", "--claim", "1"});
   EXPECT_NE(hit.attacker_log.find("claiming node 1"), std::string::npos)
