@@ -127,6 +127,13 @@ void TrafficCounters::set_link_up(uint32_t peer, bool up) {
   if (up) c->link_was_up.store(true, kRelaxed);
 }
 
+void TrafficCounters::forget_link(uint32_t peer) {
+  PeerCounters* c = find(peer);
+  if (c == &unknown_) return;
+  c->link_up.store(false, kRelaxed);
+  c->link_was_up.store(false, kRelaxed);
+}
+
 bool TrafficCounters::link_was_up(uint32_t peer) const {
   return find(peer)->link_was_up.load(kRelaxed);
 }

@@ -262,6 +262,7 @@ void ZmqTransport::remove_peer(uint32_t peer) {
   for (auto it = routing_ids_.begin(); it != routing_ids_.end();)
     it = it->second == peer ? routing_ids_.erase(it) : std::next(it);
   close_outbound(peer);
+  traffic_.forget_link(peer);
   std::erase_if(removed_, [](const auto& o) { return o->queued.load() == 0; });
   last_refusal_.erase(peer);
 }

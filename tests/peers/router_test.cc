@@ -1,7 +1,8 @@
 // The router over two real transports on loopback: every subscriber of a kind gets
 // each message, kinds nobody subscribed to are counted and logged once, and a
-// subscription ends with its handle; and a peer that is down holds at most the
-// transport's queue budget of payloads.
+// subscription ends with its handle; a peer that is down holds at most the
+// transport's queue budget of payloads; and a peer added again has no link state from
+// its old one.
 
 #include "peers/router.h"
 
@@ -170,6 +171,36 @@ TEST(ZmqTransportQueue, APeerThatIsDownHoldsAtMostTheBudget) {
   EXPECT_EQ(got, 4);
   EXPECT_EQ(a->queued_bytes(1), 0u) << "released once in the kernel";
   EXPECT_TRUE(a->send_shared(1, 50, c, model)) << "drained: sends go through again";
+}
+
+// A peer whose process died, removed from the member list and added again (at a new
+// address, as a restarted node that joined again): its old link's "was up, now down"
+// is forgotten, so a neighbor's rule that reads it as a dead process
+// (NeighborExchange::kLinkDownSilence) waits until the new link has been up.
+TEST(ZmqTransportLinks, APeerAddedAgainHasNoLinkUntilItsNewOneComesUp) {
+  const std::string ea = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+  const std::string eb = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+  auto a = ZmqTransport::create(0, ea, {{1, eb, ""}}).value();
+  auto b = ZmqTransport::create(1, eb, {{0, ea, ""}}).value();
+  Router ra(*a);
+  const auto link_up = [&] { return a->traffic().link_up(1); };
+  poll_until(ra, link_up);
+  ASSERT_TRUE(link_up());
+  b.reset();  // node 1's process is gone: its end of the link closes
+  poll_until(ra, [&] { return !link_up(); });
+  ASSERT_FALSE(link_up());
+  EXPECT_TRUE(a->traffic().link_was_up(1)) << "the dead-process rule's case";
+
+  a->remove_peer(1);
+  const std::string eb2 = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
+  ASSERT_TRUE(a->add_peer({1, eb2, ""}));
+  ra.poll(50ms);
+  EXPECT_FALSE(link_up());
+  EXPECT_FALSE(a->traffic().link_was_up(1)) << "the old link's state, read as the new one's";
+  b = ZmqTransport::create(1, eb2, {{0, ea, ""}}).value();
+  poll_until(ra, link_up);
+  EXPECT_TRUE(link_up());
+  EXPECT_TRUE(a->traffic().link_was_up(1));
 }
 
 }  // namespace
