@@ -79,9 +79,10 @@ class TrafficCounters {
   void set_link_up(uint32_t peer, bool up);
   bool link_up(uint32_t peer) const;
   bool link_was_up(uint32_t peer) const;
-  // The peer left the member list and its link closed: if it is added again, its new
-  // link has not been up yet (a rule that reads "was up, now down" as a dead process,
-  // sgd/overlay/neighbor_exchange.h, must not read the old link's).
+  // The transport closed its link to the peer (removed, banned): no state of that link
+  // is left, so that a link to it opened later has not been up until it is (a rule that
+  // reads "was up, now down" as a dead process, sgd/overlay/neighbor_exchange.h, must
+  // not read the closed link's).
   void forget_link(uint32_t peer);
   proto::ipc::Traffic totals() const;
   // A member that joined (daemon/admission.h). By the one thread that counts; the

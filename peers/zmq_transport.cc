@@ -243,6 +243,8 @@ Status ZmqTransport::add_peer(const Peer& peer) {
 }
 
 void ZmqTransport::close_outbound(uint32_t peer) {
+  // Its monitor closes with it: the link's last state must not outlive the link.
+  traffic_.forget_link(peer);
   for (auto it = outbound_.begin(); it != outbound_.end(); ++it)
     if ((*it)->peer.id == peer) {
       (*it)->events.close();
@@ -262,7 +264,6 @@ void ZmqTransport::remove_peer(uint32_t peer) {
   for (auto it = routing_ids_.begin(); it != routing_ids_.end();)
     it = it->second == peer ? routing_ids_.erase(it) : std::next(it);
   close_outbound(peer);
-  traffic_.forget_link(peer);
   std::erase_if(removed_, [](const auto& o) { return o->queued.load() == 0; });
   last_refusal_.erase(peer);
 }

@@ -17,7 +17,12 @@ inline const std::string& test_bin_dir() {
 
 // The source tree, for the few tests that read one of its files (docs/options.md, the
 // example config): tests/CMakeLists.txt writes its path into the build directory, read
-// here at run time for the same reason. Empty where the file is missing.
+// here at run time for the same reason. Empty where the file is missing (the build
+// directory was not configured by this tree's CMake): kSourceDirMissing says so.
+inline constexpr const char* kSourceDirMissing =
+    "the build directory has no gossip-source-dir (tests/CMakeLists.txt writes it): run "
+    "cmake again";
+
 inline const std::string& test_source_dir() {
   static const std::string dir = [] {
     std::ifstream in(std::filesystem::path(test_bin_dir()).parent_path() / "gossip-source-dir");

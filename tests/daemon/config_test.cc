@@ -282,6 +282,7 @@ TEST(ConfigFile, BoundaryValuesAreAccepted) {
 }
 
 TEST(ConfigFile, TheExampleFileIsValid) {
+  ASSERT_FALSE(test_source_dir().empty()) << kSourceDirMissing;
   auto c = load_config_file(test_source_dir() + "/daemon/gossipd.example.toml");
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_EQ(c->node_id, 0u);

@@ -24,6 +24,7 @@ std::string read_file(const std::string& path) {
 
 TEST(OptionsDoc, TheDocsHoldTheTableGossipdPrints) {
   const std::string table = describe_options(false);
+  ASSERT_FALSE(test_source_dir().empty()) << kSourceDirMissing;
   const std::string doc = read_file(test_source_dir() + "/docs/options.md");
   ASSERT_FALSE(doc.empty()) << "docs/options.md is missing";
   EXPECT_NE(doc.find(table), std::string::npos)

@@ -173,10 +173,11 @@ TEST(ZmqTransportQueue, APeerThatIsDownHoldsAtMostTheBudget) {
   EXPECT_TRUE(a->send_shared(1, 50, c, model)) << "drained: sends go through again";
 }
 
-// A peer whose process died, removed from the member list and added again (at a new
-// address, as a restarted node that joined again): its old link's "was up, now down"
-// is forgotten, so a neighbor's rule that reads it as a dead process
-// (NeighborExchange::kLinkDownSilence) waits until the new link has been up.
+// A peer whose process died, removed from the member list and added again at a new
+// address: its closed link's "was up, now down" is forgotten, so that the rule that
+// reads it as a dead process (NeighborExchange::kLinkDownSilence) waits until the new
+// link has been up. No daemon path removes a member that was up today (remove_peer
+// undoes a refused add): an invariant of the transport, kept by this test.
 TEST(ZmqTransportLinks, APeerAddedAgainHasNoLinkUntilItsNewOneComesUp) {
   const std::string ea = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
   const std::string eb = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
