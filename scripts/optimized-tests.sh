@@ -35,7 +35,7 @@
 #   Simulation.{TheMlpLearns..,UnderChurn..,ARestartedNode..,TheMessagesANodeSends..},
 #   TopologySpectralGap.PastTheDenseLimit*, SimulatedJoins.NoIdIsGivenTwice..
 #                    the simulator at scale (up to 1,000 nodes, a hundred joins, the MLP on
-#                    every node): 110 s of test time in the sanitizer stage (CI run 56),
+#                    every node): 125 s of test time in the sanitizer stage (CI run 56),
 #                    for paths that its small cases (a death, a restart, a partition, a
 #                    join, the dense spectra) run under ASan; optimized, 12 s.
 # shellcheck disable=SC2034
