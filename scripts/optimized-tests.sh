@@ -48,20 +48,3 @@ optimized_targets=(gossipd gossipctl gossip-train gossip test_trainer training_t
                    ring_bench deploy_test gossip_train_cli_test compression_dense_codecs_test
                    compression_sparse_codecs_test trainer_cnn_test trainer_training_test
                    sim_world_test sim_joins_test peers_topology_test)
-
-# The tests of build directory $1 that match $2 and take one core in ctest's count (no
-# PROCESSORS 2), longest first by the directory's cost data (scripts/seed-test-costs.sh):
-# scripts/test.sh runs them beside the sanitizer stage.
-one_core_tests() {
-  (cd "$1" && ctest --show-only=json-v1 -R "$2") | python3 -c '
-import json, pathlib, sys
-costs = {}
-path = pathlib.Path(sys.argv[1]) / "Testing/Temporary/CTestCostData.txt"
-for line in path.read_text().splitlines() if path.exists() else []:
-    fields = line.split()
-    if len(fields) == 3:
-        costs[fields[0]] = float(fields[2])
-names = [t["name"] for t in json.load(sys.stdin)["tests"]
-         if all(p["name"] != "PROCESSORS" or p["value"] < 2 for p in t.get("properties", []))]
-print("\n".join(sorted(names, key=lambda n: -costs.get(n, 0.0))))' "$1"
-}

@@ -8,8 +8,6 @@
 #      both built beside stage 1 at the lowest priority, in the CPU time it leaves idle;
 #      the timed training runs, the experiments, the Python client, the deployment and
 #      package tests and the fuzzing smoke test on them (scripts/optimized-tests.sh).
-#      Those of them that use one core start beside stage 1's tests, one at a time, as
-#      soon as build/ is ready (below); the rest, and any they did not reach, after it.
 # Each test runs once, so the suite fits CI's time on two cores.
 #   GOSSIP_SKIP_SANITIZERS=1  a quick local run instead: build/ in full and every test on it
 #   NO_INSTALL=1              skip scripts/install-deps.sh
@@ -49,53 +47,17 @@ built_log=$(mktemp -t gossip-build-XXXXXX)
 targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
 builder=""
-beside=""
-# What the one-core tests beside stage 1 leave: build/ ready (the builder's last step),
-# a stop once stage 1 is over, the names they ran and failed, their ctest lines.
-side=$(mktemp -d -t gossip-beside-XXXXXX)
-trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true
-      [[ -z "$beside" ]] || kill -- -"$beside" 2>/dev/null || true
-      rm -rf "$log" "$built_log" "$side"' EXIT
+trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true; rm -f "$log" "$built_log"' EXIT
 # Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang).
 setsid nice -n 19 bash -c '
-  parent=$1; ready=$2; shift 2
+  parent=$1; shift
   (while kill -0 "$parent" 2>/dev/null; do sleep 2; done; kill -- -$$) &
   bash scripts/build.sh "$@" && bash scripts/build-packages.sh &&
-    { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; } && touch "$ready"' \
-  build $$ "$side/ready" "${targets[@]}" >"$built_log" 2>&1 &
+    { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; }' \
+  build $$ "${targets[@]}" >"$built_log" 2>&1 &
 builder=$!
-# The optimized stage's tests that use one core (no PROCESSORS 2: they mostly wait, and
-# none times itself against a run alone) fill the CPU that stage 1's tests leave idle
-# (a fifth of it, docs/testing.md, "Time"): as soon as build/ is ready, one at a time,
-# longest first, until stage 1 ends; the one running then is let finish. Started at
-# normal priority, as beside another test in the optimized stage.
-setsid bash -c '
-  parent=$1; side=$2
-  (while kill -0 "$parent" 2>/dev/null; do sleep 2; done; kill -- -$$) &
-  until [[ -e "$side/ready" ]]; do [[ -e "$side/stop" ]] && exit 0; sleep 2; done
-  source scripts/optimized-tests.sh
-  bash scripts/seed-test-costs.sh build
-  for t in $(one_core_tests build "$optimized_tests"); do
-    [[ -e "$side/stop" ]] && break
-    echo "$t" >>"$side/ran"
-    (cd build && ctest --output-on-failure --timeout 600 -R "^${t//./\\.}\$") >>"$side/log" 2>&1 ||
-      echo "$t" >>"$side/failed"
-  done' beside $$ "$side" &
-beside=$!
 bash scripts/test-sanitizers.sh | tee "$log"
 sanitized=$SECONDS
-touch "$side/stop"
-wait "$beside" || true
-beside=""
-if [[ -s "$side/log" ]]; then
-  echo "test.sh: $(wc -l <"$side/ran") of the optimized stage's one-core tests ran beside stage 1:"
-  grep -E '^ *[0-9]+/[0-9]+ Test +#' "$side/log" | tee -a "$log"
-fi
-if [[ -s "$side/failed" ]]; then
-  cat "$side/log" >&2
-  echo "test.sh: failed beside stage 1: $(tr '\n' ' ' <"$side/failed")" >&2
-  exit 1
-fi
 # The Debian packages are for Install.DebianPackagesInstallAndRemove: the same compile
 # lines as build/, so ccache serves nearly every object and they cost the links and cpack.
 wait "$builder" || {
@@ -107,10 +69,7 @@ builder=""
 tail -n 3 "$built_log"
 built=$SECONDS
 bash scripts/seed-test-costs.sh build
-ran=""
-[[ -s "$side/ran" ]] && ran="^($(sed 's/\./\\./g' "$side/ran" | paste -sd'|'))\$"
-(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests" ${ran:+-E "$ran"}) |
-  tee -a "$log"
+(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests") | tee -a "$log"
 echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \
   "$((built - sanitized)) s more, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"
 # A failure stops the script above (pipefail), so what is left passed or was skipped.
