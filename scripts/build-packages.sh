@@ -3,7 +3,7 @@
 # into DIR/packages/ and prints their paths.
 # Usage: scripts/build-packages.sh [--dir DIR] [extra cmake -D flags...]
 #   --dir DIR          build into DIR instead of build-pkg/ (the configure log is DIR.cmake.log)
-#   NO_INSTALL=1       skip scripts/install-deps.sh (the packages are there already)
+#   NO_INSTALL=1       skip scripts/install-deps.sh --build (the packages are there already)
 #   GOSSIP_JOBS=N      parallel compile jobs (default: every core)
 #   GOSSIP_NO_CCACHE=1 no ccache
 #
@@ -24,7 +24,7 @@ while [[ $# -gt 0 ]]; do
     *) break ;;
   esac
 done
-[[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh
+[[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh --build
 jobs=${GOSSIP_JOBS:-$(nproc 2>/dev/null || echo 2)}
 flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr
        -DGOSSIP_BUILD_TESTS=OFF -DGOSSIP_BUILD_BENCH=OFF -DGOSSIP_WITH_CUDA=OFF

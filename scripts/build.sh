@@ -3,7 +3,7 @@
 # Usage: scripts/build.sh [--dir DIR] [--target T]... [extra cmake -D flags...]
 #   --dir DIR     build into DIR instead of build/ (the configure log is DIR.cmake.log)
 #   --target T    build only T (and what it needs); repeatable; default: everything
-#   NO_INSTALL=1  skip scripts/install-deps.sh (the packages are there already)
+#   NO_INSTALL=1  skip scripts/install-deps.sh --build (the packages are there already)
 #   GOSSIP_UNITY=0  one object per source file (for editing: a change recompiles one file)
 #
 # RelWithDebInfo with line tables only (-g1): stacks and sanitizer reports keep their
@@ -33,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     *) break ;;
   esac
 done
-[[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh
+[[ -n "${NO_INSTALL:-}" ]] || bash scripts/install-deps.sh --build
 jobs=$(nproc 2>/dev/null || echo 2)
 flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
 # The trainer's kernels for this machine's CPU (experiments/trainer/CMakeLists.txt): what

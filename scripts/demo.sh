@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 echo "demo: [1/3] packages (scripts/install-deps.sh)" >&2
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --build
 echo "demo: [2/3] building gossipd, gossipctl and gossip-train into build/ ($((SECONDS - start)) s so far)" >&2
 NO_INSTALL=1 bash scripts/build.sh --target gossipd --target gossipctl --target gossip-train
 echo "demo: [3/3] a 4-node cluster on loopback, 1,200 steps ($((SECONDS - start)) s so far)" >&2

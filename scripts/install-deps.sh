@@ -2,9 +2,17 @@
 # Installs everything gossipd needs from Debian's packages. Idempotent: packages
 # already present are skipped, so a second run costs one dpkg query.
 set -euo pipefail
+# Usage: scripts/install-deps.sh [--build]
+#   --build  only what building gossipd and running the demo need (scripts/demo.sh,
+#            scripts/build.sh): a fresh machine gets to the demo without the test
+#            tools' downloads (torch, clang, Slurm, Prometheus, mkdocs), which were most
+#            of the install's time. Without it: everything, for scripts/test.sh.
 
-packages=(
-  build-essential cmake pkg-config ninja-build ccache lld
+# The build's packages (CMakeLists.txt's find_package and pkg_check_modules; GoogleTest
+# too, because build/ is configured with its tests, and rdma-core's headers, because the
+# ring's RDMA transport is compiled in when they are found) and the demo's data set.
+build_packages=(
+  build-essential cmake pkg-config ninja-build ccache
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsodium-dev libssl-dev
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev
@@ -12,6 +20,11 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
+)
+# What the tests, the sanitizer build (lld, clang's fuzzers), the docs site and the
+# experiments' plots add.
+test_packages=(
+  lld
   python3 python3-matplotlib python3-torch python3-torchvision python3-pip iproute2
   # Debian's torch does its matrix products through libblas.so.3, which without this is
   # the reference BLAS: an MLP step of batch 512 took 157 ms, with OpenBLAS 10 ms. Not
@@ -22,6 +35,11 @@ packages=(
   clang libclang-rt-14-dev llvm clang-format clang-tidy
   mkdocs mkdocs-material
 )
+case "${1:-}" in
+  --build) packages=("${build_packages[@]}") ;;
+  "") packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--build])" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
