@@ -9,14 +9,15 @@ set -euo pipefail
 #            of the install's time. Without it: everything, for scripts/test.sh.
 
 # The build's packages (CMakeLists.txt's find_package and pkg_check_modules; GoogleTest
-# too, because build/ is configured with its tests, and rdma-core's headers, because the
-# ring's RDMA transport is compiled in when they are found) and the demo's data set.
+# and python3 too, because build/ is configured with its tests, and rdma-core's headers,
+# because the ring's RDMA transport is compiled in when they are found) and the demo's
+# data set.
 build_packages=(
   build-essential cmake pkg-config ninja-build ccache
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsodium-dev libssl-dev
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev python3
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libeigen3-dev zlib1g-dev
   dataset-fashion-mnist
@@ -25,7 +26,7 @@ build_packages=(
 # experiments' plots add.
 test_packages=(
   lld
-  python3 python3-matplotlib python3-torch python3-torchvision python3-pip iproute2
+  python3-matplotlib python3-torch python3-torchvision python3-pip iproute2
   # Debian's torch does its matrix products through libblas.so.3, which without this is
   # the reference BLAS: an MLP step of batch 512 took 157 ms, with OpenBLAS 10 ms. Not
   # the serial build: it is not safe to call from two threads at once, and a test that
@@ -73,6 +74,12 @@ if [ ! -e "$policy" ]; then
   added_policy=1
   trap '$sudo rm -f "$policy"' EXIT
 fi
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# apt's and dpkg's lines go to a log, shown whole only when the install fails: dpkg
+# prints several per package, hundreds in all, above the demo's own output.
+log=$(mktemp -t gossip-install-XXXXXX)
+started=$SECONDS
+{ $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1 || {
+  cat "$log" >&2; echo "install-deps: apt-get failed (its output above)" >&2; rm -f "$log"; exit 1; }
+rm -f "$log"
+echo "install-deps: installed ${#missing[@]} packages and what they need in $((SECONDS - started)) s"
 if [ -n "$added_policy" ]; then $sudo rm -f "$policy"; trap - EXIT; fi
