@@ -134,7 +134,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
       "over simulated links, on a synthetic objective with a known optimum");
   app->add_option("--nodes", o->nodes, "How many nodes")->capture_default_str();
   app->add_option("--strategy", o->strategy,
-                  "gossip, choco, push-sum, async-gossip, local-sgd or allreduce")
+                  "gossip, choco, push-sum, async-gossip, local-sgd, allreduce or sma")
       ->capture_default_str();
   app->add_option("--transport", o->transport,
                   "local-sgd and allreduce: tcp (gossipd's ring, tree, butterfly and master "
@@ -155,6 +155,12 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--delay", o->params.delay, "push-sum: rounds a message may be in flight");
   app->add_option("--staleness", o->params.staleness, "async gossip: rounds ahead of a neighbor");
   app->add_option("--trim", o->params.trim, "gossip: values cut from each end of the mean");
+  app->add_option("--learners-per-device", o->params.learners_per_device,
+                  "sma: the learners of each node, each a replica with its own gradient noise")
+      ->capture_default_str();
+  app->add_option("--sma-alpha", o->params.sma_alpha,
+                  "sma: each learner's pull towards the central model (0: 1 / the learners)");
+  app->add_option("--sma-momentum", o->sma_momentum, "sma: the central model's momentum");
   app->add_option("--model", o->model,
                   "quadratic (a local step on |x - b_i|^2/2 each round), mixing (x <- W x) or "
                   "mlp (the reference MLP on each node's shard of Fashion-MNIST)")

@@ -19,6 +19,7 @@
 #include "sgd/overlay/neighbor_exchange.h"
 #include "sgd/overlay/overlay.h"
 #include "sgd/round_deadline.h"
+#include "sgd/strategies/sma/sma.h"
 #include "sim/sim_clock.h"
 
 namespace gossip::sim {
@@ -81,8 +82,13 @@ struct Node {
   std::unique_ptr<sgd::AllReduce> all_reduce;       // the elastic ring or the all-gather
   std::unique_ptr<sgd::Strategy> strategy;
   std::unique_ptr<sgd::RoundDeadline> deadline;
-  std::vector<float> x;
-  std::vector<float> b;      // the node's optimum (quadratic)
+  std::vector<float> x;  // the node's model: what its rounds run on (SMA's central model)
+  std::vector<float> b;  // the node's optimum (quadratic)
+  // SMA (--strategy sma): the node's learners, each a replica that takes the local
+  // steps, and the central model they follow (sgd/strategies/sma/sma.h), as the
+  // daemon holds them for its trainers (daemon/rounds.cc).
+  std::vector<std::vector<float>> learners;
+  std::unique_ptr<sgd::CentralModel> central;
   uint64_t wire_before = 0;  // sent before its last restart (the channel then counts anew)
 };
 
@@ -142,6 +148,10 @@ class World {
       // Training starts every replica from one point; consensus alone from the b_i.
       n.x = o.model == "mixing" ? n.b : std::vector<float>(o.numel, 0.0f);
       if (o.model == "mixing") std::vector<float>().swap(n.b);
+      if (descriptor.central_model) {
+        n.learners.assign(o.params.learners_per_device, n.x);
+        n.central = std::make_unique<sgd::CentralModel>(o.params.sma_alpha, o.sma_momentum);
+      }
     }
     for (double& v : optimum_) v /= o.nodes;
   }
@@ -344,15 +354,11 @@ class World {
       }
       double loss = 0;
       if (mlp_) loss = mlp_->step(i);
-      if (!n.b.empty() && o_.noise > 0) {
-        for (size_t e = 0; e < n.x.size(); ++e) {
-          float g = n.x[e] - n.b[e];
-          g += static_cast<float>(o_.noise * normal(o_.seed ^ 0x6e6f, i, r * o_.numel + e));
-          n.x[e] -= lr * g;
-        }
-      } else if (!n.b.empty()) {
-        // Without noise, a loop the compiler vectorizes (the branch above kept it scalar).
-        for (size_t e = 0; e < n.x.size(); ++e) n.x[e] -= lr * (n.x[e] - n.b[e]);
+      if (n.central) {
+        for (uint32_t j = 0; j < n.learners.size(); ++j)
+          local_step(n.learners[j], n.b, i, j, r, lr);
+      } else {
+        local_step(n.x, n.b, i, 0, r, lr);
       }
       // The step's compute, while the node answers its peers as the sync worker does
       // between jobs.
@@ -378,19 +384,47 @@ class World {
       const auto allowed = n.deadline->next();
       ro.deadline = clock_.now() + std::chrono::duration_cast<Duration>(allowed);
       const TimePoint began = clock_.now();
-      if (Status st = n.strategy->synchronize(n.x, r, ro); !st) {
+      // SMA's round runs on the central model, moved by its learners first and
+      // followed by them after, as the daemon does (daemon/rounds.cc).
+      std::span<float> model = n.x;
+      std::vector<std::span<float>> learners(n.learners.begin(), n.learners.end());
+      if (n.central) model = n.central->update(learners);
+      if (Status st = n.strategy->synchronize(model, r, ro); !st) {
         if (n.deadline->adapting())
           st = st.with_context(sgd::RoundDeadline::failure_context(allowed));
         report_.failures.push_back(fmt::format("node {}: round {}: {}", i, r, st.message()));
         return;
       }
       n.deadline->completed(clock_.now() - began);
+      if (n.central) {
+        n.central->correct(learners);
+        std::copy(model.begin(), model.end(), n.x.begin());
+      }
       record(i, r, loss);
       // What a restarted peer takes, as gossipd's sync worker offers it after a round.
       if (o_.rejoin_after)
         n.exchange->state()->publish(n.x, n.strategy->shared_state(), r + 1, r + 1, 1.0, kLayout,
                                      o_.chunk_elems);
       ++r;
+    }
+  }
+
+  // A local step of replica x (learner `learner` of node i) on f_i(x) = |x - b_i|^2 / 2,
+  // with the gradient's noise: each learner draws its own (learner 0 as a node without
+  // learners does, so SMA with one learner is local SGD exactly).
+  void local_step(std::vector<float>& x, const std::vector<float>& b, uint32_t i, uint32_t learner,
+                  uint64_t r, float lr) const {
+    if (b.empty()) return;  // mixing, or the MLP (its step is mlp_->step)
+    if (o_.noise > 0) {
+      const uint64_t key = o_.seed ^ 0x6e6f ^ (learner * 0x9e3779b97f4a7c15ULL);
+      for (size_t e = 0; e < x.size(); ++e) {
+        float g = x[e] - b[e];
+        g += static_cast<float>(o_.noise * normal(key, i, r * o_.numel + e));
+        x[e] -= lr * g;
+      }
+    } else {
+      // Without noise, a loop the compiler vectorizes (the branch above kept it scalar).
+      for (size_t e = 0; e < x.size(); ++e) x[e] -= lr * (x[e] - b[e]);
     }
   }
 
@@ -573,11 +607,37 @@ Result<Report> simulate(const WorldOptions& o,
     if (o.deaths.empty() && o.churn_per_minute <= 0)
       return Status::invalid("--rejoin-after: nothing dies (--kill, --churn)");
   }
-  if (descriptor->fabric == sgd::Fabric::kServers || o.strategy == "sma")
+  if (descriptor->fabric == sgd::Fabric::kServers)
     return Status::invalid(fmt::format(
-        "--strategy {}: not simulated yet (the gossip family, local-sgd and allreduce are; "
-        "the parameter servers' and SMA's central model are not wired into the simulation)",
+        "--strategy {}: not simulated yet (the gossip family, local-sgd, allreduce and sma "
+        "are; the parameter servers are not wired into the simulation)",
         o.strategy));
+  if (o.params.learners_per_device < 1 || o.params.learners_per_device > 64)
+    return Status::invalid(fmt::format("--learners-per-device {}: from 1 to 64 (as gossipd's)",
+                                       o.params.learners_per_device));
+  if (o.params.learners_per_device > 1 && !descriptor->central_model)
+    return Status::invalid(fmt::format(
+        "--learners-per-device {} with --strategy {}: sma's option (its learners follow a "
+        "central model; a simulated node of the others has one replica)",
+        o.params.learners_per_device, o.strategy));
+  if (!(o.sma_momentum >= 0 && o.sma_momentum < 1))
+    return Status::invalid(fmt::format("--sma-momentum {}: in [0, 1)", o.sma_momentum));
+  if (!(o.params.sma_alpha >= 0))  // the top is the strategy's check, with the learners
+    return Status::invalid(
+        fmt::format("--sma-alpha {}: 0 (1 / the learners) or more", o.params.sma_alpha));
+  // The strategy's own checks, as gossipd makes them; named by the flag (a config key
+  // strategy.sma_alpha is --sma-alpha here, as it is gossipd's).
+  if (descriptor->check)
+    if (auto problem = descriptor->check(o.params, o.nodes)) {
+      std::string flag = problem->key;
+      if (flag.starts_with("strategy.")) flag = "--" + flag.substr(9);
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      return Status::invalid(fmt::format("{}: {}", flag, problem->message));
+    }
+  if (descriptor->central_model && o.model == "mlp")
+    return Status::invalid(
+        "--strategy sma with --model mlp: not simulated (the simulated MLP trains one replica "
+        "a node; SMA's learners are several)");
   if (descriptor->fabric == sgd::Fabric::kAllReduce) {
     if (o.transport != "tcp" && o.transport != "allgather")
       return Status::invalid(fmt::format(

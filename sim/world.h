@@ -10,7 +10,8 @@
 // Today: the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip), and local SGD
 // and allreduce over gossipd's all-reduce (sgd/membership/peer_ring.h: the ring, tree,
 // butterfly and master, over the hub's ring transport, peers/memory_ring.h) or over the
-// all-gather. Not the parameter servers nor SMA.
+// all-gather, and SMA (Crossbow's central model per node, over the same all-reduces,
+// with --learners-per-device learners a node). Not the parameter servers.
 
 #include <chrono>
 #include <cstdint>
@@ -30,8 +31,9 @@ namespace gossip::sim {
 struct WorldOptions {
   uint32_t nodes = 16;
   std::string strategy = "gossip";
-  std::string topology;  // "": the strategy's default
-  sgd::StrategyParams params;
+  std::string topology;        // "": the strategy's default
+  sgd::StrategyParams params;  // with SMA's alpha and learners_per_device
+  double sma_momentum = 0;     // SMA: the central model's momentum, in [0, 1)
   std::string codec = "none";
   // How local SGD and allreduce average, as gossipd's --transport: "tcp" (the elastic
   // ring's all-reduces, over the simulated links) or "allgather".

@@ -611,6 +611,53 @@ TEST(Simulation, AnAdaptiveDeadlineNoticesADeadPeerLongBeforeTheFixedOne) {
   }
 }
 
+// Crossbow's SMA (sgd/strategies/sma/sma.h) over the ring all-reduce. With one learner a
+// node it is local SGD (sma.h says why), to float rounding: z + (w - z) is w only
+// nearly. With K learners, each with its own gradient noise, the mean of all the
+// learners follows the full gradient with the noise of K times as many draws: at
+// step size a and noise s per element, n nodes' mean ends a^2 s^2 / (n K (1 - (1 - a)^2))
+// from the optimum per element in expectation, K times closer with K learners. The
+// nodes agree on their central models after every round.
+TEST(Simulation, SmaWithOneLearnerIsLocalSgdAndMoreLearnersAverageTheirNoise) {
+  WorldOptions o;
+  o.nodes = 4;
+  o.strategy = "local-sgd";
+  o.allreduce_algorithm = "ring";
+  o.numel = 2000;
+  o.rounds = 60;
+  o.noise = 0.5;
+  o.links.all = {1ms, {}, 125e6};
+  o.step_time = 5ms;
+  const Report local = run(o);
+  o.strategy = "sma";
+  const Report one = run(o);
+  ASSERT_EQ(one.rounds.size(), 60u);
+  ASSERT_EQ(local.rounds.size(), 60u);
+  for (size_t r = 0; r < 60; ++r) {
+    EXPECT_NEAR(one.rounds[r].suboptimality, local.rounds[r].suboptimality,
+                1e-4 * local.rounds[r].suboptimality)
+        << r;
+    EXPECT_LT(one.rounds[r].consensus, 1e-12) << r;
+    EXPECT_EQ(one.rounds[r].wire_bytes_per_node, local.rounds[r].wire_bytes_per_node) << r;
+  }
+  o.params.learners_per_device = 4;
+  const Report four = run(o);
+  ASSERT_EQ(four.rounds.size(), 60u);
+  for (const RoundRow& row : four.rounds) EXPECT_LT(row.consensus, 1e-12) << row.round;
+  // The last 20 rounds, well past the start's error (it shrinks by 0.81 a round).
+  auto floor = [](const Report& r) {
+    double sum = 0;
+    for (size_t i = 40; i < 60; ++i) sum += r.rounds[i].suboptimality;
+    return sum / 20;
+  };
+  const double a = 0.1, s = 0.5, n = 4;
+  const double predicted = a * a * s * s / (n * (1 - (1 - a) * (1 - a)));
+  EXPECT_NEAR(floor(one), predicted, 0.15 * predicted);
+  EXPECT_NEAR(floor(four), predicted / 4, 0.15 * predicted / 4);
+  // The same bytes: the round averages one central model a node, whatever its learners.
+  EXPECT_EQ(four.rounds.back().wire_bytes_per_node, one.rounds.back().wire_bytes_per_node);
+}
+
 TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   WorldOptions o;
   o.strategy = "ps";
@@ -654,6 +701,25 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   o.churn_per_minute = 10;
   o.strategy = "local-sgd";
   EXPECT_NE(simulate(o).status().message().find("--rejoin-after with --strategy local-sgd"),
+            std::string::npos);
+  // SMA's options, checked as gossipd checks them; its learners are its own.
+  o = {};
+  o.strategy = "sma";
+  o.params.learners_per_device = 4;
+  o.params.sma_alpha = 0.5;
+  EXPECT_NE(simulate(o).status().message().find("--sma-alpha: 0.5 x 4 learners is over 1"),
+            std::string::npos)
+      << simulate(o).status().message();
+  o.params.sma_alpha = 0;
+  o.sma_momentum = 1;
+  EXPECT_NE(simulate(o).status().message().find("--sma-momentum 1: in [0, 1)"), std::string::npos);
+  o.sma_momentum = 0;
+  o.model = "mlp";
+  EXPECT_NE(simulate(o).status().message().find("--strategy sma with --model mlp"),
+            std::string::npos);
+  o.model = "quadratic";
+  o.strategy = "gossip";
+  EXPECT_NE(simulate(o).status().message().find("--learners-per-device 4 with --strategy gossip"),
             std::string::npos);
   // Past the machine's memory (a row per pair of nodes): refused, not killed.
   o = {};
