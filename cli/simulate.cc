@@ -12,6 +12,7 @@
 
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
+#include "sgd/strategies/ps/parameter_server.h"
 #include "sim/world.h"
 
 namespace gossip::cli {
@@ -134,7 +135,7 @@ Subcommand add_simulate_command(CLI::App& parent) {
       "over simulated links, on a synthetic objective with a known optimum");
   app->add_option("--nodes", o->nodes, "How many nodes")->capture_default_str();
   app->add_option("--strategy", o->strategy,
-                  "gossip, choco, push-sum, async-gossip, local-sgd, allreduce or sma")
+                  "gossip, choco, push-sum, async-gossip, local-sgd, allreduce, sma or ps")
       ->capture_default_str();
   app->add_option("--transport", o->transport,
                   "local-sgd and allreduce: tcp (gossipd's ring, tree, butterfly and master "
@@ -161,6 +162,41 @@ Subcommand add_simulate_command(CLI::App& parent) {
   app->add_option("--sma-alpha", o->params.sma_alpha,
                   "sma: each learner's pull towards the central model (0: 1 / the learners)");
   app->add_option("--sma-momentum", o->sma_momentum, "sma: the central model's momentum");
+  // The parameter servers' options, spelled and checked as gossipd's.
+  sgd::ParameterServerOptions& ps = o->params.ps;
+  app->add_option("--servers", ps.servers, "ps: the servers (the nodes of the lowest ids)")
+      ->capture_default_str();
+  app->add_option("--ps-replicas", ps.replicas, "ps: holders of each shard besides its server")
+      ->capture_default_str();
+  app->add_option_function<std::string>(
+         "--ps-mode",
+         [o](const std::string& v) {  // checked below, before this runs
+           if (auto mode = sgd::parse_ps_mode(v, &o->params.ps.staleness))
+             o->params.ps.mode = *mode;
+         },
+         "ps: bsp, async or ssp:S")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            uint64_t staleness = 0;
+            auto mode = sgd::parse_ps_mode(v, &staleness);
+            return mode ? std::string() : mode.status().message();
+          },
+          "MODE"));
+  app->add_option("--ps-fetch", ps.fetch, "ps: async and ssp pull every N pushes")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1'000'000}));
+  app->add_option_function<std::string>(
+         "--ps-optimizer",
+         [o](const std::string& v) {
+           if (auto kind = sgd::parse_server_optimizer(v)) o->params.ps.optimizer.kind = *kind;
+         },
+         "ps: the servers' optimizer, sgd, momentum or adam")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam"}));
+  app->add_option("--ps-lr", ps.optimizer.lr, "ps: the servers' learning rate")
+      ->capture_default_str()
+      ->check(bounded(0, 1e6, true));
+  app->add_option("--ps-momentum", ps.optimizer.momentum, "ps: the servers' momentum, in [0, 1)")
+      ->check(bounded(0, 0.999999, false));
   app->add_option("--model", o->model,
                   "quadratic (a local step on |x - b_i|^2/2 each round), mixing (x <- W x) or "
                   "mlp (the reference MLP on each node's shard of Fashion-MNIST)")
@@ -418,10 +454,13 @@ Subcommand add_simulate_command(CLI::App& parent) {
           return kExitUsage;
         }
         const auto& rows = report->rounds;
-        std::printf("simulated %u nodes, %s on %s, %llu rounds of %zu parameters\n", o->nodes,
-                    o->strategy.c_str(),
-                    o->topology.empty() ? "its default topology" : o->topology.c_str(),
-                    static_cast<unsigned long long>(o->rounds),
+        // A graph only where the strategy has one (the gossip family's).
+        const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(o->strategy);
+        const std::string over = descriptor && descriptor->fabric != sgd::Fabric::kOverlay ? ""
+                                 : o->topology.empty() ? " on its default topology"
+                                                       : " on " + o->topology;
+        std::printf("simulated %u nodes, %s%s, %llu rounds of %zu parameters\n", o->nodes,
+                    o->strategy.c_str(), over.c_str(), static_cast<unsigned long long>(o->rounds),
                     o->model == "mlp" ? sim::MlpCluster::numel() : o->numel);
         std::printf("virtual time %.3f s in %.1f s of real time (%llu events)\n", report->virtual_s,
                     report->real_s, static_cast<unsigned long long>(report->events));

@@ -175,7 +175,11 @@ class World {
     limits.patience_floor = o_.patience_floor;
     const compression::Codec* codec = codec_.codec.get();
     sgd::StrategyResources r;
-    if (descriptor_.fabric == sgd::Fabric::kOverlay) {
+    if (descriptor_.fabric == sgd::Fabric::kServers) {
+      // As the sync worker: the servers and workers talk over the node's router.
+      r.router = n.router.get();
+      r.error_feedback = codec_.error_feedback;
+    } else if (descriptor_.fabric == sgd::Fabric::kOverlay) {
       n.exchange = std::make_unique<sgd::NeighborExchange>(*n.router, codec, nullptr, limits);
       n.exchange->watched_over(overlay_.get());
       r.exchange = n.exchange.get();
@@ -230,6 +234,7 @@ class World {
     std::vector<SimClock::Task> tasks;
     report_.finished.assign(o_.nodes, {});
     running_ = o_.nodes;
+    training_ = o_.nodes;
     for (uint32_t i = 0; i < o_.nodes; ++i)
       tasks.push_back({fmt::format("node {}", i), [this, i] { run_node(i); }});
     clock_.run(std::move(tasks));
@@ -301,11 +306,21 @@ class World {
   }
 
   void run_node(uint32_t i) {
-    Node& n = nodes_[i];
     struct Ends {
       uint32_t& running;
       ~Ends() { --running; }
     } ends{running_};
+    train(i);
+    --training_;
+    // A parameter server whose own rounds are done still serves its shard to the
+    // workers that are not, as a gossipd whose trainer has finished still answers.
+    if (descriptor_.fabric == sgd::Fabric::kServers && ran_last_[i])
+      while (training_ > 0) nodes_[i].strategy->progress(o_.rounds, nodes_[i].x.size(), 20ms);
+  }
+
+  // Node i's rounds, to the last or to its death (or a failure, in the report).
+  void train(uint32_t i) {
+    Node& n = nodes_[i];
     const float lr = static_cast<float>(o_.lr > 0 ? o_.lr : 0.1);
     uint64_t life = 0;
     TimePoint dies_at = death_time(i, life);
@@ -535,11 +550,12 @@ class World {
   // The rounds a node did not run: [the round it died before, the round it came back
   // before), UINT64_MAX while it is away; or the rounds it skipped to catch up.
   std::vector<std::pair<uint64_t, uint64_t>> away_;
-  std::map<uint32_t, TimePoint> rejoined_at_;         // restarted, first round not finished yet
-  std::vector<bool> ran_last_;                        // finished the last round
-  std::vector<uint64_t> next_record_;                 // per node: the rounds below it are counted
-  uint32_t running_ = 0;                              // nodes whose task has not ended
-  uint32_t asleep_ = 0;                               // of them, dead and waiting to restart
+  std::map<uint32_t, TimePoint> rejoined_at_;  // restarted, first round not finished yet
+  std::vector<bool> ran_last_;                 // finished the last round
+  std::vector<uint64_t> next_record_;          // per node: the rounds below it are counted
+  uint32_t running_ = 0;                       // nodes whose task has not ended
+  uint32_t training_ = 0;  // nodes whose rounds have not ended (run, died or failed)
+  uint32_t asleep_ = 0;    // of them, dead and waiting to restart
   uint64_t retired_wire_ = 0, retired_messages_ = 0;  // restarted nodes' old channels
   Report report_;
   const std::function<void(const RoundRow&)>* progress_ = nullptr;
@@ -607,11 +623,6 @@ Result<Report> simulate(const WorldOptions& o,
     if (o.deaths.empty() && o.churn_per_minute <= 0)
       return Status::invalid("--rejoin-after: nothing dies (--kill, --churn)");
   }
-  if (descriptor->fabric == sgd::Fabric::kServers)
-    return Status::invalid(fmt::format(
-        "--strategy {}: not simulated yet (the gossip family, local-sgd, allreduce and sma "
-        "are; the parameter servers are not wired into the simulation)",
-        o.strategy));
   if (o.params.learners_per_device < 1 || o.params.learners_per_device > 64)
     return Status::invalid(fmt::format("--learners-per-device {}: from 1 to 64 (as gossipd's)",
                                        o.params.learners_per_device));

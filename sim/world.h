@@ -10,8 +10,9 @@
 // Today: the gossip family (D-PSGD, CHOCO-SGD, push-sum, async gossip), and local SGD
 // and allreduce over gossipd's all-reduce (sgd/membership/peer_ring.h: the ring, tree,
 // butterfly and master, over the hub's ring transport, peers/memory_ring.h) or over the
-// all-gather, and SMA (Crossbow's central model per node, over the same all-reduces,
-// with --learners-per-device learners a node). Not the parameter servers.
+// all-gather, SMA (Crossbow's central model per node, over the same all-reduces, with
+// --learners-per-device learners a node), and the parameter servers (over the nodes'
+// routers, as gossipd's sync worker makes them).
 
 #include <chrono>
 #include <cstdint>

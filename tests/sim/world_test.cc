@@ -16,6 +16,7 @@
 
 #include "peers/mixing_matrix.h"
 #include "peers/topology.h"
+#include "sgd/strategies/ps/parameter_server.h"
 #include "tests/param_name.h"
 
 namespace gossip::sim {
@@ -658,12 +659,94 @@ TEST(Simulation, SmaWithOneLearnerIsLocalSgdAndMoreLearnersAverageTheirNoise) {
   EXPECT_EQ(four.rounds.back().wire_bytes_per_node, one.rounds.back().wire_bytes_per_node);
 }
 
+// gossipd's parameter servers (sgd/strategies/ps/) over the simulated links, under bsp:
+// every worker ends each round with the servers' model, which moves as local SGD's mean
+// does (the first round takes the server's model, so from round 1 on). A round costs
+// a push (the model over the worker's uplink and the latency) and then the server's n - 1
+// answers to the pulls, one after another over its uplink: step + 2 latency + n model /
+// bandwidth, against the ring's 2(n - 1) steps of a segment. A worker sends its model
+// and the server n - 1 of them: 2(n - 1)/n models a node a round, as the ring.
+TEST(Simulation, ParameterServersUnderBspCostWhatTheServersUplinkCarries) {
+  for (const uint32_t n : {4u, 16u}) {
+    WorldOptions o;
+    o.nodes = n;
+    o.strategy = "ps";
+    o.numel = 40'000;  // 160 KB: the bandwidth's term is most of the round
+    o.rounds = 12;
+    o.links.all = {1ms, {}, 125e6};  // 1 Gbit/s
+    o.step_time = 50ms;
+    const Report report = run(o);
+    ASSERT_EQ(report.rounds.size(), 12u) << n;
+    for (const RoundRow& row : report.rounds) EXPECT_LT(row.consensus, 1e-12) << row.round;
+    for (size_t r = 2; r < 12; ++r)
+      EXPECT_NEAR(report.rounds[r].suboptimality / report.rounds[r - 1].suboptimality, 0.81, 1e-3)
+          << n << ", round " << r << ": (1 - lr)^2, as local SGD's mean";
+    const double model = 40'000 * 4;
+    const auto& first = report.rounds[3];
+    const auto& last = report.rounds.back();
+    const double bytes = (last.wire_bytes_per_node - first.wire_bytes_per_node) / 8;
+    const double ideal = 2.0 * (n - 1) / n * model;
+    EXPECT_GT(bytes, ideal) << n;
+    EXPECT_LT(bytes, ideal * 1.01) << n << ": frames and heartbeats are under 1 %";
+    const double seconds = (last.time_s - first.time_s) / 8 - 0.050;
+    const double predicted = 2 * 0.001 + n * model / 125e6;
+    EXPECT_NEAR(seconds, predicted, 0.02 * predicted) << n;
+  }
+}
+
+// Stale-synchronous parallel with a straggler (5 times slower steps): no worker finishes
+// a round more than S + 1 ahead of it (a pull at clock c waits for every push of
+// c - S, and the straggler finishes its round after its own pull); under async the
+// others run on without it, and its model falls behind theirs.
+TEST(Simulation, SspKeepsWorkersWithinTheStalenessOfAStragglerAndAsyncDoesNot) {
+  auto lead_over_straggler = [](const Report& report, uint32_t i) {
+    const auto& slow = report.finished[3];
+    int most = 0;
+    for (size_t k = 0; k < report.finished[i].size(); ++k) {
+      const auto done =
+          std::upper_bound(slow.begin(), slow.end(), report.finished[i][k]) - slow.begin();
+      most = std::max(most, static_cast<int>(k + 1) - static_cast<int>(done));
+    }
+    return most;
+  };
+  WorldOptions o;
+  o.nodes = 4;
+  o.strategy = "ps";
+  o.numel = 1000;
+  o.rounds = 30;
+  o.step_time = 10ms;
+  o.slow[3] = 5;
+  o.links.all.latency = 1ms;
+  for (const uint64_t staleness : {1u, 3u}) {
+    o.params.ps.mode = sgd::ParameterServerOptions::Mode::kSsp;
+    o.params.ps.staleness = staleness;
+    const Report report = run(o);
+    ASSERT_EQ(report.finished.size(), 4u);
+    std::printf("ssp:%d: leads over the straggler %d, %d, %d rounds\n", static_cast<int>(staleness),
+                lead_over_straggler(report, 0), lead_over_straggler(report, 1),
+                lead_over_straggler(report, 2));
+    for (uint32_t i = 0; i < 3; ++i) {
+      EXPECT_LE(lead_over_straggler(report, i), static_cast<int>(staleness) + 1) << i;
+      EXPECT_GE(lead_over_straggler(report, i), static_cast<int>(staleness))
+          << i << ": held closer than the bound";
+    }
+  }
+  o.params.ps.mode = sgd::ParameterServerOptions::Mode::kAsync;
+  const Report async = run(o);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_GE(lead_over_straggler(async, i), 20) << i;
+  std::printf("async: leads over the straggler %d, %d, %d rounds\n", lead_over_straggler(async, 0),
+              lead_over_straggler(async, 1), lead_over_straggler(async, 2));
+}
+
 TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   WorldOptions o;
   o.strategy = "ps";
+  o.params.ps.servers = 17;
   auto r = simulate(o);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("--strategy ps: not simulated yet"), std::string::npos);
+  EXPECT_NE(r.status().message().find("--servers: 17 servers, but the cluster has 16 nodes"),
+            std::string::npos)
+      << r.status().message();
   o = {};
   o.model = "resnet";
   EXPECT_NE(simulate(o).status().message().find("--model 'resnet'"), std::string::npos);
