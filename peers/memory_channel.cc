@@ -58,8 +58,13 @@ void MemoryHub::cut(uint32_t node, bool closes) {
 }
 
 void MemoryHub::set_links_to(uint32_t node, bool up) {
-  for (MemoryChannel* c : channels_)
-    if (c->self_ != node) c->traffic_.set_link_up(node, up);
+  for (MemoryChannel* c : channels_) {
+    if (c->self_ == node) continue;
+    c->traffic_.set_link_up(node, up);
+    // A dead process's port refuses the transport's next connect, as ZmqTransport's
+    // monitor then says: here at once.
+    if (!up) c->traffic_.set_link_refused(node);
+  }
 }
 
 void MemoryHub::restart(uint32_t node) {

@@ -124,7 +124,22 @@ void TrafficCounters::set_link_up(uint32_t peer, bool up) {
   PeerCounters* c = find(peer);
   if (c == &unknown_) return;  // not a peer of this table: nothing to say of its link
   c->link_up.store(up, kRelaxed);
-  if (up) c->link_was_up.store(true, kRelaxed);
+  if (up) {
+    c->link_was_up.store(true, kRelaxed);
+    c->link_refused.store(false, kRelaxed);
+  }
+}
+
+void TrafficCounters::set_link_refused(uint32_t peer) {
+  PeerCounters* c = find(peer);
+  if (c == &unknown_) return;
+  c->link_refused.store(true, kRelaxed);
+}
+
+bool TrafficCounters::link_gone(uint32_t peer) const {
+  const PeerCounters* c = find(peer);
+  return !c->link_up.load(kRelaxed) && c->link_was_up.load(kRelaxed) &&
+         c->link_refused.load(kRelaxed);
 }
 
 void TrafficCounters::forget_link(uint32_t peer) {
@@ -132,6 +147,7 @@ void TrafficCounters::forget_link(uint32_t peer) {
   if (c == &unknown_) return;
   c->link_up.store(false, kRelaxed);
   c->link_was_up.store(false, kRelaxed);
+  c->link_refused.store(false, kRelaxed);
 }
 
 bool TrafficCounters::link_was_up(uint32_t peer) const {

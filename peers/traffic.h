@@ -40,6 +40,7 @@ struct PeerCounters {
   mutable std::atomic<bool> skip_gap{false};  // the next silence is not learnt
   std::atomic<bool> link_up{false};           // the outgoing link is connected, its handshake done
   std::atomic<bool> link_was_up{false};       // it has been, at least once
+  std::atomic<bool> link_refused{false};      // since it dropped, a new connect failed
 };
 
 // A kind whose arrival says its sender (re)started.
@@ -79,6 +80,14 @@ class TrafficCounters {
   void set_link_up(uint32_t peer, bool up);
   bool link_up(uint32_t peer) const;
   bool link_was_up(uint32_t peer) const;
+  // Since the link went down, a try to connect again failed: nothing listens at the
+  // peer's address. Until the link is up again.
+  void set_link_refused(uint32_t peer);
+  // The peer's process is gone: its link was up, dropped, and a new connect was
+  // refused (when a daemon's process dies the kernel closes its sockets and its port).
+  // A live peer's link that drops (a network reset) connects again at the transport's
+  // next try, and is not gone.
+  bool link_gone(uint32_t peer) const;
   // The transport closed its link to the peer (removed, banned): no state of that link
   // is left, so that a link to it opened later has not been up until it is (a rule that
   // reads "was up, now down" as a dead process, sgd/overlay/neighbor_exchange.h, must

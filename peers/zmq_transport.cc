@@ -196,9 +196,9 @@ Status ZmqTransport::connect_outbound(const Peer& p) {
         fmt::format("inproc://outbound-events-{}-{}-{}", fmt::ptr(this), p.id, ++monitors_);
     if (zmq_socket_monitor(
             out->socket.handle(), ev.c_str(),
-            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
       throw zmq::error_t();
     out->events = zmq::socket_t(context_, zmq::socket_type::pair);
     out->events.connect(ev);
@@ -471,11 +471,20 @@ void ZmqTransport::watch_outbound() {
         case ZMQ_EVENT_CONNECTED:
           ++l.connects;
           o->fd = value;
+          o->retries = 0;
           l.handshake = Handshake::kPending;
+          break;
+        case ZMQ_EVENT_CONNECT_RETRIED:
+          // libzmq (4.3) says it when it schedules a try: once as the connection drops,
+          // and again after each try that failed (a refused connect). So a second one
+          // since the drop is a refusal: the peer's port is closed, its process gone
+          // (TrafficCounters::link_gone). After a network reset the first try connects.
+          if (++o->retries >= 2) traffic_.set_link_refused(o->peer.id);
           break;
         case ZMQ_EVENT_DISCONNECTED:
           ++l.disconnects;
           o->fd = -1;
+          o->retries = 0;
           // A refused key or a failed handshake says more than that it closed.
           if (l.handshake == Handshake::kOk || l.handshake == Handshake::kPending)
             l.handshake = Handshake::kLost;

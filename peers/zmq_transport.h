@@ -111,6 +111,8 @@ class ZmqTransport final : public PeerChannel {
     // socket's connection events (its monitor), and what they told so far.
     zmq::socket_t events;
     int fd = -1;  // the connection's descriptor (libzmq's) while connected
+    // ZMQ_EVENT_CONNECT_RETRIED events since the connection last dropped (or was made).
+    uint32_t retries = 0;
     LinkState link;
   };
   // Takes the outbound sockets' connection events into their LinkState.

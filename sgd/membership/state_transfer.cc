@@ -661,10 +661,10 @@ Result<NodeState> StateTransfer::download(const Group& group) {
       const auto stalled = duration_cast<milliseconds>(now - d.progress);
       const auto silent = milliseconds(std::min<uint64_t>(transport_.traffic().silent_ms(d.peer),
                                                           static_cast<uint64_t>(stalled.count())));
-      // A link that was up and is down (the transport's monitor says so; the in-process
-      // hub, for a node cut as a process) and a donor silent since: it is gone.
-      if (!transport_.traffic().link_up(d.peer) && transport_.traffic().link_was_up(d.peer) &&
-          silent > kLinkDownSilence)
+      // A link that was up, dropped and refused a new connect (the transport's monitor
+      // says so; the in-process hub, for a node cut as a process) and a donor silent
+      // since: it is gone.
+      if (transport_.traffic().link_gone(d.peer) && silent > kLinkDownSilence)
         drop_donor(d, Status::closed(
                           fmt::format("its connection dropped ({} ms silent)", silent.count())));
       if (d.failure && stalled > kTransferSilence)

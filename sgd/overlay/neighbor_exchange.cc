@@ -543,11 +543,10 @@ Result<NeighborExchange::Delivery> NeighborExchange::receive(uint64_t round,
       }
       const uint64_t silent = transport_.traffic().silent_ms(sources[s]);
       // Its connection dropped: said first, where its silence is past the dead-after too.
-      if (!transport_.traffic().link_up(sources[s]) &&
-          transport_.traffic().link_was_up(sources[s]) &&
+      if (transport_.traffic().link_gone(sources[s]) &&
           silent >= static_cast<uint64_t>(kLinkDownSilence.count())) {
-        mark_absent(pi, fmt::format("dropped its connection and sent nothing for {:.2f} s in round "
-                                    "{}: presumed down",
+        mark_absent(pi, fmt::format("dropped its connection, refused a new one and sent nothing "
+                                    "for {:.2f} s in round {}: presumed down",
                                     silent / 1000.0, round));
         continue;
       }

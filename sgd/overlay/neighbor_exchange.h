@@ -88,15 +88,15 @@ struct ExchangeLimits {
 class NeighborExchange final : public Membership {
  public:
   static constexpr uint64_t kMismatchRounds = 3;
-  // A neighbor that receive() waits for whose connection was up and is down (the
-  // transport's monitor: when a daemon's process dies the kernel closes its sockets, and
-  // its peers' connections to it drop at once), and that has sent nothing for this long,
-  // is left out of the round without an ask: a kill or a crash costs its neighbors about
-  // this much. A machine that goes away closes nothing; it is asked (patience_factor).
-  // A live daemon's link drops rarely (a network reset, or 5 s of bytes it did not
-  // acknowledge: peers/zmq_transport.h's link_silence), and ZeroMQ connects it again
-  // after its reconnect interval (0.1 s, backing off to 1 s); a live neighbor that is
-  // silent this long while its link is down is left out of that round by mistake.
+  // A neighbor that receive() waits for whose connection was up, dropped, and refused
+  // the transport's next connect (TrafficCounters::link_gone: when a daemon's process
+  // dies the kernel closes its sockets and its port, so its peers' connections drop at
+  // once and ZeroMQ's first try again, after its reconnect interval of 0.1 s, is
+  // refused), and that has sent nothing for this long, is left out of the round without
+  // an ask: a kill or a crash costs its neighbors about the reconnect interval. A
+  // machine that goes away closes nothing; it is asked (patience_factor). A live
+  // daemon's link that drops (a network reset, or 5 s of bytes it did not acknowledge:
+  // peers/zmq_transport.h's link_silence) connects again at that try, and is waited for.
   static constexpr std::chrono::milliseconds kLinkDownSilence{100};
 
   // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes

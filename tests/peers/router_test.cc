@@ -175,7 +175,7 @@ TEST(ZmqTransportQueue, APeerThatIsDownHoldsAtMostTheBudget) {
 
 // A peer whose process died, removed from the member list and added again at a new
 // address: its closed link's "was up, now down" is forgotten, so that the rule that
-// reads it as a dead process (NeighborExchange::kLinkDownSilence) waits until the new
+// reads it as a dead process (TrafficCounters::link_gone) waits until the new
 // link has been up. No daemon path removes a member that was up today (remove_peer
 // undoes a refused add): an invariant of the transport, kept by this test.
 TEST(ZmqTransportLinks, APeerAddedAgainHasNoLinkUntilItsNewOneComesUp) {
@@ -191,6 +191,9 @@ TEST(ZmqTransportLinks, APeerAddedAgainHasNoLinkUntilItsNewOneComesUp) {
   poll_until(ra, [&] { return !link_up(); });
   ASSERT_FALSE(link_up());
   EXPECT_TRUE(a->traffic().link_was_up(1)) << "the dead-process rule's case";
+  // ZeroMQ's next try to connect (0.1 to 0.2 s after the drop) finds the port closed.
+  poll_until(ra, [&] { return a->traffic().link_gone(1); });
+  EXPECT_TRUE(a->traffic().link_gone(1)) << "a refused connect says the process is gone";
 
   a->remove_peer(1);
   const std::string eb2 = "tcp://127.0.0.1:" + std::to_string(sgd::free_port());
@@ -198,6 +201,7 @@ TEST(ZmqTransportLinks, APeerAddedAgainHasNoLinkUntilItsNewOneComesUp) {
   ra.poll(50ms);
   EXPECT_FALSE(link_up());
   EXPECT_FALSE(a->traffic().link_was_up(1)) << "the old link's state, read as the new one's";
+  EXPECT_FALSE(a->traffic().link_gone(1));
   b = ZmqTransport::create(1, eb2, {{0, ea, ""}}).value();
   poll_until(ra, link_up);
   EXPECT_TRUE(link_up());
