@@ -331,7 +331,7 @@ class Soak:
     # clock's, as the events'.
     DEATH = re.compile(r"^(\S+ \S+) \[node (\d+)\] \[warning\] peer (\d+) "
                        r"(silent for [0-9.]+ s in round \d+ \(no heartbeat\): presumed dead"
-                       r"|dropped its connection .*: presumed down|sent .* did not answer .*: presumed down)")
+                       r"|dropped its connection.*: presumed down|sent .* did not answer .*: presumed down)")
 
     def presumed_deaths(self, slack=10.0):
         down = {}  # node -> [(from, to)] wall times it was down (kill to restart, and a restart's start)

@@ -90,8 +90,9 @@ void kill_node(Cluster& c, std::vector<std::unique_ptr<Node>>& nodes, int i) {
   nodes[i].reset();
 }
 
-// The kill closes node 3's sockets: its neighbors go on once their links to it are down
-// and it has been silent 0.1 s (NeighborExchange::kLinkDownSilence; until 2026-12-07,
+// The kill closes node 3's sockets: its neighbors go on once their links to it are down,
+// a new connect to it was refused and it has been silent 0.1 s
+// (NeighborExchange::kLinkDownSilence, TrafficCounters::link_gone; until 2026-12-07,
 // when its heartbeats had been silent a dead-after, as the test's old name said).
 TEST(Churn, DeadNeighborIsDroppedAndARestartedNodeTakesALiveModel) {
   // Both neighbors' offers are needed to take the lowest id's (below); with a 1 s wait,
