@@ -130,10 +130,10 @@ void TrafficCounters::set_link_up(uint32_t peer, bool up) {
   }
 }
 
-void TrafficCounters::set_link_refused(uint32_t peer) {
+void TrafficCounters::set_link_refused(uint32_t peer, bool refused) {
   PeerCounters* c = find(peer);
   if (c == &unknown_) return;
-  c->link_refused.store(true, kRelaxed);
+  c->link_refused.store(refused, kRelaxed);
 }
 
 bool TrafficCounters::link_gone(uint32_t peer) const {

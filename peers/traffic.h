@@ -80,9 +80,10 @@ class TrafficCounters {
   void set_link_up(uint32_t peer, bool up);
   bool link_up(uint32_t peer) const;
   bool link_was_up(uint32_t peer) const;
-  // Since the link went down, a try to connect again failed: nothing listens at the
-  // peer's address. Until the link is up again.
-  void set_link_refused(uint32_t peer);
+  // Since the link went down, a try to connect again failed (refused: nothing listens
+  // at the peer's address; or timed out, unreachable). Until a new connection is made
+  // (`refused` false) or the link is up.
+  void set_link_refused(uint32_t peer, bool refused = true);
   // The peer's process is gone: its link was up, dropped, and a new connect was
   // refused (when a daemon's process dies the kernel closes its sockets and its port).
   // A live peer's link that drops (a network reset) connects again at the transport's

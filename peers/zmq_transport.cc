@@ -472,12 +472,14 @@ void ZmqTransport::watch_outbound() {
           ++l.connects;
           o->fd = value;
           o->retries = 0;
+          traffic_.set_link_refused(o->peer.id, false);  // a connection, its handshake to come
           l.handshake = Handshake::kPending;
           break;
         case ZMQ_EVENT_CONNECT_RETRIED:
           // libzmq (4.3) says it when it schedules a try: once as the connection drops,
-          // and again after each try that failed (a refused connect). So a second one
-          // since the drop is a refusal: the peer's port is closed, its process gone
+          // and again after each try that failed (a refused connect, or one that timed
+          // out: libzmq does not say which). So a second one since the drop is a failed
+          // connect: on a network that works, the peer's port is closed, its process gone
           // (TrafficCounters::link_gone). After a network reset the first try connects.
           if (++o->retries >= 2) traffic_.set_link_refused(o->peer.id);
           break;

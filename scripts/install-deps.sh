@@ -13,7 +13,9 @@ set -euo pipefail
 # because the ring's RDMA transport is compiled in when they are found) and the demo's
 # data set.
 build_packages=(
-  build-essential cmake pkg-config ninja-build ccache
+  # file: cpack's Debian generator reads the programs' dependencies with it
+  # (cmake/Packaging.cmake's SHLIBDEPS); a minimal Debian has none.
+  build-essential cmake pkg-config ninja-build ccache file
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsodium-dev libssl-dev
   libboost-dev libboost-system-dev
   libibverbs-dev librdmacm-dev
@@ -68,18 +70,24 @@ export DEBIAN_FRONTEND=noninteractive
 # config for them); one the machine already has is left alone.
 policy=/usr/sbin/policy-rc.d
 added_policy=""
+log=""
+cleanup() {
+  if [ -n "$added_policy" ]; then $sudo rm -f "$policy"; fi
+  if [ -n "$log" ]; then rm -f "$log"; fi
+}
+trap cleanup EXIT
 if [ ! -e "$policy" ]; then
   printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
   $sudo chmod 755 "$policy"
   added_policy=1
-  trap '$sudo rm -f "$policy"' EXIT
 fi
 # apt's and dpkg's lines go to a log, shown whole only when the install fails: dpkg
 # prints several per package, hundreds in all, above the demo's own output.
+# DEBIAN_FRONTEND through env: sudo resets the environment, and a debconf question
+# would wait unseen, its prompt in the log.
 log=$(mktemp -t gossip-install-XXXXXX)
 started=$SECONDS
-{ $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1 || {
-  cat "$log" >&2; echo "install-deps: apt-get failed (its output above)" >&2; rm -f "$log"; exit 1; }
-rm -f "$log"
+apt=($sudo env DEBIAN_FRONTEND=noninteractive apt-get)
+{ "${apt[@]}" update -qq && "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1 || {
+  cat "$log" >&2; echo "install-deps: apt-get failed (its output above)" >&2; exit 1; }
 echo "install-deps: installed ${#missing[@]} packages and what they need in $((SECONDS - started)) s"
-if [ -n "$added_policy" ]; then $sudo rm -f "$policy"; trap - EXIT; fi

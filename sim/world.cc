@@ -389,10 +389,12 @@ class World {
                                  std::min<Duration>(computed - clock_.now(), 20ms)));
       // As the sync worker: a node whose neighbors have all moved on (it was away, or
       // cut off) skips to their round rather than run its way there alone.
+      bool jumped = false;
       if (const uint64_t to = n.strategy->round_to_run(r); to > r) {
         away_.push_back({r, to});
         finish_complete();
         r = to;
+        jumped = true;
         if (r >= o_.rounds) return;
       }
       sgd::RoundOptions ro;
@@ -412,6 +414,10 @@ class World {
       }
       n.deadline->completed(clock_.now() - began);
       if (n.central) {
+        // The round's result is a later round's (the node skipped to its neighbors'
+        // round, or an elastic ring handed it the members' model): the central model is
+        // theirs, and its momentum starts again from it, as the daemon's does.
+        if (jumped || n.strategy->round_to_run(r + 1) > r + 1) n.central->took(model);
         n.central->correct(learners);
         std::copy(model.begin(), model.end(), n.x.begin());
       }
@@ -626,6 +632,21 @@ Result<Report> simulate(const WorldOptions& o,
   if (o.params.learners_per_device < 1 || o.params.learners_per_device > 64)
     return Status::invalid(fmt::format("--learners-per-device {}: from 1 to 64 (as gossipd's)",
                                        o.params.learners_per_device));
+  // As gossipd refuses them (daemon/config_check.cc): another strategy's options.
+  const sgd::ParameterServerOptions ps_defaults;
+  if (!descriptor->takes("servers") &&
+      (o.params.ps.servers != ps_defaults.servers || o.params.ps.replicas != ps_defaults.replicas ||
+       o.params.ps.mode != ps_defaults.mode || o.params.ps.fetch != ps_defaults.fetch ||
+       o.params.ps.optimizer.kind != ps_defaults.optimizer.kind ||
+       o.params.ps.optimizer.lr != ps_defaults.optimizer.lr ||
+       o.params.ps.optimizer.momentum != ps_defaults.optimizer.momentum))
+    return Status::invalid(
+        fmt::format("--servers, --ps-replicas, --ps-mode, --ps-fetch, --ps-optimizer, --ps-lr and "
+                    "--ps-momentum are the parameter servers' (--strategy ps), not {}'s",
+                    o.strategy));
+  if (!descriptor->takes("sma") && (o.params.sma_alpha != 0 || o.sma_momentum != 0))
+    return Status::invalid(
+        fmt::format("--sma-alpha and --sma-momentum are sma's, not {}'s", o.strategy));
   if (o.params.learners_per_device > 1 && !descriptor->central_model)
     return Status::invalid(fmt::format(
         "--learners-per-device {} with --strategy {}: sma's option (its learners follow a "
@@ -686,7 +707,11 @@ Result<Report> simulate(const WorldOptions& o,
                                  (2.0 + 2.0 * static_cast<double>((*topology)->period()) *
                                             (*topology)->out_neighbors(0, 0).size())
                            : static_cast<double>(o.nodes) * o.nodes;
-  const double need = pairs * kBytesPerNodePair + 16.0 * o.nodes * static_cast<double>(o.numel);
+  // A replica, its optimum and the strategy's buffers, about 16 bytes an element; SMA's
+  // learners and the central model's two copies besides.
+  const double copies = descriptor->central_model ? 4.0 * (o.params.learners_per_device + 2) : 0;
+  const double need =
+      pairs * kBytesPerNodePair + (16.0 + copies) * o.nodes * static_cast<double>(o.numel);
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have)
     return Status::invalid(fmt::format(

@@ -738,6 +738,40 @@ TEST(Simulation, SspKeepsWorkersWithinTheStalenessOfAStragglerAndAsyncDoesNot) {
               lead_over_straggler(async, 1), lead_over_straggler(async, 2));
 }
 
+// Deaths among the parameter servers' nodes (each a worker too): a worker that dies is
+// left out of the clock after its dead-after and the others train on; a server that dies
+// is replaced by the next holder of its shard where there is one (--ps-replicas), and
+// otherwise its workers' rounds fail, naming it. The servers left serve until the
+// workers are done, and the run ends.
+TEST(Simulation, ParameterServersGoOnWithoutADeadWorkerAndOnAReplicaOfADeadServer) {
+  WorldOptions o;
+  o.nodes = 6;
+  o.strategy = "ps";
+  o.numel = 1000;
+  o.rounds = 20;
+  o.step_time = 10ms;
+  o.links.all.latency = 1ms;
+  o.deaths[4] = 5;  // a worker
+  Report report = run(o);
+  EXPECT_EQ(report.died, 1u);
+  ASSERT_EQ(report.rounds.size(), 20u);
+  EXPECT_EQ(report.rounds.back().nodes, 5u);
+  EXPECT_LT(report.rounds.back().consensus, 1e-12);
+  o.deaths = {{0, 5}};  // the server of the one shard
+  o.params.ps.replicas = 1;
+  report = run(o);
+  EXPECT_EQ(report.died, 1u);
+  ASSERT_EQ(report.rounds.size(), 20u);
+  EXPECT_EQ(report.rounds.back().nodes, 5u);
+  EXPECT_LT(report.rounds.back().consensus, 1e-12);
+  o.params.ps.replicas = 0;
+  auto alone = simulate(o);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().message();
+  ASSERT_FALSE(alone->failures.empty());
+  for (const std::string& f : alone->failures)
+    EXPECT_NE(f.find("parameter server node 0 (shard 0) has been silent"), std::string::npos) << f;
+}
+
 TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   WorldOptions o;
   o.strategy = "ps";
@@ -803,6 +837,16 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   o.model = "quadratic";
   o.strategy = "gossip";
   EXPECT_NE(simulate(o).status().message().find("--learners-per-device 4 with --strategy gossip"),
+            std::string::npos);
+  o.params.learners_per_device = 1;
+  o.params.ps.servers = 2;
+  EXPECT_NE(simulate(o).status().message().find("are the parameter servers' (--strategy ps), "
+                                                "not gossip's"),
+            std::string::npos);
+  o.params.ps.servers = 1;
+  o.sma_momentum = 0.5;
+  EXPECT_NE(simulate(o).status().message().find("--sma-alpha and --sma-momentum are sma's, not "
+                                                "gossip's"),
             std::string::npos);
   // Past the machine's memory (a row per pair of nodes): refused, not killed.
   o = {};
