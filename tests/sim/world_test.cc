@@ -32,6 +32,18 @@ Report run(const WorldOptions& o) {
   return std::move(report).value();
 }
 
+// The most rounds node i had finished beyond node `straggler`, at any of its round ends.
+int lead_over(const Report& report, uint32_t i, uint32_t straggler) {
+  const auto& slow = report.finished[straggler];
+  int most = 0;
+  for (size_t k = 0; k < report.finished[i].size(); ++k) {
+    const auto done =
+        std::upper_bound(slow.begin(), slow.end(), report.finished[i][k]) - slow.begin();
+    most = std::max(most, static_cast<int>(k + 1) - static_cast<int>(done));
+  }
+  return most;
+}
+
 // The second largest |eigenvalue| of the topology's mixing matrix.
 double second_eigenvalue(const std::string& spec, uint32_t n, uint64_t seed) {
   auto topology = peers::make_topology(spec, n, seed);
@@ -396,17 +408,7 @@ TEST(Simulation, AsyncGossipRunsAtMostTheStalenessBoundAheadOfAStraggler) {
   const Report report = run(o);
   ASSERT_TRUE(report.failures.empty()) << report.failures.front();
   ASSERT_EQ(report.finished.size(), 4u);
-  // The most rounds node i had finished beyond the straggler, at any of its round ends.
-  const auto lead = [&](uint32_t i) {
-    const auto& slow = report.finished[3];
-    int most = 0;
-    for (size_t k = 0; k < report.finished[i].size(); ++k) {
-      const double t = report.finished[i][k];
-      const auto done = std::upper_bound(slow.begin(), slow.end(), t) - slow.begin();
-      most = std::max(most, static_cast<int>(k + 1) - static_cast<int>(done));
-    }
-    return most;
-  };
+  const auto lead = [&](uint32_t i) { return lead_over(report, i, 3); };
   for (uint32_t neighbor : {0u, 2u}) {
     EXPECT_LE(lead(neighbor), static_cast<int>(kStaleness) + 1) << "node " << neighbor;
     EXPECT_GE(lead(neighbor), static_cast<int>(kStaleness))
@@ -699,16 +701,6 @@ TEST(Simulation, ParameterServersUnderBspCostWhatTheServersUplinkCarries) {
 // c - S, and the straggler finishes its round after its own pull); under async the
 // others run on without it, and its model falls behind theirs.
 TEST(Simulation, SspKeepsWorkersWithinTheStalenessOfAStragglerAndAsyncDoesNot) {
-  auto lead_over_straggler = [](const Report& report, uint32_t i) {
-    const auto& slow = report.finished[3];
-    int most = 0;
-    for (size_t k = 0; k < report.finished[i].size(); ++k) {
-      const auto done =
-          std::upper_bound(slow.begin(), slow.end(), report.finished[i][k]) - slow.begin();
-      most = std::max(most, static_cast<int>(k + 1) - static_cast<int>(done));
-    }
-    return most;
-  };
   WorldOptions o;
   o.nodes = 4;
   o.strategy = "ps";
@@ -723,19 +715,18 @@ TEST(Simulation, SspKeepsWorkersWithinTheStalenessOfAStragglerAndAsyncDoesNot) {
     const Report report = run(o);
     ASSERT_EQ(report.finished.size(), 4u);
     std::printf("ssp:%d: leads over the straggler %d, %d, %d rounds\n", static_cast<int>(staleness),
-                lead_over_straggler(report, 0), lead_over_straggler(report, 1),
-                lead_over_straggler(report, 2));
+                lead_over(report, 0, 3), lead_over(report, 1, 3), lead_over(report, 2, 3));
     for (uint32_t i = 0; i < 3; ++i) {
-      EXPECT_LE(lead_over_straggler(report, i), static_cast<int>(staleness) + 1) << i;
-      EXPECT_GE(lead_over_straggler(report, i), static_cast<int>(staleness))
+      EXPECT_LE(lead_over(report, i, 3), static_cast<int>(staleness) + 1) << i;
+      EXPECT_GE(lead_over(report, i, 3), static_cast<int>(staleness))
           << i << ": held closer than the bound";
     }
   }
   o.params.ps.mode = sgd::ParameterServerOptions::Mode::kAsync;
   const Report async = run(o);
-  for (uint32_t i = 0; i < 3; ++i) EXPECT_GE(lead_over_straggler(async, i), 20) << i;
-  std::printf("async: leads over the straggler %d, %d, %d rounds\n", lead_over_straggler(async, 0),
-              lead_over_straggler(async, 1), lead_over_straggler(async, 2));
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_GE(lead_over(async, i, 3), 20) << i;
+  std::printf("async: leads over the straggler %d, %d, %d rounds\n", lead_over(async, 0, 3),
+              lead_over(async, 1, 3), lead_over(async, 2, 3));
 }
 
 // Deaths among the parameter servers' nodes (each a worker too): a worker that dies is
