@@ -45,6 +45,10 @@ std::string read_text(const std::filesystem::path& path) {
 
 std::string ChildProcess::log() const { return read_text(log_); }
 
+ChildProcess::~ChildProcess() {
+  if (process_.running()) process_.terminate(5s);
+}
+
 std::vector<int> free_ports(int n) {
   // Ports below the kernel's ephemeral range (peers/loopback_ports.h), which
   // bind(0) (the daemons' ring listeners) and outgoing connections never take. Never

@@ -21,6 +21,12 @@ class ChildProcess {
  public:
   ChildProcess() = default;
   ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log);
+  // Still running: SIGTERM, and SIGKILL after 5 s. A daemon SIGKILLed cannot remove its
+  // shared-memory arena, and a test's daemons left one each in /dev/shm (7.5 MB a node
+  // of the deploy tests' clusters, every CI run). A test that means to kill, kills.
+  ~ChildProcess();
+  ChildProcess(ChildProcess&&) = default;
+  ChildProcess& operator=(ChildProcess&&) = default;
 
   pid_t pid() const { return process_.pid(); }
   bool running() { return process_.running() && !process_.poll().has_value(); }
@@ -31,7 +37,7 @@ class ChildProcess {
   std::string log() const;
 
  private:
-  cli::Process process_;  // SIGKILLed and reaped on destruction if still running
+  cli::Process process_;
   std::filesystem::path log_;
 };
 
