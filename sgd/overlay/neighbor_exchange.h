@@ -95,8 +95,9 @@ class NeighborExchange final : public Membership {
   // refused), and that has sent nothing for this long, is left out of the round without
   // an ask: a kill or a crash costs its neighbors about the reconnect interval. A
   // machine that goes away closes nothing; it is asked (patience_factor). A live
-  // daemon's link that drops (a network reset, or 5 s of bytes it did not acknowledge:
-  // peers/zmq_transport.h's link_silence) connects again at that try, and is waited for.
+  // daemon's link that drops (a network reset) connects again at that try, and is
+  // waited for; one that the network cuts off (5 s of bytes it did not acknowledge:
+  // peers/zmq_transport.h's link_silence) fails that try too and is left out.
   static constexpr std::chrono::milliseconds kLinkDownSilence{100};
 
   // `codec` (may be null) is the one this node decodes besides raw fp32. Subscribes
