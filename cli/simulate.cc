@@ -218,6 +218,11 @@ Subcommand add_simulate_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--lr", o->lr, "The local step's size (0: quadratic 0.1, mlp 0.05)")
       ->capture_default_str();
+  app->add_option("--start-mode", o->start_mode,
+                  "mixing: node i starts in the K-th Fourier mode of the ids, cos(2 pi (K i / n "
+                  "+ e / numel)), an eigenvector of the ring and the exponential graph (K = 1: "
+                  "the ring's slowest); 0: at random")
+      ->capture_default_str();
   app->add_option("--noise", o->noise, "The gradient's noise per element (standard deviation)")
       ->capture_default_str();
   app->add_option("--heterogeneity", o->heterogeneity, "Spread of the nodes' optima (non-IID data)")

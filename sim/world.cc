@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <numbers>
 
 #include "base/split_mix64.h"
 #include "compression/codec_spec.h"
@@ -140,14 +141,26 @@ class World {
         }
         continue;
       }
-      n.b.resize(o.numel);
-      for (size_t e = 0; e < o.numel; ++e) {
-        n.b[e] = static_cast<float>(o.heterogeneity * normal(o.seed, i, e));
-        optimum_[e] += n.b[e];
+      if (o.start_mode > 0) {
+        // K i mod n before the division: exact phases at any n.
+        const double node_phase =
+            static_cast<double>(uint64_t{o.start_mode} * i % o.nodes) / o.nodes;
+        n.x.resize(o.numel);
+        for (size_t e = 0; e < o.numel; ++e) {
+          const double phase = node_phase + static_cast<double>(e) / static_cast<double>(o.numel);
+          n.x[e] = static_cast<float>(std::cos(2 * std::numbers::pi * phase));
+          optimum_[e] += n.x[e];
+        }
+      } else {
+        n.b.resize(o.numel);
+        for (size_t e = 0; e < o.numel; ++e) {
+          n.b[e] = static_cast<float>(o.heterogeneity * normal(o.seed, i, e));
+          optimum_[e] += n.b[e];
+        }
+        // Training starts every replica from one point; consensus alone from the b_i.
+        n.x = o.model == "mixing" ? n.b : std::vector<float>(o.numel, 0.0f);
+        if (o.model == "mixing") std::vector<float>().swap(n.b);
       }
-      // Training starts every replica from one point; consensus alone from the b_i.
-      n.x = o.model == "mixing" ? n.b : std::vector<float>(o.numel, 0.0f);
-      if (o.model == "mixing") std::vector<float>().swap(n.b);
       if (descriptor.central_model) {
         n.learners.assign(o.params.learners_per_device, n.x);
         n.central = std::make_unique<sgd::CentralModel>(o.params.sma_alpha, o.sma_momentum);
@@ -607,6 +620,10 @@ Result<Report> simulate(const WorldOptions& o,
     return Status::invalid(fmt::format("--heartbeat {} ms: above 0", o.heartbeat.count()));
   if (o.model != "quadratic" && o.model != "mixing" && o.model != "mlp")
     return Status::invalid(fmt::format("--model '{}': one of quadratic, mixing, mlp", o.model));
+  if (o.start_mode > 0 && (o.model != "mixing" || o.start_mode > o.nodes / 2))
+    return Status::invalid(
+        fmt::format("--start-mode {}: with --model mixing only, and at most half the nodes ({})",
+                    o.start_mode, o.nodes / 2));
   if (!(o.lr >= 0 && o.lr < 10))
     return Status::invalid(fmt::format("--lr {}: from 0 (the model's) to 10", o.lr));
   const sgd::StrategyDescriptor* descriptor = sgd::find_strategy(o.strategy);

@@ -49,8 +49,14 @@ struct WorldOptions {
   // round), "mixing" (no local step: x <- W x, consensus alone) or "mlp" (each node
   // trains the reference MLP on its shard of Fashion-MNIST, sim/mlp.h; numel is its).
   std::string model = "quadratic";
-  double lr = 0;               // the local step; 0: the model's (quadratic 0.1, mlp 0.05)
-  MlpOptions mlp;              // --model mlp: the data, its split, the batch, local steps
+  double lr = 0;   // the local step; 0: the model's (quadratic 0.1, mlp 0.05)
+  MlpOptions mlp;  // --model mlp: the data, its split, the batch, local steps
+  // --model mixing: 0, every node starts at its b_i (random); K, node i starts in the
+  // K-th Fourier mode of the node ids, x_i[e] = cos(2 pi (K i / n + e / numel)), an
+  // eigenvector of every graph that is circulant in the ids (ring, exponential): the
+  // distance shrinks by that mode's eigenvalue squared from the first round on, where
+  // a random start on a ring of n nodes waits some n^2 / 5 rounds for its slower modes.
+  uint32_t start_mode = 0;
   double noise = 0.0;          // the stochastic gradient's noise, per element
   double heterogeneity = 1.0;  // the spread of the nodes' optima b_i (non-IID data)
   peers::LinkModel links;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,38 @@ INSTANTIATE_TEST_SUITE_P(Graphs, SpectralGap,
                            return gtest_param_name(std::get<0>(info.param)) + "_" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// Started in the K-th Fourier mode of the ids, a ring's replicas are an eigenvector of
+// its W = (I + shift + shift^-1) / 3: their distance shrinks by the mode's eigenvalue,
+// (1 + 2 cos(2 pi K / n)) / 3, squared, every round from the first. K = 1 is the slowest
+// mode, the spectral gap's; K = 2 shrinks faster, by its own.
+TEST(Simulation, ARingStartedInItsSlowestModeContractsByItsEigenvalueFromTheFirstRound) {
+  for (const uint32_t k : {1u, 2u}) {
+    WorldOptions o;
+    o.nodes = 256;
+    o.topology = "ring";
+    o.model = "mixing";
+    o.numel = 16;
+    o.rounds = 40;
+    o.start_mode = k;
+    const Report report = run(o);
+    ASSERT_EQ(report.rounds.size(), o.rounds);
+    const double lambda = (1 + 2 * std::cos(2 * std::numbers::pi * k / o.nodes)) / 3;
+    // Round 0's row is after the first mix: the start's distance is 1/2 an element.
+    EXPECT_NEAR(report.rounds[0].consensus, 0.5 * lambda * lambda, 1e-6) << k;
+    for (size_t r = 1; r < report.rounds.size(); ++r)
+      ASSERT_NEAR(report.rounds[r].consensus / report.rounds[r - 1].consensus, lambda * lambda,
+                  1e-5)
+          << "K " << k << ", round " << r;
+    if (k == 1) {
+      auto ring = peers::make_topology("ring", o.nodes, o.seed);
+      ASSERT_TRUE(ring.is_ok());
+      auto gap = peers::spectral_gap(**ring);
+      ASSERT_TRUE(gap.is_ok());
+      EXPECT_NEAR(1 - gap->gap, lambda, 1e-9);
+    }
+  }
+}
 
 WorldOptions busy_world() {
   WorldOptions o;
@@ -781,6 +814,13 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   o.mlp.data_dir = trainer::kDefaultDataDir;
   o.mlp.partition = "skewed";
   EXPECT_NE(simulate(o).status().message().find("--data-partition"), std::string::npos);
+  o = {};
+  o.start_mode = 1;
+  EXPECT_NE(simulate(o).status().message().find("--start-mode 1: with --model mixing only"),
+            std::string::npos);
+  o.model = "mixing";
+  o.start_mode = 9;
+  EXPECT_NE(simulate(o).status().message().find("at most half the nodes (8)"), std::string::npos);
   o = {};
   o.deaths[99] = 1;
   EXPECT_NE(simulate(o).status().message().find("no node 99"), std::string::npos);
