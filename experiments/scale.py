@@ -349,7 +349,7 @@ def main():
         for path in o.plot:
             with open(path) as f:
                 for r in csv.DictReader(f):
-                    rows.append({k: (v if k in ("kind", "strategy", "topology") else
+                    rows.append({k: (v if k in ("kind", "strategy", "topology", "start") else
                                      float(v) if v != "" else float("nan"))
                                  for k, v in r.items()})
         # A case run in several files: the last file's row.
