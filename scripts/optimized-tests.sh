@@ -32,14 +32,15 @@
 #                    to 400k, a finite difference per CNN weight, 300 training steps):
 #                    156 s of test time in the sanitizer stage for code that the same files'
 #                    small cases run under ASan (CI run 14); optimized, a fifth of that.
-#   Simulation.{TheMlpLearns..,UnderChurn..,ARestartedNode..,TheMessagesANodeSends..},
+#   Simulation.{TheMlpLearns..,SmaTrainsTheMlp..,UnderChurn..,ARestartedNode..,
+#   TheMessagesANodeSends..},
 #   TopologySpectralGap.PastTheDenseLimit*, SimulatedJoins.NoIdIsGivenTwice..
 #                    the simulator at scale (up to 1,000 nodes, a hundred joins, the MLP on
 #                    every node): 125 s of test time in the sanitizer stage (CI run 56),
 #                    for paths that its small cases (a death, a restart, a partition, a
 #                    join, the dense spectra) run under ASan; optimized, 12 s.
 # shellcheck disable=SC2034
-optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$|^GossipTrain\.StandaloneRecipe|^DenseCodecsLarge\.|^Topk\.ApproximateCountWithinTolerance|^CnnGradient\.MatchesFiniteDifferences$|^MlpTraining\.(ThreeHundredSteps|AShardTrainsToo)|^Simulation\.(TheMlpLearnsFashionMnist|UnderChurnADeadProcess|ARestartedNodeTakesAPeersModel|TheMessagesANodeSendsGrow)|^TopologySpectralGap\.PastTheDenseLimit|^SimulatedJoins\.NoIdIsGivenTwice'
+optimized_tests='^(Training|Attacks|Experiments|PythonClient|Install|Deploy)\.|^Fuzz\.Short$|^GossipTrain\.StandaloneRecipe|^DenseCodecsLarge\.|^Topk\.ApproximateCountWithinTolerance|^CnnGradient\.MatchesFiniteDifferences$|^MlpTraining\.(ThreeHundredSteps|AShardTrainsToo)|^Simulation\.(TheMlpLearnsFashionMnist|SmaTrainsTheMlp|UnderChurnADeadProcess|ARestartedNodeTakesAPeersModel|TheMessagesANodeSendsGrow)|^TopologySpectralGap\.PastTheDenseLimit|^SimulatedJoins\.NoIdIsGivenTwice'
 # What those tests need built: the programs they drive, the C ABI, their test binaries;
 # and the benchmarks, which the sanitizer build leaves out, so that they keep compiling.
 # shellcheck disable=SC2034

@@ -9,10 +9,10 @@ namespace gossip::sim {
 
 using trainer::ModelKind;
 
-Result<std::unique_ptr<MlpCluster>> MlpCluster::load(const MlpOptions& o, uint32_t nodes) {
+Result<std::unique_ptr<MlpCluster>> MlpCluster::load(const MlpOptions& o, uint32_t trainers) {
   if (o.batch == 0 || o.local_steps == 0)
     return Status::invalid("--batch and --local-steps: at least 1");
-  // A batch is copied into a buffer of its own per node: bounded before it is allocated.
+  // A batch is copied into a buffer of its own per trainer: bounded before it is allocated.
   if (o.batch > kMaxBatch || o.local_steps > kMaxLocalSteps)
     return Status::invalid(fmt::format("--batch {} and --local-steps {}: at most {} and {}",
                                        o.batch, o.local_steps, kMaxBatch, kMaxLocalSteps));
@@ -32,10 +32,10 @@ Result<std::unique_ptr<MlpCluster>> MlpCluster::load(const MlpOptions& o, uint32
   c->train_ = std::move(train).value();
   c->test_ = std::move(test).value();
   auto shards =
-      trainer::make_shards(c->train_.labels, trainer::kNumClasses, *partition, nodes, o.seed);
+      trainer::make_shards(c->train_.labels, trainer::kNumClasses, *partition, trainers, o.seed);
   if (!shards) return shards.status().with_context("--data-partition");
   c->shards_ = std::move(shards).value();
-  c->trainers_.resize(nodes);
+  c->trainers_.resize(trainers);
   return c;
 }
 
@@ -46,23 +46,23 @@ void MlpCluster::init(std::span<float> x) const {
   trainer::he_init(layout, trainer::tensor_views(layout, x.data()), o_.seed);
 }
 
-Status MlpCluster::attach(uint32_t node, std::span<float> x) {
+Status MlpCluster::attach(uint32_t index, std::span<float> x) {
   trainer::TrainerOptions to;
   to.batch = o_.batch;
   to.sgd.lr = o_.lr;
   to.seed = o_.seed;
-  to.node = node;
+  to.node = index;
   auto t = trainer::Trainer::create(
-      train_, shards_[node],
+      train_, shards_[index],
       trainer::tensor_views(trainer::model_layout(ModelKind::kMlp), x.data()), to);
   if (!t) return t.status();
-  trainers_[node].emplace(std::move(t).value());
+  trainers_[index].emplace(std::move(t).value());
   return Status::ok();
 }
 
-double MlpCluster::step(uint32_t node) {
+double MlpCluster::step(uint32_t index) {
   double loss = 0;
-  for (uint32_t s = 0; s < o_.local_steps; ++s) loss += trainers_[node]->step();
+  for (uint32_t s = 0; s < o_.local_steps; ++s) loss += trainers_[index]->step();
   return loss / o_.local_steps;
 }
 

@@ -34,16 +34,17 @@ class MlpCluster {
   static constexpr size_t kMaxBatch = 60'000;  // the training set
   static constexpr uint32_t kMaxLocalSteps = 100'000;
 
-  // Loads Fashion-MNIST's training and test sets and cuts the first into `nodes` shards.
-  static Result<std::unique_ptr<MlpCluster>> load(const MlpOptions& options, uint32_t nodes);
+  // Loads Fashion-MNIST's training and test sets and cuts the first into a shard for
+  // each of `trainers` (a node's one, or each of SMA's learners).
+  static Result<std::unique_ptr<MlpCluster>> load(const MlpOptions& options, uint32_t trainers);
   static size_t numel();
 
   // The point every replica starts from: He init from the seed, as every gossip-train's.
   void init(std::span<float> x) const;
-  // Node `node`'s trainer, over its replica `x`, which must stay where it is.
-  Status attach(uint32_t node, std::span<float> x);
-  // The node's local steps of one round; their mean training loss.
-  double step(uint32_t node);
+  // Trainer `index`'s, over its replica `x`, which must stay where it is.
+  Status attach(uint32_t index, std::span<float> x);
+  // The trainer's local steps of one round; their mean training loss.
+  double step(uint32_t index);
   // The test set's accuracy and mean loss for the model `x`.
   trainer::Evaluation evaluate(std::span<float> x) const;
 

@@ -135,10 +135,19 @@ class World {
       if (!status_) return;
       if (mlp_) {
         n.x = mlp_start;
-        if (Status st = mlp_->attach(i, n.x); !st) {
-          status_ = st;
-          return;
+        // SMA: each learner is a trainer of its own, on a shard of its own (as each of a
+        // gossipd's trainers is), at i K + j; otherwise the node's one, at i.
+        if (descriptor.central_model) {
+          n.learners.assign(o.params.learners_per_device, mlp_start);
+          n.central = std::make_unique<sgd::CentralModel>(o.params.sma_alpha, o.sma_momentum);
         }
+        std::vector<std::span<float>> replicas(n.learners.begin(), n.learners.end());
+        if (replicas.empty()) replicas.push_back(n.x);
+        for (size_t j = 0; j < replicas.size(); ++j)
+          if (Status st = mlp_->attach(i * replicas.size() + j, replicas[j]); !st) {
+            status_ = st;
+            return;
+          }
         continue;
       }
       if (o.start_mode > 0) {
@@ -381,7 +390,12 @@ class World {
         continue;
       }
       double loss = 0;
-      if (mlp_) loss = mlp_->step(i);
+      if (mlp_) {
+        // The round's loss: the mean of its trainers' (SMA's learners').
+        const size_t k = std::max<size_t>(1, n.learners.size());
+        for (size_t j = 0; j < k; ++j) loss += mlp_->step(i * k + j);
+        loss /= static_cast<double>(k);
+      }
       if (n.central) {
         for (uint32_t j = 0; j < n.learners.size(); ++j)
           local_step(n.learners[j], n.b, i, j, r, lr);
@@ -683,10 +697,6 @@ Result<Report> simulate(const WorldOptions& o,
       std::replace(flag.begin(), flag.end(), '_', '-');
       return Status::invalid(fmt::format("{}: {}", flag, problem->message));
     }
-  if (descriptor->central_model && o.model == "mlp")
-    return Status::invalid(
-        "--strategy sma with --model mlp: not simulated (the simulated MLP trains one replica "
-        "a node; SMA's learners are several)");
   if (descriptor->fabric == sgd::Fabric::kAllReduce) {
     if (o.transport != "tcp" && o.transport != "allgather")
       return Status::invalid(fmt::format(
@@ -740,7 +750,10 @@ Result<Report> simulate(const WorldOptions& o,
   if (o.model == "mlp") {
     with.mlp.lr = o.lr > 0 ? static_cast<float>(o.lr) : with.mlp.lr;
     with.mlp.seed = o.seed;
-    auto loaded = MlpCluster::load(with.mlp, o.nodes);
+    // A trainer a node, or one a learner of SMA's (each on a shard of its own).
+    const uint32_t trainers =
+        o.nodes * (descriptor->central_model ? o.params.learners_per_device : 1);
+    auto loaded = MlpCluster::load(with.mlp, trainers);
     if (!loaded) return loaded.status();
     mlp = std::move(loaded).value();
     with.numel = MlpCluster::numel();
