@@ -505,8 +505,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
               o->topology.empty() ? std::string(d->default_topology) : o->topology;
           if (auto t = peers::make_topology(spec, o->nodes, o->seed); t)
             if (auto gap = peers::spectral_gap(**t); gap)
-              std::printf("spectral gap %.9g: consensus shrinks by about %.9g a round\n", gap->gap,
-                          (1 - gap->gap) * (1 - gap->gap));
+              std::printf("spectral gap %.12g: consensus shrinks by about %.12g a round\n",
+                          gap->gap, (1 - gap->gap) * (1 - gap->gap));
         }
         for (const auto& f : report->failures)
           std::fprintf(stderr, "gossipctl simulate: %s\n", f.c_str());

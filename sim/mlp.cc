@@ -47,6 +47,10 @@ void MlpCluster::init(std::span<float> x) const {
 }
 
 Status MlpCluster::attach(uint32_t index, std::span<float> x) {
+  // A bug in the caller, not an input: each trainer once, within the shards cut.
+  if (index >= trainers_.size() || trainers_[index])
+    return Status::invalid(
+        fmt::format("MLP trainer {} of {}: attached twice or not cut", index, trainers_.size()));
   trainer::TrainerOptions to;
   to.batch = o_.batch;
   to.sgd.lr = o_.lr;
@@ -62,7 +66,7 @@ Status MlpCluster::attach(uint32_t index, std::span<float> x) {
 
 double MlpCluster::step(uint32_t index) {
   double loss = 0;
-  for (uint32_t s = 0; s < o_.local_steps; ++s) loss += trainers_[index]->step();
+  for (uint32_t s = 0; s < o_.local_steps; ++s) loss += trainers_.at(index).value().step();
   return loss / o_.local_steps;
 }
 

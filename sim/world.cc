@@ -734,26 +734,35 @@ Result<Report> simulate(const WorldOptions& o,
                                  (2.0 + 2.0 * static_cast<double>((*topology)->period()) *
                                             (*topology)->out_neighbors(0, 0).size())
                            : static_cast<double>(o.nodes) * o.nodes;
+  // A trainer a node, or one a learner of SMA's (each on a shard of its own).
+  const uint64_t trainers =
+      uint64_t{o.nodes} * (descriptor->central_model ? o.params.learners_per_device : 1);
+  if (o.model == "mlp" && trainers > MlpCluster::kMaxBatch)
+    return Status::invalid(fmt::format(
+        "--nodes {} x --learners-per-device {}: {} trainers of the MLP, but Fashion-MNIST's "
+        "training set has {} images to give each a shard",
+        o.nodes, o.params.learners_per_device, trainers, MlpCluster::kMaxBatch));
+  const double numel = static_cast<double>(o.model == "mlp" ? MlpCluster::numel() : o.numel);
   // A replica, its optimum and the strategy's buffers, about 16 bytes an element; SMA's
-  // learners and the central model's two copies besides.
+  // learners and the central model's two copies besides; an MLP trainer's gradients,
+  // momentum and scratch (3 floats an element) and its batch's images and activations.
   const double copies = descriptor->central_model ? 4.0 * (o.params.learners_per_device + 2) : 0;
-  const double need =
-      pairs * kBytesPerNodePair + (16.0 + copies) * o.nodes * static_cast<double>(o.numel);
+  const double trained = o.model == "mlp" ? static_cast<double>(trainers) *
+                                                (12.0 * numel + 4.0 * o.mlp.batch * (784 + 788))
+                                          : 0;
+  const double need = pairs * kBytesPerNodePair + (16.0 + copies) * o.nodes * numel + trained;
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have)
     return Status::invalid(fmt::format(
-        "--nodes {}: about {:.1f} GB ({} bytes for each pair of nodes, and the replicas), more "
-        "than this machine's {:.1f} GB",
+        "--nodes {}: about {:.1f} GB ({} bytes for each pair of nodes, and the replicas and "
+        "trainers), more than this machine's {:.1f} GB",
         o.nodes, need / 1e9, kBytesPerNodePair, have / 1e9));
   WorldOptions with = o;
   std::unique_ptr<MlpCluster> mlp;
   if (o.model == "mlp") {
     with.mlp.lr = o.lr > 0 ? static_cast<float>(o.lr) : with.mlp.lr;
     with.mlp.seed = o.seed;
-    // A trainer a node, or one a learner of SMA's (each on a shard of its own).
-    const uint32_t trainers =
-        o.nodes * (descriptor->central_model ? o.params.learners_per_device : 1);
-    auto loaded = MlpCluster::load(with.mlp, trainers);
+    auto loaded = MlpCluster::load(with.mlp, static_cast<uint32_t>(trainers));
     if (!loaded) return loaded.status();
     mlp = std::move(loaded).value();
     with.numel = MlpCluster::numel();

@@ -55,7 +55,8 @@ struct WorldOptions {
   // K-th Fourier mode of the node ids, x_i[e] = cos(2 pi (K i / n + e / numel)), an
   // eigenvector of every graph that is circulant in the ids (ring, exponential): the
   // distance shrinks by that mode's eigenvalue squared from the first round on, where
-  // a random start on a ring of n nodes waits some n^2 / 5 rounds for its slower modes.
+  // a random start on a ring of n nodes waits some n^2 / 5 rounds for its faster modes
+  // to fade.
   uint32_t start_mode = 0;
   double noise = 0.0;          // the stochastic gradient's noise, per element
   double heterogeneity = 1.0;  // the spread of the nodes' optima b_i (non-IID data)

@@ -639,6 +639,29 @@ TEST(Simulation, SmaTrainsTheMlpWithALearnerOnEachShard) {
               one.test_accuracy, local.test_accuracy);
 }
 
+// The same under the sanitizers, small: 2 nodes of 3 learners, each a trainer of its own
+// (attaching one twice is refused), for 2 rounds of batches of 8.
+TEST(Simulation, SmaWithTheMlpGivesEachLearnerATrainer) {
+  WorldOptions o;
+  o.nodes = 2;
+  o.strategy = "sma";
+  o.params.learners_per_device = 3;
+  o.model = "mlp";
+  o.mlp.batch = 8;
+  o.rounds = 2;
+  const Report report = run(o);
+  ASSERT_EQ(report.rounds.size(), 2u);
+  EXPECT_GT(report.rounds[0].train_loss, 1.0) << "a first step's loss, near ln 10";
+  EXPECT_LT(report.rounds[0].train_loss, 4.0);
+  EXPECT_GT(report.test_accuracy, 0.0);
+  o.nodes = 1000;
+  o.params.learners_per_device = 64;
+  EXPECT_NE(simulate(o).status().message().find(
+                "--nodes 1000 x --learners-per-device 64: 64000 trainers of the MLP"),
+            std::string::npos)
+      << simulate(o).status().message();
+}
+
 // Virtual-time twin of LocalSgdIntegration.AnAdaptiveDeadlineNoticesAHungPeerLongBeforeTheFixedOne:
 // local SGD over the all-gather, rounds of 100 ms steps; node 3 dies before round 12.
 // With the deadline following the rounds (factor 3, floor 1 s; sgd/round_deadline.h)
