@@ -488,6 +488,11 @@ Subcommand add_simulate_command(CLI::App& parent) {
               report->rejoined, static_cast<double>(report->state_bytes),
               w.empty() ? 0.0 : sum / static_cast<double>(w.size()), most);
         }
+        if (report->came_back > 0)
+          std::printf(
+              "%u times a node the elastic ring had left out took a member's model and "
+              "asked back in\n",
+              report->came_back);
         if (!rows.empty() && o->model != "mlp")
           std::printf("consensus distance %.6g (round 0: %.6g), distance to the optimum %.6g\n",
                       rows.back().consensus, rows.front().consensus, rows.back().suboptimality);

@@ -1,6 +1,7 @@
 #include "sim/world.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,6 +128,8 @@ class World {
     nodes_.resize(o.nodes);
     ran_last_.assign(o.nodes, false);
     next_record_.assign(o.nodes, 0);
+    next_come_back_.assign(o.nodes, TimePoint::min());
+    come_back_wait_.assign(o.nodes, Duration::zero());
     std::vector<std::vector<uint32_t>> lists = peer_lists(o, overlay_->at(0));
     for (uint32_t i = 0; i < o.nodes; ++i) {
       Node& n = nodes_[i];
@@ -288,10 +291,18 @@ class World {
            std::chrono::duration_cast<Duration>(std::chrono::duration<double>(minutes * 60.0));
   }
 
+  // What keeps node i's membership and offers its state to restarted peers, as the
+  // sync worker's membership_: the gossip family's exchange, or the elastic ring.
+  sgd::Membership* membership(Node& n) const {
+    if (n.exchange) return n.exchange.get();
+    return dynamic_cast<sgd::PeerRing*>(n.all_reduce.get());
+  }
+
   // --rejoin-after: node i comes back as a restarted gossipd does, a new process with
   // the same id: empty queues, fresh per-peer state, and the model of a live peer
   // (sgd/membership/state_transfer.h) before the round that peer is at, which it
-  // returns.
+  // returns. Into an elastic ring it asks back in after the fetch, and when the members
+  // went on meanwhile, fetches again from them (daemon/sync_worker.cc, fetch_state).
   Result<uint64_t> restart(uint32_t i) {
     Node& n = nodes_[i];
     const auto t = n.channel->traffic().totals();
@@ -301,6 +312,8 @@ class World {
     n.strategy.reset();
     n.deadline.reset();
     n.exchange.reset();
+    n.all_reduce.reset();
+    n.ring.reset();
     n.router.reset();
     n.channel.reset();
     hub_.restart(i);
@@ -309,22 +322,78 @@ class World {
     for (uint32_t j = 0; j < o_.nodes; ++j)
       if (j != i) list.push_back(j);
     GOSSIP_RETURN_IF_ERROR(build(i, list));
+    auto fetched = fetch_state(n, 0);
+    if (!fetched) return fetched.status().with_context("restarted: fetching a peer's state");
+    if (!*fetched) return Status::timeout("restarted, but no peer offered its state");
+    membership(n)->joined(true);
+    take_state(n, **fetched);
+    return (*fetched)->round;
+  }
+
+  // A live peer's state, and into an elastic ring, back in: after the fetch it asks in,
+  // and when the members went on meanwhile, fetches again from them, as gossipd's sync
+  // worker does (daemon/sync_worker.cc, fetch_state). nullopt: no peer offered one.
+  Result<std::optional<sgd::NodeState>> fetch_state(Node& n, uint64_t next_round) {
+    sgd::Membership& members = *membership(n);
     sgd::JoinOptions jo;
     jo.trim = o_.params.trim;
     jo.deadline = clock_.now() + o_.round_timeout;
-    jo.tick = [&n] { n.exchange->tick(0); };
-    sgd::StateTransfer& transfer = *n.exchange->state();
-    auto fetched =
-        transfer.fetch(n.x.size(), n.strategy->shared_state_numel(n.x.size()), kLayout, jo);
-    if (!fetched) return fetched.status().with_context("restarted: fetching a peer's state");
-    if (!*fetched) return Status::timeout("restarted, but no peer offered its state");
-    n.exchange->joined(true);
-    sgd::NodeState& state = **fetched;
-    // Into the replica's own buffer: the MLP views it (sim/mlp.h).
+    jo.tick = [&members, next_round] { members.tick(next_round); };
+    sgd::StateTransfer& transfer = *members.state();
+    const size_t shared = n.strategy->shared_state_numel(n.x.size());
+    auto fetched = transfer.fetch(n.x.size(), shared, kLayout, jo);
+    if (!fetched || !*fetched) return fetched;
+    auto members_next = members.rejoin((*fetched)->round, jo.deadline, nullptr);
+    if (!members_next) {
+      spdlog::warn("{}", members_next.status().message());
+    } else if (*members_next) {
+      jo.min_round = (*fetched)->round;
+      jo.only = members.members();
+      if (auto fresher = transfer.fetch(n.x.size(), shared, kLayout, jo); fresher && *fresher)
+        return fresher;
+    }
+    return fetched;
+  }
+
+  // Into the replicas' own buffers: the MLP's trainers view them (sim/mlp.h). SMA's
+  // learners start from it too, under a central model of its own, as a restarted
+  // daemon's do.
+  void take_state(Node& n, const sgd::NodeState& state) {
     std::copy(state.model.begin(), state.model.end(), n.x.begin());
+    for (auto& learner : n.learners) std::copy(n.x.begin(), n.x.end(), learner.begin());
+    if (n.central)
+      n.central = std::make_unique<sgd::CentralModel>(o_.params.sma_alpha, o_.sma_momentum);
     n.strategy->took_model(n.x, state.shared);
     report_.state_bytes += (n.x.size() + state.shared.size()) * sizeof(float);
-    return state.round;
+  }
+
+  // After a round in which the elastic ring left node i out (it came back while the
+  // members re-formed without it, say): a member's state and back in, as the sync
+  // worker's come_back does, at once and then after a doubling wait. Returns the round
+  // the node runs next.
+  uint64_t come_back(uint32_t i, uint64_t ran) {
+    Node& n = nodes_[i];
+    sgd::Membership* members = membership(n);
+    if (!members || !members->left_out() || clock_.now() < next_come_back_[i]) return ran + 1;
+    const auto offer_wait = sgd::JoinOptions{}.offer_wait;
+    auto fetched = fetch_state(n, ran + 1);
+    if (fetched && *fetched) take_state(n, **fetched);
+    if (!fetched || !*fetched || members->left_out()) {
+      come_back_wait_[i] = std::min<Duration>(
+          std::max<Duration>(2 * come_back_wait_[i], 2 * offer_wait), std::chrono::seconds(60));
+      next_come_back_[i] = clock_.now() + come_back_wait_[i];
+    } else {
+      come_back_wait_[i] = Duration::zero();
+    }
+    if (!fetched || !*fetched) return ran + 1;
+    ++report_.came_back;
+    // The members' round: rounds before it that this node did not run count it out.
+    const uint64_t next = (*fetched)->round;
+    if (next > ran + 1) {
+      away_.push_back({ran + 1, next});
+      finish_complete();
+    }
+    return next;
   }
 
   void run_node(uint32_t i) {
@@ -449,11 +518,15 @@ class World {
         std::copy(model.begin(), model.end(), n.x.begin());
       }
       record(i, r, loss);
-      // What a restarted peer takes, as gossipd's sync worker offers it after a round.
-      if (o_.rejoin_after)
-        n.exchange->state()->publish(n.x, n.strategy->shared_state(), r + 1, r + 1, 1.0, kLayout,
-                                     o_.chunk_elems);
-      ++r;
+      // What a restarted peer takes, as gossipd's sync worker offers it after a round;
+      // and a node the elastic ring left out asks back in.
+      if (o_.rejoin_after) {
+        membership(n)->state()->publish(n.x, n.strategy->shared_state(), r + 1, r + 1, 1.0, kLayout,
+                                        o_.chunk_elems);
+        r = come_back(i, r);
+      } else {
+        ++r;
+      }
     }
   }
 
@@ -585,10 +658,14 @@ class World {
   std::vector<std::pair<uint64_t, uint64_t>> away_;
   std::map<uint32_t, TimePoint> rejoined_at_;  // restarted, first round not finished yet
   std::vector<bool> ran_last_;                 // finished the last round
-  std::vector<uint64_t> next_record_;          // per node: the rounds below it are counted
-  uint32_t running_ = 0;                       // nodes whose task has not ended
-  uint32_t training_ = 0;  // nodes whose rounds have not ended (run, died or failed)
-  uint32_t asleep_ = 0;    // of them, dead and waiting to restart
+  // --rejoin-after in an elastic ring: when a node left out asks back in next, and the
+  // wait after that try (sync worker's come_back).
+  std::vector<TimePoint> next_come_back_;
+  std::vector<Duration> come_back_wait_;
+  std::vector<uint64_t> next_record_;  // per node: the rounds below it are counted
+  uint32_t running_ = 0;               // nodes whose task has not ended
+  uint32_t training_ = 0;              // nodes whose rounds have not ended (run, died or failed)
+  uint32_t asleep_ = 0;                // of them, dead and waiting to restart
   uint64_t retired_wire_ = 0, retired_messages_ = 0;  // restarted nodes' old channels
   Report report_;
   const std::function<void(const RoundRow&)>* progress_ = nullptr;
@@ -652,10 +729,13 @@ Result<Report> simulate(const WorldOptions& o,
     const double s = std::chrono::duration<double>(*o.rejoin_after).count();
     if (!(s >= 0 && s <= 1e6))
       return Status::invalid(fmt::format("--rejoin-after {}: from 0 to 1e6 seconds", s));
-    if (descriptor->fabric != sgd::Fabric::kOverlay)
+    const bool ring_takes_back = descriptor->fabric == sgd::Fabric::kAllReduce &&
+                                 descriptor->takes_nodes_back && o.elastic && o.transport == "tcp";
+    if (descriptor->fabric != sgd::Fabric::kOverlay && !ring_takes_back)
       return Status::invalid(fmt::format(
-          "--rejoin-after with --strategy {}: the gossip family only (a restarted node takes "
-          "a neighbor's model; the elastic ring's way back is not simulated)",
+          "--rejoin-after with --strategy {}: the gossip family, or local SGD and SMA on an "
+          "elastic ring (--elastic on, --transport tcp), which take a restarted node back "
+          "(a parameter server's restart is not simulated)",
           o.strategy));
     if (o.deaths.empty() && o.churn_per_minute <= 0)
       return Status::invalid("--rejoin-after: nothing dies (--kill, --churn)");
@@ -747,9 +827,11 @@ Result<Report> simulate(const WorldOptions& o,
   // learners and the central model's two copies besides; an MLP trainer's gradients,
   // momentum and scratch (3 floats an element) and its batch's images and activations.
   const double copies = descriptor->central_model ? 4.0 * (o.params.learners_per_device + 2) : 0;
-  const double trained = o.model == "mlp" ? static_cast<double>(trainers) *
-                                                (12.0 * numel + 4.0 * o.mlp.batch * (784 + 788))
-                                          : 0;
+  // (A batch past the training set is refused by name below: not counted past it here.)
+  const double batch = static_cast<double>(std::min(o.mlp.batch, MlpCluster::kMaxBatch));
+  const double trained =
+      o.model == "mlp" ? static_cast<double>(trainers) * (12.0 * numel + 4.0 * batch * (784 + 788))
+                       : 0;
   const double need = pairs * kBytesPerNodePair + (16.0 + copies) * o.nodes * numel + trained;
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   if (have > 0 && need > have)

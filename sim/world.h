@@ -134,6 +134,8 @@ struct Report {
   uint32_t died = 0;                  // deaths (--kill, --churn)
   std::vector<double> death_s;        // each: the virtual seconds at which it came
   uint32_t rejoined = 0;              // restarts that took a peer's state (--rejoin-after)
+  // Nodes an elastic ring had left out that took a member's state to ask back in.
+  uint32_t came_back = 0;
   // Restarts that timed out once some node had run the last round (the others done).
   uint32_t restarts_too_late = 0;
   std::vector<double> rejoin_s;  // each: virtual seconds from restart to its first round

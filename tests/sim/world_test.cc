@@ -559,6 +559,53 @@ TEST(Simulation, TheRingAllReduceSendsTwiceTheModelAndTakesItsStepsLatency) {
 
 // The elastic ring re-forms without a node that died and the others train on, every
 // round's result the same on each of them; auto picks the algorithm by size.
+// The elastic ring's way back, as gossipd's sync worker takes it: the restarted node
+// fetches a member's state, asks back in, and the ring re-forms with it; from then on
+// it averages with the others again, and every round's replicas agree. Back within the
+// members' re-forming (2 s, under --dead-after's 3 s), it asks into a view they are
+// leaving: it runs a round alone, and then, left out, takes a member's state and asks
+// in again, as the daemon's come_back does. Back after it (5 s), it is in at once.
+TEST(Simulation, ANodeRestartedIntoAnElasticRingIsTakenBackAndAgreesAgain) {
+  for (const auto after : {2s, 5s}) {
+    WorldOptions o;
+    o.nodes = 6;
+    o.strategy = "local-sgd";
+    o.elastic = true;
+    o.numel = 2'000;
+    o.rounds = 40;
+    o.links.all = {1ms, {}, 125e6};
+    o.step_time = 100ms;
+    o.deaths[2] = 5;
+    o.rejoin_after = after;
+    const Report report = run(o);
+    SCOPED_TRACE(fmt::format("back after {} s", after.count()));
+    ASSERT_EQ(report.rounds.size(), 40u);
+    EXPECT_EQ(report.died, 1u);
+    EXPECT_EQ(report.rejoined, 1u);
+    if (after < 3s)
+      EXPECT_GE(report.came_back, 1u);
+    else
+      EXPECT_EQ(report.came_back, 0u);
+    const size_t model = o.numel * sizeof(float);
+    EXPECT_EQ(report.state_bytes % model, 0u);
+    EXPECT_GE(report.state_bytes, model);
+    ASSERT_EQ(report.rejoin_s.size(), 1u);
+    EXPECT_LT(report.rejoin_s[0], 10.0) << "from its restart to its first round";
+    // Back in: it ran the last rounds with the others, and from its return on every
+    // round's replicas agree but the one it ran alone.
+    EXPECT_EQ(report.rounds.back().nodes, 6u);
+    EXPECT_GT(report.finished[2].size(), 15u) << "rounds node 2 finished, before and after";
+    size_t apart = 0;
+    for (const RoundRow& row : report.rounds) apart += row.consensus > 1e-12 ? 1 : 0;
+    EXPECT_LE(apart, report.came_back) << "rounds it ran alone, each followed by a way back";
+    for (size_t r = 20; r < report.rounds.size(); ++r)
+      EXPECT_LT(report.rounds[r].consensus, 1e-12) << r;
+    EXPECT_LT(report.rounds.back().suboptimality, 0.1 * report.rounds.front().suboptimality);
+    o.rejoin_after.reset();
+    EXPECT_EQ(run(o).rounds.back().nodes, 5u) << "without --rejoin-after it stays out";
+  }
+}
+
 TEST(Simulation, AnElasticRingLeavesADeadNodeOutAndTrainsOn) {
   WorldOptions o;
   o.nodes = 6;
@@ -896,13 +943,21 @@ TEST(Simulation, BadOptionsAreRefusedNamingTheOption) {
   EXPECT_NE(simulate(o).status().message().find("--nodes 5000: the all-reduces over tcp take at "
                                                 "most 4096"),
             std::string::npos);
-  // A restart takes a neighbor's model: the gossip family, and something must die.
+  // A restart takes a peer's model: the gossip family, or local SGD and SMA on an
+  // elastic ring (synchronous SGD's left-out members train alone); something must die.
   o = {};
   o.rejoin_after = 1s;
   EXPECT_NE(simulate(o).status().message().find("--rejoin-after: nothing dies"), std::string::npos);
   o.churn_per_minute = 10;
   o.strategy = "local-sgd";
   EXPECT_NE(simulate(o).status().message().find("--rejoin-after with --strategy local-sgd"),
+            std::string::npos);
+  o.elastic = true;
+  o.strategy = "allreduce";
+  EXPECT_NE(simulate(o).status().message().find("--rejoin-after with --strategy allreduce"),
+            std::string::npos);
+  o.strategy = "ps";
+  EXPECT_NE(simulate(o).status().message().find("a parameter server's restart is not simulated"),
             std::string::npos);
   // SMA's options, checked as gossipd checks them; its learners are its own.
   o = {};
