@@ -322,6 +322,9 @@ class World {
     for (uint32_t j = 0; j < o_.nodes; ++j)
       if (j != i) list.push_back(j);
     GOSSIP_RETURN_IF_ERROR(build(i, list));
+    // A new process: its sync worker has not backed off from anything yet.
+    next_come_back_[i] = TimePoint::min();
+    come_back_wait_[i] = Duration::zero();
     auto fetched = fetch_state(n, 0);
     if (!fetched) return fetched.status().with_context("restarted: fetching a peer's state");
     if (!*fetched) return Status::timeout("restarted, but no peer offered its state");
@@ -368,32 +371,26 @@ class World {
   }
 
   // After a round in which the elastic ring left node i out (it came back while the
-  // members re-formed without it, say): a member's state and back in, as the sync
-  // worker's come_back does, at once and then after a doubling wait. Returns the round
-  // the node runs next.
-  uint64_t come_back(uint32_t i, uint64_t ran) {
+  // members re-formed without it, say): a member's state, and back in, as the sync
+  // worker's come_back does, at once and then after a doubling wait. The state, when
+  // one was taken (it is the caller's to take).
+  std::optional<sgd::NodeState> come_back(uint32_t i, uint64_t ran) {
     Node& n = nodes_[i];
     sgd::Membership* members = membership(n);
-    if (!members || !members->left_out() || clock_.now() < next_come_back_[i]) return ran + 1;
-    const auto offer_wait = sgd::JoinOptions{}.offer_wait;
+    if (!members || !members->left_out() || clock_.now() < next_come_back_[i]) return std::nullopt;
     auto fetched = fetch_state(n, ran + 1);
-    if (fetched && *fetched) take_state(n, **fetched);
-    if (!fetched || !*fetched || members->left_out()) {
+    const bool took = fetched && *fetched;
+    if (!took || members->left_out()) {
+      const Duration offer_wait = sgd::JoinOptions{}.offer_wait;
       come_back_wait_[i] = std::min<Duration>(
           std::max<Duration>(2 * come_back_wait_[i], 2 * offer_wait), std::chrono::seconds(60));
       next_come_back_[i] = clock_.now() + come_back_wait_[i];
     } else {
       come_back_wait_[i] = Duration::zero();
     }
-    if (!fetched || !*fetched) return ran + 1;
+    if (!took) return std::nullopt;
     ++report_.came_back;
-    // The members' round: rounds before it that this node did not run count it out.
-    const uint64_t next = (*fetched)->round;
-    if (next > ran + 1) {
-      away_.push_back({ran + 1, next});
-      finish_complete();
-    }
-    return next;
+    return std::move(**fetched);
   }
 
   void run_node(uint32_t i) {
@@ -509,24 +506,38 @@ class World {
         return;
       }
       n.deadline->completed(clock_.now() - began);
+      // A node the elastic ring left out asks back in, and the member's model it takes
+      // is the round's result, that of the round before the members' next (the sync
+      // worker's come_back, before after_round).
+      uint64_t result = r;
+      bool came_back = false;
+      if (o_.rejoin_after) {
+        if (auto state = come_back(i, r)) {
+          std::copy(state->model.begin(), state->model.end(), model.begin());
+          n.strategy->took_model(model, state->shared);
+          result = state->round - 1;
+          came_back = true;
+          // Rounds from this one to the result's that it did not run with them.
+          if (result > r) {
+            away_.push_back({r, result});
+            finish_complete();
+          }
+        }
+      }
       if (n.central) {
         // The round's result is a later round's (the node skipped to its neighbors'
         // round, or an elastic ring handed it the members' model): the central model is
         // theirs, and its momentum starts again from it, as the daemon's does.
-        if (jumped || n.strategy->round_to_run(r + 1) > r + 1) n.central->took(model);
+        if (jumped || came_back || n.strategy->round_to_run(r + 1) > r + 1) n.central->took(model);
         n.central->correct(learners);
         std::copy(model.begin(), model.end(), n.x.begin());
       }
-      record(i, r, loss);
-      // What a restarted peer takes, as gossipd's sync worker offers it after a round;
-      // and a node the elastic ring left out asks back in.
-      if (o_.rejoin_after) {
-        membership(n)->state()->publish(n.x, n.strategy->shared_state(), r + 1, r + 1, 1.0, kLayout,
-                                        o_.chunk_elems);
-        r = come_back(i, r);
-      } else {
-        ++r;
-      }
+      record(i, result, loss);
+      // What a restarted peer takes, as gossipd's sync worker offers it after a round.
+      if (o_.rejoin_after)
+        membership(n)->state()->publish(n.x, n.strategy->shared_state(), result + 1, result + 1,
+                                        1.0, kLayout, o_.chunk_elems);
+      r = result + 1;
     }
   }
 
