@@ -251,7 +251,8 @@ Subcommand add_simulate_command(CLI::App& parent) {
   auto rejoin_s = std::make_shared<double>(-1);
   app->add_option("--rejoin-after", *rejoin_s,
                   "SECONDS: a node that died restarts that long after (virtual time) and takes "
-                  "a live neighbor's model, as a restarted gossipd does (the gossip family)")
+                  "a live peer's model, as a restarted gossipd does (the gossip family, and "
+                  "local SGD and SMA on an elastic ring)")
       ->check(bounded(0, 1e6, false));
   app->add_option("--pause", *pauses,
                   "NODE@ROUND:SECONDS: the node's trainer stops that long before the round's "

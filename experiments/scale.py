@@ -92,7 +92,7 @@ def consensus_runs(build, sizes, topologies, seed):
                 spec = f"torus:{side}x{side}"
             else:
                 spec = topology
-            # Enough rounds for the slowest mode to dominate: a ring needs about n^2.
+            # Enough rounds for the slowest mode to dominate: a ring needs about n^2/5.
             rounds = 400 if mode_start else \
                 max(60, min(n * n // 5, 12000 * max(1, n // 256) ** 2)) \
                 if topology == "ring" else \

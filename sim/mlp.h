@@ -1,9 +1,10 @@
 #pragma once
-// --model mlp: every simulated node trains the reference trainer's MLP on its own
-// replica (experiments/trainer/trainer.h: 784-256-128-10, momentum SGD on minibatches
-// of the node's shard of Fashion-MNIST), one Trainer per node as gossip-train runs one
-// per GPU, with gossip-train's defaults. So a simulated cluster's accuracy can be set
-// beside a real one's (docs/simulation.md). Computing costs no virtual time:
+// --model mlp: every simulated node (with SMA, each of its learners) trains the
+// reference trainer's MLP on its own replica (experiments/trainer/trainer.h:
+// 784-256-128-10, momentum SGD on minibatches of its own shard of Fashion-MNIST), one
+// Trainer each as gossip-train runs one per GPU, with gossip-train's defaults. So a simulated
+// cluster's accuracy can be set beside a real one's (docs/simulation.md). Computing costs no
+// virtual time:
 // --step-time-ms says what a step takes.
 
 #include <cstdint>
@@ -24,7 +25,7 @@ struct MlpOptions {
   std::string data_dir = trainer::kDefaultDataDir;
   std::string partition = "iid";  // or dirichlet:ALPHA (experiments/trainer/partition.h)
   size_t batch = 64;
-  uint32_t local_steps = 1;  // a node's steps between two synchronizations
+  uint32_t local_steps = 1;  // a trainer's steps between two synchronizations
   float lr = 0.05f;          // momentum 0.9 and weight decay 5e-4, as gossip-train's
   uint64_t seed = 0;
 };

@@ -46,14 +46,15 @@ struct WorldOptions {
   uint64_t rounds = 100;
   uint64_t seed = 1;
   // The objective: "quadratic" (a local step on f_i(x) = |x - b_i|^2 / 2 before every
-  // round), "mixing" (no local step: x <- W x, consensus alone) or "mlp" (each node
-  // trains the reference MLP on its shard of Fashion-MNIST, sim/mlp.h; numel is its).
+  // round), "mixing" (no local step: x <- W x, consensus alone) or "mlp" (each node, or
+  // each of SMA's learners, trains the reference MLP on its shard of Fashion-MNIST,
+  // sim/mlp.h; numel is its).
   std::string model = "quadratic";
   double lr = 0;   // the local step; 0: the model's (quadratic 0.1, mlp 0.05)
   MlpOptions mlp;  // --model mlp: the data, its split, the batch, local steps
   // --model mixing: 0, every node starts at its b_i (random); K, node i starts in the
   // K-th Fourier mode of the node ids, x_i[e] = cos(2 pi (K i / n + e / numel)), an
-  // eigenvector of every graph that is circulant in the ids (ring, exponential): the
+  // eigenvector of every symmetric graph circulant in the ids (ring, exponential): the
   // distance shrinks by that mode's eigenvalue squared from the first round on, where
   // a random start on a ring of n nodes waits some n^2 / 5 rounds for its faster modes
   // to fade.
@@ -96,8 +97,9 @@ struct WorldOptions {
   // with --rejoin-after).
   double churn_per_minute = 0;
   // --rejoin-after: a node that died (--kill, --churn) restarts this long after, with
-  // the same id, and goes on from the model of a live peer (the gossip family's state
-  // transfer, sgd/membership/state_transfer.h), as a restarted gossipd does; it may die
+  // the same id, and goes on from the model of a live peer (state transfer,
+  // sgd/membership/state_transfer.h: the gossip family's, or an elastic ring's for local
+  // SGD and SMA, which it then asks back into), as a restarted gossipd does; it may die
   // again. Unset: none comes back.
   std::optional<Duration> rejoin_after;
   // How a node dies (--kill, --churn): "process" (a kill, a crash, the OOM killer: the
@@ -134,7 +136,7 @@ struct Report {
   uint32_t died = 0;                  // deaths (--kill, --churn)
   std::vector<double> death_s;        // each: the virtual seconds at which it came
   uint32_t rejoined = 0;              // restarts that took a peer's state (--rejoin-after)
-  // Nodes an elastic ring had left out that took a member's state to ask back in.
+  // Times a node that an elastic ring had left out took a member's state to ask back in.
   uint32_t came_back = 0;
   // Restarts that timed out once some node had run the last round (the others done).
   uint32_t restarts_too_late = 0;
