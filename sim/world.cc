@@ -138,22 +138,7 @@ class World {
       if (!status_) return;
       if (mlp_) {
         n.x = mlp_start;
-        // SMA: each learner is a trainer of its own, on a shard of its own (as each of a
-        // gossipd's trainers is), at i K + j; otherwise the node's one, at i.
-        if (descriptor.central_model) {
-          n.learners.assign(o.params.learners_per_device, mlp_start);
-          n.central = std::make_unique<sgd::CentralModel>(o.params.sma_alpha, o.sma_momentum);
-        }
-        std::vector<std::span<float>> replicas(n.learners.begin(), n.learners.end());
-        if (replicas.empty()) replicas.push_back(n.x);
-        for (size_t j = 0; j < replicas.size(); ++j)
-          if (Status st = mlp_->attach(i * replicas.size() + j, replicas[j]); !st) {
-            status_ = st;
-            return;
-          }
-        continue;
-      }
-      if (o.start_mode > 0) {
+      } else if (o.start_mode > 0) {
         // K i mod n before the division: exact phases at any n.
         const double node_phase =
             static_cast<double>(uint64_t{o.start_mode} * i % o.nodes) / o.nodes;
@@ -176,6 +161,17 @@ class World {
       if (descriptor.central_model) {
         n.learners.assign(o.params.learners_per_device, n.x);
         n.central = std::make_unique<sgd::CentralModel>(o.params.sma_alpha, o.sma_momentum);
+      }
+      if (mlp_) {
+        // Each learner of SMA's is a trainer of its own, on a shard of its own (as each of
+        // a gossipd's trainers is), at i K + j; otherwise the node's one, at i.
+        std::vector<std::span<float>> replicas(n.learners.begin(), n.learners.end());
+        if (replicas.empty()) replicas.push_back(n.x);
+        for (size_t j = 0; j < replicas.size(); ++j)
+          if (Status st = mlp_->attach(i * replicas.size() + j, replicas[j]); !st) {
+            status_ = st;
+            return;
+          }
       }
     }
     for (double& v : optimum_) v /= o.nodes;
