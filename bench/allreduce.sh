@@ -17,7 +17,9 @@
 # (ranks, run, implementation) in turn, all sizes per
 # launch. Each cell of the table is the median over runs of rank 0's median call;
 # bus bandwidth is 2(n-1)/n * bytes / time (nccl-tests). iperf3 gives the loopback
-# TCP bound. Every process is bounded by `timeout` and killed on exit.
+# TCP bound. Every process is bounded by `timeout` and killed on exit. A launch that
+# fails (a rank's exit status, a connect that did not happen) is named, and the script
+# exits 1 after the table.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -104,6 +106,7 @@ fi
 results="$tmp/results.jsonl"
 : > "$results"
 launch_timeout=300   # seconds for one launch of all sizes
+failed=0             # launches that failed: the table shows what the others measured
 
 # Starts n ranks of a file-rendezvous bench ($1 = ring_bench or gloo_bench), waits;
 # $4: ring_bench's algorithm.
@@ -133,6 +136,7 @@ run_ranks() {
   local rc=0 pid
   for pid in "${mine[@]}"; do wait "$pid" || rc=$?; done
   if [[ $rc -ne 0 ]]; then
+    failed=$((failed + 1))
     echo "# $tag failed (exit $rc); rank logs:" >&2
     tail -n 3 "$tmp/$tag".rank*.log >&2 || true
   fi
@@ -145,7 +149,7 @@ run_mpi() {
     "$bin/mpi_bench" --sizes "$sizes" --reps "$reps" --warmup "$warmup" \
     >> "$results" 2> "$tmp/$tag.log" &
   pids+=($!)
-  wait $! || { echo "# $tag failed (exit $?):" >&2; tail -n 5 "$tmp/$tag.log" >&2; }
+  wait $! || { failed=$((failed + 1)); echo "# $tag failed (exit $?):" >&2; tail -n 5 "$tmp/$tag.log" >&2; }
 }
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -281,3 +285,7 @@ if table_out:
                 f.write(f"{n} {limit} {a}\n")
     print(f"auto's table written to {table_out}")
 PY
+if ((failed > 0)); then
+  echo "# $failed launch(es) failed (above): exit 1" >&2
+  exit 1
+fi

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "base/finite.h"
 #include "base/isa.h"
+#include "base/mix.h"
 #include "base/split_mix64.h"
 #include "compression/bytes.h"
 #include "compression/codec.h"
@@ -749,6 +751,43 @@ TEST(VectorizedCodecs, IsaCanBeLoweredButNotRaised) {
   EXPECT_EQ(active_isa(), best);
   ScopedIsa scope(Isa::kAvx512);
   EXPECT_LE(static_cast<int>(active_isa()), static_cast<int>(best));
+}
+
+// The gossip round's two loops over every neighbor's chunk (base/finite.h,
+// base/mix.h): the NaN/Inf scan finds a bad value at every position of every short
+// length, tails included, and the mix writes the portable loop's bits.
+TEST(VectorizedCodecs, TheNonFiniteScanAndTheGossipMixAgreeWithThePortableLoops) {
+  SKIP_WITHOUT_VECTOR_ISA();
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::bit_cast<float>(0x7f800001u)};  // a signalling NaN
+  for (Isa isa : vector_isas()) {
+    ScopedIsa scope(isa);
+    for (size_t n = 0; n <= 70; ++n) {
+      std::vector<float> x = normal_data(n, 2000 + n, 1e30f);  // large, none of them Inf
+      ASSERT_FALSE(any_nonfinite(x)) << isa_name(isa) << " n=" << n;
+      for (size_t at = 0; at < n; ++at)
+        for (float b : bad) {
+          const float kept = x[at];
+          x[at] = b;
+          ASSERT_TRUE(any_nonfinite(x)) << isa_name(isa) << " n=" << n << " " << b << " at " << at;
+          x[at] = kept;
+        }
+    }
+    for (size_t n : {0u, 1u, 7u, 8u, 15u, 16u, 33u, 1000u, 4099u}) {
+      const std::vector<float> v = normal_data(n, 3000 + n), x = normal_data(n, 4000 + n);
+      std::vector<float> want = normal_data(n, 5000 + n), got = want;
+      {
+        ScopedIsa portable(Isa::kPortable);
+        add_weighted_difference(want, v, x, 0.3f);
+      }
+      add_weighted_difference(got, v, x, 0.3f);
+      for (size_t e = 0; e < n; ++e)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[e]), std::bit_cast<uint32_t>(want[e]))
+            << isa_name(isa) << " n=" << n << " element " << e;
+    }
+  }
 }
 
 TEST(VectorizedCodecs, NormalDataOfEveryShortLength) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "base/mix.h"
 #include "sgd/registry.h"
 
 namespace gossip::sgd {
@@ -47,14 +48,13 @@ Status AsyncGossip::synchronize(std::span<float> model, uint64_t round,
   std::vector<uint32_t> sources;
   for (const auto& in : row.peers) sources.push_back(in.node);
   mix_.assign(n, 0.0f);
-  auto delivery =
-      exchange_.receive(due, sources, n, start + options_.patience, options,
-                        [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
-                          const float w = step_ * static_cast<float>(row.peers[s].weight);
-                          float* acc = mix_.data() + h.offset;
-                          const float* x = own.data() + h.offset;
-                          for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
-                        });
+  auto delivery = exchange_.receive(
+      due, sources, n, start + options_.patience, options,
+      [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
+        const float w = step_ * static_cast<float>(row.peers[s].weight);
+        add_weighted_difference(std::span(mix_).subspan(h.offset, v.size()), v,
+                                std::span<const float>(own).subspan(h.offset, v.size()), w);
+      });
   if (!delivery) return delivery.status();
   if (!delivery->missing.empty())
     spdlog::warn("round {}: mixing round {} without {}", round, due, delivery->missing);

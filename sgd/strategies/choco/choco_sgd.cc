@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/mix.h"
 #include "sgd/registry.h"
 
 namespace gossip::sgd {
@@ -223,8 +224,7 @@ Status ChocoSgd::synchronize(std::span<float> model, uint64_t round, const Round
   for (size_t s = 0; s < copies_.size(); ++s) {
     if (!copies_[s].in_sync) continue;  // its weight stays with this node's model
     const float w = gamma * static_cast<float>(row.peers[s].weight);
-    const float* xj = copies_[s].x.data();
-    for (size_t e = 0; e < n; ++e) model[e] += w * (xj[e] - public_self_[e]);
+    add_weighted_difference(model.first(n), copies_[s].x, public_self_, w);
   }
   return Status::ok();
 }

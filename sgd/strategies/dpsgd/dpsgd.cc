@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/mix.h"
 #include "sgd/registry.h"
 
 namespace gossip::sgd {
@@ -35,9 +36,8 @@ Status Dpsgd::synchronize(std::span<float> model, uint64_t round, const RoundOpt
       exchange_.receive(round, sources, model.size(), start + options_.patience, options,
                         [&](size_t s, const proto::ModelChunk& h, std::span<const float> v) {
                           const float w = static_cast<float>(row.peers[s].weight);
-                          float* acc = mix_.data() + h.offset;
-                          const float* x = model.data() + h.offset;
-                          for (size_t e = 0; e < v.size(); ++e) acc[e] += w * (v[e] - x[e]);
+                          add_weighted_difference(std::span(mix_).subspan(h.offset, v.size()), v,
+                                                  model.subspan(h.offset, v.size()), w);
                         });
   if (!delivery) return delivery.status();
   if (!delivery->missing.empty())
