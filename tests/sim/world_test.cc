@@ -110,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(Graphs, SpectralGap,
 TEST(Simulation, ARingStartedInItsSlowestModeContractsByItsEigenvalueFromTheFirstRound) {
   for (const uint32_t k : {1u, 2u}) {
     WorldOptions o;
-    o.nodes = 256;
+    // 64 nodes: the mode's factor, 0.9936 a round, is far from every other mode's (the
+    // next, K = 2, 0.9744); 256 nodes took 21 s of the sanitizer stage (CI run 78).
+    o.nodes = 64;
     o.topology = "ring";
     o.model = "mixing";
     o.numel = 16;
