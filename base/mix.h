@@ -6,8 +6,10 @@
 // round in a 1,000-node simulation with 100k parameters), so it has an AVX2 version
 // chosen at run time (base/isa.h). Not AVX-512: with it GCC fuses the multiply and
 // the add (other bits), and it was slower than AVX2 in a loop of the simulation's shape
-// (0.67 s a round against 0.57; SSE2 0.76). The AVX2 target has no FMA, and the loop
-// is element-wise, so both versions give the same bits.
+// (0.67 s a round against 0.57; SSE2 0.76). The loop is element-wise, and the AVX2
+// target adds no FMA to what the file is compiled with, so both versions round alike:
+// separately where FMA is off (every build of this project), fused in both where a
+// file is compiled with it (-march=native).
 
 #include <cassert>
 #include <cstddef>
@@ -29,7 +31,7 @@ GOSSIP_TARGET_AVX2 inline void avx2(float* acc, const float* v, const float* x, 
 #undef GOSSIP_MIX_BODY
 }  // namespace mix_detail
 
-// acc, v and x have the same size.
+// v and x hold at least acc's size.
 inline void add_weighted_difference(std::span<float> acc, std::span<const float> v,
                                     std::span<const float> x, float w) {
   assert(v.size() >= acc.size() && x.size() >= acc.size());

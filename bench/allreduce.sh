@@ -149,7 +149,13 @@ run_mpi() {
     "$bin/mpi_bench" --sizes "$sizes" --reps "$reps" --warmup "$warmup" \
     >> "$results" 2> "$tmp/$tag.log" &
   pids+=($!)
-  wait $! || { failed=$((failed + 1)); echo "# $tag failed (exit $?):" >&2; tail -n 5 "$tmp/$tag.log" >&2; }
+  local rc=0
+  wait $! || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    failed=$((failed + 1))
+    echo "# $tag failed (exit $rc):" >&2
+    tail -n 5 "$tmp/$tag.log" >&2
+  fi
 }
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -186,6 +192,11 @@ fi
 echo "# done in $((SECONDS - start)) s, load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # --- table ---------------------------------------------------------------------------
+# A table from a run with failed launches would pick from what happened to finish.
+if ((failed > 0)) && [[ -n "$write_table" ]]; then
+  echo "# not writing $write_table: $failed launch(es) failed" >&2
+  write_table=""
+fi
 python3 - "$results" "$iperf_json" "$iperf_bidir_json" "$algorithms" "$write_table" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
