@@ -21,20 +21,19 @@ namespace gossip {
 
 namespace finite_detail {
 // Exponent bits all set: NaN or ±Inf. An integer OR over the bits, with no early
-// exit, vectorizes where a floating-point test with a branch would not.
-#define GOSSIP_ANY_NONFINITE_BODY                                        \
-  uint32_t bad = 0;                                                      \
-  for (size_t i = 0; i < n; ++i)                                         \
-    bad |= (std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0x7f800000u; \
+// exit, vectorizes where a floating-point test with a branch would not. Inlined into
+// each version and compiled there for its target.
+[[gnu::always_inline]] inline bool scan(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    bad |= (std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0x7f800000u;
   return bad != 0;
-inline bool any_nonfinite_portable(const float* x, size_t n) { GOSSIP_ANY_NONFINITE_BODY }
+}
+inline bool any_nonfinite_portable(const float* x, size_t n) { return scan(x, n); }
 #ifdef GOSSIP_HAVE_X86_KERNELS
 // AVX-512 gained nothing over AVX2 in a loop of the simulation's shape (base/mix.h).
-GOSSIP_TARGET_AVX2 inline bool any_nonfinite_avx2(const float* x, size_t n) {
-  GOSSIP_ANY_NONFINITE_BODY
-}
+GOSSIP_TARGET_AVX2 inline bool any_nonfinite_avx2(const float* x, size_t n) { return scan(x, n); }
 #endif
-#undef GOSSIP_ANY_NONFINITE_BODY
 }  // namespace finite_detail
 
 inline bool any_nonfinite(std::span<const float> x) {

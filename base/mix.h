@@ -20,15 +20,19 @@
 namespace gossip {
 
 namespace mix_detail {
-#define GOSSIP_MIX_BODY \
+// The loop, inlined into each version and compiled there for its target.
+[[gnu::always_inline]] inline void loop(float* acc, const float* v, const float* x, float w,
+                                        size_t n) {
   for (size_t e = 0; e < n; ++e) acc[e] += w * (v[e] - x[e]);
-inline void portable(float* acc, const float* v, const float* x, float w, size_t n){GOSSIP_MIX_BODY}
+}
+inline void portable(float* acc, const float* v, const float* x, float w, size_t n) {
+  loop(acc, v, x, w, n);
+}
 #ifdef GOSSIP_HAVE_X86_KERNELS
 GOSSIP_TARGET_AVX2 inline void avx2(float* acc, const float* v, const float* x, float w, size_t n) {
-  GOSSIP_MIX_BODY
+  loop(acc, v, x, w, n);
 }
 #endif
-#undef GOSSIP_MIX_BODY
 }  // namespace mix_detail
 
 // v and x hold at least acc's size.
