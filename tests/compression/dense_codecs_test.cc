@@ -788,6 +788,21 @@ TEST(VectorizedCodecs, TheNonFiniteScanAndTheGossipMixAgreeWithThePortableLoops)
             << isa_name(isa) << " n=" << n << " element " << e;
     }
   }
+#ifdef GOSSIP_HAVE_X86_KERNELS
+  // The AVX2 versions called directly, so that a dispatch that never picked them could
+  // not pass the checks above by running the portable loops twice.
+  const size_t n = 4099;
+  const std::vector<float> v = normal_data(n, 6000), x = normal_data(n, 7000);
+  std::vector<float> want = normal_data(n, 8000), got = want;
+  mix_detail::portable(want.data(), v.data(), x.data(), 0.7f, n);
+  mix_detail::avx2(got.data(), v.data(), x.data(), 0.7f, n);
+  for (size_t e = 0; e < n; ++e)
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[e]), std::bit_cast<uint32_t>(want[e])) << e;
+  std::vector<float> tail = x;
+  EXPECT_FALSE(finite_detail::any_nonfinite_avx2(tail.data(), n));
+  tail[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(finite_detail::any_nonfinite_avx2(tail.data(), n));
+#endif
 }
 
 TEST(VectorizedCodecs, NormalDataOfEveryShortLength) {
