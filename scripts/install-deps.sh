@@ -21,7 +21,7 @@ build_packages=(
   libibverbs-dev librdmacm-dev
   libgtest-dev libgmock-dev python3
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
-  libeigen3-dev zlib1g-dev
+  libeigen3-dev zlib1g-dev libdeflate-dev
   dataset-fashion-mnist
 )
 # What the tests, the sanitizer build (lld, clang's fuzzers), the docs site and the

@@ -1,5 +1,6 @@
 #pragma once
-// Reader for IDX files (LeCun's MNIST format), gzip-compressed or plain.
+// Reader for IDX files (LeCun's MNIST format), gzip-compressed (one member or several) or
+// plain.
 //
 // Format: 2 zero bytes, a type byte (0x08 = unsigned byte, the only type read here),
 // a byte with the number of dimensions, each dimension as a big-endian uint32, then

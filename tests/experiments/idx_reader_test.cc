@@ -136,6 +136,31 @@ TEST(IdxReader, RejectsATruncatedGzipFile) {
   expect_error(read_idx(path), path, "truncated");
 }
 
+// gzip's members one after another read as one stream, as gunzip reads them.
+TEST(IdxReader, ReadsAGzipFileOfSeveralMembers) {
+  TempDir dir;
+  const std::string path = dir.file("members-idx1-ubyte.gz"), second = dir.file("second.gz");
+  const auto bytes = idx_bytes({6}, {1, 2, 3, 4, 5, 6});
+  write_gzip(path, {bytes.begin(), bytes.begin() + 7});
+  write_gzip(second, {bytes.begin() + 7, bytes.end()});
+  auto whole = read_bytes(path);
+  const auto tail = read_bytes(second);
+  whole.insert(whole.end(), tail.begin(), tail.end());
+  write_bytes(path, whole);
+  auto array = read_idx(path);
+  ASSERT_TRUE(array.is_ok()) << array.status().message();
+  EXPECT_EQ(array->data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6}));
+}
+
+// A header that promises more than its gzip stream can inflate to (DEFLATE expands at
+// most about 1032:1) is refused before the reader allocates for it.
+TEST(IdxReader, RejectsAHeaderThatPromisesMoreThanTheStreamHolds) {
+  TempDir dir;
+  const std::string path = dir.file("promises-idx3-ubyte.gz");
+  write_gzip(path, idx_bytes({60000, 28, 28}, std::vector<uint8_t>(10, 1)));
+  expect_error(read_idx(path), path, "the file inflates to at most");
+}
+
 TEST(IdxReader, RejectsDataShorterThanTheHeaderSays) {
   TempDir dir;
   const std::string path = dir.file("short-idx1-ubyte.gz");
