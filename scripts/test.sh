@@ -5,9 +5,10 @@
 #   1. scripts/test-sanitizers.sh: build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer
 #      + LeakSanitizer) and every unit and integration test under it;
 #   2. build/ (optimized), only what the rest needs, and build-pkg/ (the Debian packages),
-#      both built beside stage 1 at the lowest priority, in the CPU time it leaves idle;
-#      the timed training runs, the experiments, the Python client, the deployment and
-#      package tests and the fuzzing smoke test on them (scripts/optimized-tests.sh).
+#      both built beside stage 1 at the lowest priority, in the CPU time it leaves idle,
+#      and the optimized build's tests that time nothing run there too; then the timed
+#      training runs, the experiments, the Python client, the deployment and package
+#      tests on them (scripts/optimized-tests.sh).
 # Each test runs once, so the suite fits CI's time on two cores.
 #   GOSSIP_SKIP_SANITIZERS=1  a quick local run instead: build/ in full and every test on it
 #   NO_INSTALL=1              skip scripts/install-deps.sh
@@ -48,12 +49,17 @@ targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
 builder=""
 trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true; rm -f "$log" "$built_log"' EXIT
-# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang).
+# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang). Then
+# the optimized stage's tests that time nothing (background_tests), in the same idle CPU.
+export GOSSIP_BACKGROUND_TESTS=$background_tests
 setsid nice -n 19 bash -c '
   parent=$1; shift
   (while kill -0 "$parent" 2>/dev/null; do sleep 2; done; kill -- -$$) &
   bash scripts/build.sh "$@" && bash scripts/build-packages.sh &&
-    { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; }' \
+    { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; } &&
+    bash scripts/seed-test-costs.sh build &&
+    { cd build && ctest --output-on-failure --no-tests=error -j 2 --timeout 600 \
+      -R "$GOSSIP_BACKGROUND_TESTS"; }' \
   build $$ "${targets[@]}" >"$built_log" 2>&1 &
 builder=$!
 bash scripts/test-sanitizers.sh | tee "$log"
@@ -62,14 +68,16 @@ sanitized=$SECONDS
 # lines as build/, so ccache serves nearly every object and they cost the links and cpack.
 wait "$builder" || {
   cat "$built_log" >&2
-  echo "test.sh: the optimized build, the packages' or Fuzz.Short's failed (above)" >&2
+  echo "test.sh: the optimized build, the packages', Fuzz.Short's or a test beside the" \
+    "sanitizer stage failed (above)" >&2
   exit 1
 }
 builder=""
-tail -n 3 "$built_log"
+echo "test.sh: beside the sanitizer stage, on the optimized build:"
+sed -n '/Test project/,$p' "$built_log" | tee -a "$log"
 built=$SECONDS
-bash scripts/seed-test-costs.sh build
-(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests") | tee -a "$log"
+(cd build && ctest --output-on-failure -j 2 --timeout 600 -R "$optimized_tests" \
+  -E "$background_tests") | tee -a "$log"
 echo "test.sh: sanitizer stage $((sanitized - start)) s (install included), optimized build" \
   "$((built - sanitized)) s more, its tests $((SECONDS - built)) s, in all $((SECONDS - start)) s"
 # A failure stops the script above (pipefail), so what is left passed or was skipped.
