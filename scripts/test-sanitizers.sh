@@ -37,6 +37,8 @@ bash scripts/build.sh --dir build-asan -DGOSSIP_SANITIZE=ON -DGOSSIP_TSAN=OFF \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-Og -g1" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-Og -g1" \
   "-DCMAKE_CXX_FLAGS=$quiet" "-DCMAKE_C_FLAGS=$quiet" "${linker[@]}"
 built=$SECONDS
+# scripts/test.sh's tests beside this stage wait for this build (it says why).
+[[ -z "${GOSSIP_SANITIZER_BUILT:-}" ]] || touch "$GOSSIP_SANITIZER_BUILT"
 
 reports=$(mktemp -d -t gossip-sanitizers-XXXXXX)
 trap 'rm -rf "$reports"' EXIT

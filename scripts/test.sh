@@ -48,16 +48,22 @@ built_log=$(mktemp -t gossip-build-XXXXXX)
 targets=()
 for t in "${optimized_targets[@]}"; do targets+=(--target "$t"); done
 builder=""
-trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true; rm -f "$log" "$built_log"' EXIT
-# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang). Then
-# the optimized stage's tests that time nothing (background_tests), in the same idle CPU.
+trap '[[ -z "$builder" ]] || kill -- -"$builder" 2>/dev/null || true
+      rm -f "$log" "$built_log" "$log.built"' EXIT
+# Fuzz.Short's clang build too (fuzz/run.sh skips with 77 where there is no clang). Then,
+# once the sanitizer build is done (test-sanitizers.sh touches GOSSIP_SANITIZER_BUILT:
+# beside a cold compile at the lowest priority they would get no CPU for minutes, and
+# their ctest timeouts count wall time), the optimized stage's tests that time nothing
+# (background_tests), in the CPU the sanitizer tests leave idle.
 export GOSSIP_BACKGROUND_TESTS=$background_tests
+export GOSSIP_SANITIZER_BUILT=$log.built
 setsid nice -n 19 bash -c '
   parent=$1; shift
   (while kill -0 "$parent" 2>/dev/null; do sleep 2; done; kill -- -$$) &
   bash scripts/build.sh "$@" && bash scripts/build-packages.sh &&
     { bash fuzz/run.sh --build-only --target wire_header || [[ $? == 77 ]]; } &&
     bash scripts/seed-test-costs.sh build &&
+    until [[ -e "$GOSSIP_SANITIZER_BUILT" ]]; do sleep 2; done &&
     { cd build && ctest --output-on-failure --no-tests=error -j 2 --timeout 600 \
       -R "$GOSSIP_BACKGROUND_TESTS"; }' \
   build $$ "${targets[@]}" >"$built_log" 2>&1 &

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 
 namespace gossip::trainer {
 namespace {
@@ -51,8 +52,9 @@ Result<std::vector<uint8_t>> read_file(const std::string& path) {
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return Status::io_error(fmt::format("{}: not a regular file", path));
+  if (::fstat(fd, &st) != 0)
+    return Status::io_error(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return Status::invalid(fmt::format("{}: not a regular file", path));
   if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes)
     return Status::invalid(
         fmt::format("{}: IDX array too large (a file of {} bytes)", path, st.st_size));
@@ -110,50 +112,83 @@ Result<Header> parse_header(const std::string& path, std::span<const uint8_t> b)
   return h;
 }
 
-// The first bytes of the gzip stream `in` (up to out.size()), for the header: zlib
-// inflates a prefix, which libdeflate (whole buffers only) does not.
-Result<size_t> inflate_prefix(const std::string& path, std::span<const uint8_t> in,
-                              std::span<uint8_t> out) {
+// How a gzip stream read with zlib ended.
+enum class Ending { kComplete, kCut, kCorrupt };
+struct Inflated {
+  uint64_t bytes = 0;  // inflated, up to where it stopped
+  Ending ending = Ending::kComplete;
+  std::string why;  // kCorrupt: zlib's message
+};
+
+// Whether the bytes at `p` (n of them) begin another gzip member.
+bool gzip_magic(const uint8_t* p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+
+// zlib, a block at a time: the gzip stream `in` inflated until it ends or `stop` bytes
+// came out, the first out.size() of them into `out` (the header, which libdeflate, whole
+// buffers only, cannot give alone), the rest counted (why libdeflate refused a stream).
+// Members follow one another; bytes after the last that begin no member are ignored, as
+// gzip and zlib's gzread ignore them.
+Inflated zlib_inflate(std::span<const uint8_t> in, std::span<uint8_t> out, uint64_t stop) {
+  Inflated r;
   z_stream z{};
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-    return Status::io_error(fmt::format("{}: cannot start zlib", path));
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return {0, Ending::kCorrupt, "zlib did not start"};
   z.next_in = const_cast<Bytef*>(in.data());
-  z.avail_in = static_cast<uInt>(std::min<size_t>(in.size(), UINT32_MAX));
-  z.next_out = out.data();
-  z.avail_out = static_cast<uInt>(out.size());
-  int rc = Z_OK;
-  while (z.avail_out > 0 && rc == Z_OK) {
-    rc = inflate(&z, Z_NO_FLUSH);
-    // The header may go on in the next member.
-    if (rc == Z_STREAM_END && z.avail_in > 0 && z.avail_out > 0) rc = inflateReset(&z);
+  z.avail_in = static_cast<uInt>(in.size());  // under 4 GiB: kMaxFileBytes
+  uint8_t sink[16384];
+  while (r.bytes < stop) {
+    const bool prefix = r.bytes < out.size();
+    z.next_out = prefix ? out.data() + r.bytes : sink;
+    z.avail_out = static_cast<uInt>(prefix ? out.size() - r.bytes
+                                           : std::min<uint64_t>(sizeof sink, stop - r.bytes));
+    const uInt room = z.avail_out;
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    r.bytes += room - z.avail_out;
+    if (rc == Z_STREAM_END) {
+      if (!gzip_magic(z.next_in, z.avail_in)) break;
+      inflateReset(&z);
+    } else if (rc == Z_BUF_ERROR) {  // no progress: the input ran out inside a member
+      r.ending = Ending::kCut;
+      break;
+    } else if (rc != Z_OK) {
+      r.ending = Ending::kCorrupt;
+      r.why = z.msg ? z.msg : "zlib error " + std::to_string(rc);
+      break;
+    }
   }
-  const size_t got = out.size() - z.avail_out;
   inflateEnd(&z);
-  if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
-    return Status::invalid(fmt::format("{}: corrupt gzip stream ({})", path, z.msg ? z.msg : "?"));
-  return got;
+  return r;
 }
 
 struct DecompressorFree {
   void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
 };
 
-// Decompresses every member of the gzip stream `in` into out[0, out.size()): the
-// bytes written, or an error when the stream is corrupt or holds more than out.size().
+// Decompresses the gzip stream `in` (its members one after another, as zlib_inflate())
+// into out[0, out.size()), which holds exactly what the IDX header promises: the bytes
+// written, or why the stream is refused. libdeflate only says that it failed; zlib reads
+// such a stream again to say how.
 Result<size_t> gunzip(const std::string& path, std::span<const uint8_t> in,
                       std::span<uint8_t> out) {
   std::unique_ptr<libdeflate_decompressor, DecompressorFree> d(libdeflate_alloc_decompressor());
   if (!d) return Status::io_error(fmt::format("{}: out of memory", path));
   size_t read = 0, written = 0;
-  while (read < in.size()) {  // gzip files may hold several members, read one after another
+  while (read == 0 || gzip_magic(in.data() + read, in.size() - read)) {
     size_t in_used = 0, out_used = 0;
     const auto rc = libdeflate_gzip_decompress_ex(d.get(), in.data() + read, in.size() - read,
                                                   out.data() + written, out.size() - written,
                                                   &in_used, &out_used);
-    if (rc == LIBDEFLATE_INSUFFICIENT_SPACE)
-      return Status::invalid(fmt::format("{}: unexpected bytes after the IDX data", path));
-    if (rc != LIBDEFLATE_SUCCESS)
-      return Status::invalid(fmt::format("{}: truncated or corrupt gzip stream", path));
+    if (rc != LIBDEFLATE_SUCCESS) {
+      // A stream cut a few bytes short can inflate to more than it holds (libdeflate
+      // takes its last 8 bytes for the trailer): zlib tells a cut from extra data.
+      const Inflated z = zlib_inflate(in, {}, out.size() + 1);
+      if (z.ending == Ending::kCut)
+        return Status::invalid(fmt::format("{}: truncated gzip stream", path));
+      if (z.ending == Ending::kCorrupt)
+        return Status::invalid(fmt::format("{}: corrupt gzip stream ({})", path, z.why));
+      if (z.bytes > out.size())
+        return Status::invalid(fmt::format("{}: unexpected bytes after the IDX data", path));
+      return Status::invalid(fmt::format("{}: corrupt gzip stream", path));
+    }
     read += in_used;
     written += out_used;
   }
@@ -174,12 +209,16 @@ Result<IdxArray> read_idx(const std::string& path) {
 
   uint8_t prefix[kMaxHeaderBytes];
   std::span<const uint8_t> head = in.first(std::min(in.size(), kMaxHeaderBytes));
+  Inflated start;
   if (gzipped) {
-    auto got = inflate_prefix(path, in, prefix);
-    if (!got) return got.status();
-    head = std::span<const uint8_t>(prefix, *got);
+    start = zlib_inflate(in, prefix, sizeof prefix);
+    if (start.ending == Ending::kCorrupt)
+      return Status::invalid(fmt::format("{}: corrupt gzip stream ({})", path, start.why));
+    head = std::span<const uint8_t>(prefix, start.bytes);
   }
   auto header = parse_header(path, head);
+  if (!header && start.ending == Ending::kCut)
+    return Status::invalid(fmt::format("{}: truncated gzip stream", path));
   if (!header) return header.status();
   const Header& h = *header;
   // Whether the contents can hold what the header promises, before allocating for it.

@@ -26,7 +26,8 @@ inline constexpr uint32_t kMaxIdxDims = 8;
 // On success returns the array. Fails with kNotFound if the file does not exist and
 // with kInvalid / kIoError if it is not a complete, well-formed unsigned-byte IDX file
 // (bad magic, zero dimension, truncated data or gzip stream, bytes after the data);
-// every message starts with the path.
+// every message starts with the path. Bytes after a gzip stream that begin no further
+// member are ignored, as gzip ignores them.
 Result<IdxArray> read_idx(const std::string& path);
 
 }  // namespace gossip::trainer

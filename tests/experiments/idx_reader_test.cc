@@ -129,11 +129,33 @@ TEST(IdxReader, RejectsATruncatedGzipFile) {
   write_bytes(path, whole);
   expect_error(read_idx(path), path, "truncated");
 
-  // Only the 8-byte gzip trailer (CRC and length) missing: still refused.
-  auto almost = read_bytes(kDir + "/t10k-labels-idx1-ubyte.gz");
-  almost.resize(almost.size() - 8);
-  write_bytes(path, almost);
-  expect_error(read_idx(path), path, "truncated");
+  // Only the 8-byte gzip trailer (CRC and length) missing, or part of it: still refused,
+  // and as cut short (libdeflate, taking the last bytes for the trailer, inflates such a
+  // stream to more than the header promises).
+  for (size_t cut = 1; cut <= 8; ++cut) {
+    auto almost = read_bytes(kDir + "/t10k-labels-idx1-ubyte.gz");
+    almost.resize(almost.size() - cut);
+    write_bytes(path, almost);
+    expect_error(read_idx(path), path, "truncated gzip stream");
+  }
+
+  // Cut within its first bytes, before the IDX header.
+  whole.resize(12);
+  write_bytes(path, whole);
+  expect_error(read_idx(path), path, "truncated gzip stream");
+}
+
+// Bytes after the last gzip member that begin no other are ignored, as gzip ignores them.
+TEST(IdxReader, IgnoresBytesAfterTheGzipStream) {
+  TempDir dir;
+  const std::string path = dir.file("trailing-idx1-ubyte.gz");
+  write_gzip(path, idx_bytes({3}, {4, 5, 6}));
+  auto bytes = read_bytes(path);
+  bytes.insert(bytes.end(), {0, 0, 0, 0, 'x'});
+  write_bytes(path, bytes);
+  auto array = read_idx(path);
+  ASSERT_TRUE(array.is_ok()) << array.status().message();
+  EXPECT_EQ(array->data, (std::vector<uint8_t>{4, 5, 6}));
 }
 
 // gzip's members one after another read as one stream, as gunzip reads them.
