@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,7 +45,6 @@ void resize_in_huge_pages(std::vector<uint8_t>& v, size_t n) {
 // read must end in an error, not in SIGBUS.
 Result<std::vector<uint8_t>> read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return Status::not_found(fmt::format("{}: no such file", path));
   if (fd < 0)
     return Status::io_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   struct Closer {
@@ -198,6 +198,10 @@ Result<size_t> gunzip(const std::string& path, std::span<const uint8_t> in,
 }  // namespace
 
 Result<IdxArray> read_idx(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return Status::not_found(fmt::format("{}: no such file", path));
+  }
   auto file = read_file(path);
   if (!file) return file.status();
   const std::span<const uint8_t> in = *file;
@@ -225,29 +229,28 @@ Result<IdxArray> read_idx(const std::string& path) {
         gzipped ? "inflates to" : "has", most - std::min(most, h.bytes)));
   }
 
-  // The header and the data, as in the file: the file itself, or what it inflates to
-  // (a stream that holds more than the header promises is refused by gunzip()).
-  std::vector<uint8_t> body;
-  if (gzipped) {
-    resize_in_huge_pages(body, h.bytes + h.total);
-    auto got = gunzip(path, in, body);
-    if (!got) return got.status();
-    body.resize(std::max(*got, h.bytes));  // the stream began with the header parsed above
-  } else {
-    body = std::move(*file);
-  }
-  const size_t data = body.size() - h.bytes;
-  if (data < h.total) {
-    return Status::invalid(fmt::format(
-        "{}: truncated IDX data: header promises {} bytes, file has {}", path, h.total, data));
-  }
-  if (data > h.total)
-    return Status::invalid(fmt::format("{}: unexpected bytes after the IDX data", path));
-  std::memmove(body.data(), body.data() + h.bytes, h.total);
-  body.resize(h.total);
   IdxArray array;
   array.dims = h.dims;
-  array.data = std::move(body);
+  size_t size = in.size();
+  if (gzipped) {
+    // A stream that holds more than this is refused by gunzip().
+    resize_in_huge_pages(array.data, h.bytes + h.total);
+    auto got = gunzip(path, in, array.data);
+    if (!got) return got.status();
+    size = std::max(*got, h.bytes);  // the stream began with the header parsed above
+    std::memmove(array.data.data(), array.data.data() + h.bytes, size - h.bytes);
+  } else {
+    resize_in_huge_pages(array.data, h.total);
+    std::memcpy(array.data.data(), in.data() + h.bytes, std::min(h.total, in.size() - h.bytes));
+  }
+  if (size - h.bytes < h.total) {
+    return Status::invalid(
+        fmt::format("{}: truncated IDX data: header promises {} bytes, file has {}", path, h.total,
+                    size - h.bytes));
+  }
+  if (size - h.bytes > h.total)
+    return Status::invalid(fmt::format("{}: unexpected bytes after the IDX data", path));
+  array.data.resize(h.total);
   return array;
 }
 
